@@ -1,0 +1,48 @@
+"""django-taskrunner: background tasks for Django on Redis Streams.
+
+The public API; everything else is internal.
+"""
+
+from __future__ import annotations
+
+from django_taskrunner.context import TaskContext
+from django_taskrunner.dispatch import dispatch, dispatch_many, dispatch_on_commit
+from django_taskrunner.exceptions import (
+    InvalidTaskOptions,
+    InvalidTaskPayload,
+    RedisUnavailable,
+    TaskAlreadyDispatched,
+    TaskExecutionError,
+    TaskIdConflict,
+    TaskNotFound,
+    TaskRunnerError,
+    UniqueForRequired,
+)
+from django_taskrunner.hooks import dispatch_on
+from django_taskrunner.message import TaskMessage
+from django_taskrunner.registry import register_task
+from django_taskrunner.task import Task, task
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "InvalidTaskOptions",
+    "InvalidTaskPayload",
+    "RedisUnavailable",
+    "Task",
+    "TaskAlreadyDispatched",
+    "TaskContext",
+    "TaskExecutionError",
+    "TaskIdConflict",
+    "TaskMessage",
+    "TaskNotFound",
+    "TaskRunnerError",
+    "UniqueForRequired",
+    "dispatch",
+    "dispatch_many",
+    "dispatch_on",
+    "dispatch_on_commit",
+    "register_task",
+    "task",
+]
+

@@ -1,0 +1,178 @@
+"""A thin Redis Streams adapter: keys and commands, no knowledge of tasks.
+
+Each method is one round trip. Bodies are opaque strings (the wire JSON); the stream
+entry holds them in a single field, `m`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from django_taskrunner import keys, scripts
+from django_taskrunner.conf import get_settings
+from django_taskrunner.connection import get_redis
+from django_taskrunner.message import FIELD
+
+# An entry as read: (stream id, body or None when the entry was deleted meanwhile).
+Entry = tuple[str, bytes | None]
+
+
+class Broker:
+    """Streams operations for one Redis client, key prefix and consumer group."""
+
+    def __init__(self, client: Any, prefix: str, group: str, delete_on_ack: bool = True) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.group = group
+        self.delete_on_ack = delete_on_ack
+
+    def stream(self, queue: str) -> str:
+        return keys.stream_key(self.prefix, queue)
+
+    def add(self, queue: str, body: str) -> str:
+        """XADD one message; returns its stream id."""
+        return _text(self.client.xadd(self.stream(queue), {FIELD: body}))
+
+    def add_many(self, queue: str, bodies: Sequence[str]) -> list[str]:
+        """XADD many messages in one pipelined round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        stream = self.stream(queue)
+        for body in bodies:
+            pipe.xadd(stream, {FIELD: body})
+        return [_text(stream_id) for stream_id in pipe.execute()]
+
+    def ensure_group(self, queue: str) -> None:
+        """Create the consumer group (and the stream) unless they exist.
+
+        The group starts at id 0, so messages dispatched before any worker ran are read.
+        """
+        try:
+            self.client.xgroup_create(self.stream(queue), self.group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    def read(self, queue: str, consumer: str, count: int, block_ms: int | None) -> list[Entry]:
+        """New messages for `consumer` (XREADGROUP ... >), blocking up to `block_ms`."""
+        return self._read(queue, consumer, count, block_ms, ">")
+
+    def read_own_pending(self, queue: str, consumer: str, count: int) -> list[Entry]:
+        """Messages already delivered to `consumer` and not acked (after its restart)."""
+        return self._read(queue, consumer, count, None, "0")
+
+    def _read(
+        self, queue: str, consumer: str, count: int, block_ms: int | None, start: str
+    ) -> list[Entry]:
+        stream = self.stream(queue)
+        try:
+            reply = self.client.xreadgroup(
+                self.group, consumer, {stream: start}, count=count, block=block_ms
+            )
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            # The stream was deleted (purge, or a Redis restart without persistence).
+            self.ensure_group(queue)
+            return []
+        if not reply:
+            return []
+        entries = reply[0][1] if isinstance(reply, list) else next(iter(reply.values()))[0]
+        return [(_text(stream_id), _body(fields)) for stream_id, fields in entries]
+
+    def ack(self, queue: str, stream_ids: Sequence[str], pipe: Any = None) -> None:
+        """XACK (and XDEL when DELETE_ON_ACK) the given entries, in one round trip."""
+        if not stream_ids:
+            return
+        own = pipe is None
+        pipe = self.client.pipeline(transaction=False) if own else pipe
+        stream = self.stream(queue)
+        pipe.xack(stream, self.group, *stream_ids)
+        if self.delete_on_ack:
+            pipe.xdel(stream, *stream_ids)
+        if own:
+            pipe.execute()
+
+    def requeue(
+        self, queue: str, consumer: str, stream_id: str, body: str | bytes, due_ms: int = 0
+    ) -> str | None:
+        """Move a held entry back, with `body`, to the stream (or the delayed set).
+
+        Returns None when the entry is no longer ours (another worker reclaimed it).
+        """
+        result = scripts.run(
+            self.client,
+            "requeue",
+            [self.stream(queue), keys.delayed_key(self.prefix, queue)],
+            [self.group, consumer, stream_id, body, str(due_ms), "1" if self.delete_on_ack else "0"],
+        )
+        return None if result is None else _text(result)
+
+    def heartbeat(self, queue: str, consumer: str, stream_id: str) -> bool:
+        """Reset the idle time of an entry `consumer` holds, so it is not reclaimed."""
+        claimed = self.client.xclaim(
+            self.stream(queue), self.group, consumer, 0, [stream_id], justid=True
+        )
+        return bool(claimed)
+
+    def length(self, queue: str) -> int:
+        return int(self.client.xlen(self.stream(queue)))
+
+    def pending(self, queue: str) -> int:
+        """Messages delivered to some worker and not yet acked."""
+        try:
+            summary = self.client.xpending(self.stream(queue), self.group)
+        except ResponseError:
+            return 0
+        return int(summary["pending"])
+
+    def purge(self, queue: str) -> int:
+        """Delete every message of the queue (stream and delayed set); returns how many."""
+        stream, delayed = self.stream(queue), keys.delayed_key(self.prefix, queue)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.xlen(stream)
+        pipe.zcard(delayed)
+        pipe.delete(stream, delayed)
+        counted = pipe.execute()
+        return int(counted[0]) + int(counted[1])
+
+    def queues_present(self, queues: Iterable[str]) -> list[str]:
+        return [queue for queue in queues if self.client.exists(self.stream(queue))]
+
+
+def _body(fields: dict[bytes, bytes] | None) -> bytes | None:
+    """The message body of an entry; None for an entry deleted while pending.
+
+    An entry written by something else (no `m` field) yields its fields as text, which
+    the worker then records as an undecodable message.
+    """
+    if not fields:
+        return None
+    body = fields.get(FIELD)
+    return body if body is not None else repr(fields).encode()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+_broker: Broker | None = None
+
+
+def get_broker() -> Broker:
+    """The broker for the current settings and client (rebuilt after `conf.reset()`)."""
+    global _broker
+    broker = _broker
+    if broker is None:
+        settings = get_settings()
+        broker = _broker = Broker(
+            get_redis(), settings.PREFIX, settings.CONSUMER_GROUP, settings.DELETE_ON_ACK
+        )
+    return broker
+
+
+def reset() -> None:
+    global _broker
+    _broker = None

@@ -1,0 +1,183 @@
+"""System checks for the `TASKRUNNER` setting (ids `taskrunner.E001`...).
+
+`validate_settings()` is also what `conf.get_settings()` runs, so a bad value fails
+the same way at start-up (`manage.py check`, `runserver`, `runtasks`) and at first use.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any
+
+from django.core.checks import CheckMessage, Error, Tags, register
+
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,99}$")
+PREFIX_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")
+
+
+def _error(msg: str, id_: str, hint: str | None = None) -> Error:
+    return Error(msg, hint=hint, obj="settings.TASKRUNNER", id=id_)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_unknown(raw: dict[str, Any]) -> list[CheckMessage]:
+    from django_taskrunner.conf import DEFAULTS
+
+    errors: list[CheckMessage] = []
+    for key in raw:
+        if key in DEFAULTS:
+            continue
+        close = difflib.get_close_matches(str(key), DEFAULTS, n=1)
+        hint = f'did you mean "{close[0]}"?' if close else "see docs/settings.md for the keys"
+        errors.append(_error(f'unknown key "{key}" in TASKRUNNER', "taskrunner.E001", hint))
+    return errors
+
+
+# key -> (kind, minimum, id); kind "int" or "number"; minimum inclusive
+_NUMBERS: dict[str, tuple[str, float, str]] = {
+    "BATCH_SIZE": ("int", 1, "taskrunner.E002"),
+    "BLOCK_MS": ("int", 1, "taskrunner.E002"),
+    "MAX_WORKERS": ("int", 1, "taskrunner.E002"),
+    "RESERVATION_TIMEOUT": ("number", 1, "taskrunner.E002"),
+    "DESIRED_WAIT": ("number", 0, "taskrunner.E002"),
+    "SHUTDOWN_TIMEOUT": ("number", 0, "taskrunner.E002"),
+    "LONG_QUEUE_THRESHOLD": ("number", 0, "taskrunner.E002"),
+    "SOCKET_TIMEOUT": ("number", 0.001, "taskrunner.E002"),
+    "CONNECT_TIMEOUT": ("number", 0.001, "taskrunner.E002"),
+}
+
+
+def _check_numbers(raw: dict[str, Any]) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    for key, (kind, minimum, id_) in _NUMBERS.items():
+        if key not in raw:
+            continue
+        value = raw[key]
+        ok_type = isinstance(value, int) and not isinstance(value, bool) if kind == "int" else (
+            _is_number(value)
+        )
+        if not ok_type or value < minimum:
+            what = "an integer" if kind == "int" else "a number"
+            errors.append(
+                _error(f"TASKRUNNER[{key!r}] must be {what} >= {minimum:g}, not {value!r}", id_)
+            )
+    min_workers = raw.get("MIN_WORKERS")
+    if min_workers is not None:
+        if not isinstance(min_workers, int) or isinstance(min_workers, bool) or min_workers < 1:
+            errors.append(
+                _error(
+                    f"TASKRUNNER['MIN_WORKERS'] must be None or an integer >= 1, "
+                    f"not {min_workers!r}",
+                    "taskrunner.E002",
+                )
+            )
+        elif isinstance(raw.get("MAX_WORKERS", 8), int) and min_workers > raw.get("MAX_WORKERS", 8):
+            errors.append(
+                _error("TASKRUNNER['MIN_WORKERS'] is larger than MAX_WORKERS", "taskrunner.E003")
+            )
+    return errors
+
+
+def _check_names(raw: dict[str, Any]) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    for key, pattern in (("PREFIX", PREFIX_NAME), ("CONSUMER_GROUP", PREFIX_NAME),
+                         ("DEFAULT_QUEUE", QUEUE_NAME)):
+        if key in raw and not (isinstance(raw[key], str) and pattern.match(raw[key])):
+            errors.append(
+                _error(
+                    f"TASKRUNNER[{key!r}] must be a name of letters, digits, '.', '_' or '-' "
+                    f"(no ':', '{{' or '}}'), not {raw[key]!r}",
+                    "taskrunner.E004",
+                )
+            )
+    for key in ("REDIS_URL", "CONNECTION", "FAILED_TASK_HANDLER", "LONG_QUEUE_HOOK"):
+        if raw.get(key) is not None and not isinstance(raw[key], str):
+            errors.append(_error(f"TASKRUNNER[{key!r}] must be a string or None", "taskrunner.E005"))
+    url = raw.get("REDIS_URL")
+    if isinstance(url, str) and not url.startswith(("redis://", "rediss://", "unix://")):
+        errors.append(
+            _error(
+                f"TASKRUNNER['REDIS_URL'] must start with redis://, rediss:// or unix://, "
+                f"not {url!r}",
+                "taskrunner.E005",
+            )
+        )
+    if raw.get("REDIS_URL") and raw.get("CONNECTION"):
+        errors.append(_error("set REDIS_URL or CONNECTION, not both", "taskrunner.E006"))
+    nodes = raw.get("CLUSTER_NODES")
+    if nodes is not None and not (
+        isinstance(nodes, list | tuple) and nodes and all(isinstance(n, str) for n in nodes)
+    ):
+        errors.append(
+            _error('TASKRUNNER["CLUSTER_NODES"] must be a list of "host:port"', "taskrunner.E005")
+        )
+    if "DELETE_ON_ACK" in raw and not isinstance(raw["DELETE_ON_ACK"], bool):
+        errors.append(_error("TASKRUNNER['DELETE_ON_ACK'] must be True or False", "taskrunner.E005"))
+    return errors
+
+
+def validate_settings(raw: Any) -> list[CheckMessage]:
+    """Every problem with a raw `TASKRUNNER` value; empty when it is usable."""
+    if not isinstance(raw, dict):
+        return [_error("TASKRUNNER must be a dict", "taskrunner.E000")]
+    return _check_unknown(raw) + _check_numbers(raw) + _check_names(raw)
+
+
+def _check_connection_alias(raw: dict[str, Any]) -> list[CheckMessage]:
+    alias = raw.get("CONNECTION")
+    if not isinstance(alias, str):
+        return []
+    from django.conf import settings
+
+    caches = getattr(settings, "CACHES", {})
+    if alias not in caches:
+        return [_error(f"TASKRUNNER['CONNECTION'] names cache {alias!r}, which is not in CACHES",
+                       "taskrunner.E007")]
+    backend = str(caches[alias].get("BACKEND", ""))
+    if not backend.startswith("django_redis."):
+        return [
+            _error(
+                f"TASKRUNNER['CONNECTION'] names cache {alias!r}, whose backend {backend!r} "
+                f"is not a django-redis cache",
+                "taskrunner.E007",
+                hint="use django_redis.cache.RedisCache, or set REDIS_URL instead",
+            )
+        ]
+    return []
+
+
+def _check_handler_paths(raw: dict[str, Any]) -> list[CheckMessage]:
+    from django.utils.module_loading import import_string
+
+    errors: list[CheckMessage] = []
+    for key in ("FAILED_TASK_HANDLER", "LONG_QUEUE_HOOK"):
+        path = raw.get(key)
+        if not isinstance(path, str):
+            continue
+        try:
+            target = import_string(path)
+        except ImportError as exc:
+            errors.append(_error(f"TASKRUNNER[{key!r}] cannot be imported: {exc}", "taskrunner.E008"))
+            continue
+        if not callable(target):
+            errors.append(_error(f"TASKRUNNER[{key!r}] = {path!r} is not callable", "taskrunner.E008"))
+    return errors
+
+
+@register(Tags.compatibility)
+def check_taskrunner_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Django system check: report every bad `TASKRUNNER` value at start-up."""
+    from django_taskrunner.conf import user_settings
+
+    from django.conf import settings
+
+    raw = getattr(settings, "TASKRUNNER", {})
+    errors = validate_settings(raw)
+    if isinstance(raw, dict):
+        raw = user_settings()
+        errors += _check_connection_alias(raw) + _check_handler_paths(raw)
+    return errors

@@ -1,0 +1,118 @@
+"""The `TASKRUNNER` setting: one table of defaults, read lazily, cached, reset on change.
+
+Nothing is read at import time, so `override_settings(TASKRUNNER=...)` works; a
+`setting_changed` receiver (in `apps.py`) calls `reset()`.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings as django_settings
+
+
+@dataclass(frozen=True)
+class Option:
+    """One key of `TASKRUNNER`: its default and the line that documents it."""
+
+    default: Any
+    doc: str
+
+
+DEFAULTS: dict[str, Option] = {
+    "REDIS_URL": Option(None, "URL of the Redis server (redis://, rediss:// or unix://)."),
+    "CONNECTION": Option(None, "Alias of a django-redis cache whose client to use instead."),
+    "CLUSTER_NODES": Option(None, 'Startup nodes ["host:port", ...] of a Redis Cluster.'),
+    "EMBEDDED_DIR": Option(
+        None, "Data folder of the embedded Redis (default: BASE_DIR/.taskrunner)."
+    ),
+    "PREFIX": Option("taskrunner", "First part of every Redis key the app writes."),
+    "CONSUMER_GROUP": Option("taskrunner", "Consumer group shared by every worker."),
+    "DEFAULT_QUEUE": Option("default", "Queue of tasks that name none."),
+    "RESERVATION_TIMEOUT": Option(
+        300, "Seconds a message may stay un-acked without heartbeat before it is reclaimed."
+    ),
+    "BATCH_SIZE": Option(10, "Messages read from a stream in one XREADGROUP."),
+    "BLOCK_MS": Option(1000, "Milliseconds an idle XREADGROUP blocks before it is repeated."),
+    "MIN_WORKERS": Option(None, "Smallest autoscaled pool (None: a fixed pool of MAX_WORKERS)."),
+    "MAX_WORKERS": Option(8, "Worker threads of a fixed pool, or the largest autoscaled one."),
+    "DESIRED_WAIT": Option(1.0, "Seconds a task should wait in the queue; the autoscaler's goal."),
+    "SHUTDOWN_TIMEOUT": Option(30, "Seconds running tasks get to finish on SIGTERM/SIGINT."),
+    "DELETE_ON_ACK": Option(True, "Delete a message from its stream (XDEL) when it is acked."),
+    "FAILED_TASK_HANDLER": Option(
+        None, "Dotted path of a callable(task_message, exception) run for each failed task."
+    ),
+    "LONG_QUEUE_HOOK": Option(
+        None, "Dotted path of a callable(stats) run when the predicted wait is too long."
+    ),
+    "LONG_QUEUE_THRESHOLD": Option(60, "Predicted wait, in seconds, that calls LONG_QUEUE_HOOK."),
+    "SOCKET_TIMEOUT": Option(10, "Seconds a Redis command may take before it fails."),
+    "CONNECT_TIMEOUT": Option(5, "Seconds to connect to Redis before giving up."),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The merged and validated `TASKRUNNER` values (see `DEFAULTS` for each key)."""
+
+    REDIS_URL: str | None
+    CONNECTION: str | None
+    CLUSTER_NODES: list[str] | None
+    EMBEDDED_DIR: Path
+    PREFIX: str
+    CONSUMER_GROUP: str
+    DEFAULT_QUEUE: str
+    RESERVATION_TIMEOUT: float
+    BATCH_SIZE: int
+    BLOCK_MS: int
+    MIN_WORKERS: int | None
+    MAX_WORKERS: int
+    DESIRED_WAIT: float
+    SHUTDOWN_TIMEOUT: float
+    DELETE_ON_ACK: bool
+    FAILED_TASK_HANDLER: str | None
+    LONG_QUEUE_HOOK: str | None
+    LONG_QUEUE_THRESHOLD: float
+    SOCKET_TIMEOUT: float
+    CONNECT_TIMEOUT: float
+
+
+def user_settings() -> dict[str, Any]:
+    """The raw `TASKRUNNER` dict as the project wrote it (empty when unset)."""
+    value = getattr(django_settings, "TASKRUNNER", None)
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def default_embedded_dir() -> Path:
+    base_dir = getattr(django_settings, "BASE_DIR", None)
+    return Path(base_dir if base_dir is not None else Path.cwd()) / ".taskrunner"
+
+
+@functools.cache
+def get_settings() -> Settings:
+    """Merge `TASKRUNNER` over `DEFAULTS`; errors in it are reported by the system checks."""
+    from django_taskrunner.checks import validate_settings
+
+    raw = user_settings()
+    errors = validate_settings(raw)
+    if errors:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured("; ".join(error.msg for error in errors))
+    values = {key: raw.get(key, option.default) for key, option in DEFAULTS.items()}
+    if values["EMBEDDED_DIR"] is None:
+        values["EMBEDDED_DIR"] = default_embedded_dir()
+    values["EMBEDDED_DIR"] = Path(values["EMBEDDED_DIR"])
+    return Settings(**values)
+
+
+def reset() -> None:
+    """Forget the cached settings and connections (after `override_settings`)."""
+    get_settings.cache_clear()
+    from django_taskrunner import broker, connection
+
+    broker.reset()
+    connection.reset()

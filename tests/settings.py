@@ -1,0 +1,76 @@
+"""Settings of the test suite: a file SQLite database (worker threads and processes
+share it) and Redis from the environment (set by tests/conftest.py)."""
+
+import os
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent
+SECRET_KEY = "tests-only-not-secret"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ALLOWED_HOSTS = ["*"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_taskrunner",
+    "tests.testapp",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+ROOT_URLCONF = "tests.testapp.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+_db_dir = Path(os.environ.get("TASKRUNNER_TEST_DB_DIR", BASE_DIR))
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        # A subprocess worker started by a test is pointed at the test database.
+        "NAME": os.environ.get("TASKRUNNER_TEST_DB_NAME", str(_db_dir / "db.sqlite3")),
+        "TEST": {"NAME": str(_db_dir / f"test-db-{os.getpid()}.sqlite3")},
+        "OPTIONS": {"timeout": 30},
+    }
+}
+
+STATIC_URL = "/static/"
+
+TASKRUNNER = {
+    "REDIS_URL": os.environ.get("TASKRUNNER_TEST_REDIS_URL"),
+    "PREFIX": os.environ.get("TASKRUNNER_TEST_PREFIX", "trtest"),
+    "BLOCK_MS": 200,
+    "SHUTDOWN_TIMEOUT": 10,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_taskrunner": {"handlers": ["console"], "level": "WARNING"}},
+}
