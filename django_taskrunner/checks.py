@@ -79,6 +79,15 @@ def _check_numbers(raw: dict[str, Any]) -> list[CheckMessage]:
             errors.append(
                 _error("TASKRUNNER['MIN_WORKERS'] is larger than MAX_WORKERS", "taskrunner.E003")
             )
+    block_ms, socket_timeout = raw.get("BLOCK_MS", 1000), raw.get("SOCKET_TIMEOUT", 10)
+    if _is_number(block_ms) and _is_number(socket_timeout) and block_ms / 1000 >= socket_timeout:
+        errors.append(
+            _error(
+                f"TASKRUNNER['BLOCK_MS'] ({block_ms} ms) must be shorter than SOCKET_TIMEOUT "
+                f"({socket_timeout} s), or every idle read times out",
+                "taskrunner.E009",
+            )
+        )
     return errors
 
 

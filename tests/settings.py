@@ -62,7 +62,8 @@ DATABASES = {
 STATIC_URL = "/static/"
 
 TASKRUNNER = {
-    "REDIS_URL": os.environ.get("TASKRUNNER_TEST_REDIS_URL"),
+    "REDIS_URL": os.environ.get("TASKRUNNER_TEST_REDIS_URL") or None,
+    "EMBEDDED_DIR": os.environ.get("TASKRUNNER_TEST_EMBEDDED_DIR") or None,
     "PREFIX": os.environ.get("TASKRUNNER_TEST_PREFIX", "trtest"),
     "BLOCK_MS": 200,
     "SHUTDOWN_TIMEOUT": 10,

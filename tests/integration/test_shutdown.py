@@ -1,0 +1,55 @@
+"""SIGTERM lets running tasks finish, exits 0, and loses nothing."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from django_taskrunner.broker import get_broker
+from tests.testapp.tasks import noop, runs_key, sleeper
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def wait_for(predicate, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.05)
+
+
+def test_sigterm_during_a_two_second_task_lets_it_finish_and_exits_0(r, spawn_worker, run_burst):
+    # Given a worker running a 2-second task, with more tasks queued behind it
+    sleeper.dispatch({"n": "long", "seconds": 2})
+    for n in range(5):
+        noop.dispatch({"n": n})
+    worker = spawn_worker("--queue", "default", "--concurrency", "1", "--batch-size", "3")
+    broker = get_broker()
+    wait_for(lambda: broker.pending("default") >= 1)
+    time.sleep(0.3)
+
+    # When it gets SIGTERM mid-task
+    worker.send_signal(signal.SIGTERM)
+    output = worker.communicate(timeout=20)[0].decode()
+
+    # Then it finished the running task and exited 0
+    assert worker.returncode == 0, output
+    assert r.hget(runs_key(), "sleeper:long") == b"1"
+    # and nothing is lost: what it had not run is back on the stream, not stuck pending
+    assert broker.pending("default") == 0
+    run_burst("--queue", "default")
+    counts = {k.decode(): int(v) for k, v in r.hgetall(runs_key()).items()}
+    assert counts == {"sleeper:long": 1, **{f"noop:{n}": 1 for n in range(5)}}
+
+
+def test_an_idle_worker_stops_promptly_on_sigint(spawn_worker):
+    worker = spawn_worker("--queue", "default")
+    time.sleep(1.5)
+    started = time.monotonic()
+    worker.send_signal(signal.SIGINT)
+    worker.communicate(timeout=10)
+    assert worker.returncode == 0
+    assert time.monotonic() - started < 3
