@@ -1,0 +1,41 @@
+"""The demo's tasks, found by autodiscovery because this file is named tasks.py."""
+
+import logging
+import random
+import time
+
+from django.utils import timezone
+
+from django_taskrunner import task
+
+logger = logging.getLogger("testproject.shop")
+
+
+@task(max_retry=3)
+def send_receipt(payload: dict) -> None:
+    """Dispatched by a post_save signal when an order is created."""
+    from testproject.shop.models import Order
+
+    order = Order.objects.get(pk=payload["order"])
+    time.sleep(0.2)  # pretend to talk to a mail server
+    Order.objects.filter(pk=order.pk).update(receipt_sent_at=timezone.now())
+    logger.info("receipt sent for order %s to %s", order.pk, order.email)
+
+
+@task(queue="reports", max_retry=2, retry_backoff=1)
+def build_report(payload: dict) -> None:
+    """Dispatched from a view; fails now and then to show retries and failed tasks."""
+    from testproject.shop.models import Order
+
+    if random.random() < 0.3:
+        raise RuntimeError("the report service timed out (a demo failure)")
+    order = Order.objects.get(pk=payload["order"])
+    Order.objects.filter(pk=order.pk).update(report=f"{order.email} spent {order.total}")
+
+
+@task
+def crunch_numbers(payload: dict) -> int:
+    """Dispatched by POSTing JSON to /api/crunch/."""
+    total = sum(range(int(payload.get("upto", 1000))))
+    logger.info("crunched %s", total)
+    return total

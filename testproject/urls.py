@@ -1,0 +1,18 @@
+from django.contrib import admin
+from django.urls import path
+
+from django_taskrunner.views import dispatch_view
+from testproject.shop import views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("orders/", views.place_order, name="place-order"),
+    path("orders/<int:order_id>/report/", views.request_report, name="request-report"),
+    # A view made by dispatch_view: POST dispatches crunch_numbers and answers JSON 202
+    # {"id": ...} (CSRF-protected like any other POST view of the site).
+    path("api/crunch/", dispatch_view(
+        "testproject.shop.tasks.crunch_numbers",
+        payload=lambda request: {"upto": int(request.POST.get("upto", 1000))},
+    ), name="api-crunch"),
+    path("admin/", admin.site.urls),
+]
