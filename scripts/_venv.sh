@@ -1,29 +1,40 @@
-# Shared by scripts/demo and scripts/test: find Python >= 3.11 and make .venv with it.
-# Usage: source scripts/_venv.sh EXTRAS   (e.g. "embedded" or "test")
+# Shared by scripts/demo and scripts/test: find a Python and make a virtualenv with it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+# find_python MINOR: print a Python 3.MINOR-or-newer interpreter ($PYTHON first), or fail.
 find_python() {
-  for candidate in "${PYTHON:-}" python3.13 python3.12 python3.11 python3; do
+  local minor=$1 candidate version
+  local candidates=("${PYTHON:-}" python3.14 python3.13 python3.12 python3.11 python3)
+  if command -v pyenv >/dev/null 2>&1; then
+    for version in $(pyenv versions --bare 2>/dev/null | grep -E '^3\.[0-9]+\.[0-9]+$' | sort -rV); do
+      candidates+=("$(pyenv root)/versions/$version/bin/python")
+    done
+  fi
+  for candidate in "${candidates[@]}"; do
     [ -n "$candidate" ] || continue
-    if command -v "$candidate" >/dev/null 2>&1 &&
-       "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    if "$candidate" -c "import sys; sys.exit(sys.version_info < (3, $minor))" >/dev/null 2>&1; then
       echo "$candidate"; return 0
     fi
   done
-  echo "django-taskrunner needs Python 3.11 or newer (set PYTHON=/path/to/python3.11)" >&2
   return 1
 }
 
-VENV="${VENV:-.venv}"
-if [ ! -x "$VENV/bin/python" ]; then
-  "$(find_python)" -m venv "$VENV"
-fi
-# Reinstall only when pyproject.toml changed since the last install.
-stamp="$VENV/.installed-$1"
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  "$VENV/bin/python" -m pip install --quiet --upgrade pip
-  "$VENV/bin/python" -m pip install --quiet -e ".[$1]"
-  touch "$stamp"
-fi
-PY="$VENV/bin/python"
+# make_venv PYTHON DIR EXTRAS: create DIR with PYTHON, install the project with EXTRAS
+# (again only when pyproject.toml changed), and set PY to its interpreter.
+make_venv() {
+  local python=$1 dir=$2 extras=$3
+  [ -x "$dir/bin/python" ] || "$python" -m venv "$dir"
+  local stamp="$dir/.installed-$extras"
+  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    "$dir/bin/python" -m pip install --quiet --upgrade pip
+    "$dir/bin/python" -m pip install --quiet -e ".[$extras]"
+    touch "$stamp"
+  fi
+  PY="$dir/bin/python"
+}
+
+PYTHON_BIN=$(find_python 11) || {
+  echo "django-taskrunner needs Python 3.11 or newer (set PYTHON=/path/to/python3)" >&2
+  exit 1
+}
