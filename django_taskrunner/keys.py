@@ -49,3 +49,11 @@ def leader_key(prefix: str, group: str) -> str:
     """Leader lease of one consumer group."""
     return f"{prefix}:leader:{group}"
 
+
+
+def result_key(prefix: str, result_id: str) -> str:
+    """A Django Tasks framework result, kept for the backend's RESULT_TTL.
+
+    Not queue-tagged: a result is looked up by its id alone, and no script touches it.
+    """
+    return f"{prefix}:result:{result_id}"

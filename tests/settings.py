@@ -31,6 +31,24 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
 ]
 
+import django  # noqa: E402
+
+if django.VERSION < (6, 0):
+    try:
+        import django_tasks  # noqa: F401 - the Tasks framework backport, on Django 5.2
+    except ImportError:
+        pass
+    else:
+        INSTALLED_APPS.append("django_tasks")
+
+TASKS = {
+    "default": {
+        "BACKEND": "django_taskrunner.backends.TaskRunnerBackend",
+        "QUEUES": ["default", "framework"],
+        "OPTIONS": {"RESULT_TTL": 3600},
+    }
+}
+
 ROOT_URLCONF = "tests.testapp.urls"
 
 TEMPLATES = [

@@ -93,9 +93,17 @@ class Command(BaseCommand):
 
     @staticmethod
     def _default_queues(default_queue: str) -> list[str]:
+        """Queues that registered tasks name, DEFAULT_QUEUE, and the QUEUES of every
+        Django Tasks framework backend of ours in TASKS."""
+        from django.conf import settings
+
         from django_taskrunner.registry import registry
 
-        return sorted(registry.queues() | {default_queue})
+        queues = registry.queues() | {default_queue}
+        for params in getattr(settings, "TASKS", {}).values():
+            if params.get("BACKEND") == "django_taskrunner.backends.TaskRunnerBackend":
+                queues |= set(params.get("QUEUES", ["default"]))
+        return sorted(queues)
 
     @staticmethod
     def _configure_logging(level: str) -> None:

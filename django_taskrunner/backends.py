@@ -1,0 +1,161 @@
+"""A backend for Django's Tasks framework, so `@django.tasks.task` functions run on `runtasks`.
+
+    TASKS = {"default": {"BACKEND": "django_taskrunner.backends.TaskRunnerBackend",
+                         "QUEUES": ["default"], "OPTIONS": {"RESULT_TTL": 86400}}}
+
+`enqueue()` dispatches one internal task, `django_taskrunner.run_django_task`, whose
+payload names the framework task by module path with its args and kwargs (Huey's
+"shim" approach). Results live in Redis (`<prefix>:result:<id>`) for RESULT_TTL seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.core import checks
+from django.utils import timezone
+
+from django_taskrunner import keys
+from django_taskrunner.broker import get_broker
+from django_taskrunner.checks import QUEUE_NAME
+from django_taskrunner.compat import (
+    BaseTaskBackend,
+    InvalidTask,
+    Task,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_enqueued,
+)
+from django_taskrunner.conf import get_settings
+from django_taskrunner.connection import get_redis
+from django_taskrunner.dispatch import new_message
+
+SHIM_TASK = "django_taskrunner.run_django_task"
+DEFAULT_RESULT_TTL = 24 * 3600
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _when(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+class TaskRunnerBackend(BaseTaskBackend):
+    """Runs Django Tasks framework tasks on django-taskrunner's streams."""
+
+    supports_defer = False
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = False
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self.result_ttl = self.options.get("RESULT_TTL", DEFAULT_RESULT_TTL)
+
+    def validate_task(self, task: Task) -> None:
+        super().validate_task(task)
+        if not QUEUE_NAME.match(task.queue_name):
+            raise InvalidTask(
+                f"Queue {task.queue_name!r} is not a valid queue name for django-taskrunner "
+                f"(letters, digits, '.', '_', '-')."
+            )
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        """Queue the task; the record and the message are written in one round trip."""
+        from django_taskrunner.registry import registry
+
+        self.validate_task(task)
+        result_id = uuid.uuid4().hex
+        record = new_record(task, self.alias, list(args), dict(kwargs))
+        payload = {"result_id": result_id, "backend": self.alias, "func": task.module_path,
+                   "args": record["args"], "kwargs": record["kwargs"]}
+        message = new_message(registry.get(SHIM_TASK), payload, queue=task.queue_name)
+        body = message.to_json()  # raises InvalidTaskPayload for args that are not JSON
+        broker = get_broker()
+        pipe = broker.client.pipeline(transaction=False)
+        pipe.set(result_key(result_id), json.dumps(record), ex=self.result_ttl)
+        pipe.xadd(broker.stream(message.queue), {b"m": body})
+        pipe.execute()
+        result = to_task_result(result_id, record, task)
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult:
+        record = load_record(result_id)
+        if record is None:
+            raise TaskResultDoesNotExist(result_id)
+        from django.utils.module_loading import import_string
+
+        task = import_string(record["func"])
+        return to_task_result(result_id, record, task)
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        errors: list[checks.CheckMessage] = []
+        ttl = self.result_ttl
+        if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1:
+            errors.append(checks.Error(
+                f"TASKS[{self.alias!r}]['OPTIONS']['RESULT_TTL'] must be seconds >= 1, "
+                f"not {ttl!r}", id="taskrunner.E010"))
+        for queue in self.queues:
+            if not QUEUE_NAME.match(queue):
+                errors.append(checks.Error(
+                    f"TASKS[{self.alias!r}] queue {queue!r} is not a valid queue name",
+                    id="taskrunner.E010"))
+        return errors
+
+
+def result_key(result_id: str) -> str:
+    return keys.result_key(get_settings().PREFIX, result_id)
+
+
+def new_record(task: Task, alias: str, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "func": task.module_path, "queue": task.queue_name, "backend": alias,
+        "priority": task.priority, "status": str(TaskResultStatus.READY),
+        "enqueued_at": _iso(timezone.now()), "started_at": None, "finished_at": None,
+        "last_attempted_at": None, "args": args, "kwargs": kwargs, "errors": [],
+        "worker_ids": [], "return_value": None,
+    }
+
+
+def load_record(result_id: str) -> dict[str, Any] | None:
+    raw = get_redis().get(result_key(result_id))
+    return json.loads(raw) if raw is not None else None
+
+
+def save_record(result_id: str, record: dict[str, Any], ttl: int) -> None:
+    get_redis().set(result_key(result_id), json.dumps(record), ex=ttl)
+
+
+def to_task_result(result_id: str, record: dict[str, Any], task: Task) -> TaskResult:
+    """A framework `TaskResult` from a stored record."""
+    result = TaskResult(
+        task=task.using(queue_name=record["queue"], backend=record["backend"]),
+        id=result_id,
+        status=TaskResultStatus(record["status"]),
+        enqueued_at=_when(record["enqueued_at"]),
+        started_at=_when(record["started_at"]),
+        finished_at=_when(record["finished_at"]),
+        last_attempted_at=_when(record["last_attempted_at"]),
+        args=record["args"],
+        kwargs=record["kwargs"],
+        backend=record["backend"],
+        errors=[TaskError(exception_class_path=e["exception_class_path"],
+                          traceback=e["traceback"]) for e in record["errors"]],
+        worker_ids=list(record["worker_ids"]),
+    )
+    object.__setattr__(result, "_return_value", record["return_value"])
+    return result
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"

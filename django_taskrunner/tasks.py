@@ -1,0 +1,59 @@
+"""The app's own tasks: the shim that runs Django Tasks framework tasks."""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from django_taskrunner.task import task
+
+
+@task(name="django_taskrunner.run_django_task")
+def run_django_task(payload: dict[str, Any]) -> None:
+    """Run one framework task, keeping its result record and sending its signals."""
+    from django_taskrunner import backends
+    from django_taskrunner.compat import (
+        TaskContext,
+        TaskResultStatus,
+        normalize_json,
+        task_backends,
+        task_finished,
+        task_started,
+    )
+
+    backend = task_backends[payload["backend"]]
+    framework_task = import_string(payload["func"])
+    result_id = payload["result_id"]
+    record = backends.load_record(result_id) or backends.new_record(
+        framework_task, payload["backend"], payload["args"], payload["kwargs"])
+    now = timezone.now().isoformat()
+    record.update(status=str(TaskResultStatus.RUNNING), last_attempted_at=now)
+    record["started_at"] = record["started_at"] or now
+    record["worker_ids"].append(backends.worker_id())
+    backends.save_record(result_id, record, backend.result_ttl)
+    result = backends.to_task_result(result_id, record, framework_task)
+    task_started.send(type(backend), task_result=result)
+    try:
+        if framework_task.takes_context:
+            value = framework_task.call(TaskContext(task_result=result), *payload["args"],
+                                        **payload["kwargs"])
+        else:
+            value = framework_task.call(*payload["args"], **payload["kwargs"])
+        return_value = normalize_json(value)
+    except BaseException as exc:
+        record.update(status=str(TaskResultStatus.FAILED), finished_at=timezone.now().isoformat())
+        cls = type(exc)
+        record["errors"].append({"exception_class_path": f"{cls.__module__}.{cls.__qualname__}",
+                                 "traceback": "".join(traceback.format_exception(exc))})
+        backends.save_record(result_id, record, backend.result_ttl)
+        task_finished.send(type(backend),
+                           task_result=backends.to_task_result(result_id, record, framework_task))
+        raise
+    record.update(status=str(TaskResultStatus.SUCCESSFUL), return_value=return_value,
+                  finished_at=timezone.now().isoformat())
+    backends.save_record(result_id, record, backend.result_ttl)
+    task_finished.send(type(backend),
+                       task_result=backends.to_task_result(result_id, record, framework_task))
