@@ -46,10 +46,28 @@ def test_the_changelist_shows_rows_and_escapes_payloads(staff_client):
     assert b"&lt;script&gt;" in detail.content
 
 
+def queued_payloads() -> list:
+    broker = get_broker()
+    return [TaskMessage.from_json(f[b"m"]).payload for _i, f in
+            broker.client.xrange(broker.stream("default"))]
+
+
+def test_retry_selected_asks_for_confirmation_first(staff_client):
+    rows = [make_row(n) for n in range(2)]
+    response = staff_client.post(CHANGELIST, {
+        "action": "retry_selected", "_selected_action": [r.pk for r in rows],
+    })
+    assert response.status_code == 200
+    assert b"Retry 2 failed tasks?" in response.content
+    assert queued_payloads() == []
+    assert FailedTask.objects.count() == 2
+
+
 def test_retry_selected_dispatches_again_and_deletes_the_rows(staff_client):
     rows = [make_row(n) for n in range(3)]
     response = staff_client.post(CHANGELIST, {
         "action": "retry_selected", "_selected_action": [r.pk for r in rows[:2]],
+        "confirm": "yes",
     })
     assert response.status_code == 302
     broker = get_broker()
@@ -62,7 +80,53 @@ def test_retry_selected_dispatches_again_and_deletes_the_rows(staff_client):
 
 def test_retry_keeps_rows_it_cannot_dispatch(staff_client):
     row = make_row(1, task_name="gone.task")
-    staff_client.post(CHANGELIST, {"action": "retry_selected", "_selected_action": [row.pk]})
+    staff_client.post(CHANGELIST, {"action": "retry_selected", "_selected_action": [row.pk],
+                                   "confirm": "yes"})
+    assert FailedTask.objects.filter(pk=row.pk).exists()
+
+
+def test_retry_one_row_from_its_page(staff_client):
+    row = make_row(5)
+    url = f"{CHANGELIST}{row.pk}/retry/"
+    assert b"Retry 1 failed task?" in staff_client.get(url).content  # GET only asks
+    assert FailedTask.objects.filter(pk=row.pk).exists()
+    staff_client.post(url, {"confirm": "yes"})
+    assert not FailedTask.objects.filter(pk=row.pk).exists()
+    assert queued_payloads() == [{"n": 5}]
+
+
+def test_retry_all_matching_the_current_filter(staff_client):
+    for n in range(5):
+        make_row(n)
+    other = make_row(99, task_name="tests.testapp.tasks.on_other_queue")
+    url = f"{CHANGELIST}retry-matching/?task_name=tests.testapp.tasks.noop"
+    page = staff_client.get(url)
+    assert b"Retry 5 failed tasks?" in page.content
+    staff_client.post(url, {"confirm": "yes"})
+    assert sorted(p["n"] for p in queued_payloads()) == [0, 1, 2, 3, 4]
+    assert list(FailedTask.objects.values_list("pk", flat=True)) == [other.pk]
+
+
+def test_retry_actions_need_the_delete_permission(client):
+    user = User.objects.create_user("viewer", password="pw", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_failedtask"))
+    client.force_login(user)
+    row = make_row(1)
+    assert client.get(CHANGELIST).status_code == 200
+    assert client.post(f"{CHANGELIST}{row.pk}/retry/", {"confirm": "yes"}).status_code == 403
+    assert client.post(f"{CHANGELIST}retry-matching/", {"confirm": "yes"}).status_code == 403
+    assert FailedTask.objects.filter(pk=row.pk).exists()
+
+
+def test_confirmation_posts_need_the_csrf_token(django_user_model):
+    from django.test import Client
+
+    user = django_user_model.objects.create_superuser("root", password="pw")
+    csrf_client = Client(enforce_csrf_checks=True)
+    csrf_client.force_login(user)
+    row = make_row(1)
+    response = csrf_client.post(f"{CHANGELIST}{row.pk}/retry/", {"confirm": "yes"})
+    assert response.status_code == 403
     assert FailedTask.objects.filter(pk=row.pk).exists()
 
 
