@@ -19,6 +19,7 @@ from django_taskrunner.exceptions import (
     UniqueForRequired,
 )
 from django_taskrunner.hooks import dispatch_on
+from django_taskrunner.locks import payload_key
 from django_taskrunner.message import TaskMessage
 from django_taskrunner.registry import register_task
 from django_taskrunner.task import Task, task
@@ -42,6 +43,7 @@ __all__ = [
     "dispatch_many",
     "dispatch_on",
     "dispatch_on_commit",
+    "payload_key",
     "register_task",
     "task",
 ]

@@ -1,10 +1,13 @@
 """Putting tasks on their queue: `dispatch`, `dispatch_many`, `dispatch_on_commit`.
 
-A plain dispatch is one XADD: one round trip, nothing else on the hot path.
+A plain dispatch is one XADD: one round trip, nothing else on the hot path. A unique
+or `task_id` dispatch is one EVALSHA that takes the lock and adds the message together
+(see `locks.py`).
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -13,13 +16,21 @@ from django.db import transaction
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from django_taskrunner import clock
-from django_taskrunner.broker import get_broker
+from django_taskrunner import clock, locks
+from django_taskrunner.broker import Broker, get_broker
 from django_taskrunner.conf import get_settings
-from django_taskrunner.exceptions import InvalidTaskOptions, RedisUnavailable
+from django_taskrunner.exceptions import (
+    InvalidTaskOptions,
+    RedisUnavailable,
+    TaskAlreadyDispatched,
+    TaskIdConflict,
+)
+from django_taskrunner.locks import Claim, KeySource
 from django_taskrunner.message import TaskMessage
 from django_taskrunner.registry import registry
 from django_taskrunner.task import Task, check_queue_name
+
+logger = logging.getLogger(__name__)
 
 REDIS_DOWN = (RedisConnectionError, RedisTimeoutError)
 
@@ -53,24 +64,50 @@ def _expires_at(task: Task, expires: float | None, start_ms: int) -> int | None:
 
 def new_message(
     task: Task, payload: Any, *, queue: str | None = None, expires: float | None = None,
-    start_ms: int | None = None,
+    start_ms: int | None = None, task_id: str | None = None,
 ) -> TaskMessage:
-    """A first-attempt message for `task`; `start_ms` is when it may first run."""
+    """A first-attempt message for `task`; `start_ms` is when it may first run.
+
+    With `task_id` the message id is that id (checked), else a random one.
+    """
     now = clock.now_ms()
     return TaskMessage(
-        id=uuid.uuid4().hex,
+        id=uuid.uuid4().hex if task_id is None else locks.check_task_id(task_id, task.name),
         task_name=task.name,
         queue=resolve_queue(task, queue),
         payload=payload,
         attempt=1,
         dispatched_at_ms=now,
         expires_at_ms=_expires_at(task, expires, start_ms if start_ms is not None else now),
+        has_task_id=task_id is not None,
     )
+
+
+def prepare(
+    task: Task, payload: Any, *, queue: str | None = None, task_id: str | None = None,
+    unique_key: KeySource = None, unique_for: float | None = None,
+    unique_mode: str | None = None, expires: float | None = None, start_ms: int | None = None,
+) -> tuple[TaskMessage, Claim | None]:
+    """The message and what it must reserve (lock, task_id), all checked, without Redis.
+
+    The delayed path calls this with `start_ms` = the due time, then `locks.enqueue`
+    with the delayed set as destination.
+    """
+    message = new_message(task, payload, queue=queue, expires=expires, start_ms=start_ms,
+                          task_id=task_id)
+    claim = locks.claim_for(task, message, get_settings().PREFIX, unique_key=unique_key,
+                            unique_for=unique_for, unique_mode=unique_mode)
+    return message, claim
+
+
+def _redis_down(task: Task, exc: Exception) -> RedisUnavailable:
+    return RedisUnavailable(f"cannot dispatch {task.name!r}: Redis is unreachable: {exc}")
 
 
 def dispatch(
     name_or_task: str | Task, payload: Any = None, *, queue: str | None = None,
-    expires: float | None = None,
+    task_id: str | None = None, unique_key: KeySource = None, unique_for: float | None = None,
+    unique_mode: str | None = None, expires: float | None = None,
 ) -> TaskMessage:
     """Queue a task to run as soon as a worker is free.
 
@@ -78,40 +115,88 @@ def dispatch(
         name_or_task: a registered task name or a `Task`.
         payload: any JSON-serialisable value, passed to the task.
         queue: run on this queue instead of the task's own.
+        task_id: the message id; no other task with this id may be queued or running.
+        unique_key: a key string or a `payload -> str` callable, instead of the task's.
+        unique_for: lock TTL in seconds (1 s .. 7 days), instead of the task's.
+        unique_mode: when the lock frees, instead of the task's (see docs/unique.md).
+            Any of the three `unique_*` makes this dispatch unique.
         expires: seconds after which the task, if not started, is not run.
 
     Raises:
         TaskNotFound: no task has that name.
         InvalidTaskPayload: the payload is not JSON-serialisable.
+        InvalidTaskOptions: a bad option, or the unique key function failed.
+        UniqueForRequired: the dispatch is unique but no `unique_for` is known.
+        TaskAlreadyDispatched: the unique lock is held (`.holder_id`, `.lock_key`).
+        TaskIdConflict: another queued or running task has this `task_id`.
         RedisUnavailable: Redis could not be reached.
     """
     task = resolve_task(name_or_task)
-    message = new_message(task, payload, queue=queue, expires=expires)
+    message, claim = prepare(task, payload, queue=queue, task_id=task_id, unique_key=unique_key,
+                             unique_for=unique_for, unique_mode=unique_mode, expires=expires)
     body = message.to_json()
     try:
-        message.stream_id = get_broker().add(message.queue, body)
+        broker = get_broker()
+        if claim is None:
+            message.stream_id = broker.add(message.queue, body)
+        else:
+            message.stream_id = locks.enqueue(broker.client, claim, broker.stream(message.queue),
+                                              body)
     except REDIS_DOWN as exc:
-        raise RedisUnavailable(f"cannot dispatch {task.name!r}: Redis is unreachable: {exc}") from exc
+        raise _redis_down(task, exc) from exc
     return message
 
 
 def dispatch_many(
     name_or_task: str | Task, payloads: Iterable[Any], *, queue: str | None = None,
-    expires: float | None = None,
+    unique_key: KeySource = None, unique_for: float | None = None,
+    unique_mode: str | None = None, expires: float | None = None,
 ) -> list[TaskMessage]:
-    """Queue one task per payload in one round trip; nothing is queued if one is bad."""
+    """Queue one task per payload in one round trip; nothing is queued if one is bad.
+
+    For a unique task (or with a `unique_*` override) each payload takes its lock in the
+    same round trip; a payload whose lock is held (by an earlier task, or by an earlier
+    payload of this batch) is skipped and logged. Returns the messages queued, in order.
+    """
     task = resolve_task(name_or_task)
-    messages = [new_message(task, payload, queue=queue, expires=expires) for payload in payloads]
-    if not messages:
+    prepared = [prepare(task, payload, queue=queue, unique_key=unique_key,
+                        unique_for=unique_for, unique_mode=unique_mode, expires=expires)
+                for payload in payloads]
+    if not prepared:
         return []
-    bodies = [message.to_json() for message in messages]
+    bodies = [message.to_json() for message, _claim in prepared]
+    # One task with one set of options: either every payload claims a lock or none does.
+    claimed = [(message, claim, body)
+               for (message, claim), body in zip(prepared, bodies, strict=True) if claim]
     try:
-        stream_ids = get_broker().add_many(messages[0].queue, bodies)
+        broker = get_broker()
+        if claimed:
+            return _add_claimed(broker, claimed)
+        stream_ids = broker.add_many(prepared[0][0].queue, bodies)
     except REDIS_DOWN as exc:
-        raise RedisUnavailable(f"cannot dispatch {task.name!r}: Redis is unreachable: {exc}") from exc
-    for message, stream_id in zip(messages, stream_ids, strict=True):
+        raise _redis_down(task, exc) from exc
+    for (message, _claim), stream_id in zip(prepared, stream_ids, strict=True):
         message.stream_id = stream_id
-    return messages
+    return [message for message, _claim in prepared]
+
+
+def _add_claimed(
+    broker: Broker, claimed: list[tuple[TaskMessage, Claim, str]]
+) -> list[TaskMessage]:
+    """One enqueue script per message, pipelined; the messages whose claim was free."""
+    pipe = broker.client.pipeline(transaction=False)
+    for message, claim, body in claimed:
+        locks.enqueue_call(pipe, claim, broker.stream(message.queue), body)
+    queued = []
+    for (message, claim, _body), reply in zip(claimed, pipe.execute(), strict=True):
+        try:
+            message.stream_id = claim.read_reply(reply)
+        except TaskAlreadyDispatched as exc:
+            logger.info("dispatch_many: skipped a duplicate of task=%s: lock %s is held by %s",
+                        exc.task_name, exc.lock_key, exc.holder_id)
+            continue
+        queued.append(message)
+    return queued
 
 
 def dispatch_on_commit(
@@ -119,9 +204,18 @@ def dispatch_on_commit(
 ) -> None:
     """Queue the task once the current transaction commits (at once outside one).
 
-    The task and payload are checked now, so a mistake raises here, not at commit.
+    The task, payload and options are checked now, so a mistake raises here, not at
+    commit. A duplicate found at commit (the unique lock or task_id is taken) is logged
+    and skipped: raising there would stop Django's other on-commit callbacks.
     """
     task = resolve_task(name_or_task)
-    new_message(task, payload, **{k: v for k, v in options.items() if k in ("queue", "expires")}
-                ).to_json()
-    transaction.on_commit(lambda: dispatch(task, payload, **options), using=using)
+    message, _claim = prepare(task, payload, **options)
+    message.to_json()
+
+    def send() -> None:
+        try:
+            dispatch(task, payload, **options)
+        except (TaskAlreadyDispatched, TaskIdConflict) as exc:
+            logger.info("dispatch on commit skipped a duplicate: %s", exc)
+
+    transaction.on_commit(send, using=using)

@@ -1,7 +1,8 @@
 """Running one message: small steps, called in order, each with one job.
 
-decode -> look up the task -> check expiry -> run (with Django's connection hygiene)
--> on success ack; on failure retry or record the failure, then ack.
+decode -> look up the task -> check expiry -> start (free an `until_executing` lock)
+-> run (with Django's connection hygiene) -> on success free the lock and ack; on
+failure retry (keeping the lock) or record the failure, free per mode, then ack.
 
 `Executor.handle()` never raises: a bad message becomes a `FailedTask` row and the
 worker goes on. If even recording fails (the database is down), the message stays
@@ -17,7 +18,7 @@ from dataclasses import replace
 
 from django.db import close_old_connections
 
-from django_taskrunner import clock
+from django_taskrunner import clock, locks
 from django_taskrunner.backoff import default_backoff
 from django_taskrunner.broker import Broker
 from django_taskrunner.context import TaskContext
@@ -75,6 +76,7 @@ class Executor:
             return
         if self.expired(message):
             return
+        self.release(message, locks.STARTED)
         error = self.run(task, message)
         if error is None:
             self.succeeded(task, message)
@@ -101,7 +103,8 @@ class Executor:
     def lookup(self, message: TaskMessage) -> Task | None:
         task = registry.find(message.task_name)
         if task is None:
-            self._record_and_ack(message, TaskNotFound(message.task_name), attempts=0)
+            self._record_and_ack(message, TaskNotFound(message.task_name), attempts=0,
+                                 event=locks.DROPPED)
         return task
 
     def expired(self, message: TaskMessage) -> bool:
@@ -109,7 +112,7 @@ class Executor:
         if message.expires_at_ms is None or clock.now_ms() <= message.expires_at_ms:
             return False
         error = TaskExpired(f"task {message.task_name!r} expired before it started")
-        self._record_and_ack(message, error, attempts=message.attempt - 1)
+        self._record_and_ack(message, error, attempts=message.attempt - 1, event=locks.DROPPED)
         return True
 
     def run(self, task: Task, message: TaskMessage) -> BaseException | None:
@@ -139,7 +142,16 @@ class Executor:
             attempt=message.attempt, _heartbeat=heartbeat,
         )
 
+    def release(self, message: TaskMessage, event: str) -> None:
+        """Free (or renew) the unique lock and task_id the message holds, per its mode.
+
+        Retries call nothing here: the lock and the task_id are kept across retries.
+        """
+        if message.lock_key is not None or message.has_task_id:
+            locks.release(self.broker.client, self.broker.prefix, message, event)
+
     def succeeded(self, task: Task, message: TaskMessage) -> None:
+        self.release(message, locks.SUCCEEDED)
         self.ack(message.queue, message.stream_id or "")
 
     def retry(self, task: Task, message: TaskMessage, error: BaseException) -> None:
@@ -160,17 +172,23 @@ class Executor:
         return 0
 
     def failed_for_good(self, message: TaskMessage, error: BaseException) -> None:
-        self._record_and_ack(message, error, attempts=message.attempt)
+        self._record_and_ack(message, error, attempts=message.attempt, event=locks.FAILED)
 
     def _record_and_ack(
         self, message: TaskMessage, error: BaseException, *, attempts: int,
-        payload: str | None = None,
+        payload: str | None = None, event: str | None = None,
     ) -> None:
+        """Write the failure, then free what the message holds at `event`, then ack.
+
+        When the record cannot be written the message stays pending, and so does its lock.
+        """
         close_old_connections()
         try:
             record_failure(message, error, attempts=attempts, worker=self.consumer,
                            traceback="".join(tb.format_exception(error)), payload=payload)
         finally:
             close_old_connections()
+        if event is not None:
+            self.release(message, event)
         self.ack(message.queue, message.stream_id or "")
 

@@ -63,3 +63,72 @@ def creates_row(payload: Any) -> None:
     from tests.testapp.models import Note
 
     Note.objects.create(text=str(payload["text"]))
+
+
+# -- unique tasks and task ids (tests/integration/test_unique_*.py, test_task_id.py) --------
+
+
+@task(unique=True, unique_for=60, unique_key=lambda payload: payload["order"])
+def unique_order(payload: Any) -> None:
+    """The seed example: one receipt per order in flight."""
+    get_redis().hincrby(runs_key(), f"unique_order:{payload['order']}", 1)
+
+
+def _try_dispatch(name: str, payload: Any, **options: Any) -> str:
+    """'ok:<id>' if the dispatch went in, else 'held:<holder id>'."""
+    from django_taskrunner import TaskAlreadyDispatched, TaskIdConflict, dispatch
+
+    try:
+        return f"ok:{dispatch(name, payload, **options).id}"
+    except (TaskAlreadyDispatched, TaskIdConflict) as exc:
+        return f"held:{exc.holder_id}"
+
+
+@task(unique=True, unique_for=60, unique_key=lambda payload: str(payload["k"]), max_retry=2,
+      retry_backoff=0, takes_context=True)
+def unique_probe(ctx: Any, payload: Any) -> None:
+    """While it runs, tries to dispatch a duplicate (same key) and records what happened.
+
+    Records `probe:<k>:<attempt>` = ok:<id> | held:<holder>; raises on the first
+    `fail` attempts. A duplicate it dispatched (`inner`) only records that it ran.
+    """
+    redis = get_redis()
+    if payload.get("inner"):
+        redis.hincrby(runs_key(), f"unique_probe:inner:{payload['k']}", 1)
+        return
+    seen = _try_dispatch("tests.testapp.tasks.unique_probe", {"k": payload["k"], "inner": True},
+                         queue=ctx.queue)
+    redis.hset(runs_key(), f"probe:{payload['k']}:{ctx.attempt}", seen)
+    if ctx.attempt <= int(payload.get("fail", 0)):
+        raise RuntimeError(f"attempt {ctx.attempt} fails on purpose")
+
+
+@task(max_retry=2, retry_backoff=0, takes_context=True)
+def id_probe(ctx: Any, payload: Any) -> None:
+    """Like unique_probe, for its own task_id: dispatches again with `task_id=ctx.id`.
+
+    Also records `idttl:<id>:<attempt>`, the reservation's PTTL as the attempt starts.
+    """
+    redis = get_redis()
+    if payload.get("inner"):
+        redis.hincrby(runs_key(), f"id_probe:inner:{ctx.id}", 1)
+        return
+    from django_taskrunner.keys import task_id_key
+
+    id_ttl = redis.pttl(task_id_key(get_settings().PREFIX, ctx.queue, ctx.id))
+    redis.hset(runs_key(), f"idttl:{ctx.id}:{ctx.attempt}", id_ttl)
+    seen = _try_dispatch("tests.testapp.tasks.id_probe", {"inner": True}, task_id=ctx.id,
+                         queue=ctx.queue)
+    redis.hset(runs_key(), f"idprobe:{ctx.id}:{ctx.attempt}", seen)
+    if ctx.attempt <= int(payload.get("fail", 0)):
+        raise RuntimeError(f"attempt {ctx.attempt} fails on purpose")
+
+
+@task(unique=True, unique_for=60, unique_key=lambda payload: f"round-{payload['round']}")
+def unique_race(payload: Any) -> None:
+    """Dispatched by many threads and processes at once; never needs to run."""
+
+
+@task(unique=True, unique_for=30)
+def unique_whole(payload: Any) -> None:
+    """No unique_key: one lock for the whole task name (warned about once)."""

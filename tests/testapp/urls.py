@@ -6,4 +6,9 @@ from django_taskrunner.views import dispatch_view
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("dispatch/noop/", dispatch_view("tests.testapp.tasks.noop"), name="dispatch-noop"),
+    path("dispatch/unique-order/", dispatch_view("tests.testapp.tasks.unique_order"),
+         name="dispatch-unique-order"),
+    path("dispatch/nightly-report/",
+         dispatch_view("tests.testapp.tasks.noop", task_id="nightly-report"),
+         name="dispatch-nightly-report"),
 ]

@@ -1,0 +1,60 @@
+-- Add one message and, in the same atomic step, take its unique lock and/or reserve
+-- its task_id. On contention nothing at all is written and the holder is returned.
+--
+-- Every check runs before the first write, and the only write that can fail (XADD or
+-- ZADD on a key of the wrong type) comes first. Redis does not roll back a script that
+-- errors half way, so this order is what guarantees "never a lock without its
+-- message": when the add fails, no lock or reservation has been written yet.
+--
+-- KEYS[1] destination: the stream <prefix>:{<queue>}:stream, or the delayed set
+--         <prefix>:{<queue>}:delayed
+-- KEYS[2] the lock <prefix>:{<queue>}:unique:<task>[:<key>] when ARGV[4] ~= '',
+--         otherwise the task_id key
+-- KEYS[3] the task_id key <prefix>:{<queue>}:id:<task_id> when both are used
+-- ARGV[1] 'stream' (XADD now) or 'delayed' (ZADD at score ARGV[3])
+-- ARGV[2] the message body (JSON)
+-- ARGV[3] due time in epoch ms, the score in the delayed set; ignored for 'stream'
+-- ARGV[4] lock value: the holder's message id; '' when the dispatch takes no lock
+-- ARGV[5] lock TTL in ms (unique_for)
+-- ARGV[6] task_id value (the message id); '' when the dispatch names no task_id
+-- ARGV[7] task_id reservation TTL in ms
+-- Returns {'ok', <stream id> | 'delayed'}; {'id', <holder>} when the task_id is
+-- reserved; {'lock', <holder>} when the lock is held.
+
+local lock_key, id_key
+local n = 2
+if ARGV[4] ~= '' then
+  lock_key = KEYS[n]
+  n = n + 1
+end
+if ARGV[6] ~= '' then
+  id_key = KEYS[n]
+end
+
+if id_key then
+  local holder = redis.call('GET', id_key)
+  if holder then
+    return {'id', holder}
+  end
+end
+if lock_key then
+  local holder = redis.call('GET', lock_key)
+  if holder then
+    return {'lock', holder}
+  end
+end
+
+local added
+if ARGV[1] == 'delayed' then
+  redis.call('ZADD', KEYS[1], ARGV[3], ARGV[2])
+  added = 'delayed'
+else
+  added = redis.call('XADD', KEYS[1], '*', 'm', ARGV[2])
+end
+if lock_key then
+  redis.call('SET', lock_key, ARGV[4], 'PX', ARGV[5])
+end
+if id_key then
+  redis.call('SET', id_key, ARGV[6], 'PX', ARGV[7])
+end
+return {'ok', added}

@@ -1,0 +1,27 @@
+-- Free (or refresh) the unique lock and task_id reservation a message holds, but only
+-- where that message is still the holder: a lock that expired and was then taken by a
+-- newer task carries the newer task's id, and is left alone.
+--
+-- KEYS[i]   a unique lock or task_id key of one queue
+-- ARGV[1]   the holder's message id (the value the enqueue script wrote)
+-- ARGV[i+1] what to do with KEYS[i]: '0' deletes it (compare-and-delete); any other
+--           value is a TTL in ms to set on it (compare-and-expire: keep holding it)
+-- Returns one entry per key: 1 done; 0 the key no longer exists (expired or freed);
+-- otherwise the value found, i.e. the id of the task that holds it now.
+
+local results = {}
+for i, key in ipairs(KEYS) do
+  local value = redis.call('GET', key)
+  if not value then
+    results[i] = 0
+  elseif value ~= ARGV[1] then
+    results[i] = value
+  elseif ARGV[i + 1] == '0' then
+    redis.call('DEL', key)
+    results[i] = 1
+  else
+    redis.call('PEXPIRE', key, ARGV[i + 1])
+    results[i] = 1
+  end
+end
+return results
