@@ -63,3 +63,20 @@ def creates_row(payload: Any) -> None:
     from tests.testapp.models import Note
 
     Note.objects.create(text=str(payload["text"]))
+
+
+@task
+def sleep_50ms(payload: Any) -> None:
+    """Known run time for the statistics tests."""
+    time.sleep(0.05)
+
+
+@task
+def sleep_100ms(payload: Any) -> None:
+    time.sleep(0.1)
+
+
+@task
+def sleep_20ms(payload: Any) -> None:
+    """The autoscaling workload: many short tasks."""
+    time.sleep(0.02)
