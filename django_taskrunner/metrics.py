@@ -36,6 +36,8 @@ INSTALL_HINT = 'install the "prometheus" extra: pip install "django-taskrunner[p
 def _prometheus() -> Any:
     try:
         import prometheus_client
+        import prometheus_client.core
+        import prometheus_client.exposition
     except ImportError:
         raise ImproperlyConfigured(f"prometheus_client is not installed; {INSTALL_HINT}") from None
     return prometheus_client

@@ -107,9 +107,8 @@ def get_stats(queue: str, *, tasks: bool = True, broker: Broker | None = None,
     pending = int(group.get("pending") or 0)
     waiting = _waiting(group, first["length"], pending, broker.delete_on_ack)
     totals = _decode_hash(first["stats"])
-    task_names = _task_names(totals)
-    second = _read_second(broker, queue, group, first["workers"],
-                          task_names if tasks else [])
+    task_names = _task_names(totals) if tasks else []
+    second = _read_second(broker, queue, group, first["workers"], task_names)
     window = [int(value) / 1e6 for value in first["window"]]
     average = sum(window) / len(window) if window else None
     threads = sum(threads for threads, _busy in second["workers"])
