@@ -62,6 +62,10 @@ class Monitor(threading.Thread):
         self._failures = 0
 
     def run(self) -> None:
+        if self.scaling is not None:
+            logger.info("autoscale: pool of %d to %d threads, desired wait %.2fs +/- %.2fs, "
+                        "cooldown %.1fs", self.scaling.min_workers, self.scaling.max_workers,
+                        self.scaling.desired_wait, self.scaling.tolerance, self.scaling.cooldown)
         while not self._stop_event.wait(self.interval):
             try:
                 self.tick()

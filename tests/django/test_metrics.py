@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 import urllib.request
 
 import pytest
@@ -127,3 +128,28 @@ def test_the_metrics_port_serves_the_same_exposition(workload):
     samples = parse(text)
     assert value(samples, "taskrunner_tasks_run_total", queue="default", task=SLEEP_50) == 10
     assert value(samples, "taskrunner_queue_length", queue="default") == 7
+
+
+def test_runtasks_metrics_port_serves_live_worker_figures(spawn_worker):
+    # Given a real worker process serving metrics
+    port = free_port()
+    proc = spawn_worker("--queue", "default", "--concurrency", "3", "--metrics-port", str(port))
+    text = ""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as answer:
+                text = answer.read().decode()
+        except OSError:
+            time.sleep(0.1)
+            continue
+        if value(parse(text), "taskrunner_worker_threads", queue="default") == 3:
+            break
+        time.sleep(0.1)
+    proc.terminate()
+    proc.wait(20)
+
+    # Then its endpoint showed itself as a live worker with three threads
+    samples = parse(text)
+    assert value(samples, "taskrunner_workers", queue="default") == 1
+    assert value(samples, "taskrunner_worker_threads", queue="default") == 3

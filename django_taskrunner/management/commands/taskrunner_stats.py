@@ -21,6 +21,8 @@ def seconds(value: float | None) -> str:
     """A duration for people: ms below a second, "-" when unknown."""
     if value is None:
         return "-"
+    if value == 0:
+        return "0s"
     return f"{value * 1000:.1f}ms" if value < 1 else f"{value:.2f}s"
 
 
