@@ -146,3 +146,5 @@ class Monitor(threading.Thread):
                                          self.worker.queues)
         except REDIS_DOWN as exc:
             logger.warning("monitor: could not write the last statistics (%s)", exc)
+        except Exception:  # statistics must never turn a clean stop into a crash
+            logger.exception("monitor: could not write the last statistics")

@@ -97,10 +97,10 @@ def test_an_exception_in_the_hook_is_logged_and_goes_no_further(r, caplog):
 
 def test_a_worker_with_a_long_queue_calls_the_hook_once_and_keeps_working(
         taskrunner_settings, r):
-    # Given 40 tasks of 50 ms for one thread (2 s of work), a 0.5 s threshold
+    # Given 20 tasks of 50 ms for one thread (1 s of work), a 0.5 s threshold
     taskrunner_settings(STATS_INTERVAL=0.1, LONG_QUEUE_HOOK=RAISING, LONG_QUEUE_THRESHOLD=0.5,
                         LONG_QUEUE_COOLDOWN=60)
-    sleep_50ms.dispatch_many({"n": n} for n in range(40))
+    sleep_50ms.dispatch_many({"n": n} for n in range(20))
     worker = Worker(get_broker(), ["default"], concurrency=1, batch_size=5, block_ms=100,
                     shutdown_timeout=10, burst=True)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from django_taskrunner import keys, stats_store
@@ -170,3 +172,32 @@ def test_prediction_and_percentile_helpers():
     assert percentile([], 0.95) is None
     assert percentile([float(n) for n in range(1, 101)], 0.95) == 95.0
     assert percentile([3.0, 1.0, 2.0], 0.95) == 3.0
+
+
+def test_figures_are_kept_while_redis_is_unreachable_and_written_once_it_is_back(redis_url):
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    from django_taskrunner.broker import Broker
+    from django_taskrunner.worker import Worker
+
+    # Given a worker whose Redis cannot be reached
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead_port = sock.getsockname()[1]
+    prefix = get_settings().PREFIX
+    dead = redis.Redis(port=dead_port, socket_connect_timeout=0.2, socket_timeout=0.2,
+                       retry=Retry(NoBackoff(), 0))
+    worker = Worker(Broker(dead, prefix, "taskrunner"), ["default"], concurrency=1,
+                    batch_size=1, block_ms=100, shutdown_timeout=1)
+    worker.monitor.recorder.ran("default", "t", 0.01, None)
+    worker.monitor.recorder.succeeded("default", "t")
+
+    # When it tries to write them, it fails without losing them
+    assert worker.monitor.flush() is False
+
+    # And when Redis is back they are written
+    worker.broker.client = redis.Redis.from_url(redis_url)
+    assert worker.monitor.flush() is True
+    assert get_stats("default").succeeded == 1
