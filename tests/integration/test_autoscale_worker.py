@@ -109,3 +109,37 @@ def test_concurrency_is_a_fixed_pool_that_never_changes(taskrunner_settings, run
 def test_runtasks_refuses_pool_options_that_contradict(args, words):
     with pytest.raises(CommandError, match=words):
         call_command("runtasks", "--burst", *args)
+
+
+def test_the_monitor_changes_the_pool_at_most_once_per_cooldown_on_its_clock():
+    # Given a worker's monitor driven by a clock the test moves by hand
+    now = [1000.0]
+    policy = ScalingPolicy(min_workers=1, max_workers=8, desired_wait=1.0, tolerance=0.5,
+                           cooldown=30.0)
+    worker = Worker(get_broker(), ["default"], concurrency=1, batch_size=10, block_ms=100,
+                    shutdown_timeout=1, scaling=policy)
+    worker.monitor.now = lambda: now[0]
+    worker.pool.resize(1)
+    long, idle = figures_with_wait(12.0), figures_with_wait(0.0)
+    try:
+        # A long queue grows the pool at once
+        assert worker.monitor.tune([long]) == 8
+        # Within the cooldown nothing changes, whatever the figures say
+        now[0] += 29.9
+        assert worker.monitor.tune([idle]) is None
+        assert worker.pool.size == 8
+        # After it, an idle queue brings it back to the minimum
+        now[0] += 0.1
+        assert worker.monitor.tune([idle]) == 1
+        assert worker.pool.size == 1
+    finally:
+        worker.pool.join(5)
+
+
+def figures_with_wait(wait: float):
+    from django_taskrunner.stats import QueueStats
+
+    return QueueStats(queue="default", length=int(wait * 10), waiting=0, pending=0,
+                      oldest_wait=None, workers=1, threads=1, busy=1, average=0.1, p95=0.1,
+                      throughput=1.0, runs=1, succeeded=1, retried=0, failed=0,
+                      predicted_wait=wait)
