@@ -43,7 +43,11 @@ _NUMBERS: dict[str, tuple[str, float, str]] = {
     "BLOCK_MS": ("int", 1, "taskrunner.E002"),
     "MAX_WORKERS": ("int", 1, "taskrunner.E002"),
     "RESERVATION_TIMEOUT": ("number", 1, "taskrunner.E002"),
-    "DESIRED_WAIT": ("number", 0, "taskrunner.E002"),
+    "DESIRED_WAIT": ("number", 0.001, "taskrunner.E002"),
+    "TUNING_COOLDOWN": ("number", 0, "taskrunner.E002"),
+    "STATS_INTERVAL": ("number", 0.05, "taskrunner.E002"),
+    "STATS_WINDOW": ("int", 1, "taskrunner.E002"),
+    "LONG_QUEUE_COOLDOWN": ("number", 0.001, "taskrunner.E002"),
     "SHUTDOWN_TIMEOUT": ("number", 0, "taskrunner.E002"),
     "LONG_QUEUE_THRESHOLD": ("number", 0, "taskrunner.E002"),
     "SOCKET_TIMEOUT": ("number", 0.001, "taskrunner.E002"),
@@ -91,6 +95,21 @@ def _check_numbers(raw: dict[str, Any]) -> list[CheckMessage]:
     return errors
 
 
+def _check_tuning(raw: dict[str, Any]) -> list[CheckMessage]:
+    """The tolerance must leave room below DESIRED_WAIT, or the pool could never shrink."""
+    tolerance, desired = raw.get("DESIRED_WAIT_TOLERANCE"), raw.get("DESIRED_WAIT", 1.0)
+    if tolerance is None:
+        return []
+    if not _is_number(tolerance) or tolerance < 0:
+        return [_error(f"TASKRUNNER['DESIRED_WAIT_TOLERANCE'] must be None or a number >= 0, "
+                       f"not {tolerance!r}", "taskrunner.E002")]
+    if _is_number(desired) and tolerance >= desired:
+        return [_error(f"TASKRUNNER['DESIRED_WAIT_TOLERANCE'] ({tolerance:g} s) must be smaller "
+                       f"than DESIRED_WAIT ({desired:g} s), or an autoscaled pool never shrinks",
+                       "taskrunner.E003")]
+    return []
+
+
 def _check_names(raw: dict[str, Any]) -> list[CheckMessage]:
     errors: list[CheckMessage] = []
     for key, pattern in (("PREFIX", PREFIX_NAME), ("CONSUMER_GROUP", PREFIX_NAME),
@@ -103,9 +122,15 @@ def _check_names(raw: dict[str, Any]) -> list[CheckMessage]:
                     "taskrunner.E004",
                 )
             )
-    for key in ("REDIS_URL", "CONNECTION", "FAILED_TASK_HANDLER", "LONG_QUEUE_HOOK"):
+    for key in ("REDIS_URL", "CONNECTION", "FAILED_TASK_HANDLER", "LONG_QUEUE_HOOK",
+                "METRICS_TOKEN"):
         if raw.get(key) is not None and not isinstance(raw[key], str):
             errors.append(_error(f"TASKRUNNER[{key!r}] must be a string or None", "taskrunner.E005"))
+    token = raw.get("METRICS_TOKEN")
+    if isinstance(token, str) and len(token) < 16:
+        errors.append(_error("TASKRUNNER['METRICS_TOKEN'] must be at least 16 characters long",
+                             "taskrunner.E005", hint="e.g. python -c 'import secrets; "
+                             "print(secrets.token_urlsafe())'"))
     url = raw.get("REDIS_URL")
     if isinstance(url, str) and not url.startswith(("redis://", "rediss://", "unix://")):
         errors.append(
@@ -133,7 +158,7 @@ def validate_settings(raw: Any) -> list[CheckMessage]:
     """Every problem with a raw `TASKRUNNER` value; empty when it is usable."""
     if not isinstance(raw, dict):
         return [_error("TASKRUNNER must be a dict", "taskrunner.E000")]
-    return _check_unknown(raw) + _check_numbers(raw) + _check_names(raw)
+    return _check_unknown(raw) + _check_numbers(raw) + _check_tuning(raw) + _check_names(raw)
 
 
 def _check_connection_alias(raw: dict[str, Any]) -> list[CheckMessage]:

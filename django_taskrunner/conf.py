@@ -40,6 +40,16 @@ DEFAULTS: dict[str, Option] = {
     "MIN_WORKERS": Option(None, "Smallest autoscaled pool (None: a fixed pool of MAX_WORKERS)."),
     "MAX_WORKERS": Option(8, "Worker threads of a fixed pool, or the largest autoscaled one."),
     "DESIRED_WAIT": Option(1.0, "Seconds a task should wait in the queue; the autoscaler's goal."),
+    "DESIRED_WAIT_TOLERANCE": Option(
+        None, "Seconds around DESIRED_WAIT in which the pool keeps its size (None: half of it)."
+    ),
+    "TUNING_COOLDOWN": Option(
+        10, "Seconds an autoscaled pool waits after a change before the next one."
+    ),
+    "STATS_INTERVAL": Option(
+        1.0, "Seconds between a worker's writes of its statistics and heartbeat."
+    ),
+    "STATS_WINDOW": Option(200, "Recent run times kept per task and queue (averages, p95)."),
     "SHUTDOWN_TIMEOUT": Option(30, "Seconds running tasks get to finish on SIGTERM/SIGINT."),
     "DELETE_ON_ACK": Option(True, "Delete a message from its stream (XDEL) when it is acked."),
     "FAILED_TASK_HANDLER": Option(
@@ -49,6 +59,12 @@ DEFAULTS: dict[str, Option] = {
         None, "Dotted path of a callable(stats) run when the predicted wait is too long."
     ),
     "LONG_QUEUE_THRESHOLD": Option(60, "Predicted wait, in seconds, that calls LONG_QUEUE_HOOK."),
+    "LONG_QUEUE_COOLDOWN": Option(
+        300, "Seconds after LONG_QUEUE_HOOK fired for a queue before it may fire again."
+    ),
+    "METRICS_TOKEN": Option(
+        None, "Bearer token that may read the Prometheus metrics view (staff users always may)."
+    ),
     "SOCKET_TIMEOUT": Option(10, "Seconds a Redis command may take before it fails."),
     "CONNECT_TIMEOUT": Option(5, "Seconds to connect to Redis before giving up."),
 }
@@ -71,11 +87,17 @@ class Settings:
     MIN_WORKERS: int | None
     MAX_WORKERS: int
     DESIRED_WAIT: float
+    DESIRED_WAIT_TOLERANCE: float | None
+    TUNING_COOLDOWN: float
+    STATS_INTERVAL: float
+    STATS_WINDOW: int
     SHUTDOWN_TIMEOUT: float
     DELETE_ON_ACK: bool
     FAILED_TASK_HANDLER: str | None
     LONG_QUEUE_HOOK: str | None
     LONG_QUEUE_THRESHOLD: float
+    LONG_QUEUE_COOLDOWN: float
+    METRICS_TOKEN: str | None
     SOCKET_TIMEOUT: float
     CONNECT_TIMEOUT: float
 

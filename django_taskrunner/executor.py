@@ -25,6 +25,7 @@ from django_taskrunner.context import TaskContext
 from django_taskrunner.exceptions import InvalidTaskPayload, TaskNotFound, TaskRunnerError
 from django_taskrunner.failures import record_failure
 from django_taskrunner.message import TaskMessage
+from django_taskrunner.recorder import StatsRecorder
 from django_taskrunner.registry import registry
 from django_taskrunner.task import Task
 
@@ -51,10 +52,15 @@ def retry_delay(task: Task, retry: int) -> float:
 class Executor:
     """Runs messages of one worker; `ack(queue, stream_id)` is called once each is done."""
 
-    def __init__(self, broker: Broker, consumer: str, ack: Callable[[str, str], None]) -> None:
+    def __init__(
+        self, broker: Broker, consumer: str, ack: Callable[[str, str], None],
+        stats: StatsRecorder | None = None,
+    ) -> None:
         self.broker = broker
         self.consumer = consumer
         self.ack = ack
+        # Run times and outcomes, in memory; the worker's monitor writes them in batches.
+        self.stats = stats if stats is not None else StatsRecorder()
 
     def handle(self, queue: str, stream_id: str, body: bytes | None) -> None:
         """Process one stream entry to the end; never raises."""
@@ -77,7 +83,9 @@ class Executor:
         if self.expired(message):
             return
         self.release(message, locks.STARTED)
+        started = clock.monotonic()
         error = self.run(task, message)
+        self.stats.ran(message.queue, task.name, clock.monotonic() - started, error)
         if error is None:
             self.succeeded(task, message)
         elif message.attempt <= task.options.max_retry:
@@ -153,6 +161,7 @@ class Executor:
     def succeeded(self, task: Task, message: TaskMessage) -> None:
         self.release(message, locks.SUCCEEDED)
         self.ack(message.queue, message.stream_id or "")
+        self.stats.succeeded(message.queue, task.name)
 
     def retry(self, task: Task, message: TaskMessage, error: BaseException) -> None:
         """Queue the next attempt and ack this one, in one atomic script."""
@@ -164,6 +173,7 @@ class Executor:
         due_ms = self.retry_due_ms(delay)
         self.broker.requeue(message.queue, self.consumer, message.stream_id or "",
                             next_attempt.to_json(), due_ms)
+        self.stats.retried(message.queue, task.name)
 
     def retry_due_ms(self, delay: float) -> int:
         """When the retry may run: 0 puts it straight back on the stream."""
@@ -191,4 +201,5 @@ class Executor:
         if event is not None:
             self.release(message, event)
         self.ack(message.queue, message.stream_id or "")
+        self.stats.failed(message.queue, message.task_name)
 

@@ -45,6 +45,32 @@ def stats_key(prefix: str, queue: str) -> str:
     return f"{prefix}:{{{queue}}}:stats"
 
 
+def window_key(prefix: str, queue: str, task_name: str | None = None) -> str:
+    """List of recent run times (microseconds, newest first) of a queue, or of one task."""
+    base = f"{prefix}:{{{queue}}}:window"
+    return f"{base}:{task_name}" if task_name is not None else base
+
+
+def minute_key(prefix: str, queue: str, minute: int) -> str:
+    """Hash of one minute's completed/failed/retried counts; `minute` is epoch seconds // 60."""
+    return f"{prefix}:{{{queue}}}:minute:{minute}"
+
+
+def queue_workers_key(prefix: str, queue: str) -> str:
+    """Sorted set of the workers consuming a queue, scored by when their heartbeat expires."""
+    return f"{prefix}:{{{queue}}}:workers"
+
+
+def worker_key(prefix: str, consumer: str) -> str:
+    """Heartbeat hash of one worker process (pool size, busy threads...), with a TTL."""
+    return f"{prefix}:worker:{consumer}"
+
+
+def long_queue_gate_key(prefix: str, queue: str) -> str:
+    """Present while LONG_QUEUE_HOOK may not fire again for a queue (TTL = its cooldown)."""
+    return f"{prefix}:{{{queue}}}:long-queue-gate"
+
+
 def leader_key(prefix: str, group: str) -> str:
     """Leader lease of one consumer group."""
     return f"{prefix}:leader:{group}"

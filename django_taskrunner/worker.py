@@ -21,8 +21,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_taskrunner import clock
+from django_taskrunner.autoscale import ScalingPolicy
 from django_taskrunner.broker import Broker, Entry
 from django_taskrunner.executor import Executor
+from django_taskrunner.monitor import Monitor
 from django_taskrunner.pool import Pool
 
 logger = logging.getLogger(__name__)
@@ -158,6 +160,7 @@ class Worker:
     def __init__(
         self, broker: Broker, queues: Sequence[str], *, concurrency: int, batch_size: int,
         block_ms: int, shutdown_timeout: float, consumer: str | None = None, burst: bool = False,
+        scaling: ScalingPolicy | None = None,
     ) -> None:
         self.broker = broker
         self.queues = list(dict.fromkeys(queues))
@@ -169,7 +172,10 @@ class Worker:
         self.stopping = threading.Event()
         self.forced = threading.Event()
         self.acker = Acker(broker)
-        self.executor = Executor(broker, self.consumer, self.acker.add)
+        # Writes statistics and the heartbeat; resizes the pool when `scaling` is given.
+        self.monitor = Monitor(self, scaling=scaling)
+        self.executor = Executor(broker, self.consumer, self.acker.add,
+                                 stats=self.monitor.recorder)
         self.pool = Pool(0, self._run_item)
         self._initial_size = concurrency
         self._cond = threading.Condition()
@@ -235,6 +241,7 @@ class Worker:
                     ",".join(self.queues), self._initial_size, self.batch_size)
         self.acker.start()
         self.pool.resize(self._initial_size)
+        self.monitor.start()
         for fetcher in self.fetchers:
             fetcher.start()
         while not self.stopping.is_set():
@@ -265,6 +272,7 @@ class Worker:
                            "back on their queue", len(self.pool.running_items()))
         self._requeue(unfinished)
         self.acker.stop()
+        self.monitor.stop()
         logger.info("worker %s stopped", self.consumer)
         return 0
 

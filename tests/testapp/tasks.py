@@ -132,3 +132,20 @@ def unique_race(payload: Any) -> None:
 @task(unique=True, unique_for=30)
 def unique_whole(payload: Any) -> None:
     """No unique_key: one lock for the whole task name (warned about once)."""
+
+
+@task
+def sleep_50ms(payload: Any) -> None:
+    """Known run time for the statistics tests."""
+    time.sleep(0.05)
+
+
+@task
+def sleep_100ms(payload: Any) -> None:
+    time.sleep(0.1)
+
+
+@task
+def sleep_20ms(payload: Any) -> None:
+    """The autoscaling workload: many short tasks."""
+    time.sleep(0.02)

@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import path
 
+from django_taskrunner.metrics import metrics_view
 from django_taskrunner.views import dispatch_view
 
 urlpatterns = [
@@ -11,4 +12,5 @@ urlpatterns = [
     path("dispatch/nightly-report/",
          dispatch_view("tests.testapp.tasks.noop", task_id="nightly-report"),
          name="dispatch-nightly-report"),
+    path("metrics/", metrics_view, name="metrics"),
 ]

@@ -12,8 +12,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_taskrunner.autoscale import ScalingPolicy, default_tolerance
 from django_taskrunner.broker import get_broker
-from django_taskrunner.conf import get_settings
+from django_taskrunner.conf import Settings, get_settings
 from django_taskrunner.task import check_queue_name
 from django_taskrunner.exceptions import InvalidTaskOptions
 from django_taskrunner.worker import Worker
@@ -40,6 +41,41 @@ def queue_name(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def port_number(value: str) -> int:
+    """argparse type: a TCP port, 1-65535."""
+    number = positive_int(value)
+    if number > 65535:
+        raise argparse.ArgumentTypeError(f"must be at most 65535, not {number}")
+    return number
+
+
+def pool_sizing(options: dict[str, Any], settings: Settings) -> tuple[int, ScalingPolicy | None]:
+    """(initial pool size, scaling policy or None for a fixed pool) from options + settings.
+
+    `--concurrency` is a fixed pool. Otherwise the pool autoscales when a smallest size is
+    known (`--min-workers` or MIN_WORKERS), up to `--max-workers` or MAX_WORKERS.
+    """
+    fixed, smallest, largest = (options.get(name) for name in
+                                ("concurrency", "min_workers", "max_workers"))
+    if fixed is not None:
+        if smallest is not None or largest is not None:
+            raise CommandError("--concurrency sets a fixed pool; give it or "
+                               "--min-workers/--max-workers, not both")
+        return fixed, None
+    largest = settings.MAX_WORKERS if largest is None else largest
+    smallest = settings.MIN_WORKERS if smallest is None else smallest
+    if smallest is None:
+        return largest, None
+    if smallest > largest:
+        raise CommandError(f"the smallest pool ({smallest}, --min-workers or MIN_WORKERS) is "
+                           f"larger than the largest ({largest}, --max-workers or MAX_WORKERS)")
+    return smallest, ScalingPolicy(
+        min_workers=smallest, max_workers=largest, desired_wait=settings.DESIRED_WAIT,
+        tolerance=default_tolerance(settings.DESIRED_WAIT, settings.DESIRED_WAIT_TOLERANCE),
+        cooldown=settings.TUNING_COOLDOWN,
+    )
+
+
 def consumer_name(value: str) -> str:
     """argparse type: a consumer name of printable characters, at most 200."""
     if not value or len(value) > 200 or not value.isprintable() or " " in value:
@@ -55,7 +91,18 @@ class Command(BaseCommand):
                             help="queue to consume (repeatable; default: every queue a "
                                  "registered task names, plus DEFAULT_QUEUE)")
         parser.add_argument("--concurrency", "-c", type=positive_int,
-                            help="worker threads (default: TASKRUNNER['MAX_WORKERS'])")
+                            help="worker threads of a fixed pool (default: "
+                                 "TASKRUNNER['MAX_WORKERS'])")
+        parser.add_argument("--min-workers", type=positive_int,
+                            help="autoscale the pool from this many threads (default: "
+                                 "TASKRUNNER['MIN_WORKERS'])")
+        parser.add_argument("--max-workers", type=positive_int,
+                            help="largest autoscaled pool (default: TASKRUNNER['MAX_WORKERS'])")
+        parser.add_argument("--metrics-port", type=port_number,
+                            help="serve Prometheus metrics on this port (needs the "
+                                 "'prometheus' extra)")
+        parser.add_argument("--metrics-addr", default="127.0.0.1",
+                            help="address the metrics server binds (default: 127.0.0.1)")
         parser.add_argument("--batch-size", type=positive_int,
                             help="messages per read (default: TASKRUNNER['BATCH_SIZE'])")
         parser.add_argument("--consumer-name", type=consumer_name,
@@ -73,23 +120,40 @@ class Command(BaseCommand):
             broker = get_broker()
         except Exception as exc:  # the connection error says what to fix
             raise CommandError(f"cannot connect to Redis: {exc}") from exc
+        size, scaling = pool_sizing(options, settings)
         worker = Worker(
             broker, queues,
-            concurrency=options["concurrency"] or settings.MAX_WORKERS,
+            concurrency=size, scaling=scaling,
             batch_size=options["batch_size"] or settings.BATCH_SIZE,
             block_ms=settings.BLOCK_MS,
             shutdown_timeout=settings.SHUTDOWN_TIMEOUT,
             consumer=options["consumer_name"],
             burst=options["burst"],
         )
+        stop_metrics = self._serve_metrics(options["metrics_port"], options["metrics_addr"])
         previous = self._install_signal_handlers(worker)
         try:
             code = worker.run()
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+            stop_metrics()
         if code:
             sys.exit(code)
+
+    @staticmethod
+    def _serve_metrics(port: int | None, addr: str) -> Any:
+        """Start the Prometheus endpoint if asked; returns the function that stops it."""
+        if port is None:
+            return lambda: None
+        from django.core.exceptions import ImproperlyConfigured
+
+        from django_taskrunner.metrics import serve_metrics
+
+        try:
+            return serve_metrics(port, addr)
+        except (ImproperlyConfigured, OSError) as exc:
+            raise CommandError(f"cannot serve metrics on {addr}:{port}: {exc}") from exc
 
     @staticmethod
     def _default_queues(default_queue: str) -> list[str]:

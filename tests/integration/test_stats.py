@@ -1,0 +1,203 @@
+"""Statistics against a real Redis: known workloads give known figures."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from django_taskrunner import keys, stats_store
+from django_taskrunner.broker import get_broker
+from django_taskrunner.conf import get_settings
+from django_taskrunner.executor import Executor
+from django_taskrunner.recorder import StatsRecorder
+from django_taskrunner.stats import get_stats, minute_counts, percentile, predict_wait
+from tests.testapp.tasks import always_fails, noop, sleep_50ms, sleep_100ms
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SLEEP_50, SLEEP_100 = "tests.testapp.tasks.sleep_50ms", "tests.testapp.tasks.sleep_100ms"
+
+
+def by_name(stats):
+    return {task.name: task for task in stats.tasks}
+
+
+def beat(consumer: str, queues: list[str], threads: int, *, now_ms: int, ttl: float = 10.0):
+    """Write a worker heartbeat the way a worker's monitor does."""
+    broker = get_broker()
+    pipe = broker.client.pipeline(transaction=False)
+    heartbeat = stats_store.Heartbeat(consumer=consumer, queues=queues, threads=threads, busy=0,
+                                      min_workers=None, max_workers=threads, started_ms=now_ms)
+    stats_store.write(pipe, broker.prefix, {}, heartbeat, now_ms=now_ms, window=200, ttl=ttl)
+    pipe.execute()
+
+
+def test_tasks_sleeping_50_and_100_ms_show_those_run_times(run_burst):
+    # Given 20 tasks sleeping 50 ms and 20 sleeping 100 ms
+    sleep_50ms.dispatch_many({"n": n} for n in range(20))
+    sleep_100ms.dispatch_many({"n": n} for n in range(20))
+
+    # When a worker with 4 threads runs them
+    run_burst("--queue", "default", "--concurrency", "4")
+
+    # Then each task's average and p95 are its sleep, plus a little overhead
+    stats = get_stats("default")
+    tasks = by_name(stats)
+    fast, slow = tasks[SLEEP_50], tasks[SLEEP_100]
+    assert (fast.runs, fast.succeeded, fast.failed, slow.runs, slow.succeeded) == (
+        20, 20, 0, 20, 20)
+    assert 0.050 <= fast.average < 0.070
+    assert 0.100 <= slow.average < 0.125
+    assert fast.average <= fast.p95 < 0.090
+    assert slow.average <= slow.p95 < 0.150
+    assert fast.overall_average == pytest.approx(fast.average)
+    assert slow.run_seconds == pytest.approx(20 * slow.average)
+    # The queue's average mixes both; it is their mean when they ran as often
+    assert stats.average == pytest.approx((fast.average + slow.average) / 2)
+    assert (stats.runs, stats.succeeded, stats.failed, stats.retried) == (40, 40, 0, 0)
+    # Histogram: every 50 ms attempt in the (0.05, 0.1] bucket or just above
+    assert sum(fast.buckets) == 20
+    assert stats.length == stats.waiting == stats.pending == 0
+    assert stats.predicted_wait == 0.0
+    # The worker stopped: its heartbeat was withdrawn
+    assert (stats.workers, stats.threads) == (0, 0)
+
+
+def test_retries_and_failures_are_counted_per_task_and_per_minute(run_burst, r):
+    always_fails.dispatch({"n": 1})  # max_retry=2: three attempts, two retries, one failure
+    noop.dispatch_many({"n": n} for n in range(5))
+    r.xadd(get_broker().stream("default"), {"m": b"not json"})  # refused: failed, never ran
+
+    run_burst("--queue", "default")
+
+    stats = get_stats("default")
+    tasks = by_name(stats)
+    failing = tasks["tests.testapp.tasks.always_fails"]
+    assert (failing.runs, failing.errors, failing.retried, failing.failed,
+            failing.succeeded) == (3, 3, 2, 1, 0)
+    assert tasks["tests.testapp.tasks.noop"].succeeded == 5
+    assert tasks[""].failed == 1 and tasks[""].runs == 0
+    assert (stats.succeeded, stats.failed, stats.retried) == (5, 2, 2)
+    minutes = minute_counts("default", minutes=60)
+    assert len(minutes) == 60
+    assert sum(m.succeeded for m in minutes) == 5
+    assert sum(m.failed for m in minutes) == 2
+    assert sum(m.retried for m in minutes) == 2
+    # Each minute's counts expire after two hours
+    for minute in minutes:
+        if minute.succeeded or minute.failed:
+            key = keys.minute_key(get_settings().PREFIX, "default", minute.start_ms // 60_000)
+            assert 0 < r.ttl(key) <= 2 * 3600
+    # Throughput: 7 finished in the last minute
+    assert 0 < stats.throughput <= 7 / 60 + 1e-9
+
+
+def test_figures_reach_redis_only_when_flushed_in_one_batch(r):
+    # Given an executor recording into a recorder nobody has flushed yet
+    broker = get_broker()
+    recorder = StatsRecorder()
+    acked: list[str] = []
+    executor = Executor(broker, "c1", lambda queue, stream_id: acked.append(stream_id),
+                        stats=recorder)
+    noop.dispatch_many({"n": n} for n in range(50))
+    broker.ensure_group("default")
+    for stream_id, body in broker.read("default", "c1", 50, None):
+        executor.handle("default", stream_id, body)
+    assert len(acked) == 50
+
+    # Then nothing was written per task...
+    assert r.hgetall(keys.stats_key(broker.prefix, "default")) == {}
+
+    # ...until one pipeline writes all fifty
+    pipe = broker.client.pipeline(transaction=False)
+    heartbeat = stats_store.Heartbeat(consumer="c1", queues=["default"], threads=1, busy=0,
+                                      min_workers=None, max_workers=1, started_ms=0)
+    stats_store.write(pipe, broker.prefix, recorder.drain(), heartbeat,
+                      now_ms=broker.client.time()[0] * 1000, window=200, ttl=10)
+    pipe.execute()
+    assert get_stats("default").succeeded == 50
+    assert len(r.lrange(keys.window_key(broker.prefix, "default"), 0, -1)) == 50
+
+
+def test_the_window_keeps_the_latest_run_times_only(taskrunner_settings, run_burst, r):
+    taskrunner_settings(STATS_WINDOW=10)
+    noop.dispatch_many({"n": n} for n in range(30))
+
+    run_burst("--queue", "default")
+
+    prefix = get_settings().PREFIX
+    assert r.llen(keys.window_key(prefix, "default")) == 10
+    assert r.llen(keys.window_key(prefix, "default", "tests.testapp.tasks.noop")) == 10
+    assert get_stats("default").runs == 30
+
+
+def test_the_predicted_wait_is_length_times_average_over_live_threads(run_burst, r):
+    # Given run times measured on the queue (50 ms each)
+    sleep_50ms.dispatch_many({"n": n} for n in range(4))
+    run_burst("--queue", "default", "--concurrency", "4")
+    average = get_stats("default").average
+    now_ms = get_broker().client.time()[0] * 1000
+
+    # And 40 tasks waiting, two live workers with 3 + 5 threads, one dead one with 100
+    sleep_50ms.dispatch_many({"n": n} for n in range(40))
+    beat("w1", ["default"], 3, now_ms=now_ms)
+    beat("w2", ["default", "other"], 5, now_ms=now_ms)
+    beat("dead", ["default"], 100, now_ms=now_ms - 60_000)
+
+    stats = get_stats("default", tasks=False)
+
+    assert (stats.length, stats.waiting, stats.pending) == (40, 40, 0)
+    assert (stats.workers, stats.threads) == (2, 8)
+    assert stats.predicted_wait == pytest.approx(40 * average / 8)
+    assert stats.tasks == ()
+    assert stats.oldest_wait is not None and stats.oldest_wait >= 0
+    assert get_stats("other", tasks=False).threads == 5
+    # A heartbeat key lives for its TTL only
+    assert 0 < r.ttl(keys.worker_key(get_settings().PREFIX, "w1")) <= 10
+
+
+def test_an_unknown_queue_has_empty_figures():
+    stats = get_stats("never-used")
+    assert (stats.length, stats.runs, stats.workers, stats.throughput) == (0, 0, 0, 0.0)
+    assert stats.average is None and stats.p95 is None
+    assert stats.predicted_wait == 0.0
+
+
+def test_prediction_and_percentile_helpers():
+    assert predict_wait(0, None, 0) == 0.0
+    assert predict_wait(10, None, 4) is None  # no run time measured yet
+    assert predict_wait(10, 0.5, 0) is None  # nobody consumes the queue
+    assert predict_wait(10, 0.5, 4) == 1.25
+    assert percentile([], 0.95) is None
+    assert percentile([float(n) for n in range(1, 101)], 0.95) == 95.0
+    assert percentile([3.0, 1.0, 2.0], 0.95) == 3.0
+
+
+def test_figures_are_kept_while_redis_is_unreachable_and_written_once_it_is_back(redis_url):
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    from django_taskrunner.broker import Broker
+    from django_taskrunner.worker import Worker
+
+    # Given a worker whose Redis cannot be reached
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead_port = sock.getsockname()[1]
+    prefix = get_settings().PREFIX
+    dead = redis.Redis(port=dead_port, socket_connect_timeout=0.2, socket_timeout=0.2,
+                       retry=Retry(NoBackoff(), 0))
+    worker = Worker(Broker(dead, prefix, "taskrunner"), ["default"], concurrency=1,
+                    batch_size=1, block_ms=100, shutdown_timeout=1)
+    worker.monitor.recorder.ran("default", "t", 0.01, None)
+    worker.monitor.recorder.succeeded("default", "t")
+
+    # When it tries to write them, it fails without losing them
+    assert worker.monitor.flush() is False
+
+    # And when Redis is back they are written
+    worker.broker.client = redis.Redis.from_url(redis_url)
+    assert worker.monitor.flush() is True
+    assert get_stats("default").succeeded == 1
