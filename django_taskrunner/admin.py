@@ -1,4 +1,5 @@
-"""Admin pages: failed tasks (read-only, with a retry action)."""
+"""Admin pages: failed tasks (read-only, with a retry action), periodic tasks, and the
+Redis-held delayed tasks (`delayed_admin.py`)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
+from django_taskrunner import delayed_admin  # noqa: F401 - registers the delayed tasks page
 from django_taskrunner.dispatch import dispatch
 from django_taskrunner.exceptions import TaskRunnerError
-from django_taskrunner.models import FailedTask
+from django_taskrunner.models import FailedTask, PeriodicTask
 
 
 def pretty_json(text: str) -> str:
@@ -68,3 +70,16 @@ class FailedTaskAdmin(admin.ModelAdmin):
             self.message_user(request, f"Dispatched {retried} task(s) again.", messages.SUCCESS)
         for problem in problems[:20]:
             self.message_user(request, f"Not retried: {problem}", messages.ERROR)
+
+
+@admin.register(PeriodicTask)
+class PeriodicTaskAdmin(admin.ModelAdmin):
+    """Schedules kept in the database; `PeriodicTask.clean()` checks each one on save."""
+
+    list_display = ("name", "task_name", "cron", "interval", "queue", "enabled", "last_run_at",
+                    "next_run_at")
+    list_filter = ("enabled", "task_name")
+    search_fields = ("name", "task_name")
+    fields = ("name", "task_name", "cron", "interval", "payload", "queue", "enabled",
+              "last_run_at", "next_run_at")
+    readonly_fields = ("last_run_at", "next_run_at")

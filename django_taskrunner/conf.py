@@ -51,6 +51,9 @@ DEFAULTS: dict[str, Option] = {
     "LONG_QUEUE_THRESHOLD": Option(60, "Predicted wait, in seconds, that calls LONG_QUEUE_HOOK."),
     "SOCKET_TIMEOUT": Option(10, "Seconds a Redis command may take before it fails."),
     "CONNECT_TIMEOUT": Option(5, "Seconds to connect to Redis before giving up."),
+    "LEADER_LEASE": Option(
+        10, "Seconds of the scheduler leader's lease: a dead leader is replaced within this."
+    ),
 }
 
 
@@ -78,6 +81,7 @@ class Settings:
     LONG_QUEUE_THRESHOLD: float
     SOCKET_TIMEOUT: float
     CONNECT_TIMEOUT: float
+    LEADER_LEASE: float
 
 
 def user_settings() -> dict[str, Any]:

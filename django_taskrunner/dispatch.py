@@ -1,19 +1,22 @@
-"""Putting tasks on their queue: `dispatch`, `dispatch_many`, `dispatch_on_commit`.
+"""Putting tasks on their queue: `dispatch`, `dispatch_many`, `dispatch_on_commit`,
+`dispatch_delayed` and `schedule_for`.
 
-A plain dispatch is one XADD: one round trip, nothing else on the hot path.
+A plain dispatch is one XADD: one round trip, nothing else on the hot path. A delayed
+one is one script (ZADD, and a PUBLISH that wakes the scheduler when it is due first).
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from django_taskrunner import clock
+from django_taskrunner import clock, due
 from django_taskrunner.broker import get_broker
 from django_taskrunner.conf import get_settings
 from django_taskrunner.exceptions import InvalidTaskOptions, RedisUnavailable
@@ -93,6 +96,63 @@ def dispatch(
     except REDIS_DOWN as exc:
         raise RedisUnavailable(f"cannot dispatch {task.name!r}: Redis is unreachable: {exc}") from exc
     return message
+
+
+def dispatch_delayed(
+    name_or_task: str | Task, payload: Any = None, *, delay: float | timedelta,
+    queue: str | None = None, expires: float | None = None,
+) -> TaskMessage:
+    """Queue a task to start `delay` from now; a delay <= 0 dispatches at once.
+
+    Args:
+        delay: seconds (int or float) or a `timedelta`; there is no minimum.
+        expires: seconds after the due time past which the task, not started, is not run.
+
+    Raises:
+        TypeError: `delay` is neither a number nor a timedelta.
+        InvalidTaskOptions: `delay` is NaN, infinite or absurdly far away.
+        TaskNotFound, InvalidTaskPayload, RedisUnavailable: as for `dispatch`.
+    """
+    task = resolve_task(name_or_task)
+    return _dispatch_at(task, payload, due.due_from_delay(delay, clock.now_ms()), queue, expires)
+
+
+def schedule_for(
+    name_or_task: str | Task, payload: Any = None, *, when: datetime,
+    queue: str | None = None, expires: float | None = None,
+) -> TaskMessage:
+    """Queue a task to start at `when`; a time already past dispatches at once.
+
+    A naive `when` is read in Django's current time zone.
+
+    Raises:
+        TypeError: `when` is not a datetime.
+        InvalidTaskOptions: a naive `when` is ambiguous or skipped by a DST change.
+        TaskNotFound, InvalidTaskPayload, RedisUnavailable: as for `dispatch`.
+    """
+    task = resolve_task(name_or_task)
+    return _dispatch_at(task, payload, due.due_from_when(when), queue, expires)
+
+
+def _dispatch_at(
+    task: Task, payload: Any, due_ms: int, queue: str | None, expires: float | None
+) -> TaskMessage:
+    if due_ms <= clock.now_ms():
+        return dispatch(task, payload, queue=queue, expires=expires)
+    message = new_message(task, payload, queue=queue, expires=expires, start_ms=due_ms)
+    add_delayed(message, due_ms)
+    return message
+
+
+def add_delayed(message: TaskMessage, due_ms: int) -> None:
+    """Put `message` in its queue's delayed set until `due_ms` (the one delayed add path)."""
+    body = message.to_json()
+    try:
+        get_broker().add_delayed(message.queue, body, due_ms)
+    except REDIS_DOWN as exc:
+        raise RedisUnavailable(
+            f"cannot dispatch {message.task_name!r}: Redis is unreachable: {exc}"
+        ) from exc
 
 
 def dispatch_many(

@@ -49,3 +49,23 @@ def leader_key(prefix: str, group: str) -> str:
     """Leader lease of one consumer group."""
     return f"{prefix}:leader:{group}"
 
+
+
+def wake_channel(prefix: str, queue: str) -> str:
+    """Pub/sub channel on which a queue announces a delayed entry due earlier than the rest."""
+    return f"{prefix}:{{{queue}}}:wake"
+
+
+def periodic_key(prefix: str, queue: str) -> str:
+    """Hash of a queue's periodic schedules: schedule id -> last occurrence fired (epoch ms)."""
+    return f"{prefix}:{{{queue}}}:periodic"
+
+
+def periodic_channel(prefix: str) -> str:
+    """Pub/sub channel announcing that the periodic schedules in the database changed."""
+    return f"{prefix}:periodic:changed"
+
+
+def known_queues_key(prefix: str) -> str:
+    """Set of every queue a worker consumes, so the leader promotes delayed tasks of each."""
+    return f"{prefix}:queues"
