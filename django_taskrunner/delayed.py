@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from django.utils import timezone
+
 from django_taskrunner import keys, scripts
 from django_taskrunner.broker import Broker
 from django_taskrunner.exceptions import InvalidTaskPayload
@@ -43,6 +45,12 @@ class DelayedEntry:
     @property
     def due(self) -> datetime:
         return datetime.fromtimestamp(self.due_ms / 1000, tz=UTC)
+
+    @property
+    def due_display(self) -> str:
+        """The due time in the current time zone, to the millisecond."""
+        local = timezone.localtime(self.due)
+        return f"{local:%Y-%m-%d %H:%M:%S}.{self.due_ms % 1000:03d} {local.tzname()}"
 
     @property
     def task_name(self) -> str:
