@@ -145,12 +145,12 @@ class LeaderElection:
             if self.try_acquire():
                 self._promote()
                 return self.renew_every
-            remaining_ms = self.client.pttl(self.key)
+            remaining_ms = int(self.client.pttl(self.key))
         except REDIS_DOWN as exc:
             if self._leading.is_set() and clock.monotonic() >= self._valid_until:
                 self._demote(f"cannot renew the lease: {exc}")
             return min(self.poll_interval, 1.0)
-        if remaining_ms is None or remaining_ms < 0:
+        if remaining_ms < 0:
             return 0.01  # gone just now (or no TTL): try again at once
         # Wake just as the leader's lease would expire, or earlier to notice a resignation.
         return max(0.005, min(self.poll_interval, remaining_ms / 1000 + 0.002))

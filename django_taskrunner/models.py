@@ -89,3 +89,6 @@ class DelayedTask(models.Model):
         ]
         verbose_name = "delayed task"
         verbose_name_plural = "delayed tasks"
+
+    def __str__(self) -> str:
+        return f"delayed task {self.pk}"

@@ -103,7 +103,8 @@ class Scheduler(threading.Thread):
                 failures += 1
                 if failures == 1:
                     logger.error("scheduler: Redis is unreachable (%s); retrying", exc)
-                pubsub = _close(pubsub)
+                _close(pubsub)
+                pubsub = None
                 self._resync_at = 0
                 self._stopping.wait(min(5.0, 0.1 * 2**failures))
             except Exception:
@@ -156,7 +157,10 @@ class Scheduler(threading.Thread):
             queue = self._channels.get(channel)
             if queue is None:
                 continue
-            due = int(message["data"])
+            try:
+                due = int(message["data"])
+            except (TypeError, ValueError):
+                continue  # not ours: wake-ups carry a due time in ms
             self._next_due[queue] = min(self._next_due.get(queue, NEVER), due)
             wake_at = min(wake_at, due)
 
@@ -232,4 +236,3 @@ def _close(pubsub: Any) -> None:
             pubsub.close()
         except Exception:  # noqa: S110 - closing a broken connection may fail again
             pass
-    return None

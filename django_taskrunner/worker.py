@@ -183,7 +183,8 @@ class Worker:
         self.completed = 0  # finished so far; tells burst mode that work may have appeared
         self.promotions = 0  # burst mode: passes that moved due delayed tasks to the streams
         self.scheduling = (
-            LeaderScheduler(broker, self.queues, lease=leader_lease, identity=self.consumer)
+            LeaderScheduler(broker, self.queues, lease=leader_lease,
+                            identity=f"{self.consumer}:{secrets.token_hex(3)}")
             if scheduler and not burst else None
         )
         self._leftovers: list[WorkItem] = []

@@ -167,3 +167,10 @@ def test_redis_down_raises_redis_unavailable(taskrunner_settings):
     taskrunner_settings(REDIS_URL="redis://127.0.0.1:1/0", CONNECT_TIMEOUT=0.2)
     with pytest.raises(RedisUnavailable):
         stamp.dispatch_delayed({"n": 1}, delay=5)
+
+
+def test_runtasks_accepts_no_scheduler(r, run_burst):
+    stamp.dispatch_delayed({"n": 1}, delay=0.05)
+    time.sleep(0.1)
+    run_burst("--no-scheduler")  # burst mode still moves what is due
+    assert len(starts(r, 1)) == 1

@@ -133,3 +133,12 @@ def test_killing_the_leader_hands_the_lease_over_and_delayed_tasks_still_run(r, 
     wait_for(lambda: all(r.llen(f"{stamps_key()}:{n}") for n in range(20)), 15)
     time.sleep(0.3)
     assert [r.llen(f"{stamps_key()}:{n}") for n in range(20)] == [1] * 20
+
+
+def test_leader_lease_setting_is_checked():
+    from django_taskrunner.checks import validate_settings
+
+    assert validate_settings({"LEADER_LEASE": 3}) == []
+    (error,) = validate_settings({"LEADER_LEASE": 0.2})
+    assert error.id == "taskrunner.E002" and "LEADER_LEASE" in error.msg
+    assert validate_settings({"LEADER_LEASE": "10"})

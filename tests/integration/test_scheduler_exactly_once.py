@@ -27,7 +27,8 @@ def add_delayed_many(broker: Broker, count: int, due_ms: int, spread: int = 50) 
     for n in range(count):
         message = new_message(noop, {"n": n}, start_ms=due_ms)
         ids.add(message.id)
-        pipe.zadd(keys.delayed_key(broker.prefix, "default"), {message.to_json(): due_ms + n % spread})
+        score = due_ms + n % spread
+        pipe.zadd(keys.delayed_key(broker.prefix, "default"), {message.to_json(): score})
     pipe.execute()
     return ids
 
