@@ -127,7 +127,8 @@ def test_killing_the_leader_hands_the_lease_over_and_delayed_tasks_still_run(r, 
     # Then the other worker takes the lease within about one lease period
     wait_for(lambda: (r.get(lease_key) or b"").startswith(b"worker-b"), 10, 0.01)
     took_over_after = time.monotonic() - killed_at
-    assert took_over_after < 3, took_over_after
+    print(f"lease taken over {took_over_after:.3f} s after the kill")
+    assert took_over_after < 2, took_over_after  # a 1 s lease, plus slack for a busy CI
 
     # And every delayed task runs, once
     wait_for(lambda: all(r.llen(f"{stamps_key()}:{n}") for n in range(20)), 15)
