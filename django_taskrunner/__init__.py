@@ -6,7 +6,13 @@ The public API; everything else is internal.
 from __future__ import annotations
 
 from django_taskrunner.context import TaskContext
-from django_taskrunner.dispatch import dispatch, dispatch_many, dispatch_on_commit
+from django_taskrunner.dispatch import (
+    dispatch,
+    dispatch_delayed,
+    dispatch_many,
+    dispatch_on_commit,
+    schedule_for,
+)
 from django_taskrunner.exceptions import (
     InvalidTaskOptions,
     InvalidTaskPayload,
@@ -40,11 +46,13 @@ __all__ = [
     "TaskRunnerError",
     "UniqueForRequired",
     "dispatch",
+    "dispatch_delayed",
     "dispatch_many",
     "dispatch_on",
     "dispatch_on_commit",
     "payload_key",
     "register_task",
+    "schedule_for",
     "task",
 ]
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from django_taskrunner import delayed_admin  # noqa: F401 - registers the delayed-tasks page
 from django_taskrunner.failed_admin import FailedTaskAdmin
-from django_taskrunner.models import FailedTask
+from django_taskrunner.models import FailedTask, PeriodicTask
+from django_taskrunner.periodic_admin import PeriodicTaskAdmin
 
 admin.site.register(FailedTask, FailedTaskAdmin)
+admin.site.register(PeriodicTask, PeriodicTaskAdmin)

@@ -26,4 +26,16 @@ class TaskRunnerConfig(AppConfig):
         from django_taskrunner.registry import registry
 
         setting_changed.connect(_on_setting_changed, dispatch_uid="django_taskrunner.conf")
+        self._connect_periodic_signals()
         autodiscover_modules("tasks", register_to=registry)
+
+    def _connect_periodic_signals(self) -> None:
+        """A saved or deleted PeriodicTask tells the leader's scheduler to reload."""
+        from django.db.models.signals import post_delete, post_save
+
+        from django_taskrunner.models import PeriodicTask
+        from django_taskrunner.periodic import announce_change
+
+        for signal in (post_save, post_delete):
+            signal.connect(announce_change, sender=PeriodicTask,
+                           dispatch_uid=f"django_taskrunner.periodic.{signal is post_save}")

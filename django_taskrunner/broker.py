@@ -106,9 +106,29 @@ class Broker:
             self.client,
             "requeue",
             [self.stream(queue), keys.delayed_key(self.prefix, queue)],
-            [self.group, consumer, stream_id, body, str(due_ms), "1" if self.delete_on_ack else "0"],
+            [self.group, consumer, stream_id, body, str(due_ms), "1" if self.delete_on_ack else "0",
+             keys.wake_channel(self.prefix, queue)],
         )
         return None if result is None else _text(result)
+
+    def add_delayed(self, queue: str, body: str, due_ms: int) -> bool:
+        """ZADD a message to the delayed set; True when it woke the scheduler."""
+        woke = scripts.run(
+            self.client, "add_delayed", [keys.delayed_key(self.prefix, queue)],
+            [str(due_ms), body, keys.wake_channel(self.prefix, queue)],
+        )
+        return bool(woke)
+
+    def promote_due(self, queue: str, now_ms: int, batch: int) -> tuple[int, int | None]:
+        """Move up to `batch` due delayed messages to the stream, atomically.
+
+        Returns how many moved and the due time of the earliest one left (None: empty).
+        """
+        moved, next_ms = scripts.run(
+            self.client, "promote_due",
+            [keys.delayed_key(self.prefix, queue), self.stream(queue)], [str(now_ms), str(batch)],
+        )
+        return int(moved), None if int(next_ms) < 0 else int(next_ms)
 
     def heartbeat(self, queue: str, consumer: str, stream_id: str) -> bool:
         """Reset the idle time of an entry `consumer` holds, so it is not reclaimed."""

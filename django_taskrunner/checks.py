@@ -52,6 +52,7 @@ _NUMBERS: dict[str, tuple[str, float, str]] = {
     "LONG_QUEUE_THRESHOLD": ("number", 0, "taskrunner.E002"),
     "SOCKET_TIMEOUT": ("number", 0.001, "taskrunner.E002"),
     "CONNECT_TIMEOUT": ("number", 0.001, "taskrunner.E002"),
+    "LEADER_LEASE": ("number", 1, "taskrunner.E002"),
 }
 
 

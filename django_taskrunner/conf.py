@@ -67,6 +67,9 @@ DEFAULTS: dict[str, Option] = {
     ),
     "SOCKET_TIMEOUT": Option(10, "Seconds a Redis command may take before it fails."),
     "CONNECT_TIMEOUT": Option(5, "Seconds to connect to Redis before giving up."),
+    "LEADER_LEASE": Option(
+        10, "Seconds of the scheduler leader's lease: a dead leader is replaced within this."
+    ),
 }
 
 
@@ -100,6 +103,7 @@ class Settings:
     METRICS_TOKEN: str | None
     SOCKET_TIMEOUT: float
     CONNECT_TIMEOUT: float
+    LEADER_LEASE: float
 
 
 def user_settings() -> dict[str, Any]:

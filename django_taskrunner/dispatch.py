@@ -1,8 +1,10 @@
-"""Putting tasks on their queue: `dispatch`, `dispatch_many`, `dispatch_on_commit`.
+"""Putting tasks on their queue: `dispatch`, `dispatch_many`, `dispatch_on_commit`,
+`dispatch_delayed` and `schedule_for`.
 
 A plain dispatch is one XADD: one round trip, nothing else on the hot path. A unique
 or `task_id` dispatch is one EVALSHA that takes the lock and adds the message together
-(see `locks.py`).
+(see `locks.py`). A delayed one is one script too: ZADD, and a PUBLISH that wakes the
+scheduler when it is due before every waiting entry.
 """
 
 from __future__ import annotations
@@ -10,13 +12,14 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from django_taskrunner import clock, locks
+from django_taskrunner import clock, due, keys, locks
 from django_taskrunner.broker import Broker, get_broker
 from django_taskrunner.conf import get_settings
 from django_taskrunner.exceptions import (
@@ -145,6 +148,77 @@ def dispatch(
     except REDIS_DOWN as exc:
         raise _redis_down(task, exc) from exc
     return message
+
+
+def dispatch_delayed(
+    name_or_task: str | Task, payload: Any = None, *, delay: float | timedelta,
+    **options: Any,
+) -> TaskMessage:
+    """Queue a task to start `delay` from now; a delay <= 0 dispatches at once.
+
+    Takes `dispatch()`'s options (`queue`, `task_id`, `unique_*`, `expires`). A unique
+    lock is taken now, and its `unique_for` counts from now, not from the due time.
+
+    Args:
+        delay: seconds (int or float) or a `timedelta`; there is no minimum.
+        expires: seconds after the due time past which the task, not started, is not run.
+
+    Raises:
+        TypeError: `delay` is neither a number nor a timedelta.
+        InvalidTaskOptions: `delay` is NaN, infinite or absurdly far away.
+        TaskNotFound, InvalidTaskPayload, TaskAlreadyDispatched, ...: as for `dispatch`.
+    """
+    task = resolve_task(name_or_task)
+    return _dispatch_at(task, payload, due.due_from_delay(delay, clock.now_ms()), options)
+
+
+def schedule_for(
+    name_or_task: str | Task, payload: Any = None, *, when: datetime, **options: Any,
+) -> TaskMessage:
+    """Queue a task to start at `when`; a time already past dispatches at once.
+
+    A naive `when` is read in Django's current time zone. Takes `dispatch()`'s options.
+
+    Raises:
+        TypeError: `when` is not a datetime.
+        InvalidTaskOptions: a naive `when` is ambiguous or skipped by a DST change.
+        TaskNotFound, InvalidTaskPayload, TaskAlreadyDispatched, ...: as for `dispatch`.
+    """
+    task = resolve_task(name_or_task)
+    return _dispatch_at(task, payload, due.due_from_when(when), options)
+
+
+DISPATCH_OPTIONS = frozenset({"queue", "task_id", "unique_key", "unique_for", "unique_mode",
+                              "expires"})
+
+
+def _dispatch_at(task: Task, payload: Any, due_ms: int, options: dict[str, Any]) -> TaskMessage:
+    unknown = sorted(set(options) - DISPATCH_OPTIONS)
+    if unknown:
+        raise TypeError(f"unexpected option(s) {', '.join(unknown)} for a delayed dispatch")
+    if due_ms <= clock.now_ms():
+        return dispatch(task, payload, **options)
+    message, claim = prepare(task, payload, start_ms=due_ms, **options)
+    add_delayed(message, due_ms, claim)
+    return message
+
+
+def add_delayed(message: TaskMessage, due_ms: int, claim: Claim | None = None) -> None:
+    """Put `message` in its queue's delayed set until `due_ms` (the one delayed add path),
+    taking its unique lock / task_id in the same script when it has a `claim`."""
+    body = message.to_json()
+    try:
+        broker = get_broker()
+        if claim is None:
+            broker.add_delayed(message.queue, body, due_ms)
+        else:
+            locks.enqueue(broker.client, claim, keys.delayed_key(broker.prefix, message.queue),
+                          body, due_ms=due_ms,
+                          wake_channel=keys.wake_channel(broker.prefix, message.queue))
+    except REDIS_DOWN as exc:
+        raise RedisUnavailable(
+            f"cannot dispatch {message.task_name!r}: Redis is unreachable: {exc}"
+        ) from exc
 
 
 def dispatch_many(

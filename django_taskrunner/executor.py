@@ -176,10 +176,12 @@ class Executor:
         self.stats.retried(message.queue, task.name)
 
     def retry_due_ms(self, delay: float) -> int:
-        """When the retry may run: 0 puts it straight back on the stream."""
-        # Until a scheduler moves due entries from the delayed set, retries re-enter the
-        # stream at once; the backoff is computed and logged but not waited.
-        return 0
+        """When the retry may run: 0 puts it straight back on the stream.
+
+        A retry with a backoff waits in the delayed set, holding no worker thread; the
+        scheduler moves it back onto the stream when it falls due.
+        """
+        return clock.now_ms() + round(delay * 1000) if delay > 0 else 0
 
     def failed_for_good(self, message: TaskMessage, error: BaseException) -> None:
         self._record_and_ack(message, error, attempts=message.attempt, event=locks.FAILED)

@@ -83,3 +83,23 @@ def result_key(prefix: str, result_id: str) -> str:
     Not queue-tagged: a result is looked up by its id alone, and no script touches it.
     """
     return f"{prefix}:result:{result_id}"
+
+
+def wake_channel(prefix: str, queue: str) -> str:
+    """Pub/sub channel on which a queue announces a delayed entry due earlier than the rest."""
+    return f"{prefix}:{{{queue}}}:wake"
+
+
+def periodic_key(prefix: str, queue: str) -> str:
+    """Hash of a queue's periodic schedules: schedule id -> last occurrence fired (epoch ms)."""
+    return f"{prefix}:{{{queue}}}:periodic"
+
+
+def periodic_channel(prefix: str) -> str:
+    """Pub/sub channel announcing that the periodic schedules in the database changed."""
+    return f"{prefix}:periodic:changed"
+
+
+def known_queues_key(prefix: str) -> str:
+    """Set of every queue a worker consumes, so the leader promotes delayed tasks of each."""
+    return f"{prefix}:queues"

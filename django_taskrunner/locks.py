@@ -46,14 +46,15 @@ STARTED = "started"  # a worker is about to run an attempt
 SUCCEEDED = "succeeded"  # the task returned
 FAILED = "failed"  # the last attempt raised: failed for good
 DROPPED = "dropped"  # never run: expired, or no task has its name
+CANCELLED = "cancelled"  # an operator cancelled it in the admin: frees it in every mode
 
 RELEASE_ON: dict[str, frozenset[str]] = {
-    "until_finished": frozenset({SUCCEEDED, FAILED, DROPPED}),
-    "until_executed": frozenset({SUCCEEDED, DROPPED}),
-    "until_executing": frozenset({STARTED, DROPPED}),
-    "while_locked": frozenset(),
+    "until_finished": frozenset({SUCCEEDED, FAILED, DROPPED, CANCELLED}),
+    "until_executed": frozenset({SUCCEEDED, DROPPED, CANCELLED}),
+    "until_executing": frozenset({STARTED, DROPPED, CANCELLED}),
+    "while_locked": frozenset({CANCELLED}),
 }
-TASK_ID_FREED_ON = frozenset({SUCCEEDED, FAILED, DROPPED})
+TASK_ID_FREED_ON = frozenset({SUCCEEDED, FAILED, DROPPED, CANCELLED})
 
 REDIS_DOWN = (RedisConnectionError, RedisTimeoutError)
 # A release retries a short Redis outage (a task_id left behind would stay reserved
@@ -169,7 +170,7 @@ class Claim:
     id_key: str | None
 
     def script_call(
-        self, destination: str, body: str, due_ms: int | None
+        self, destination: str, body: str, due_ms: int | None, wake_channel: str = ""
     ) -> tuple[list[str], list[str]]:
         """KEYS and ARGV of enqueue.lua for this claim."""
         call_keys = [destination]
@@ -183,7 +184,8 @@ class Claim:
             id_value, id_ttl = self.holder_id, str(TASK_ID_TTL_MS + wait_ms)
         where = "stream" if due_ms is None else "delayed"
         score = "0" if due_ms is None else str(due_ms)
-        return call_keys, [where, body, score, lock_value, lock_ttl, id_value, id_ttl]
+        return call_keys, [where, body, score, lock_value, lock_ttl, id_value, id_ttl,
+                           wake_channel]
 
     def read_reply(self, reply: Any) -> str:
         """The stream id (or "delayed") from the script's reply; raises on contention."""
@@ -216,15 +218,17 @@ def claim_for(
 
 
 def enqueue_call(
-    client: Any, claim: Claim, destination: str, body: str, due_ms: int | None = None
+    client: Any, claim: Claim, destination: str, body: str, due_ms: int | None = None,
+    wake_channel: str = "",
 ) -> Any:
     """Run enqueue.lua on a client or a pipeline; returns its raw reply (or the pipeline)."""
-    call_keys, args = claim.script_call(destination, body, due_ms)
+    call_keys, args = claim.script_call(destination, body, due_ms, wake_channel)
     return scripts.run(client, "enqueue", call_keys, args)
 
 
 def enqueue(
-    client: Any, claim: Claim, destination: str, body: str, due_ms: int | None = None
+    client: Any, claim: Claim, destination: str, body: str, due_ms: int | None = None,
+    wake_channel: str = "",
 ) -> str:
     """Take the claim and add the message in one script: one round trip, all or nothing.
 
@@ -232,7 +236,8 @@ def enqueue(
     or its delayed set (ZADD at `due_ms`, returns "delayed"). Raises
     `TaskIdConflict` / `TaskAlreadyDispatched` (with the holder's id) on contention.
     """
-    return claim.read_reply(enqueue_call(client, claim, destination, body, due_ms))
+    return claim.read_reply(enqueue_call(client, claim, destination, body, due_ms,
+                                         wake_channel))
 
 
 def _actions(prefix: str, message: TaskMessage, event: str) -> list[tuple[str, str]]:

@@ -1,4 +1,5 @@
-"""Database models: `FailedTask`, one row per task that failed for good."""
+"""Database models: `FailedTask` (one row per task that failed for good), `PeriodicTask`
+(schedules edited in the admin) and the unmanaged `DelayedTask` behind the admin page."""
 
 from __future__ import annotations
 
@@ -36,3 +37,58 @@ class FailedTask(models.Model):
     def payload_value(self) -> object:
         """The payload decoded from JSON; raises ValueError if it was not JSON."""
         return json.loads(self.payload)
+
+
+class PeriodicTask(models.Model):
+    """A schedule kept in the database (editable in the admin): run a task with a payload
+    on a cron expression or every `interval` seconds. The leader fires each occurrence once.
+    """
+
+    name = models.CharField(max_length=200, unique=True, help_text="A name for this schedule.")
+    task_name = models.CharField(max_length=255, help_text="Registered name of the task to run.")
+    cron = models.CharField(
+        max_length=200, blank=True,
+        help_text='Cron expression in the site\'s time zone, e.g. "*/5 * * * *".',
+    )
+    interval = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Or: run every this many seconds."
+    )
+    payload = models.JSONField(null=True, blank=True, help_text="JSON passed to the task.")
+    queue = models.CharField(max_length=100, blank=True, help_text="Blank: the task's queue.")
+    enabled = models.BooleanField(default=True)
+    last_run_at = models.DateTimeField(null=True, blank=True, editable=False)
+    next_run_at = models.DateTimeField(null=True, blank=True, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "periodic task"
+        verbose_name_plural = "periodic tasks"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        """Refuse a schedule the scheduler could not run, naming the field at fault."""
+        from django_taskrunner.periodic import validate_periodic_row
+
+        validate_periodic_row(self)
+
+
+class DelayedTask(models.Model):
+    """Not a table: stands for the Redis-held delayed sets, so the admin can list them
+    and so its permissions ("view", "run now", "cancel") can be granted like any model's.
+    """
+
+    class Meta:
+        managed = False
+        default_permissions = ("view",)
+        permissions = [
+            ("run_delayedtask", "Can run delayed tasks now"),
+            ("cancel_delayedtask", "Can cancel delayed tasks"),
+        ]
+        verbose_name = "delayed task"
+        verbose_name_plural = "delayed tasks"
+
+    def __str__(self) -> str:
+        return f"delayed task {self.pk}"

@@ -101,8 +101,10 @@ def check_options(options: TaskOptions, task_name: str) -> None:
             )
     for name in ("reservation_timeout", "time_limit", "expires", "schedule"):
         _check_seconds(name, getattr(options, name))
-    if options.cron is not None and not isinstance(options.cron, str):
-        raise InvalidTaskOptions(f"cron must be a cron expression string, not {options.cron!r}")
+    if options.cron is not None:
+        from django_taskrunner.cron import check_cron
+
+        check_cron(options.cron)
     if options.cron is not None and options.schedule is not None:
         raise InvalidTaskOptions("give cron or schedule, not both")
     if options.unique_key is not None and not callable(options.unique_key):

@@ -4,6 +4,10 @@ an acker acks finished ones in batches. No argparse here; `runtasks` builds a Wo
 Shutdown (`request_stop()`, from SIGTERM/SIGINT): fetchers stop reading, running tasks
 get `shutdown_timeout` seconds to finish, and every message this worker holds but did
 not finish is put back on its stream for another worker. Nothing is lost.
+
+Unless told not to, a worker also stands for election as its consumer group's leader;
+while it leads, a scheduler thread moves due delayed tasks onto their streams and fires
+periodic tasks (`scheduler.py`). Burst mode moves what is already due instead.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from django_taskrunner.broker import Broker, Entry
 from django_taskrunner.executor import Executor
 from django_taskrunner.monitor import Monitor
 from django_taskrunner.pool import Pool
+from django_taskrunner.scheduler import LeaderScheduler, promote_all_due, register_queues
 
 logger = logging.getLogger(__name__)
 
@@ -106,8 +111,8 @@ class Fetcher(threading.Thread):
         super().__init__(name=f"taskrunner-fetch-{queue}", daemon=True)
         self.worker = worker
         self.queue = queue
-        # Burst mode: the completion count seen when a read found the stream empty.
-        self.idle_at: int | None = None
+        # Burst mode: the worker's generation seen when a read found the stream empty.
+        self.idle_at: tuple[int, int] | None = None
 
     def run(self) -> None:
         worker, broker = self.worker, self.worker.broker
@@ -123,7 +128,7 @@ class Fetcher(threading.Thread):
             room = worker.wait_for_room()
             if room <= 0:
                 continue
-            generation = worker.completed
+            generation = worker.generation()
             block = None if worker.burst else worker.block_ms
             entries = self._with_retries(
                 lambda n=min(room, worker.batch_size): broker.read(self.queue, worker.consumer,
@@ -161,6 +166,7 @@ class Worker:
         self, broker: Broker, queues: Sequence[str], *, concurrency: int, batch_size: int,
         block_ms: int, shutdown_timeout: float, consumer: str | None = None, burst: bool = False,
         scaling: ScalingPolicy | None = None,
+        scheduler: bool = True, leader_lease: float = 10.0,
     ) -> None:
         self.broker = broker
         self.queues = list(dict.fromkeys(queues))
@@ -181,6 +187,12 @@ class Worker:
         self._cond = threading.Condition()
         self.outstanding = 0  # fetched and not yet finished
         self.completed = 0  # finished so far; tells burst mode that work may have appeared
+        self.promotions = 0  # burst mode: passes that moved due delayed tasks to the streams
+        self.scheduling = (
+            LeaderScheduler(broker, self.queues, lease=leader_lease,
+                            identity=f"{self.consumer}:{secrets.token_hex(3)}")
+            if scheduler and not burst else None
+        )
         self._leftovers: list[WorkItem] = []
         self.fetchers = [Fetcher(self, queue) for queue in self.queues]
 
@@ -195,6 +207,10 @@ class Worker:
             while self.outstanding >= self.limit() and not self.stopping.is_set():
                 self._cond.wait(0.5)
             return self.limit() - self.outstanding
+
+    def generation(self) -> tuple[int, int]:
+        """Changes whenever work may have appeared: a task finished, or due ones were moved."""
+        return self.completed, self.promotions
 
     def wait_for_change(self, timeout: float) -> None:
         with self._cond:
@@ -242,8 +258,11 @@ class Worker:
         self.acker.start()
         self.pool.resize(self._initial_size)
         self.monitor.start()
+        self._register_queues()
         for fetcher in self.fetchers:
             fetcher.start()
+        if self.scheduling is not None:
+            self.scheduling.start()
         while not self.stopping.is_set():
             if self.burst and self._burst_done():
                 logger.info("burst: every queue is empty, stopping")
@@ -251,14 +270,38 @@ class Worker:
             self.stopping.wait(0.02 if self.burst else 0.5)
         return self._shutdown()
 
+    def _register_queues(self) -> None:
+        try:
+            register_queues(self.broker, self.queues)
+        except REDIS_DOWN as exc:
+            logger.warning("could not record this worker's queues (%s)", exc)
+
     def _burst_done(self) -> bool:
+        """Every stream was read empty since the last change, and nothing is due."""
         with self._cond:
-            return self.outstanding == 0 and all(
-                fetcher.idle_at == self.completed for fetcher in self.fetchers)
+            generation = self.generation()
+            idle = self.outstanding == 0 and all(
+                fetcher.idle_at == generation for fetcher in self.fetchers)
+        if not idle:
+            return False
+        try:
+            moved = promote_all_due(self.broker, self.queues, clock.now_ms())
+        except REDIS_DOWN as exc:
+            logger.error("burst: cannot move due delayed tasks (%s); retrying", exc)
+            return False
+        if moved:
+            # Fetchers must read again after this: only a read that started later counts.
+            with self._cond:
+                self.promotions += 1
+                self._cond.notify_all()
+            return False
+        return True
 
     def _shutdown(self) -> int:
         self.stopping.set()
         started = clock.monotonic()
+        if self.scheduling is not None:
+            self.scheduling.stop()  # resigns the lease: another worker takes over at once
         for fetcher in self.fetchers:
             fetcher.join(self.block_ms / 1000 + 1)
         remaining = max(0.0, self.shutdown_timeout - (clock.monotonic() - started))

@@ -1,6 +1,7 @@
 """Settings of the test suite: a file SQLite database (worker threads and processes
 share it) and Redis from the environment (set by tests/conftest.py)."""
 
+import json
 import os
 from pathlib import Path
 
@@ -85,6 +86,8 @@ TASKRUNNER = {
     "PREFIX": os.environ.get("TASKRUNNER_TEST_PREFIX", "trtest"),
     "BLOCK_MS": 200,
     "SHUTDOWN_TIMEOUT": 10,
+    # A test's own overrides for a worker subprocess, as JSON: {"LEADER_LEASE": 1}.
+    **json.loads(os.environ.get("TASKRUNNER_TEST_SETTINGS", "{}")),
 }
 
 LOGGING = {

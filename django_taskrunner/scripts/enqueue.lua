@@ -18,6 +18,8 @@
 -- ARGV[5] lock TTL in ms (unique_for)
 -- ARGV[6] task_id value (the message id); '' when the dispatch names no task_id
 -- ARGV[7] task_id reservation TTL in ms
+-- ARGV[8] wake channel <prefix>:{<queue>}:wake, for 'delayed': when the new entry is due
+--         before every waiting one, its due time is PUBLISHed there (as add_delayed.lua)
 -- Returns {'ok', <stream id> | 'delayed'}; {'id', <holder>} when the task_id is
 -- reserved; {'lock', <holder>} when the lock is held.
 
@@ -46,7 +48,11 @@ end
 
 local added
 if ARGV[1] == 'delayed' then
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   redis.call('ZADD', KEYS[1], ARGV[3], ARGV[2])
+  if ARGV[8] ~= '' and (#first == 0 or tonumber(ARGV[3]) < tonumber(first[2])) then
+    redis.call('PUBLISH', ARGV[8], ARGV[3])
+  end
   added = 'delayed'
 else
   added = redis.call('XADD', KEYS[1], '*', 'm', ARGV[2])

@@ -149,3 +149,34 @@ def sleep_100ms(payload: Any) -> None:
 def sleep_20ms(payload: Any) -> None:
     """The autoscaling workload: many short tasks."""
     time.sleep(0.02)
+
+
+def stamps_key() -> str:
+    return f"{get_settings().PREFIX}:test:stamps"
+
+
+@task
+def stamp(payload: Any) -> None:
+    """Counts its runs and records when each started (epoch ms), keyed by payload["n"]."""
+    from django_taskrunner import clock
+
+    client = get_redis()
+    client.rpush(f"{stamps_key()}:{payload['n']}", clock.now_ms())
+    record("stamp", payload)
+
+
+@task(max_retry=1, retry_backoff=0.6)
+def fails_once_with_backoff(payload: Any) -> None:
+    """Fails its first attempt; retried after 0.6 s. Records each attempt's start."""
+    from django_taskrunner import clock
+
+    client = get_redis()
+    client.rpush(f"{stamps_key()}:backoff:{payload['n']}", clock.now_ms())
+    if client.hincrby(runs_key(), f"fails_once_with_backoff:{payload['n']}", 1) == 1:
+        raise RuntimeError("first attempt fails")
+
+
+@task(takes_context=True)
+def count_by_id(ctx: Any, payload: Any) -> None:
+    """Counts runs per message id (periodic occurrences have one id each)."""
+    get_redis().hincrby(runs_key(), f"count_by_id:{ctx.id}", 1)

@@ -157,7 +157,7 @@ def test_the_script_gets_only_the_keys_the_claim_holds():
 
     assert lock_only.script_call("p:{q}:stream", "{}", None) == (
         ["p:{q}:stream", "p:{q}:unique:t:k"],
-        ["stream", "{}", "0", "m1", "5000", "", ""],
+        ["stream", "{}", "0", "m1", "5000", "", "", ""],
     )
     call_keys, args = id_only.script_call("p:{q}:delayed", "{}", 10**13)
     assert call_keys == ["p:{q}:delayed", "p:{q}:id:job-1"]

@@ -109,6 +109,9 @@ class Command(BaseCommand):
                             help="name in the consumer group (default: host-pid-random)")
         parser.add_argument("--burst", action="store_true",
                             help="process every task that is ready, then exit 0")
+        parser.add_argument("--no-scheduler", action="store_true",
+                            help="never lead: leave moving delayed tasks and firing periodic "
+                                 "ones to other workers")
         parser.add_argument("--log-level", choices=LOG_LEVELS, type=str.upper,
                             help="log level of the django_taskrunner loggers (default: INFO)")
 
@@ -129,6 +132,8 @@ class Command(BaseCommand):
             shutdown_timeout=settings.SHUTDOWN_TIMEOUT,
             consumer=options["consumer_name"],
             burst=options["burst"],
+            scheduler=not options["no_scheduler"],
+            leader_lease=settings.LEADER_LEASE,
         )
         stop_metrics = self._serve_metrics(options["metrics_port"], options["metrics_addr"])
         previous = self._install_signal_handlers(worker)

@@ -1,0 +1,18 @@
+-- Fire one occurrence of a periodic schedule: add its message to the stream unless this
+-- occurrence (or a later one) was already fired. The check and the add are one step, so
+-- two leaders during a hand-over fire each occurrence once.
+--
+-- KEYS[1] periodic hash   <prefix>:{<queue>}:periodic  (schedule id -> last occurrence ms)
+-- KEYS[2] stream          <prefix>:{<queue>}:stream
+-- ARGV[1] schedule id
+-- ARGV[2] occurrence, epoch ms
+-- ARGV[3] message body (JSON)
+-- Returns 1 when fired, 0 when this occurrence was fired already.
+
+local last = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '-1')
+if last >= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XADD', KEYS[2], '*', 'm', ARGV[3])
+return 1

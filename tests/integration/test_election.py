@@ -1,0 +1,145 @@
+"""Leader election: one holder at a time, renew and resign only by the holder, callbacks on
+change, and hand-over when the leader dies (a real `runtasks` killed with SIGKILL)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from django_taskrunner import clock, keys
+from django_taskrunner.broker import get_broker
+from django_taskrunner.election import LeaderElection
+from tests.integration.scheduling_helpers import wait_for
+from tests.testapp.tasks import stamp, stamps_key
+
+
+@pytest.fixture
+def lease_key(prefix: str) -> str:
+    return keys.leader_key(prefix, "group")
+
+
+def test_only_one_of_two_candidates_takes_the_lease(r, lease_key):
+    a = LeaderElection(r, lease_key, lease=5, identity="a")
+    b = LeaderElection(r, lease_key, lease=5, identity="b")
+
+    assert a.try_acquire() is True
+    assert b.try_acquire() is False
+    assert a.holder() == "a"
+    assert 0 < r.pttl(lease_key) <= 5000
+
+
+def test_renew_and_resign_work_for_the_holder_only(r, lease_key):
+    a = LeaderElection(r, lease_key, lease=5, identity="a")
+    b = LeaderElection(r, lease_key, lease=5, identity="b")
+    a.try_acquire()
+    r.pexpire(lease_key, 1000)
+
+    assert b.renew() is False
+    assert b.resign() is False
+    assert r.get(lease_key) == b"a"  # b could neither extend nor delete a's lease
+
+    assert a.renew() is True
+    assert r.pttl(lease_key) > 4000
+    assert a.resign() is True
+    assert r.get(lease_key) is None
+    assert b.try_acquire() is True
+
+
+def test_callbacks_fire_on_promote_and_demote_and_a_resignation_hands_over(r, lease_key):
+    events: list[str] = []
+    a = LeaderElection(r, lease_key, lease=1, identity="a",
+                       on_promote=lambda: events.append("a+"),
+                       on_demote=lambda: events.append("a-"))
+    b = LeaderElection(r, lease_key, lease=1, identity="b",
+                       on_promote=lambda: events.append("b+"))
+    a.start()
+    assert a.wait_for_leadership(2)
+    b.start()
+    try:
+        time.sleep(1.5)  # several renewals: a keeps the lease
+        assert a.is_leader and not b.is_leader
+        assert events == ["a+"]
+
+        a.stop()  # demotes and resigns
+        assert b.wait_for_leadership(1)  # well before a's lease would have run out
+        wait_for(lambda: events == ["a+", "a-", "b+"], 1)
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_a_leader_whose_lease_was_taken_steps_down(r, lease_key):
+    demoted = threading.Event()
+    a = LeaderElection(r, lease_key, lease=1, identity="a", on_demote=demoted.set)
+    a.start()
+    try:
+        assert a.wait_for_leadership(2)
+        r.set(lease_key, "usurper", px=5000)  # as if a had paused past its lease
+        assert demoted.wait(2)
+        assert not a.is_leader
+        assert r.get(lease_key) == b"usurper"
+    finally:
+        a.stop()
+    assert r.get(lease_key) == b"usurper"  # stopping did not delete the other's lease
+
+
+def test_a_leader_that_cannot_reach_redis_stops_leading_when_its_lease_runs_out(lease_key):
+    dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.1,
+                       retry=Retry(NoBackoff(), 0))
+    a = LeaderElection(dead, lease_key, lease=1, identity="a")
+    a._leading.set()  # as if it had led before Redis went away
+    a._valid_until = clock.monotonic() + 30
+
+    a.step()
+    assert a.is_leader  # still within the lease it last extended
+
+    a._valid_until = clock.monotonic()  # that lease has now run out
+    a.step()
+    assert not a.is_leader
+
+
+@pytest.mark.django_db(transaction=True)
+def test_killing_the_leader_hands_the_lease_over_and_delayed_tasks_still_run(r, spawn_worker):
+    broker = get_broker()
+    lease_key = keys.leader_key(broker.prefix, broker.group)
+    lease = {"TASKRUNNER_TEST_SETTINGS": '{"LEADER_LEASE": 1}'}
+    leader = spawn_worker("--consumer-name", "worker-a", "--concurrency", "2", **lease)
+    wait_for(lambda: (r.get(lease_key) or b"").startswith(b"worker-a"), 20, 0.05)
+    spawn_worker("--consumer-name", "worker-b", "--concurrency", "2", **lease)
+    time.sleep(0.5)  # b is up and waiting for the lease
+    assert (r.get(lease_key) or b"").startswith(b"worker-a")
+
+    # Given tasks due after the leader is gone
+    for n in range(20):
+        stamp.dispatch_delayed({"n": n}, delay=1.5 + n * 0.05)
+
+    # When the leader is killed without a chance to resign
+    leader.send_signal(signal.SIGKILL)
+    leader.wait(5)
+    killed_at = time.monotonic()
+
+    # Then the other worker takes the lease within about one lease period
+    wait_for(lambda: (r.get(lease_key) or b"").startswith(b"worker-b"), 10, 0.01)
+    took_over_after = time.monotonic() - killed_at
+    print(f"lease taken over {took_over_after:.3f} s after the kill")
+    assert took_over_after < 2, took_over_after  # a 1 s lease, plus slack for a busy CI
+
+    # And every delayed task runs, once
+    wait_for(lambda: all(r.llen(f"{stamps_key()}:{n}") for n in range(20)), 15)
+    time.sleep(0.3)
+    assert [r.llen(f"{stamps_key()}:{n}") for n in range(20)] == [1] * 20
+
+
+def test_leader_lease_setting_is_checked():
+    from django_taskrunner.checks import validate_settings
+
+    assert validate_settings({"LEADER_LEASE": 3}) == []
+    (error,) = validate_settings({"LEADER_LEASE": 0.2})
+    assert error.id == "taskrunner.E002" and "LEADER_LEASE" in error.msg
+    assert validate_settings({"LEADER_LEASE": "10"})

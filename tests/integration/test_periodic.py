@@ -1,0 +1,168 @@
+"""Periodic tasks fire each occurrence once: across two leaders, after a gap in which
+no worker ran (once, not once per missed tick), from code and from PeriodicTask rows."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from django_taskrunner import InvalidTaskOptions, keys, task
+from django_taskrunner.broker import Broker, get_broker
+from django_taskrunner.models import PeriodicTask
+from django_taskrunner.periodic import PeriodicRunner
+from django_taskrunner.registry import registry
+from tests.integration.scheduling_helpers import leads, running_worker, wait_for
+from tests.testapp.tasks import runs_key
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MINUTE = 60_000
+T0 = 1_800_000_000_000  # a whole minute, in epoch ms
+
+
+@pytest.fixture
+def temporary_task():
+    """Declare tasks for one test only."""
+    names: list[str] = []
+
+    def declare(name: str, **options):
+        def record(ctx, payload):
+            from django_taskrunner.connection import get_redis
+
+            get_redis().hincrby(runs_key(), f"{name}:{ctx.id}", 1)
+
+        names.append(name)
+        return task(name=name, takes_context=True, **options)(record)
+
+    yield declare
+    for name in names:
+        registry.unregister(name)
+
+
+def fired(r, broker: Broker, queue: str = "default") -> list[dict]:
+    return [json.loads(fields[b"m"]) for _, fields in r.xrange(broker.stream(queue))]
+
+
+def test_an_interval_task_fires_once_per_occurrence(r, temporary_task):
+    temporary_task("tests.every_minute", schedule=60)
+    broker = get_broker()
+    runner = PeriodicRunner(broker, with_rows=False)
+
+    runner.load(T0 + 5_000)  # first seen: nothing from before fires
+    assert runner.run_due(T0 + 30_000) == T0 + MINUTE
+    assert fired(r, broker) == []
+
+    assert runner.run_due(T0 + MINUTE) == T0 + 2 * MINUTE
+    assert runner.run_due(T0 + MINUTE + 10) == T0 + 2 * MINUTE  # same occurrence: no refire
+    runner.run_due(T0 + 2 * MINUTE + 3)
+
+    messages = fired(r, broker)
+    assert [m["task"] for m in messages] == ["tests.every_minute"] * 2
+    assert len({m["id"] for m in messages}) == 2
+
+
+def test_missed_occurrences_fire_once_at_start_up_not_once_each(r, temporary_task):
+    temporary_task("tests.every_minute", schedule=60)
+    broker = get_broker()
+    PeriodicRunner(broker, with_rows=False).load(T0)  # a worker saw it at T0, then all stopped
+
+    # Ten minutes later a worker starts again
+    runner = PeriodicRunner(broker, with_rows=False)
+    runner.load(T0 + 10 * MINUTE + 30_000)
+    next_ms = runner.run_due(T0 + 10 * MINUTE + 30_000)
+
+    assert len(fired(r, broker)) == 1  # the latest missed occurrence, once
+    assert next_ms == T0 + 11 * MINUTE
+    mark = r.hget(keys.periodic_key(broker.prefix, "default"), "task:tests.every_minute")
+    assert int(mark) == T0 + 10 * MINUTE
+
+
+def test_two_leaders_at_once_fire_an_occurrence_once(r, temporary_task):
+    temporary_task("tests.every_minute", schedule=60)
+    broker = get_broker()
+    first, second = PeriodicRunner(broker, with_rows=False), PeriodicRunner(broker, with_rows=False)
+    first.load(T0)
+    second.load(T0)
+
+    first.run_due(T0 + MINUTE)
+    second.run_due(T0 + MINUTE + 5)
+    second.run_due(T0 + 2 * MINUTE)
+    first.run_due(T0 + 2 * MINUTE + 1)
+
+    assert len(fired(r, broker)) == 2
+
+
+def test_a_cron_task_fires_on_its_times_in_the_site_time_zone(r, temporary_task, settings):
+    settings.TIME_ZONE = "Asia/Kolkata"  # +05:30: a UTC-based parser would be off by 30 min
+    temporary_task("tests.at_nine", cron="0 9 * * *", queue="other")
+    broker = get_broker()
+    start = int(datetime(2030, 1, 1, 0, 0, tzinfo=UTC).timestamp() * 1000)
+    nine_ist = int(datetime(2030, 1, 1, 3, 30, tzinfo=UTC).timestamp() * 1000)
+    runner = PeriodicRunner(broker, with_rows=False)
+
+    runner.load(start)
+    assert runner.run_due(start) == nine_ist
+    runner.run_due(nine_ist)
+
+    assert [m["task"] for m in fired(r, broker, "other")] == ["tests.at_nine"]
+
+
+def test_a_bad_cron_expression_fails_when_the_task_is_declared():
+    with pytest.raises(InvalidTaskOptions, match="bad cron expression"):
+        task(name="tests.bad_cron", cron="every monday")(lambda payload: None)
+    with pytest.raises(InvalidTaskOptions, match="not both"):
+        task(name="tests.both", cron="* * * * *", schedule=5)(lambda payload: None)
+    assert "tests.bad_cron" not in registry
+
+
+def test_a_periodic_task_fires_once_per_occurrence_with_two_workers_and_a_hand_over(
+        r, temporary_task):
+    temporary_task("tests.every_second", schedule=1)
+    with running_worker(consumer="a", lease=1) as a, running_worker(consumer="b", lease=1) as b:
+        wait_for(lambda: leads(a) or leads(b), 5)
+        time.sleep(2.2)
+        leader = a if leads(a) else b
+        leader.scheduling.stop()  # resigns: the other worker takes over mid-run
+        time.sleep(2.2)
+
+    counts = {k.decode(): int(v) for k, v in r.hgetall(runs_key()).items()}
+    runs = [n for key, n in counts.items() if key.startswith("tests.every_second:")]
+    assert 3 <= len(runs) <= 6, counts  # about one occurrence a second for ~4.4 s
+    assert set(runs) == {1}  # and each one ran once
+
+
+def test_periodic_task_rows_fire_once_with_two_worker_processes(r, spawn_worker):
+    row = PeriodicTask.objects.create(name="probe", task_name="tests.testapp.tasks.count_by_id",
+                                      interval=1, payload={"hello": "world"})
+    lease = {"TASKRUNNER_TEST_SETTINGS": '{"LEADER_LEASE": 1}'}
+    spawn_worker("--consumer-name", "w1", **lease)
+    spawn_worker("--consumer-name", "w2", **lease)
+
+    def counts() -> dict[str, int]:
+        return {k.decode(): int(v) for k, v in r.hgetall(runs_key()).items()}
+
+    wait_for(lambda: len(counts()) >= 3, 20, 0.1)
+    time.sleep(1.0)
+    assert set(counts().values()) == {1}
+    row.refresh_from_db()
+    assert row.last_run_at is not None and row.next_run_at > row.last_run_at
+
+
+def test_periodic_task_rows_are_validated_by_clean():
+    row = PeriodicTask(name="x", task_name="no.such.task", cron="61 * * * *", payload=None)
+    with pytest.raises(ValidationError) as error:
+        row.full_clean()
+    assert set(error.value.message_dict) >= {"task_name", "cron"}
+
+    both = PeriodicTask(name="y", task_name="tests.testapp.tasks.noop", cron="* * * * *",
+                        interval=5)
+    with pytest.raises(ValidationError, match="not both"):
+        both.full_clean()
+
+    good = PeriodicTask(name="z", task_name="tests.testapp.tasks.noop", cron="*/5 * * * *",
+                        queue="emails", payload={"a": [1, 2]})
+    good.full_clean()
