@@ -70,7 +70,8 @@ def database_from_url(url: str) -> dict:
 DATABASES = {
     "default": database_from_url(os.environ["DATABASE_URL"])
     if os.environ.get("DATABASE_URL")
-    else {"ENGINE": "django.db.backends.sqlite3", "NAME": BASE_DIR / "db.sqlite3",
+    else {"ENGINE": "django.db.backends.sqlite3",
+          "NAME": os.environ.get("DEMO_DB_PATH") or BASE_DIR / "db.sqlite3",
           "OPTIONS": {"timeout": 20}}
 }
 
@@ -83,7 +84,7 @@ TASKRUNNER = {
     "CONNECTION": None,
     "CLUSTER_NODES": None,
     "EMBEDDED_DIR": BASE_DIR / ".taskrunner",
-    "PREFIX": "taskrunner",
+    "PREFIX": os.environ.get("TASKRUNNER_PREFIX", "taskrunner"),
     "CONSUMER_GROUP": "taskrunner",
     "DEFAULT_QUEUE": "default",
     "RESERVATION_TIMEOUT": 300,

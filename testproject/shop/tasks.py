@@ -11,9 +11,10 @@ from django_taskrunner import task
 logger = logging.getLogger("testproject.shop")
 
 
-@task(max_retry=3)
+@task(max_retry=3, unique=True, unique_for=300, unique_key=lambda payload: str(payload["order"]))
 def send_receipt(payload: dict) -> None:
-    """Dispatched by a post_save signal when an order is created."""
+    """Dispatched by a post_save signal when an order is created; unique per order, so a
+    second dispatch for the same order while the first is queued or running is refused."""
     from testproject.shop.models import Order
 
     order = Order.objects.get(pk=payload["order"])
@@ -31,6 +32,20 @@ def build_report(payload: dict) -> None:
         raise RuntimeError("the report service timed out (a demo failure)")
     order = Order.objects.get(pk=payload["order"])
     Order.objects.filter(pk=order.pk).update(report=f"{order.email} spent {order.total}")
+
+
+@task
+def remind_unpaid(payload: dict) -> None:
+    """Dispatched 30 seconds after an order, through the delayed set."""
+    logger.info("reminder: order %s is waiting for payment", payload["order"])
+
+
+@task(schedule=60)
+def count_orders(payload: object) -> None:
+    """A periodic task: the elected leader fires it once a minute."""
+    from testproject.shop.models import Order
+
+    logger.info("%d orders so far", Order.objects.count())
 
 
 @task

@@ -6,7 +6,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from testproject.shop.models import Order
-from testproject.shop.tasks import build_report
+from testproject.shop.tasks import build_report, remind_unpaid
 
 
 def home(request: HttpRequest) -> HttpResponse:
@@ -20,8 +20,11 @@ def place_order(request: HttpRequest) -> HttpResponse:
         total = Decimal(request.POST.get("total", "0"))
     except InvalidOperation:
         total = Decimal("0")
-    Order.objects.create(email=request.POST.get("email") or "demo@example.com", total=total)
-    messages.success(request, "Order placed: its receipt is sent in the background.")
+    order = Order.objects.create(email=request.POST.get("email") or "demo@example.com",
+                                 total=total)
+    remind_unpaid.dispatch_delayed({"order": order.pk}, delay=30)
+    messages.success(request, "Order placed: its receipt is sent in the background, and a "
+                              "payment reminder is due in 30 seconds.")
     return redirect("home")
 
 
