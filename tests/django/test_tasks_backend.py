@@ -9,17 +9,16 @@ import pytest
 from django.utils import timezone
 
 from django_taskrunner import keys
-
 from django_taskrunner.compat import (
     InvalidTask,
     TaskResultDoesNotExist,
     TaskResultStatus,
     task,
+    task_backends,
     task_enqueued,
     task_finished,
     task_started,
 )
-from django_taskrunner.compat import task_backends
 from django_taskrunner.models import FailedTask
 from tests.testapp import framework_tasks
 

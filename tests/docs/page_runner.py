@@ -189,7 +189,7 @@ def parse_yaml(block: Block, namespace: dict[str, Any]) -> None:
 
 
 def _skip(block: Block, namespace: dict[str, Any]) -> None:
-    """Files were loaded up front; comparison and other blocks are shown, not run."""
+    """Comparison blocks and other languages are shown, not run."""
 
 
 RUNNERS = {

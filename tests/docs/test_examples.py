@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.page_runner import ExampleFailed, run_page
+from tests.docs.page_runner import run_page
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
