@@ -15,6 +15,8 @@ from tests.docs.page_runner import ExampleFailed, run_page
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+ROOT = Path(__file__).resolve().parents[2]
+
 FENCE = "```"
 
 
@@ -192,3 +194,10 @@ def test_comparison_and_other_blocks_are_not_run(tmp_path):
         [Service]
         '''
         """), tmp_path / "site")
+
+
+def test_the_sample_page_of_the_contributing_guide_runs(tmp_path):
+    guide = ROOT / "docs" / "contributing.md"
+    [sample] = [b for b in parse_blocks(guide.read_text(), guide) if b.lang == "markdown"]
+    assert [b.kind for b in parse_blocks(sample.text, guide)] == ["file", "code", "doctest"]
+    run_page(page(tmp_path, sample.text), tmp_path / "site")
