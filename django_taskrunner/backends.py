@@ -5,7 +5,9 @@
 
 `enqueue()` dispatches one internal task, `django_taskrunner.run_django_task`, whose
 payload names the framework task by module path with its args and kwargs (Huey's
-"shim" approach). Results live in Redis (`<prefix>:result:<id>`) for RESULT_TTL seconds.
+"shim" approach). A task with a future `run_after` waits in its queue's delayed set
+like any delayed task. Results live in Redis (`<prefix>:result:<id>`) for RESULT_TTL
+seconds.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 from django.core import checks
 from django.utils import timezone
 
-from django_taskrunner import keys
+from django_taskrunner import clock, due, keys
 from django_taskrunner.broker import get_broker
 from django_taskrunner.checks import QUEUE_NAME
 from django_taskrunner.compat import (
@@ -35,7 +37,8 @@ from django_taskrunner.compat import (
 )
 from django_taskrunner.conf import get_settings
 from django_taskrunner.connection import get_redis
-from django_taskrunner.dispatch import new_message
+from django_taskrunner.dispatch import REDIS_DOWN, add_delayed, new_message
+from django_taskrunner.exceptions import RedisUnavailable
 
 SHIM_TASK = "django_taskrunner.run_django_task"
 DEFAULT_RESULT_TTL = 24 * 3600
@@ -52,7 +55,7 @@ def _when(value: str | None) -> datetime | None:
 class TaskRunnerBackend(BaseTaskBackend):
     """Runs Django Tasks framework tasks on django-taskrunner's streams."""
 
-    supports_defer = False
+    supports_defer = True
     supports_async_task = True
     supports_get_result = True
     supports_priority = False
@@ -70,7 +73,10 @@ class TaskRunnerBackend(BaseTaskBackend):
             )
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        """Queue the task; the record and the message are written in one round trip."""
+        """Queue the task: at once, or in the delayed set until a future `run_after`.
+
+        The result record is written before the message, so a worker always finds it.
+        """
         from django_taskrunner.registry import registry
 
         self.validate_task(task)
@@ -78,16 +84,32 @@ class TaskRunnerBackend(BaseTaskBackend):
         record = new_record(task, self.alias, list(args), dict(kwargs))
         payload = {"result_id": result_id, "backend": self.alias, "func": task.module_path,
                    "args": record["args"], "kwargs": record["kwargs"]}
-        message = new_message(registry.get(SHIM_TASK), payload, queue=task.queue_name)
+        due_ms = None if task.run_after is None else due.due_from_when(task.run_after)
+        if due_ms is not None and due_ms <= clock.now_ms():
+            due_ms = None  # a run_after already past runs at once
+        message = new_message(registry.get(SHIM_TASK), payload, queue=task.queue_name,
+                              start_ms=due_ms)
         body = message.to_json()  # raises InvalidTaskPayload for args that are not JSON
-        broker = get_broker()
-        pipe = broker.client.pipeline(transaction=False)
-        pipe.set(result_key(result_id), json.dumps(record), ex=self.result_ttl)
-        pipe.xadd(broker.stream(message.queue), {b"m": body})
-        pipe.execute()
+        try:
+            if due_ms is None:
+                self._write_now(result_id, record, message.queue, body)
+            else:
+                save_record(result_id, record, self.result_ttl + _seconds_until(due_ms))
+                add_delayed(message, due_ms)
+        except REDIS_DOWN as exc:
+            raise RedisUnavailable(
+                f"cannot enqueue {task.module_path!r}: Redis is unreachable: {exc}") from exc
         result = to_task_result(result_id, record, task)
         task_enqueued.send(type(self), task_result=result)
         return result
+
+    def _write_now(self, result_id: str, record: dict[str, Any], queue: str, body: str) -> None:
+        """The record and the stream message in one round trip, the record first."""
+        broker = get_broker()
+        pipe = broker.client.pipeline(transaction=False)
+        pipe.set(result_key(result_id), json.dumps(record), ex=self.result_ttl)
+        pipe.xadd(broker.stream(queue), {b"m": body})
+        pipe.execute()
 
     def get_result(self, result_id: str) -> TaskResult:
         record = load_record(result_id)
@@ -113,6 +135,11 @@ class TaskRunnerBackend(BaseTaskBackend):
         return errors
 
 
+def _seconds_until(due_ms: int) -> int:
+    """Whole seconds from now to `due_ms`: a deferred record must outlive its wait."""
+    return max(0, -(-(due_ms - clock.now_ms()) // 1000))
+
+
 def result_key(result_id: str) -> str:
     return keys.result_key(get_settings().PREFIX, result_id)
 
@@ -120,7 +147,8 @@ def result_key(result_id: str) -> str:
 def new_record(task: Task, alias: str, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     return {
         "func": task.module_path, "queue": task.queue_name, "backend": alias,
-        "priority": task.priority, "status": str(TaskResultStatus.READY),
+        "priority": task.priority, "run_after": _iso(task.run_after),
+        "status": str(TaskResultStatus.READY),
         "enqueued_at": _iso(timezone.now()), "started_at": None, "finished_at": None,
         "last_attempted_at": None, "args": args, "kwargs": kwargs, "errors": [],
         "worker_ids": [], "return_value": None,
@@ -139,7 +167,8 @@ def save_record(result_id: str, record: dict[str, Any], ttl: int) -> None:
 def to_task_result(result_id: str, record: dict[str, Any], task: Task) -> TaskResult:
     """A framework `TaskResult` from a stored record."""
     result = TaskResult(
-        task=task.using(queue_name=record["queue"], backend=record["backend"]),
+        task=task.using(queue_name=record["queue"], backend=record["backend"],
+                        run_after=_when(record.get("run_after"))),
         id=result_id,
         status=TaskResultStatus(record["status"]),
         enqueued_at=_when(record["enqueued_at"]),

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-import pytest
+import time
+from datetime import timedelta
 
+import pytest
+from django.utils import timezone
+
+from django_taskrunner import keys
 from django_taskrunner.compat import (
     InvalidTask,
     TaskResultDoesNotExist,
     TaskResultStatus,
     task,
+    task_backends,
     task_enqueued,
     task_finished,
     task_started,
@@ -84,8 +90,6 @@ def test_the_framework_signals_fire_in_order(run_burst):
 
 
 def test_an_unknown_result_id_raises_does_not_exist():
-    from django_taskrunner.compat import task_backends
-
     with pytest.raises(TaskResultDoesNotExist):
         task_backends["default"].get_result("nope")
 
@@ -102,3 +106,76 @@ def test_the_framework_validation_errors_are_raised():
 def test_args_that_are_not_json_are_refused_at_enqueue():
     with pytest.raises(ValueError):
         framework_tasks.add.enqueue(object(), 1)
+
+
+# -- run_after: deferred tasks wait in the delayed set ---------------------------------------
+
+
+def queue_sizes(r, prefix: str, queue: str = "default") -> tuple[int, int]:
+    """(messages on the stream, entries in the delayed set) of one queue."""
+    return r.xlen(keys.stream_key(prefix, queue)), r.zcard(keys.delayed_key(prefix, queue))
+
+
+def test_the_backend_supports_run_after():
+    assert task_backends["default"].supports_defer is True
+
+
+def test_a_deferred_task_waits_in_the_delayed_set_until_run_after(run_burst, r, prefix):
+    run_after = timezone.now() + timedelta(seconds=0.4)
+    result = framework_tasks.add.using(run_after=run_after).enqueue(4, 5)
+
+    assert queue_sizes(r, prefix) == (0, 1)
+    assert result.status == TaskResultStatus.READY
+    assert result.task.run_after == run_after
+    due_ms = r.zrange(keys.delayed_key(prefix, "default"), 0, 0, withscores=True)[0][1]
+    assert due_ms == int(run_after.timestamp() * 1000)
+
+    run_burst()  # not due yet: the burst worker leaves it waiting
+    result.refresh()
+    assert result.status == TaskResultStatus.READY
+    assert queue_sizes(r, prefix) == (0, 1)
+
+    time.sleep(max(0.0, (run_after - timezone.now()).total_seconds()) + 0.05)
+    run_burst()
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 9
+    assert result.started_at >= run_after
+    assert framework_tasks.add.get_result(result.id).task.run_after == run_after
+
+
+def test_a_run_after_already_past_runs_at_once(run_burst, r, prefix):
+    result = framework_tasks.add.using(
+        run_after=timezone.now() - timedelta(minutes=5)).enqueue(1, 2)
+    assert queue_sizes(r, prefix) == (1, 0)
+    run_burst()
+    result.refresh()
+    assert result.return_value == 3
+
+
+def test_a_deferred_result_is_kept_for_its_wait_plus_result_ttl(r, prefix):
+    result = framework_tasks.add.using(run_after=timezone.now() + timedelta(hours=2)).enqueue(1, 1)
+    ttl = r.ttl(keys.result_key(prefix, result.id))
+    assert 2 * 3600 + 3600 - 5 <= ttl <= 2 * 3600 + 3600  # RESULT_TTL is 3600 in tests.settings
+    assert framework_tasks.add.get_result(result.id).status == TaskResultStatus.READY
+
+
+def test_a_deferred_enqueue_sends_task_enqueued_and_keeps_the_queue(r, prefix):
+    seen = []
+
+    def receiver(sender, task_result, **kwargs):
+        seen.append(task_result.task.run_after)
+
+    task_enqueued.connect(receiver)
+    try:
+        run_after = timezone.now() + timedelta(minutes=1)
+        framework_tasks.on_framework_queue.using(run_after=run_after).enqueue("x")
+    finally:
+        task_enqueued.disconnect(receiver)
+    assert seen == [run_after]
+    assert queue_sizes(r, prefix, "framework") == (0, 1)
+
+
+def test_a_naive_run_after_is_refused_by_the_framework():
+    with pytest.raises(InvalidTask):
+        framework_tasks.add.using(run_after=timezone.now().replace(tzinfo=None))
