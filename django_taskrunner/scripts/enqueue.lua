@@ -10,7 +10,9 @@
 --         <prefix>:{<queue>}:delayed
 -- KEYS[2] the lock <prefix>:{<queue>}:unique:<task>[:<key>] when ARGV[4] ~= '',
 --         otherwise the task_id key
--- KEYS[3] the task_id key <prefix>:{<queue>}:id:<task_id> when both are used
+-- then    the lock's mode record <prefix>:{<queue>}:unique-mode:<task>[:<key>] when
+--         ARGV[9] is given (after the lock)
+-- last    the task_id key <prefix>:{<queue>}:id:<task_id> when ARGV[6] ~= ''
 -- ARGV[1] 'stream' (XADD now) or 'delayed' (ZADD at score ARGV[3])
 -- ARGV[2] the message body (JSON)
 -- ARGV[3] due time in epoch ms, the score in the delayed set; ignored for 'stream'
@@ -20,14 +22,21 @@
 -- ARGV[7] task_id reservation TTL in ms
 -- ARGV[8] wake channel <prefix>:{<queue>}:wake, for 'delayed': when the new entry is due
 --         before every waiting one, its due time is PUBLISHed there (as add_delayed.lua)
+-- ARGV[9] optional: the lock's unique mode, written to the mode record with the lock's
+--         TTL so the admin can show it (the lock's value stays the holder's id)
 -- Returns {'ok', <stream id> | 'delayed'}; {'id', <holder>} when the task_id is
 -- reserved; {'lock', <holder>} when the lock is held.
 
-local lock_key, id_key
+local lock_key, mode_key, id_key
+local mode = ARGV[9] or ''
 local n = 2
 if ARGV[4] ~= '' then
   lock_key = KEYS[n]
   n = n + 1
+  if mode ~= '' then
+    mode_key = KEYS[n]
+    n = n + 1
+  end
 end
 if ARGV[6] ~= '' then
   id_key = KEYS[n]
@@ -59,6 +68,9 @@ else
 end
 if lock_key then
   redis.call('SET', lock_key, ARGV[4], 'PX', ARGV[5])
+  if mode_key then
+    redis.call('SET', mode_key, mode, 'PX', ARGV[5])
+  end
 end
 if id_key then
   redis.call('SET', id_key, ARGV[6], 'PX', ARGV[7])

@@ -4,24 +4,36 @@
 --
 -- KEYS[i]   a unique lock or task_id key of one queue
 -- ARGV[1]   the holder's message id (the value the enqueue script wrote)
--- ARGV[i+1] what to do with KEYS[i]: '0' deletes it (compare-and-delete); any other
---           value is a TTL in ms to set on it (compare-and-expire: keep holding it)
--- Returns one entry per key: 1 done; 0 the key no longer exists (expired or freed);
--- otherwise the value found, i.e. the id of the task that holds it now.
+-- ARGV[i+1] what to do with KEYS[i]: '0' deletes it (compare-and-delete); 'follow'
+--           deletes it only if this call just deleted KEYS[i-1] (a lock's mode record
+--           goes with its lock, and stays with a newer holder's lock); any other value
+--           is a TTL in ms to set on it (compare-and-expire: keep holding it)
+-- Returns one entry per key: 1 done; 0 the key no longer exists (expired or freed), or
+-- a 'follow' key left alone; otherwise the value found, i.e. the id of the task that
+-- holds it now.
 
 local results = {}
 for i, key in ipairs(KEYS) do
-  local value = redis.call('GET', key)
-  if not value then
-    results[i] = 0
-  elseif value ~= ARGV[1] then
-    results[i] = value
-  elseif ARGV[i + 1] == '0' then
-    redis.call('DEL', key)
-    results[i] = 1
+  local action = ARGV[i + 1]
+  if action == 'follow' then
+    if i > 1 and ARGV[i] == '0' and results[i - 1] == 1 then
+      results[i] = redis.call('DEL', key)
+    else
+      results[i] = 0
+    end
   else
-    redis.call('PEXPIRE', key, ARGV[i + 1])
-    results[i] = 1
+    local value = redis.call('GET', key)
+    if not value then
+      results[i] = 0
+    elseif value ~= ARGV[1] then
+      results[i] = value
+    elseif action == '0' then
+      redis.call('DEL', key)
+      results[i] = 1
+    else
+      redis.call('PEXPIRE', key, action)
+      results[i] = 1
+    end
   end
 end
 return results

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -143,3 +144,47 @@ def test_non_staff_users_are_sent_to_the_login_page(client):
     response = client.get(CHANGELIST)
     assert response.status_code == 302
     assert "/login/" in response["Location"]
+
+
+def test_the_list_shows_the_error_class_and_its_message_escaped(staff_client):
+    row = make_row(1)
+    FailedTask.objects.filter(pk=row.pk).update(
+        error_class="shop.errors.MailRefused",
+        error="MailRefused: <script>alert('x')</script> said the server")
+
+    text = staff_client.get(CHANGELIST).content.decode()
+
+    assert "shop.errors.MailRefused" in text
+    assert "<td class=\"field-short_error\">&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; " \
+           "said the server</td>" in text
+    assert "<script>alert" not in text
+
+
+def test_filters_by_task_queue_error_class_and_date(staff_client):
+    make_row(1)
+    other = make_row(2, task_name="tests.testapp.tasks.on_other_queue")
+    FailedTask.objects.filter(pk=other.pk).update(queue="other", error_class="KeyError",
+                                                  failed_at=timezone.now() - timedelta(days=30))
+
+    def shown(**query) -> int:
+        return staff_client.get(CHANGELIST, query).content.decode().count(
+            'name="_selected_action"')
+
+    assert shown() == 2
+    assert shown(task_name="tests.testapp.tasks.on_other_queue") == 1
+    assert shown(queue="default") == 1
+    assert shown(error_class="KeyError") == 1
+    since = (timezone.now() - timedelta(days=7)).isoformat()
+    assert shown(failed_at__gte=since) == 1
+
+
+def test_search_looks_in_payload_and_error(staff_client):
+    make_row(1, payload={"customer": "ada@example.com"})
+    make_row(2)
+    FailedTask.objects.filter(message_id="m2").update(error="ValueError: quota exceeded")
+
+    def shown(q: str) -> int:
+        return staff_client.get(CHANGELIST, {"q": q}).content.decode().count(
+            'name="_selected_action"')
+
+    assert (shown("ada@example"), shown("quota"), shown("nothing-like-this")) == (1, 1, 0)

@@ -54,3 +54,39 @@ def test_json_gives_the_same_figures_for_the_queues_asked(workload):
 def test_a_bad_queue_name_is_refused():
     with pytest.raises(CommandError):
         run("--queue", "{bad}")
+
+
+def test_the_table_shows_lag_failures_consumers_and_the_leader(run_burst, r, prefix):
+    from django_taskrunner import keys
+    from django_taskrunner.broker import get_broker
+    from django_taskrunner.election import LeaderElection
+    from tests.testapp.tasks import always_fails
+
+    always_fails.dispatch({"n": 1})
+    run_burst("--queue", "default", "--consumer-name", "ops-7")
+    noop.dispatch_many({"n": n} for n in range(2))
+    LeaderElection(r, keys.leader_key(prefix, get_broker().group), lease=30,
+                   identity="ops-7:beef").try_acquire()
+
+    text = run("-Q", "default")
+
+    header, default = (line.split() for line in text.splitlines()[:2])
+    row = dict(zip(header, default, strict=True))
+    assert (row["lag"], row["failed/1h"], row["length"]) == ("2", "1", "2")
+    consumer = next(line.split() for line in text.splitlines() if "ops-7" in line
+                    and not line.startswith("leader"))
+    assert consumer[:3] == ["default", "ops-7", "no"]  # "no heartbeat": it stopped
+    assert text.rstrip().splitlines()[-1].startswith("leader: ops-7:beef (group ")
+
+
+def test_json_has_the_dashboard_figures(run_burst):
+    noop.dispatch({"n": 1})
+    run_burst("--queue", "default", "--consumer-name", "ops-8")
+
+    [figures] = json.loads(run("--json", "-Q", "default"))
+
+    assert figures["lag"] == 0 and figures["lag_source"] == "redis"
+    assert figures["failed_last_hour"] == 0 and len(figures["minutes"]) == 60
+    assert [c["name"] for c in figures["consumers"]] == ["ops-8"]
+    assert figures["consumers"][0]["live"] is False
+    assert figures["leader"]["holder"] is None

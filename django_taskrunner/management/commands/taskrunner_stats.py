@@ -1,20 +1,29 @@
-"""`manage.py taskrunner_stats`: each queue's figures as a table, or as JSON with `--json`."""
+"""`manage.py taskrunner_stats`: the queues dashboard's figures as tables, or as JSON with
+`--json` (both read `health.py`, as the admin's dashboard does)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_taskrunner.health import (
+    LeaderInfo,
+    QueueHealth,
+    dashboard_queues,
+    get_health,
+    get_leader,
+)
 from django_taskrunner.management.commands.runtasks import queue_name
-from django_taskrunner.stats import QueueStats, get_stats, known_queues
 
-QUEUE_COLUMNS = ("queue", "length", "waiting", "pending", "workers", "threads", "busy",
-                 "tasks/s", "avg", "p95", "wait", "succeeded", "failed", "retried")
+QUEUE_COLUMNS = ("queue", "length", "waiting", "pending", "lag", "workers", "threads", "busy",
+                 "tasks/s", "avg", "p95", "wait", "failed/1h", "succeeded", "failed", "retried")
 TASK_COLUMNS = ("queue", "task", "runs", "avg", "p95", "overall avg", "succeeded", "failed",
                 "retried")
+CONSUMER_COLUMNS = ("queue", "consumer", "state", "pending", "idle", "threads", "busy")
 
 
 def seconds(value: float | None) -> str:
@@ -33,39 +42,64 @@ def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-def queue_row(stats: QueueStats) -> tuple[str, ...]:
+def queue_row(item: QueueHealth) -> tuple[str, ...]:
+    stats = item.stats
     return (stats.queue, str(stats.length), str(stats.waiting), str(stats.pending),
-            str(stats.workers), str(stats.threads), str(stats.busy), f"{stats.throughput:.2f}",
+            "n/a" if item.lag is None else str(item.lag), str(stats.workers),
+            str(stats.threads), str(stats.busy), f"{stats.throughput:.2f}",
             seconds(stats.average), seconds(stats.p95), seconds(stats.predicted_wait),
-            str(stats.succeeded), str(stats.failed), str(stats.retried))
+            str(item.failed_last_hour), str(stats.succeeded), str(stats.failed),
+            str(stats.retried))
 
 
-def task_rows(stats: QueueStats) -> list[tuple[str, ...]]:
-    return [(stats.queue, task.name or "(undecodable)", str(task.runs), seconds(task.average),
+def task_rows(item: QueueHealth) -> list[tuple[str, ...]]:
+    return [(item.queue, task.name or "(undecodable)", str(task.runs), seconds(task.average),
              seconds(task.p95), seconds(task.overall_average), str(task.succeeded),
-             str(task.failed), str(task.retried)) for task in stats.tasks]
+             str(task.failed), str(task.retried)) for task in item.stats.tasks]
+
+
+def consumer_rows(item: QueueHealth) -> list[tuple[str, ...]]:
+    return [(item.queue, consumer.name, "live" if consumer.live else "no heartbeat",
+             str(consumer.pending), seconds(consumer.idle),
+             "-" if consumer.threads is None else str(consumer.threads),
+             "-" if consumer.busy is None else str(consumer.busy))
+            for consumer in item.consumers]
+
+
+def leader_line(leader: LeaderInfo) -> str:
+    if leader.holder is None:
+        return f"leader: none in group {leader.group} (no worker holds the lease)"
+    return (f"leader: {leader.holder} (group {leader.group}, lease "
+            f"{seconds(leader.lease_left)} left)")
 
 
 class Command(BaseCommand):
-    help = "Show each queue's length, workers, throughput, run times and predicted wait."
+    help = ("Show each queue's length, lag, consumers, throughput, run times, predicted wait "
+            "and failures of the last hour, and the scheduler's leader.")
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--queue", "-Q", action="append", type=queue_name, dest="queues",
-                            help="queue to show (repeatable; default: every queue a "
-                                 "registered task names, plus DEFAULT_QUEUE)")
+                            help="queue to show (repeatable; default: every queue a worker "
+                                 "consumes or a registered task names, plus DEFAULT_QUEUE)")
         parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        queues = options["queues"] or known_queues()
         try:
-            figures = [get_stats(queue) for queue in queues]
+            queues = options["queues"] or dashboard_queues()
+            figures = [get_health(queue) for queue in queues]
+            leader = get_leader()
         except Exception as exc:  # the connection error says what to fix
             raise CommandError(f"cannot read the figures from Redis: {exc}") from exc
         if options["json"]:
-            self.stdout.write(json.dumps([stats.as_dict() for stats in figures], indent=2))
+            self.stdout.write(json.dumps(
+                [{**item.as_dict(), "leader": asdict(leader)} for item in figures], indent=2))
             return
-        self.stdout.write(table(QUEUE_COLUMNS, [queue_row(stats) for stats in figures]))
-        rows = [row for stats in figures for row in task_rows(stats)]
-        if rows:
-            self.stdout.write("")
-            self.stdout.write(table(TASK_COLUMNS, rows))
+        self.stdout.write(table(QUEUE_COLUMNS, [queue_row(item) for item in figures]))
+        for header, rows in ((TASK_COLUMNS, [row for item in figures for row in task_rows(item)]),
+                             (CONSUMER_COLUMNS,
+                              [row for item in figures for row in consumer_rows(item)])):
+            if rows:
+                self.stdout.write("")
+                self.stdout.write(table(header, rows))
+        self.stdout.write("")
+        self.stdout.write(leader_line(leader))
