@@ -51,6 +51,13 @@ DEFAULTS: dict[str, Option] = {
     "LONG_QUEUE_THRESHOLD": Option(60, "Predicted wait, in seconds, that calls LONG_QUEUE_HOOK."),
     "SOCKET_TIMEOUT": Option(10, "Seconds a Redis command may take before it fails."),
     "CONNECT_TIMEOUT": Option(5, "Seconds to connect to Redis before giving up."),
+    "TIME_LIMIT_GRACE": Option(
+        5, "Seconds a task past its time_limit may take to stop before its thread is replaced."
+    ),
+    "DEAD_CONSUMER_TIMEOUT": Option(
+        None, "Seconds a consumer with nothing pending may stay idle before it is removed from "
+        "the group (None: the larger of 1 hour and 10 x RESERVATION_TIMEOUT).",
+    ),
 }
 
 
@@ -78,6 +85,8 @@ class Settings:
     LONG_QUEUE_THRESHOLD: float
     SOCKET_TIMEOUT: float
     CONNECT_TIMEOUT: float
+    TIME_LIMIT_GRACE: float
+    DEAD_CONSUMER_TIMEOUT: float
 
 
 def user_settings() -> dict[str, Any]:
@@ -106,6 +115,8 @@ def get_settings() -> Settings:
     if values["EMBEDDED_DIR"] is None:
         values["EMBEDDED_DIR"] = default_embedded_dir()
     values["EMBEDDED_DIR"] = Path(values["EMBEDDED_DIR"])
+    if values["DEAD_CONSUMER_TIMEOUT"] is None:
+        values["DEAD_CONSUMER_TIMEOUT"] = max(3600.0, 10.0 * values["RESERVATION_TIMEOUT"])
     return Settings(**values)
 
 

@@ -1,6 +1,11 @@
 """The worker: fetchers read streams into a bounded buffer, a pool runs the tasks,
 an acker acks finished ones in batches. No argparse here; `runtasks` builds a Worker.
 
+Beside them: a heartbeat keeps running messages reserved, a reclaimer takes over
+messages of dead workers into the same buffer, and a watchdog enforces time limits
+(see heartbeat.py, reclaim.py, timelimit.py). A Redis outage stops none of them: each
+retries with capped backoff and the outage is logged once (outage.py).
+
 Shutdown (`request_stop()`, from SIGTERM/SIGINT): fetchers stop reading, running tasks
 get `shutdown_timeout` seconds to finish, and every message this worker holds but did
 not finish is put back on its stream for another worker. Nothing is lost.
@@ -17,18 +22,18 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
 from django_taskrunner import clock
 from django_taskrunner.broker import Broker, Entry
+from django_taskrunner.conf import get_settings
 from django_taskrunner.executor import Executor
+from django_taskrunner.heartbeat import Heartbeat
+from django_taskrunner.outage import REDIS_DOWN, RedisStatus, backoff
 from django_taskrunner.pool import Pool
+from django_taskrunner.reclaim import Reclaimer, shortest_timeout
+from django_taskrunner.running import Attempt, RunningSet
+from django_taskrunner.timelimit import TimeLimitWatchdog, interrupt
 
 logger = logging.getLogger(__name__)
-
-REDIS_DOWN = (RedisConnectionError, RedisTimeoutError)
-RETRY_CAP_SECONDS = 5.0
 
 
 def default_consumer_name() -> str:
@@ -41,14 +46,17 @@ class WorkItem:
     queue: str
     stream_id: str
     body: bytes | None
+    runs: int | None = None  # delivery counter of a reclaimed entry; None when fresh
+    accepted: float = 0.0  # monotonic time it entered the buffer
 
 
 class Acker(threading.Thread):
     """Acks finished messages in batches: all that finished meanwhile, one round trip."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, status: RedisStatus) -> None:
         super().__init__(name="taskrunner-acker", daemon=True)
         self.broker = broker
+        self.status = status
         self._waiting: dict[str, list[str]] = defaultdict(list)
         self._cond = threading.Condition()
         self._stopping = False
@@ -70,14 +78,14 @@ class Acker(threading.Thread):
             try:
                 self.flush(batch)
                 failures = 0
+                self.status.succeeded()
             except REDIS_DOWN as exc:
                 failures += 1
-                if failures == 1:
-                    logger.error("cannot ack, Redis is unreachable (%s); retrying", exc)
+                self.status.failed(exc, "acking finished tasks")
                 with self._cond:
                     for queue, ids in batch.items():
                         self._waiting[queue][:0] = ids
-                    self._cond.wait(min(RETRY_CAP_SECONDS, 0.1 * 2**failures))
+                    self._cond.wait(backoff(failures))
                     if self._stopping and failures > 3:
                         logger.error("giving up on %d acks at exit; those tasks will be "
                                      "delivered again", sum(map(len, self._waiting.values())))
@@ -111,12 +119,7 @@ class Fetcher(threading.Thread):
         worker, broker = self.worker, self.worker.broker
         self._with_retries(lambda: broker.ensure_group(self.queue))
         # Messages this consumer name held before a restart come first.
-        while not worker.stopping.is_set():
-            entries = self._with_retries(
-                lambda: broker.read_own_pending(self.queue, worker.consumer, worker.batch_size))
-            if not entries:
-                break
-            worker.accept(self.queue, entries)
+        self._with_retries(lambda: worker.reclaimer.take_back_own(self.queue))
         while not worker.stopping.is_set():
             room = worker.wait_for_room()
             if room <= 0:
@@ -141,14 +144,11 @@ class Fetcher(threading.Thread):
                 result = call()
             except REDIS_DOWN as exc:
                 failures += 1
-                if failures == 1:
-                    logger.error("queue %s: Redis is unreachable (%s); retrying", self.queue, exc)
-                if self.worker.stopping.wait(min(RETRY_CAP_SECONDS, 0.1 * 2**failures)):
+                self.worker.status.failed(exc, f"reading queue {self.queue}")
+                if self.worker.stopping.wait(backoff(failures)):
                     return None
                 continue
-            if failures:
-                logger.warning("queue %s: Redis is back after %d failed attempts", self.queue,
-                               failures)
+            self.worker.status.succeeded()
             return result
 
 
@@ -158,7 +158,10 @@ class Worker:
     def __init__(
         self, broker: Broker, queues: Sequence[str], *, concurrency: int, batch_size: int,
         block_ms: int, shutdown_timeout: float, consumer: str | None = None, burst: bool = False,
+        reservation_timeout: float | None = None, time_limit_grace: float | None = None,
+        dead_consumer_timeout: float | None = None,
     ) -> None:
+        settings = get_settings()
         self.broker = broker
         self.queues = list(dict.fromkeys(queues))
         self.batch_size = batch_size
@@ -168,21 +171,52 @@ class Worker:
         self.burst = burst
         self.stopping = threading.Event()
         self.forced = threading.Event()
-        self.acker = Acker(broker)
-        self.executor = Executor(broker, self.consumer, self.acker.add)
+        self.status = RedisStatus()
+        self.acker = Acker(broker, self.status)
+        self.reservation_timeout = (settings.RESERVATION_TIMEOUT if reservation_timeout is None
+                                    else reservation_timeout)
+        self.running = RunningSet(on_change=lambda: self.watchdog.wake())
+        self.watchdog = TimeLimitWatchdog(
+            self.running, settings.TIME_LIMIT_GRACE if time_limit_grace is None
+            else time_limit_grace, self._give_up)
+        self.executor = Executor(broker, self.consumer, self.acker.add, self.running,
+                                 self.reservation_timeout)
+        self.heartbeat = Heartbeat(broker, self.consumer, self.running,
+                                   self.reservation_timeout, self.status)
         self.pool = Pool(0, self._run_item)
         self._initial_size = concurrency
         self._cond = threading.Condition()
         self.outstanding = 0  # fetched and not yet finished
         self.completed = 0  # finished so far; tells burst mode that work may have appeared
         self._leftovers: list[WorkItem] = []
+        self._held: set[tuple[str, str]] = set()  # (queue, stream id) fetched, not finished
         self.fetchers = [Fetcher(self, queue) for queue in self.queues]
+        self.reclaimer = Reclaimer(
+            broker, self.consumer, self.queues, self,
+            reservation_timeout=self.reservation_timeout,
+            dead_consumer_timeout=settings.DEAD_CONSUMER_TIMEOUT if dead_consumer_timeout is None
+            else dead_consumer_timeout,
+            status=self.status, stopping=self.stopping,
+        )
+        # A message that waited this long in the buffer is checked to be ours before it runs.
+        self._recheck_after = min(shortest_timeout(q, self.reservation_timeout)
+                                  for q in self.queues) / 2
 
     # -- the buffer -----------------------------------------------------------------
 
     def limit(self) -> int:
         """Messages held at most: what the pool runs now plus one batch waiting."""
         return self.pool.size + self.batch_size
+
+    def room(self) -> int:
+        """How many more messages the buffer takes now."""
+        with self._cond:
+            return 0 if self.stopping.is_set() else self.limit() - self.outstanding
+
+    def holds(self, queue: str, stream_id: str) -> bool:
+        """True while `stream_id` is in this worker's buffer or running."""
+        with self._cond:
+            return (queue, stream_id) in self._held
 
     def wait_for_room(self) -> int:
         with self._cond:
@@ -194,11 +228,16 @@ class Worker:
         with self._cond:
             self._cond.wait(timeout)
 
-    def accept(self, queue: str, entries: list[Entry]) -> None:
-        """Hand read entries to the pool (or keep them for requeue when stopping)."""
-        items = [WorkItem(queue, stream_id, body) for stream_id, body in entries]
+    def accept(
+        self, queue: str, entries: list[Entry], runs: dict[str, int] | None = None
+    ) -> None:
+        """Hand read (or reclaimed) entries to the pool, or keep them for requeue if stopping."""
+        now = clock.monotonic()
+        items = [WorkItem(queue, stream_id, body, (runs or {}).get(stream_id), now)
+                 for stream_id, body in entries]
         with self._cond:
             self.outstanding += len(items)
+            self._held.update((queue, item.stream_id) for item in items)
             if self.stopping.is_set():
                 self._leftovers.extend(items)
                 return
@@ -211,12 +250,38 @@ class Worker:
                 self._leftovers.append(item)
             return
         try:
-            self.executor.handle(item.queue, item.stream_id, item.body)
+            if self._still_ours(item):
+                self.executor.handle(item.queue, item.stream_id, item.body, item.runs)
         finally:
-            with self._cond:
-                self.outstanding -= 1
-                self.completed += 1
-                self._cond.notify_all()
+            self._release(item.queue, item.stream_id)
+
+    def _release(self, queue: str, stream_id: str) -> None:
+        """The message is finished here (or given up on); counted once."""
+        with self._cond:
+            if (queue, stream_id) not in self._held:
+                return
+            self._held.discard((queue, stream_id))
+            self.outstanding -= 1
+            self.completed += 1
+            self._cond.notify_all()
+
+    def _still_ours(self, item: WorkItem) -> bool:
+        """A message that sat long in the buffer may have been reclaimed by another worker."""
+        if item.runs is not None or clock.monotonic() - item.accepted < self._recheck_after:
+            return True  # fresh, or a reclaimed one, which the executor checks as it starts
+        try:
+            return not self.broker.hold(item.queue, self.consumer, [item.stream_id])
+        except REDIS_DOWN:
+            return True  # at least once: better run it twice than not at all
+
+    def _give_up(self, attempt: Attempt) -> None:
+        """A task thread is stuck past its time limit: replace it, fail the attempt."""
+        self.pool.abandon(attempt.thread)
+        interrupt(attempt.thread)
+        try:
+            self.executor.give_up(attempt)
+        finally:
+            self._release(attempt.queue, attempt.stream_id)
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -235,8 +300,11 @@ class Worker:
                     ",".join(self.queues), self._initial_size, self.batch_size)
         self.acker.start()
         self.pool.resize(self._initial_size)
+        self.heartbeat.start()
+        self.watchdog.start()
         for fetcher in self.fetchers:
             fetcher.start()
+        self.reclaimer.start()
         while not self.stopping.is_set():
             if self.burst and self._burst_done():
                 logger.info("burst: every queue is empty, stopping")
@@ -254,6 +322,7 @@ class Worker:
         started = clock.monotonic()
         for fetcher in self.fetchers:
             fetcher.join(self.block_ms / 1000 + 1)
+        self.reclaimer.join(self.block_ms / 1000 + 1)
         remaining = max(0.0, self.shutdown_timeout - (clock.monotonic() - started))
         finished = self._wait_for_pool(remaining)
         unfinished = self.pool.drain_inbox() + (self.pool.running_items() if not finished else [])
@@ -264,6 +333,8 @@ class Worker:
             logger.warning("shutdown timeout: %d running task(s) did not finish; they are put "
                            "back on their queue", len(self.pool.running_items()))
         self._requeue(unfinished)
+        self.watchdog.stop()
+        self.heartbeat.stop()
         self.acker.stop()
         logger.info("worker %s stopped", self.consumer)
         return 0
