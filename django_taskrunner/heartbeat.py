@@ -73,12 +73,14 @@ class Heartbeat(threading.Thread):
             logger.exception("heartbeat failed; trying again in %.1fs", self.interval())
             return
         self.status.succeeded()
+        self._lost &= {(a.queue, a.stream_id) for attempts in by_queue.values() for a in attempts}
         for queue, lost_ids in zip(by_queue, results, strict=True):
             for stream_id in lost_ids:
                 self._report_lost(queue, stream_id.decode() if isinstance(stream_id, bytes)
                                   else stream_id)
 
     def _report_lost(self, queue: str, stream_id: str) -> None:
+        """Warn once per running message that another worker took it over."""
         if (queue, stream_id) in self._lost:
             return
         self._lost.add((queue, stream_id))

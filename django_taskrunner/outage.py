@@ -33,10 +33,17 @@ class RedisStatus:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._down_since: float | None = None
+        self._back_at = float("-inf")
 
     @property
     def down(self) -> bool:
         return self._down_since is not None
+
+    def up_for(self) -> float:
+        """Seconds since the last outage ended (infinite if there was none; 0 while down)."""
+        if self._down_since is not None:
+            return 0.0
+        return clock.monotonic() - self._back_at
 
     def failed(self, error: BaseException, doing: str) -> None:
         """A Redis call failed; the first failure of an outage is logged."""
@@ -53,5 +60,6 @@ class RedisStatus:
             return
         with self._lock:
             since, self._down_since = self._down_since, None
+            self._back_at = clock.monotonic()
         if since is not None:
             logger.warning("Redis is reachable again after %.1fs", clock.monotonic() - since)

@@ -16,6 +16,9 @@ Delivery counter: a claim keeps it (RETRYCOUNT), and a worker raises it when it 
 a reclaimed message (`scripts/hold.lua`). So it counts runs that may have started:
 messages that only sat in a dead worker's buffer are not charged for its death.
 
+After a Redis outage, reclaiming waits one reservation timeout: heartbeats stopped
+during the outage, so every held message looks idle until its worker beats again.
+
 The reclaimer also removes consumers that are long idle and hold nothing
 (DEAD_CONSUMER_TIMEOUT); at start-up, each fetcher has it take back at once what its
 own consumer name held before a restart.
@@ -140,9 +143,13 @@ class Reclaimer(threading.Thread):
                 return  # deleted entries: the next pass acks them
 
     def reclaim(self, queue: str) -> int:
-        """One pass over `queue`; returns how many messages were claimed."""
+        """One pass over `queue`; returns how many messages were claimed.
+
+        Right after an outage every message looks idle, live workers' too: reclaiming
+        waits one reservation timeout, so they can send heartbeats and acks first.
+        """
         room = self.buffer.room()
-        if room <= 0:
+        if room <= 0 or self.status.up_for() * 1000 < self.floor_ms[queue]:
             return 0
         rows = self.broker.pending_idle(queue, self.floor_ms[queue], self._cursor[queue], room)
         self._cursor[queue] = "-" if len(rows) < room else f"({rows[-1].stream_id}"

@@ -82,6 +82,3 @@ class RunningSet:
     def snapshot(self) -> list[Attempt]:
         with self._lock:
             return list(self._attempts)
-
-    def __len__(self) -> int:
-        return len(self._attempts)

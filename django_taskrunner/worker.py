@@ -161,7 +161,6 @@ class Worker:
         reservation_timeout: float | None = None, time_limit_grace: float | None = None,
         dead_consumer_timeout: float | None = None,
     ) -> None:
-        settings = get_settings()
         self.broker = broker
         self.queues = list(dict.fromkeys(queues))
         self.batch_size = batch_size
@@ -173,16 +172,7 @@ class Worker:
         self.forced = threading.Event()
         self.status = RedisStatus()
         self.acker = Acker(broker, self.status)
-        self.reservation_timeout = (settings.RESERVATION_TIMEOUT if reservation_timeout is None
-                                    else reservation_timeout)
-        self.running = RunningSet(on_change=lambda: self.watchdog.wake())
-        self.watchdog = TimeLimitWatchdog(
-            self.running, settings.TIME_LIMIT_GRACE if time_limit_grace is None
-            else time_limit_grace, self._give_up)
-        self.executor = Executor(broker, self.consumer, self.acker.add, self.running,
-                                 self.reservation_timeout)
-        self.heartbeat = Heartbeat(broker, self.consumer, self.running,
-                                   self.reservation_timeout, self.status)
+        self._build_guards(reservation_timeout, time_limit_grace, dead_consumer_timeout)
         self.pool = Pool(0, self._run_item)
         self._initial_size = concurrency
         self._cond = threading.Condition()
@@ -191,16 +181,31 @@ class Worker:
         self._leftovers: list[WorkItem] = []
         self._held: set[tuple[str, str]] = set()  # (queue, stream id) fetched, not finished
         self.fetchers = [Fetcher(self, queue) for queue in self.queues]
+
+    def _build_guards(
+        self, reservation_timeout: float | None, time_limit_grace: float | None,
+        dead_consumer_timeout: float | None,
+    ) -> None:
+        """The executor and what keeps messages safe: heartbeat, watchdog, reclaimer."""
+        settings = get_settings()
+        timeout = self.reservation_timeout = (
+            settings.RESERVATION_TIMEOUT if reservation_timeout is None else reservation_timeout)
+        grace = settings.TIME_LIMIT_GRACE if time_limit_grace is None else time_limit_grace
+        if dead_consumer_timeout is None:
+            dead_consumer_timeout = settings.DEAD_CONSUMER_TIMEOUT
+        self.running = RunningSet(on_change=lambda: self.watchdog.wake())
+        self.watchdog = TimeLimitWatchdog(self.running, grace, self._give_up)
+        self.executor = Executor(self.broker, self.consumer, self.acker.add, self.running,
+                                 timeout)
+        self.heartbeat = Heartbeat(self.broker, self.consumer, self.running, timeout,
+                                   self.status)
         self.reclaimer = Reclaimer(
-            broker, self.consumer, self.queues, self,
-            reservation_timeout=self.reservation_timeout,
-            dead_consumer_timeout=settings.DEAD_CONSUMER_TIMEOUT if dead_consumer_timeout is None
-            else dead_consumer_timeout,
-            status=self.status, stopping=self.stopping,
+            self.broker, self.consumer, self.queues, self, reservation_timeout=timeout,
+            dead_consumer_timeout=dead_consumer_timeout, status=self.status,
+            stopping=self.stopping,
         )
         # A message that waited this long in the buffer is checked to be ours before it runs.
-        self._recheck_after = min(shortest_timeout(q, self.reservation_timeout)
-                                  for q in self.queues) / 2
+        self._recheck_after = min(shortest_timeout(q, timeout) for q in self.queues) / 2
 
     # -- the buffer -----------------------------------------------------------------
 

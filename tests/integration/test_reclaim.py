@@ -161,6 +161,23 @@ def test_reclaim_takes_no_more_than_the_buffer_has_room_for(r, taskrunner_settin
     assert owners == {**dict.fromkeys(ids[:2], b"me"), **dict.fromkeys(ids[2:], b"dead-worker")}
 
 
+def test_right_after_a_redis_outage_reclaim_waits_one_timeout(r):
+    # Given an idle message of a dead worker, seen just after Redis came back
+    noop.dispatch({"n": 1})
+    read_as(r, "dead-worker")
+    time.sleep(1.1)
+    buffer = FakeBuffer(room=10)
+    claimer = reclaimer(buffer, timeout=1)
+    claimer.status.failed(ConnectionError("refused"), "testing")
+    assert claimer.reclaim("default") == 0  # still down
+    claimer.status.succeeded()
+
+    # Then live workers get one timeout to renew their heartbeats before anything is taken
+    assert claimer.reclaim("default") == 0
+    time.sleep(1.05)
+    assert claimer.reclaim("default") == 1
+
+
 def test_a_message_not_yet_idle_for_its_timeout_is_left_alone(r):
     noop.dispatch({"n": 1})
     read_as(r, "slow-worker")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
-from functools import cache
 from typing import Any
 
 import redis
@@ -17,10 +17,18 @@ from django_taskrunner.conf import get_settings
 from django_taskrunner.connection import get_redis
 
 
-@cache
+_lock = threading.Lock()
+_counter: list[Any] = []
+
+
 def counter() -> Any:
-    url = os.environ.get("TASKRUNNER_CHAOS_COUNTER_URL")
-    return redis.Redis.from_url(url) if url else get_redis()
+    """One client per process, made once even when many threads ask at the same time
+    (a second client would close its connections when garbage-collected, mid-command)."""
+    with _lock:
+        if not _counter:
+            url = os.environ.get("TASKRUNNER_CHAOS_COUNTER_URL")
+            _counter.append(redis.Redis.from_url(url) if url else get_redis())
+        return _counter[0]
 
 
 def chaos_key(kind: str) -> str:
@@ -29,14 +37,20 @@ def chaos_key(kind: str) -> str:
 
 @task
 def chaos_work(payload: dict[str, Any]) -> None:
-    """Marks its start (by pid), sleeps `sleep` seconds, then counts its run."""
+    """Counts its start (and which process), sleeps `sleep` seconds, counts its run."""
     n, pid = payload["n"], os.getpid()
-    counter().hset(chaos_key("started"), n, pid)
+    record(("starts", "started_by"), n, pid)
     if payload.get("sleep"):
         time.sleep(payload["sleep"])
+    record(("runs", "done_by"), n, pid)
+
+
+def record(kinds: tuple[str, str], n: Any, pid: int) -> None:
+    count, by = kinds
     pipe = counter().pipeline(transaction=False)
-    pipe.hincrby(chaos_key("runs"), n, 1)
-    pipe.hset(chaos_key("done"), n, pid)
+    pipe.hincrby(chaos_key(count), n, 1)
+    pipe.hset(chaos_key(by), n, pid)
+    pipe.hincrby(chaos_key(f"{count}_per_pid"), pid, 1)
     pipe.execute()
 
 
