@@ -140,12 +140,13 @@ class Broker:
     ) -> list[str]:
         """Heartbeat entries `consumer` still holds (never stealing); returns the lost ids.
 
-        `runs` also sets their delivery counter. With `pipe`, the call is only queued.
+        `runs` also sets their delivery counter. With `pipe`, the call is only queued
+        and [] returned: the lost ids come with the pipeline's results.
         """
         args = [self.group, consumer, "" if runs is None else str(runs), *stream_ids]
         result = scripts.run(pipe if pipe is not None else self.client, "hold",
                              [self.stream(queue)], args)
-        return result if pipe is not None else [_text(lost) for lost in result]
+        return [] if pipe is not None else [_text(lost) for lost in result]
 
     def pending_idle(
         self, queue: str, min_idle_ms: int, start: str, count: int, consumer: str | None = None

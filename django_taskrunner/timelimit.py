@@ -59,8 +59,8 @@ class TimeLimitWatchdog(threading.Thread):
 
     def run(self) -> None:
         while not self._stopping:
+            self._wake.clear()  # before the check: a wake-up during it is not missed
             self._wake.wait(self.check())
-            self._wake.clear()
 
     def check(self) -> float:
         """Act on every attempt that is due; returns seconds until the next one is."""

@@ -178,6 +178,25 @@ def test_right_after_a_redis_outage_reclaim_waits_one_timeout(r):
     assert claimer.reclaim("default") == 1
 
 
+def test_messages_with_a_longer_timeout_do_not_block_the_ones_behind_them(r):
+    # Given two messages with a 4 s timeout ahead of two with the default 1 s, all idle 1 s
+    for n in range(2):
+        patient.dispatch({"n": n})
+    for n in range(2):
+        noop.dispatch({"n": n})
+    ids = read_as(r, "dead-worker")
+    time.sleep(1.1)
+    buffer = FakeBuffer(room=2)
+    claimer = reclaimer(buffer, timeout=1)
+
+    # When the reclaimer, with room for two, makes passes
+    assert claimer.reclaim("default") == 0  # the patient ones are not due
+    assert claimer.reclaim("default") == 2  # the pass goes on past them
+
+    # Then the two due ones were taken, the patient ones left to their holder
+    assert [sid for _queue, entries, _runs in buffer.accepted for sid, _body in entries] == ids[2:]
+
+
 def test_a_message_not_yet_idle_for_its_timeout_is_left_alone(r):
     noop.dispatch({"n": 1})
     read_as(r, "slow-worker")
