@@ -86,7 +86,7 @@ class Settings:
     SOCKET_TIMEOUT: float
     CONNECT_TIMEOUT: float
     TIME_LIMIT_GRACE: float
-    DEAD_CONSUMER_TIMEOUT: float
+    DEAD_CONSUMER_TIMEOUT: float | None
 
 
 def user_settings() -> dict[str, Any]:
@@ -115,8 +115,6 @@ def get_settings() -> Settings:
     if values["EMBEDDED_DIR"] is None:
         values["EMBEDDED_DIR"] = default_embedded_dir()
     values["EMBEDDED_DIR"] = Path(values["EMBEDDED_DIR"])
-    if values["DEAD_CONSUMER_TIMEOUT"] is None:
-        values["DEAD_CONSUMER_TIMEOUT"] = max(3600.0, 10.0 * values["RESERVATION_TIMEOUT"])
     return Settings(**values)
 
 

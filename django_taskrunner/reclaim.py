@@ -69,6 +69,13 @@ def shortest_timeout(queue: str, default: float) -> float:
     return min(timeouts)
 
 
+def dead_consumer_timeout(configured: float | None, reservation_timeout: float) -> float:
+    """DEAD_CONSUMER_TIMEOUT, or by default the larger of an hour and ten timeouts."""
+    if configured is not None:
+        return configured
+    return max(3600.0, 10 * reservation_timeout)
+
+
 def reclaim_interval(shortest: float) -> float:
     """Seconds between two reclaim passes: a small fraction of the shortest timeout."""
     return min(MAX_INTERVAL, max(MIN_INTERVAL, shortest / CHECKS_PER_TIMEOUT))

@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django_taskrunner import clock
+from django_taskrunner import clock, reclaim
 from django_taskrunner.broker import Broker, Entry
 from django_taskrunner.conf import get_settings
 from django_taskrunner.executor import Executor
@@ -192,7 +192,8 @@ class Worker:
             settings.RESERVATION_TIMEOUT if reservation_timeout is None else reservation_timeout)
         grace = settings.TIME_LIMIT_GRACE if time_limit_grace is None else time_limit_grace
         if dead_consumer_timeout is None:
-            dead_consumer_timeout = settings.DEAD_CONSUMER_TIMEOUT
+            dead_consumer_timeout = reclaim.dead_consumer_timeout(
+                settings.DEAD_CONSUMER_TIMEOUT, timeout)
         self.running = RunningSet(on_change=lambda: self.watchdog.wake())
         self.watchdog = TimeLimitWatchdog(self.running, grace, self._give_up)
         self.executor = Executor(self.broker, self.consumer, self.acker.add, self.running,

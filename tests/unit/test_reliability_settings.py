@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import json
 
+from django_taskrunner.broker import get_broker
 from django_taskrunner.checks import validate_settings
 from django_taskrunner.conf import get_settings
 from django_taskrunner.message import TaskMessage
+from django_taskrunner.reclaim import dead_consumer_timeout
+from django_taskrunner.worker import Worker
 
 
 def test_dead_consumer_timeout_defaults_to_an_hour_or_ten_reservation_timeouts(
     taskrunner_settings,
 ):
-    taskrunner_settings(RESERVATION_TIMEOUT=30)
-    assert get_settings().DEAD_CONSUMER_TIMEOUT == 3600
+    assert get_settings().DEAD_CONSUMER_TIMEOUT is None
+    assert dead_consumer_timeout(None, 30) == 3600
+    assert dead_consumer_timeout(None, 900) == 9000
+    assert dead_consumer_timeout(120, 900) == 120
     taskrunner_settings(RESERVATION_TIMEOUT=900)
-    assert get_settings().DEAD_CONSUMER_TIMEOUT == 9000
-    taskrunner_settings(DEAD_CONSUMER_TIMEOUT=120)
-    assert get_settings().DEAD_CONSUMER_TIMEOUT == 120
+    assert Worker(get_broker(), ["default"], concurrency=1, batch_size=1, block_ms=100,
+                  shutdown_timeout=1).reclaimer.dead_consumer_ms == 9_000_000
 
 
 def test_time_limit_grace_defaults_to_five_seconds():
