@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 # (scenario, settings, appendonly, full figures, CI figures)
 CASES: dict[str, tuple[str, dict[str, Any], bool, dict[str, Any], dict[str, Any]]] = {
     "kill": ("kill_workers", {"RESERVATION_TIMEOUT": 5, "DEAD_CONSUMER_TIMEOUT": 5}, False,
-             {"tasks": 5000, "kills": 3}, {"tasks": 5000, "kills": 3}),
+             {"tasks": 5000, "kills": 3, "sleep": 0.04}, {"tasks": 5000, "kills": 3}),
     "long-task": ("long_task", {"RESERVATION_TIMEOUT": 5}, False,
                   {"seconds": 60}, {"seconds": 8}),
     "outage": ("redis_outage", {"RESERVATION_TIMEOUT": 5}, True,
@@ -35,7 +35,7 @@ CASES: dict[str, tuple[str, dict[str, Any], bool, dict[str, Any], dict[str, Any]
     "poison": ("poison", {"RESERVATION_TIMEOUT": 1}, False, {"good": 50}, {"good": 50}),
     "garbage": ("garbage", {}, False, {"good": 1000}, {"good": 1000}),
 }
-QUICK_SETTINGS = {"kill": {"RESERVATION_TIMEOUT": 2, "DEAD_CONSUMER_TIMEOUT": 2},
+QUICK_SETTINGS = {"kill": {"RESERVATION_TIMEOUT": 3, "DEAD_CONSUMER_TIMEOUT": 2},
                   "long-task": {"RESERVATION_TIMEOUT": 2}}
 
 

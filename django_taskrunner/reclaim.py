@@ -2,8 +2,11 @@
 
 A worker holds a message from its delivery until its ack; while the task runs, the
 heartbeat keeps the message's idle time near zero. A message idle for longer than its
-reservation timeout therefore belongs to a worker that died (or stalled), and the
-reclaimer of any live worker takes it over (XCLAIM) into its own bounded buffer.
+reservation timeout therefore belongs to a worker that died (or stalled), and any live
+worker takes it over (XCLAIM) into its own bounded buffer. Each queue's fetcher makes a
+reclaim pass, when one is due, before reading new messages: a busy worker gives its
+free room to the messages of dead workers first, so they do not wait for the queue to
+drain.
 
 Per-task timeouts: a message carries its task's `reservation_timeout` (wire field
 `rt`), else the worker's RESERVATION_TIMEOUT applies. The reclaimer lists entries idle
@@ -20,14 +23,13 @@ After a Redis outage, reclaiming waits one reservation timeout: heartbeats stopp
 during the outage, so every held message looks idle until its worker beats again.
 
 The reclaimer also removes consumers that are long idle and hold nothing
-(DEAD_CONSUMER_TIMEOUT); at start-up, each fetcher has it take back at once what its
-own consumer name held before a restart.
+(DEAD_CONSUMER_TIMEOUT); at start-up, each fetcher takes back at once what its own
+consumer name held before a restart.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -49,9 +51,7 @@ MAX_INTERVAL = 30.0
 
 
 class Buffer(Protocol):
-    """What the reclaimer needs of the worker: room, a way in, and what it holds."""
-
-    def room(self) -> int: ...
+    """What the reclaimer needs of the worker's buffer: a way in, and what it holds."""
 
     def accept(self, queue: str, entries: list[Entry], runs: dict[str, int] | None = None
                ) -> None: ...
@@ -90,40 +90,48 @@ def timeout_ms(body: bytes, default_ms: int) -> int:
     return default_ms if own is None else own
 
 
-class Reclaimer(threading.Thread):
-    """Claims idle messages of dead workers and removes dead consumers, on a period."""
+class Reclaimer:
+    """Takes over idle messages of dead workers and removes dead consumers.
+
+    Each queue's fetcher calls `reclaim_due()` before it reads new messages, so the
+    worker's free room goes to messages of dead workers first.
+    """
 
     def __init__(
         self, broker: Broker, consumer: str, queues: Sequence[str], buffer: Buffer, *,
         reservation_timeout: float, dead_consumer_timeout: float, status: RedisStatus,
-        stopping: threading.Event,
     ) -> None:
-        super().__init__(name="taskrunner-reclaim", daemon=True)
         self.broker, self.consumer, self.buffer = broker, consumer, buffer
-        self.queues = list(queues)
         self.default_ms = int(reservation_timeout * 1000)
-        self.floor_ms = {q: int(shortest_timeout(q, reservation_timeout) * 1000)
-                         for q in self.queues}
+        self.floor_ms = {q: int(shortest_timeout(q, reservation_timeout) * 1000) for q in queues}
         self.interval = reclaim_interval(min(self.floor_ms.values(), default=0) / 1000)
         self.dead_consumer_ms = int(dead_consumer_timeout * 1000)
         self.sweep_interval = min(300.0, max(1.0, dead_consumer_timeout / 10))
         self.status = status
-        self.stopping = stopping
-        self._cursor = dict.fromkeys(self.queues, "-")
+        self._cursor = dict.fromkeys(queues, "-")
+        now = clock.monotonic()
+        self._next_pass = dict.fromkeys(queues, now + self.interval)
+        self._next_sweep = dict.fromkeys(queues, now + self.sweep_interval)
 
-    def run(self) -> None:
-        next_sweep = clock.monotonic() + self.sweep_interval
-        while not self.stopping.wait(self.interval):
-            for queue in self.queues:
-                self._guard(lambda q=queue: self.reclaim(q), f"reclaiming queue {queue}")
-            if clock.monotonic() >= next_sweep:
-                for queue in self.queues:
-                    self._guard(lambda q=queue: self.sweep(q), "removing dead consumers")
-                next_sweep = clock.monotonic() + self.sweep_interval
+    def reclaim_due(self, queue: str, room: int) -> int:
+        """Reclaim into `room` if a pass over `queue` is due; returns how many were taken.
 
-    def _guard(self, call: Callable[[], Any], doing: str) -> None:
+        A pass that fills the room leaves the next one due at once: more may be waiting.
+        Never raises; a failure is logged (a Redis outage through the shared status).
+        """
+        now = clock.monotonic()
+        if now >= self._next_sweep[queue]:
+            self._next_sweep[queue] = now + self.sweep_interval
+            self._guard(lambda: self.sweep(queue), "removing dead consumers")
+        if now < self._next_pass[queue]:
+            return 0
+        claimed = self._guard(lambda: self.reclaim(queue, room), f"reclaiming queue {queue}")
+        self._next_pass[queue] = now if claimed and claimed >= room else now + self.interval
+        return claimed or 0
+
+    def _guard(self, call: Callable[[], Any], doing: str) -> Any:
         try:
-            call()
+            result = call()
         except REDIS_DOWN as exc:
             self.status.failed(exc, doing)
         except ResponseError as exc:
@@ -133,29 +141,28 @@ class Reclaimer(threading.Thread):
             logger.exception("error while %s", doing)
         else:
             self.status.succeeded()
+            return result
+        return None
 
-    def take_back_own(self, queue: str) -> None:
+    def take_back_own(self, queue: str, room: int) -> int:
         """Claim at once what this consumer name held when its process last stopped.
 
         The queue's fetcher calls this before its first read, so every entry pending
         for this consumer then is a leftover of an earlier process.
         """
-        while not self.stopping.is_set() and (room := self.buffer.room()) > 0:
-            rows = [row for row in self.broker.pending_idle(queue, 0, "-", room, self.consumer)
-                    if not self.buffer.holds(queue, row.stream_id)]
-            if not rows:
-                return
-            claims = [Claim(row.stream_id, 0, row.deliveries) for row in rows]
-            if not self._claim(queue, claims, "held by this consumer before a restart"):
-                return  # deleted entries: the next pass acks them
+        if room <= 0:
+            return 0
+        rows = [row for row in self.broker.pending_idle(queue, 0, "-", room, self.consumer)
+                if not self.buffer.holds(queue, row.stream_id)]
+        claims = [Claim(row.stream_id, 0, row.deliveries) for row in rows]
+        return self._claim(queue, claims, "held by this consumer before a restart")
 
-    def reclaim(self, queue: str) -> int:
-        """One pass over `queue`; returns how many messages were claimed.
+    def reclaim(self, queue: str, room: int) -> int:
+        """One pass over `queue`; returns how many messages were claimed (at most `room`).
 
         Right after an outage every message looks idle, live workers' too: reclaiming
         waits one reservation timeout, so they can send heartbeats and acks first.
         """
-        room = self.buffer.room()
         if room <= 0 or self.status.up_for() * 1000 < self.floor_ms[queue]:
             return 0
         rows = self.broker.pending_idle(queue, self.floor_ms[queue], self._cursor[queue], room)

@@ -1,8 +1,8 @@
 """The worker: fetchers read streams into a bounded buffer, a pool runs the tasks,
 an acker acks finished ones in batches. No argparse here; `runtasks` builds a Worker.
 
-Beside them: a heartbeat keeps running messages reserved, a reclaimer takes over
-messages of dead workers into the same buffer, and a watchdog enforces time limits
+Beside them: a heartbeat keeps running messages reserved, the fetchers take over
+messages of dead workers into the same buffer first, and a watchdog enforces time limits
 (see heartbeat.py, reclaim.py, timelimit.py). A Redis outage stops none of them: each
 retries with capped backoff and the outage is logged once (outage.py).
 
@@ -118,10 +118,15 @@ class Fetcher(threading.Thread):
     def run(self) -> None:
         worker, broker = self.worker, self.worker.broker
         self._with_retries(lambda: broker.ensure_group(self.queue))
+        reclaimer = worker.reclaimer
         # Messages this consumer name held before a restart come first.
-        self._with_retries(lambda: worker.reclaimer.take_back_own(self.queue))
+        while not worker.stopping.is_set() and self._with_retries(
+                lambda: reclaimer.take_back_own(self.queue, worker.wait_for_room())):
+            pass
         while not worker.stopping.is_set():
             room = worker.wait_for_room()
+            if room > 0:  # messages of dead workers go before new ones
+                room -= reclaimer.reclaim_due(self.queue, room)
             if room <= 0:
                 continue
             generation = worker.completed
@@ -203,7 +208,6 @@ class Worker:
         self.reclaimer = Reclaimer(
             self.broker, self.consumer, self.queues, self, reservation_timeout=timeout,
             dead_consumer_timeout=dead_consumer_timeout, status=self.status,
-            stopping=self.stopping,
         )
         # A message that waited this long in the buffer is checked to be ours before it runs.
         self._recheck_after = min(shortest_timeout(q, timeout) for q in self.queues) / 2
@@ -213,11 +217,6 @@ class Worker:
     def limit(self) -> int:
         """Messages held at most: what the pool runs now plus one batch waiting."""
         return self.pool.size + self.batch_size
-
-    def room(self) -> int:
-        """How many more messages the buffer takes now."""
-        with self._cond:
-            return 0 if self.stopping.is_set() else self.limit() - self.outstanding
 
     def holds(self, queue: str, stream_id: str) -> bool:
         """True while `stream_id` is in this worker's buffer or running."""
@@ -310,7 +309,6 @@ class Worker:
         self.watchdog.start()
         for fetcher in self.fetchers:
             fetcher.start()
-        self.reclaimer.start()
         while not self.stopping.is_set():
             if self.burst and self._burst_done():
                 logger.info("burst: every queue is empty, stopping")
@@ -328,7 +326,6 @@ class Worker:
         started = clock.monotonic()
         for fetcher in self.fetchers:
             fetcher.join(self.block_ms / 1000 + 1)
-        self.reclaimer.join(self.block_ms / 1000 + 1)
         remaining = max(0.0, self.shutdown_timeout - (clock.monotonic() - started))
         finished = self._wait_for_pool(remaining)
         unfinished = self.pool.drain_inbox() + (self.pool.running_items() if not finished else [])

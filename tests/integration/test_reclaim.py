@@ -39,18 +39,13 @@ def pending_rows(r, queue: str = "default") -> list[dict]:
 
 
 class FakeBuffer:
-    """Stands in for the worker's buffer: a fixed room, and what was handed to it."""
+    """Stands in for the worker's buffer: records what was handed to it."""
 
-    def __init__(self, room: int) -> None:
-        self._room = room
+    def __init__(self) -> None:
         self.accepted: list[tuple[str, list[Entry], dict[str, int] | None]] = []
-
-    def room(self) -> int:
-        return self._room
 
     def accept(self, queue: str, entries: list[Entry], runs: dict[str, int] | None = None) -> None:
         self.accepted.append((queue, entries, runs))
-        self._room -= len(entries)
 
     def holds(self, queue: str, stream_id: str) -> bool:
         return False
@@ -58,11 +53,8 @@ class FakeBuffer:
 
 def reclaimer(buffer: FakeBuffer, *, timeout: float, consumer: str = "me",
               dead_after: float = 3600) -> Reclaimer:
-    import threading
-
     return Reclaimer(get_broker(), consumer, ["default"], buffer, reservation_timeout=timeout,
-                     dead_consumer_timeout=dead_after, status=RedisStatus(),
-                     stopping=threading.Event())
+                     dead_consumer_timeout=dead_after, status=RedisStatus())
 
 
 def test_a_message_left_in_a_dead_workers_buffer_runs_once_after_the_timeout(
@@ -150,8 +142,8 @@ def test_reclaim_takes_no_more_than_the_buffer_has_room_for(r, taskrunner_settin
     ids = read_as(r, "dead-worker")
     time.sleep(1.1)
 
-    buffer = FakeBuffer(room=2)
-    claimed = reclaimer(buffer, timeout=1).reclaim("default")
+    buffer = FakeBuffer()
+    claimed = reclaimer(buffer, timeout=1).reclaim("default", room=2)
 
     assert claimed == 2
     [(queue, entries, counters)] = buffer.accepted
@@ -161,21 +153,34 @@ def test_reclaim_takes_no_more_than_the_buffer_has_room_for(r, taskrunner_settin
     assert owners == {**dict.fromkeys(ids[:2], b"me"), **dict.fromkeys(ids[2:], b"dead-worker")}
 
 
+def test_a_reclaim_pass_that_fills_the_room_leaves_the_next_one_due_at_once(r):
+    for n in range(3):
+        noop.dispatch({"n": n})
+    read_as(r, "dead-worker")
+    claimer = reclaimer(FakeBuffer(), timeout=1)
+    time.sleep(1.1)
+
+    # The first pass fills the room; more may wait, so the next pass is due at once
+    assert claimer.reclaim_due("default", room=2) == 2
+    assert claimer.reclaim_due("default", room=2) == 1
+    assert pending_rows(r) and {row["consumer"] for row in pending_rows(r)} == {b"me"}
+
+
 def test_right_after_a_redis_outage_reclaim_waits_one_timeout(r):
     # Given an idle message of a dead worker, seen just after Redis came back
     noop.dispatch({"n": 1})
     read_as(r, "dead-worker")
     time.sleep(1.1)
-    buffer = FakeBuffer(room=10)
+    buffer = FakeBuffer()
     claimer = reclaimer(buffer, timeout=1)
     claimer.status.failed(ConnectionError("refused"), "testing")
-    assert claimer.reclaim("default") == 0  # still down
+    assert claimer.reclaim("default", room=10) == 0  # still down
     claimer.status.succeeded()
 
     # Then live workers get one timeout to renew their heartbeats before anything is taken
-    assert claimer.reclaim("default") == 0
+    assert claimer.reclaim("default", room=10) == 0
     time.sleep(1.05)
-    assert claimer.reclaim("default") == 1
+    assert claimer.reclaim("default", room=10) == 1
 
 
 def test_messages_with_a_longer_timeout_do_not_block_the_ones_behind_them(r):
@@ -186,12 +191,12 @@ def test_messages_with_a_longer_timeout_do_not_block_the_ones_behind_them(r):
         noop.dispatch({"n": n})
     ids = read_as(r, "dead-worker")
     time.sleep(1.1)
-    buffer = FakeBuffer(room=2)
+    buffer = FakeBuffer()
     claimer = reclaimer(buffer, timeout=1)
 
     # When the reclaimer, with room for two, makes passes
-    assert claimer.reclaim("default") == 0  # the patient ones are not due
-    assert claimer.reclaim("default") == 2  # the pass goes on past them
+    assert claimer.reclaim("default", room=2) == 0  # the patient ones are not due
+    assert claimer.reclaim("default", room=2) == 2  # the pass goes on past them
 
     # Then the two due ones were taken, the patient ones left to their holder
     assert [sid for _queue, entries, _runs in buffer.accepted for sid, _body in entries] == ids[2:]
@@ -201,8 +206,8 @@ def test_a_message_not_yet_idle_for_its_timeout_is_left_alone(r):
     noop.dispatch({"n": 1})
     read_as(r, "slow-worker")
 
-    buffer = FakeBuffer(room=10)
-    assert reclaimer(buffer, timeout=5).reclaim("default") == 0
+    buffer = FakeBuffer()
+    assert reclaimer(buffer, timeout=5).reclaim("default", room=10) == 0
     assert buffer.accepted == []
     assert pending_rows(r)[0]["consumer"] == b"slow-worker"
 
@@ -213,8 +218,8 @@ def test_an_entry_deleted_while_pending_is_acked_by_the_reclaimer(r):
     r.xdel(get_broker().stream("default"), stream_id)
     time.sleep(1.1)
 
-    buffer = FakeBuffer(room=10)
-    assert reclaimer(buffer, timeout=1).reclaim("default") == 0
+    buffer = FakeBuffer()
+    assert reclaimer(buffer, timeout=1).reclaim("default", room=10) == 0
     assert pending_rows(r) == []
 
 
@@ -244,7 +249,7 @@ def test_dead_consumers_holding_nothing_are_removed_from_the_group(r):
     time.sleep(1.1)
     r.xgroup_createconsumer(broker.stream("default"), broker.group, "fresh-worker")
 
-    reclaimer(FakeBuffer(room=0), timeout=1, dead_after=1).sweep("default")
+    reclaimer(FakeBuffer(), timeout=1, dead_after=1).sweep("default")
 
     names = {c["name"] for c in r.xinfo_consumers(broker.stream("default"), broker.group)}
     assert names == {b"busy-worker", b"fresh-worker"}
