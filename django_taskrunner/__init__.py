@@ -22,7 +22,9 @@ from django_taskrunner.exceptions import (
     TaskIdConflict,
     TaskNotFound,
     TaskRunnerError,
+    TimeLimitExceeded,
     UniqueForRequired,
+    WorkerLost,
 )
 from django_taskrunner.hooks import dispatch_on
 from django_taskrunner.locks import payload_key
@@ -44,7 +46,9 @@ __all__ = [
     "TaskMessage",
     "TaskNotFound",
     "TaskRunnerError",
+    "TimeLimitExceeded",
     "UniqueForRequired",
+    "WorkerLost",
     "dispatch",
     "dispatch_delayed",
     "dispatch_many",

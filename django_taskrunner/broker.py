@@ -7,6 +7,7 @@ entry holds them in a single field, `m`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from redis.exceptions import ResponseError
@@ -18,6 +19,25 @@ from django_taskrunner.message import FIELD
 
 # An entry as read: (stream id, body or None when the entry was deleted meanwhile).
 Entry = tuple[str, bytes | None]
+
+
+@dataclass(frozen=True)
+class Pending:
+    """One row of XPENDING: who holds an entry, for how long, delivered how often."""
+
+    stream_id: str
+    consumer: str
+    idle_ms: int
+    deliveries: int
+
+
+@dataclass(frozen=True)
+class Claim:
+    """An entry to reclaim if still idle for `min_idle_ms`, keeping its delivery counter."""
+
+    stream_id: str
+    min_idle_ms: int
+    deliveries: int
 
 
 class Broker:
@@ -131,11 +151,75 @@ class Broker:
         return int(moved), None if int(next_ms) < 0 else int(next_ms)
 
     def heartbeat(self, queue: str, consumer: str, stream_id: str) -> bool:
-        """Reset the idle time of an entry `consumer` holds, so it is not reclaimed."""
-        claimed = self.client.xclaim(
-            self.stream(queue), self.group, consumer, 0, [stream_id], justid=True
+        """Reset the idle time of an entry `consumer` holds; False if it is no longer its."""
+        return not self.hold(queue, consumer, [stream_id])
+
+    def hold(
+        self, queue: str, consumer: str, stream_ids: Sequence[str], runs: int | None = None,
+        pipe: Any = None,
+    ) -> list[str]:
+        """Heartbeat entries `consumer` still holds (never stealing); returns the lost ids.
+
+        `runs` also sets their delivery counter. With `pipe`, the call is only queued
+        and [] returned: the lost ids come with the pipeline's results.
+        """
+        args = [self.group, consumer, "" if runs is None else str(runs), *stream_ids]
+        result = scripts.run(pipe if pipe is not None else self.client, "hold",
+                             [self.stream(queue)], args)
+        return [] if pipe is not None else [_text(lost) for lost in result]
+
+    def pending_idle(
+        self, queue: str, min_idle_ms: int, start: str, count: int, consumer: str | None = None
+    ) -> list[Pending]:
+        """Pending entries idle for at least `min_idle_ms`, from `start` on (XPENDING IDLE)."""
+        rows = self.client.xpending_range(
+            self.stream(queue), self.group, start, "+", count, consumername=consumer,
+            idle=min_idle_ms,
         )
-        return bool(claimed)
+        return [Pending(_text(row["message_id"]), _text(row["consumer"]),
+                        int(row["time_since_delivered"]), int(row["times_delivered"]))
+                for row in rows]
+
+    def bodies(self, queue: str, stream_ids: Sequence[str]) -> dict[str, bytes | None]:
+        """The body of each entry, None for one deleted from the stream (one round trip)."""
+        pipe = self.client.pipeline(transaction=False)
+        for stream_id in stream_ids:
+            pipe.xrange(self.stream(queue), stream_id, stream_id)
+        found: dict[str, bytes | None] = {}
+        for stream_id, entries in zip(stream_ids, pipe.execute(), strict=True):
+            found[stream_id] = _body(entries[0][1]) if entries else None
+        return found
+
+    def claim(self, queue: str, consumer: str, claims: Sequence[Claim]) -> list[Entry]:
+        """XCLAIM entries idle for at least their own timeout, keeping their delivery counter.
+
+        An entry refreshed by its holder meanwhile is not idle enough and is skipped.
+        """
+        pipe = self.client.pipeline(transaction=False)
+        for claim in claims:
+            pipe.xclaim(self.stream(queue), self.group, consumer, claim.min_idle_ms,
+                        [claim.stream_id], retrycount=claim.deliveries)
+        claimed: list[Entry] = []
+        for entries in pipe.execute():
+            claimed.extend((_text(stream_id), _body(fields)) for stream_id, fields in entries
+                           if stream_id is not None)
+        return claimed
+
+    def forget(self, queue: str, stream_ids: Sequence[str]) -> None:
+        """XACK entries deleted from the stream while pending: there is nothing to run."""
+        if stream_ids:
+            self.client.xack(self.stream(queue), self.group, *stream_ids)
+
+    def delete_idle_consumers(self, queue: str, min_idle_ms: int, keep: str) -> list[str]:
+        """Remove consumers holding nothing and idle for `min_idle_ms`; returns their names."""
+        try:
+            removed = scripts.run(self.client, "delete_idle_consumers", [self.stream(queue)],
+                                  [self.group, str(min_idle_ms), keep])
+        except ResponseError as exc:
+            if "NOGROUP" in str(exc) or "no such key" in str(exc):
+                return []
+            raise
+        return [_text(name) for name in removed]
 
     def length(self, queue: str) -> int:
         return int(self.client.xlen(self.stream(queue)))

@@ -53,13 +53,19 @@ _NUMBERS: dict[str, tuple[str, float, str]] = {
     "SOCKET_TIMEOUT": ("number", 0.001, "taskrunner.E002"),
     "CONNECT_TIMEOUT": ("number", 0.001, "taskrunner.E002"),
     "LEADER_LEASE": ("number", 1, "taskrunner.E002"),
+    "TIME_LIMIT_GRACE": ("number", 0, "taskrunner.E002"),
+    "DEAD_CONSUMER_TIMEOUT": ("number", 1, "taskrunner.E002"),
 }
+
+
+# Numbers whose None means "computed from other settings".
+_NONE_ALLOWED = frozenset({"DEAD_CONSUMER_TIMEOUT"})
 
 
 def _check_numbers(raw: dict[str, Any]) -> list[CheckMessage]:
     errors: list[CheckMessage] = []
     for key, (kind, minimum, id_) in _NUMBERS.items():
-        if key not in raw:
+        if key not in raw or (key in _NONE_ALLOWED and raw[key] is None):
             continue
         value = raw[key]
         ok_type = isinstance(value, int) and not isinstance(value, bool) if kind == "int" else (

@@ -70,6 +70,13 @@ DEFAULTS: dict[str, Option] = {
     "LEADER_LEASE": Option(
         10, "Seconds of the scheduler leader's lease: a dead leader is replaced within this."
     ),
+    "TIME_LIMIT_GRACE": Option(
+        5, "Seconds a task past its time_limit may take to stop before its thread is replaced."
+    ),
+    "DEAD_CONSUMER_TIMEOUT": Option(
+        None, "Seconds a consumer with nothing pending may stay idle before it is removed from "
+        "the group (None: the larger of 1 hour and 10 x RESERVATION_TIMEOUT).",
+    ),
 }
 
 
@@ -104,6 +111,8 @@ class Settings:
     SOCKET_TIMEOUT: float
     CONNECT_TIMEOUT: float
     LEADER_LEASE: float
+    TIME_LIMIT_GRACE: float
+    DEAD_CONSUMER_TIMEOUT: float | None
 
 
 def user_settings() -> dict[str, Any]:

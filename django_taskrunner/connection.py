@@ -11,6 +11,8 @@ import threading
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from django_taskrunner.conf import get_settings
 
@@ -33,7 +35,13 @@ def _build_client() -> Any:
         from django_taskrunner import embedded
 
         url = embedded.ensure_server(settings.EMBEDDED_DIR)
-    client = redis.Redis.from_url(url, health_check_interval=30, **timeouts)
+    # No retries inside redis-py: a command against a dead Redis fails after one connect
+    # or socket timeout, so dispatch() raises RedisUnavailable quickly, and the worker's
+    # loops retry with their own capped backoff (logging the outage once). A connection
+    # left stale by a Redis restart is replaced when it is taken from the pool.
+    client = redis.Redis.from_url(
+        url, health_check_interval=30, retry=Retry(NoBackoff(), 0), **timeouts
+    )
     client._taskrunner_owned = True
     return client
 

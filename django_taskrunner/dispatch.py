@@ -65,6 +65,12 @@ def _expires_at(task: Task, expires: float | None, start_ms: int) -> int | None:
     return start_ms + int(seconds * 1000)
 
 
+def _reservation_timeout_ms(task: Task) -> int | None:
+    """The task's own reservation timeout travels with its message, for any reclaiming worker."""
+    seconds = task.options.reservation_timeout
+    return None if seconds is None else int(seconds * 1000)
+
+
 def new_message(
     task: Task, payload: Any, *, queue: str | None = None, expires: float | None = None,
     start_ms: int | None = None, task_id: str | None = None,
@@ -83,6 +89,7 @@ def new_message(
         dispatched_at_ms=now,
         expires_at_ms=_expires_at(task, expires, start_ms if start_ms is not None else now),
         has_task_id=task_id is not None,
+        reservation_timeout_ms=_reservation_timeout_ms(task),
     )
 
 

@@ -78,3 +78,27 @@ class TaskExecutionError(TaskRunnerError):
 
 class RedisUnavailable(TaskRunnerError, ConnectionError):
     """Redis could not be reached (connect or socket timeout, refused connection)."""
+
+
+class TimeLimitExceeded(TaskRunnerError):
+    """An attempt ran past its task's `time_limit`; it counts as failed."""
+
+    def __init__(self, task_name: str, time_limit: float, elapsed: float) -> None:
+        super().__init__(
+            f"task {task_name!r} ran {elapsed:.2f}s, past its time limit of {time_limit:g}s"
+        )
+        self.task_name = task_name
+        self.time_limit = time_limit
+
+
+class WorkerLost(TaskRunnerError):
+    """The worker running a task died each time it was delivered (a poison message)."""
+
+    def __init__(self, task_name: str, deliveries: int) -> None:
+        super().__init__(
+            f"task {task_name!r} was delivered {deliveries} times and never finished: the "
+            f"worker running it died each time (killed, crashed or out of memory); it is "
+            f"not delivered again"
+        )
+        self.task_name = task_name
+        self.deliveries = deliveries

@@ -1,8 +1,10 @@
 """Running one message: small steps, called in order, each with one job.
 
-decode -> look up the task -> check expiry -> start (free an `until_executing` lock)
--> run (with Django's connection hygiene) -> on success free the lock and ack; on
-failure retry (keeping the lock) or record the failure, free per mode, then ack.
+decode -> look up the task -> check expiry -> (a reclaimed message: give up if its
+worker died running it too often) -> start (free an `until_executing` lock) -> run
+(with Django's connection hygiene and the task's time limit) -> on success free the
+lock and ack; on failure retry (keeping the lock) or record the failure, free per
+mode, then ack.
 
 `Executor.handle()` never raises: a bad message becomes a `FailedTask` row and the
 worker goes on. If even recording fails (the database is down), the message stays
@@ -22,11 +24,18 @@ from django_taskrunner import clock, locks
 from django_taskrunner.backoff import default_backoff
 from django_taskrunner.broker import Broker
 from django_taskrunner.context import TaskContext
-from django_taskrunner.exceptions import InvalidTaskPayload, TaskNotFound, TaskRunnerError
+from django_taskrunner.exceptions import (
+    InvalidTaskPayload,
+    TaskNotFound,
+    TaskRunnerError,
+    TimeLimitExceeded,
+    WorkerLost,
+)
 from django_taskrunner.failures import record_failure
 from django_taskrunner.message import TaskMessage
 from django_taskrunner.recorder import StatsRecorder
 from django_taskrunner.registry import registry
+from django_taskrunner.running import Attempt, RunningSet
 from django_taskrunner.task import Task
 
 logger = logging.getLogger(__name__)
@@ -37,6 +46,13 @@ RAW_BODY_LIMIT = 64 * 1024
 
 class TaskExpired(TaskRunnerError):
     """The task was not started before its `expires` time."""
+
+
+class AttemptAbandoned(TaskRunnerError):
+    """The time-limit watchdog settled this attempt already; its result is ignored."""
+
+
+ABANDONED = AttemptAbandoned()
 
 
 def retry_delay(task: Task, retry: int) -> float:
@@ -55,22 +71,30 @@ class Executor:
     def __init__(
         self, broker: Broker, consumer: str, ack: Callable[[str, str], None],
         stats: StatsRecorder | None = None,
+        running: RunningSet | None = None, reservation_timeout: float = 300.0,
     ) -> None:
         self.broker = broker
         self.consumer = consumer
         self.ack = ack
         # Run times and outcomes, in memory; the worker's monitor writes them in batches.
         self.stats = stats if stats is not None else StatsRecorder()
+        self.running = running if running is not None else RunningSet()
+        self.reservation_timeout = reservation_timeout
 
-    def handle(self, queue: str, stream_id: str, body: bytes | None) -> None:
-        """Process one stream entry to the end; never raises."""
+    def handle(
+        self, queue: str, stream_id: str, body: bytes | None, runs: int | None = None
+    ) -> None:
+        """Process one stream entry to the end; never raises.
+
+        `runs` is the delivery counter of a reclaimed entry (None for a first delivery).
+        """
         try:
-            self._handle(queue, stream_id, body)
+            self._handle(queue, stream_id, body, runs)
         except Exception:
             logger.exception("could not finish message %s of queue %s; it stays pending",
                              stream_id, queue)
 
-    def _handle(self, queue: str, stream_id: str, body: bytes | None) -> None:
+    def _handle(self, queue: str, stream_id: str, body: bytes | None, runs: int | None) -> None:
         if body is None:  # deleted from the stream while pending
             self.ack(queue, stream_id)
             return
@@ -82,13 +106,22 @@ class Executor:
             return
         if self.expired(message):
             return
+        if runs is not None and not self.restart(task, message, runs):
+            return
         self.release(message, locks.STARTED)
         started = clock.monotonic()
         error = self.run(task, message)
+        if error is ABANDONED:
+            return
         self.stats.ran(message.queue, task.name, clock.monotonic() - started, error)
         if error is None:
             self.succeeded(task, message)
-        elif message.attempt <= task.options.max_retry:
+        else:
+            self.failed(task, message, error)
+
+    def failed(self, task: Task, message: TaskMessage, error: BaseException) -> None:
+        """An attempt failed: retry it, or record the task as failed for good."""
+        if message.attempt <= task.options.max_retry:
             self.retry(task, message, error)
         else:
             self.failed_for_good(message, error)
@@ -123,14 +156,45 @@ class Executor:
         self._record_and_ack(message, error, attempts=message.attempt - 1, event=locks.DROPPED)
         return True
 
+    def restart(self, task: Task, message: TaskMessage, runs: int) -> bool:
+        """Before re-running a reclaimed message: False if it is given up or no longer ours.
+
+        `runs` counts its deliveries that may have started (the first one, and each
+        reclaimed run since); all but the first surely died with their worker. Runs that
+        died count as failed attempts, so a message that kills every worker running it
+        stops after `max_retry + 1` sure deaths: recorded as failed and acked.
+        """
+        died = (message.attempt - 1) + (runs - 1)
+        if died >= task.options.max_retry + 1:
+            self._record_and_ack(message, WorkerLost(task.name, runs),
+                                 attempts=message.attempt - 1 + runs, event=locks.FAILED)
+            return False
+        lost = self.broker.hold(message.queue, self.consumer, [message.stream_id or ""],
+                                runs=runs + 1)
+        return not lost
+
     def run(self, task: Task, message: TaskMessage) -> BaseException | None:
-        """Call the task function; return what it raised, or None on success."""
+        """Call the task function; return what it raised, None on success, or ABANDONED."""
         logger.debug("running task=%s id=%s queue=%s attempt=%d", task.name, message.id,
                      message.queue, message.attempt)
+        timeout = message.reservation_timeout_ms
+        attempt = self.running.start(
+            task, message, self.reservation_timeout if timeout is None else timeout / 1000)
+        try:
+            error = self.call(task, message, attempt)
+        finally:
+            settled = self.running.settle(attempt)
+        if not settled:
+            return ABANDONED
+        if attempt.over_time_limit():
+            return self.time_limit_error(attempt, cause=error)
+        return error
+
+    def call(self, task: Task, message: TaskMessage, attempt: Attempt) -> BaseException | None:
         close_old_connections()
         try:
             if task.options.takes_context:
-                task.fn(self.context(message), message.payload)
+                task.fn(self.context(message, attempt), message.payload)
             else:
                 task.fn(message.payload)
         except BaseException as exc:  # noqa: BLE001 - a task's SystemExit must not stop us
@@ -139,7 +203,21 @@ class Executor:
             close_old_connections()
         return None
 
-    def context(self, message: TaskMessage) -> TaskContext:
+    def time_limit_error(
+        self, attempt: Attempt, cause: BaseException | None = None
+    ) -> TimeLimitExceeded:
+        error = TimeLimitExceeded(attempt.task.name, attempt.time_limit or 0, attempt.elapsed())
+        error.__cause__ = cause
+        return error
+
+    def give_up(self, attempt: Attempt) -> None:
+        """The watchdog settled an attempt stuck past its time limit: fail it like any other."""
+        error = self.time_limit_error(attempt)
+        self.stats.ran(attempt.queue, attempt.task.name, clock.monotonic() - attempt.started,
+                       error)
+        self.failed(attempt.task, attempt.message, error)
+
+    def context(self, message: TaskMessage, attempt: Attempt) -> TaskContext:
         stream_id = message.stream_id or ""
 
         def heartbeat() -> bool:
@@ -147,7 +225,7 @@ class Executor:
 
         return TaskContext(
             id=message.id, task_name=message.task_name, queue=message.queue,
-            attempt=message.attempt, _heartbeat=heartbeat,
+            attempt=message.attempt, _heartbeat=heartbeat, _cancel=attempt.cancel,
         )
 
     def release(self, message: TaskMessage, event: str) -> None:

@@ -37,6 +37,8 @@ class TaskMessage:
     has_task_id: bool = False
     # Epoch ms after which the task must not start (None: never expires).
     expires_at_ms: int | None = None
+    # The task's own reservation timeout in ms (None: the worker's RESERVATION_TIMEOUT).
+    reservation_timeout_ms: int | None = None
     # Stream entry id, set by the worker for the delivery it is processing.
     stream_id: str | None = field(default=None, compare=False)
 
@@ -66,6 +68,8 @@ class TaskMessage:
             data["tid"] = True
         if self.expires_at_ms is not None:
             data["exp"] = self.expires_at_ms
+        if self.reservation_timeout_ms is not None:
+            data["rt"] = self.reservation_timeout_ms
         try:
             return json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         except (TypeError, ValueError) as exc:
@@ -98,6 +102,7 @@ class TaskMessage:
                 unique_mode=data.get("mode"),
                 has_task_id=bool(data.get("tid", False)),
                 expires_at_ms=None if data.get("exp") is None else int(data["exp"]),
+                reservation_timeout_ms=_positive_int_or_none(data.get("rt")),
                 stream_id=stream_id,
             )
         except (TypeError, ValueError) as exc:
@@ -106,6 +111,13 @@ class TaskMessage:
         if message.attempt < 1:
             raise InvalidTaskPayload("message attempt must be >= 1", task_name=task_name)
         return message
+
+
+def _positive_int_or_none(value: Any) -> int | None:
+    """An advisory number: a bad value is ignored (the worker's default applies), not fatal."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    return int(value)
 
 
 def _text(data: dict[str, Any], key: str) -> str:

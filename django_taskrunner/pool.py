@@ -29,6 +29,7 @@ class Pool:
         self._lock = threading.Lock()
         self._threads: set[threading.Thread] = set()
         self._running: dict[threading.Thread, Any] = {}
+        self._abandoned: set[threading.Thread] = set()
         self._target = 0
         self.resize(size)
 
@@ -62,11 +63,38 @@ class Pool:
                 self._running[me] = item
                 try:
                     self._run(item)
+                except BaseException:
+                    if me not in self._abandoned:
+                        raise
                 finally:
                     self._running.pop(me, None)
+                if me in self._abandoned:
+                    return
         finally:
             with self._lock:
                 self._threads.discard(me)
+                self._abandoned.discard(me)
+
+    def abandon(self, thread: threading.Thread) -> None:
+        """Stop counting a thread stuck in its task: start a replacement at once.
+
+        The stuck thread exits when its task finally returns; what it raises is ignored.
+        """
+        with self._lock:
+            if thread not in self._threads:
+                return
+            self._threads.discard(thread)
+            self._abandoned.add(thread)
+            self._running.pop(thread, None)
+            replacement = threading.Thread(target=self._loop, name=f"taskrunner-{next(_names)}",
+                                           daemon=True)
+            self._threads.add(replacement)
+            replacement.start()
+
+    @property
+    def abandoned(self) -> int:
+        """Threads given up on that are still stuck in their task."""
+        return len(self._abandoned)
 
     def running_items(self) -> list[Any]:
         """Items being run right now."""

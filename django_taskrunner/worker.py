@@ -1,6 +1,11 @@
 """The worker: fetchers read streams into a bounded buffer, a pool runs the tasks,
 an acker acks finished ones in batches. No argparse here; `runtasks` builds a Worker.
 
+Beside them: a heartbeat keeps running messages reserved, the fetchers take over
+messages of dead workers into the same buffer first, and a watchdog enforces time limits
+(see heartbeat.py, reclaim.py, timelimit.py). A Redis outage stops none of them: each
+retries with capped backoff and the outage is logged once (outage.py).
+
 Shutdown (`request_stop()`, from SIGTERM/SIGINT): fetchers stop reading, running tasks
 get `shutdown_timeout` seconds to finish, and every message this worker holds but did
 not finish is put back on its stream for another worker. Nothing is lost.
@@ -21,21 +26,21 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
-from django_taskrunner import clock
+from django_taskrunner import clock, reclaim
 from django_taskrunner.autoscale import ScalingPolicy
 from django_taskrunner.broker import Broker, Entry
+from django_taskrunner.conf import get_settings
 from django_taskrunner.executor import Executor
+from django_taskrunner.heartbeat import Heartbeat
 from django_taskrunner.monitor import Monitor
+from django_taskrunner.outage import REDIS_DOWN, RedisStatus, backoff
 from django_taskrunner.pool import Pool
+from django_taskrunner.reclaim import Reclaimer, shortest_timeout
+from django_taskrunner.running import Attempt, RunningSet
 from django_taskrunner.scheduler import LeaderScheduler, promote_all_due, register_queues
+from django_taskrunner.timelimit import TimeLimitWatchdog, interrupt
 
 logger = logging.getLogger(__name__)
-
-REDIS_DOWN = (RedisConnectionError, RedisTimeoutError)
-RETRY_CAP_SECONDS = 5.0
 
 
 def default_consumer_name() -> str:
@@ -48,14 +53,17 @@ class WorkItem:
     queue: str
     stream_id: str
     body: bytes | None
+    runs: int | None = None  # delivery counter of a reclaimed entry; None when fresh
+    accepted: float = 0.0  # monotonic time it entered the buffer
 
 
 class Acker(threading.Thread):
     """Acks finished messages in batches: all that finished meanwhile, one round trip."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, status: RedisStatus) -> None:
         super().__init__(name="taskrunner-acker", daemon=True)
         self.broker = broker
+        self.status = status
         self._waiting: dict[str, list[str]] = defaultdict(list)
         self._cond = threading.Condition()
         self._stopping = False
@@ -77,14 +85,14 @@ class Acker(threading.Thread):
             try:
                 self.flush(batch)
                 failures = 0
+                self.status.succeeded()
             except REDIS_DOWN as exc:
                 failures += 1
-                if failures == 1:
-                    logger.error("cannot ack, Redis is unreachable (%s); retrying", exc)
+                self.status.failed(exc, "acking finished tasks")
                 with self._cond:
                     for queue, ids in batch.items():
                         self._waiting[queue][:0] = ids
-                    self._cond.wait(min(RETRY_CAP_SECONDS, 0.1 * 2**failures))
+                    self._cond.wait(backoff(failures))
                     if self._stopping and failures > 3:
                         logger.error("giving up on %d acks at exit; those tasks will be "
                                      "delivered again", sum(map(len, self._waiting.values())))
@@ -117,15 +125,15 @@ class Fetcher(threading.Thread):
     def run(self) -> None:
         worker, broker = self.worker, self.worker.broker
         self._with_retries(lambda: broker.ensure_group(self.queue))
+        reclaimer = worker.reclaimer
         # Messages this consumer name held before a restart come first.
-        while not worker.stopping.is_set():
-            entries = self._with_retries(
-                lambda: broker.read_own_pending(self.queue, worker.consumer, worker.batch_size))
-            if not entries:
-                break
-            worker.accept(self.queue, entries)
+        while not worker.stopping.is_set() and self._with_retries(
+                lambda: reclaimer.take_back_own(self.queue, worker.wait_for_room())):
+            pass
         while not worker.stopping.is_set():
             room = worker.wait_for_room()
+            if room > 0:  # messages of dead workers go before new ones
+                room -= reclaimer.reclaim_due(self.queue, room)
             if room <= 0:
                 continue
             generation = worker.generation()
@@ -148,14 +156,11 @@ class Fetcher(threading.Thread):
                 result = call()
             except REDIS_DOWN as exc:
                 failures += 1
-                if failures == 1:
-                    logger.error("queue %s: Redis is unreachable (%s); retrying", self.queue, exc)
-                if self.worker.stopping.wait(min(RETRY_CAP_SECONDS, 0.1 * 2**failures)):
+                self.worker.status.failed(exc, f"reading queue {self.queue}")
+                if self.worker.stopping.wait(backoff(failures)):
                     return None
                 continue
-            if failures:
-                logger.warning("queue %s: Redis is back after %d failed attempts", self.queue,
-                               failures)
+            self.worker.status.succeeded()
             return result
 
 
@@ -167,6 +172,8 @@ class Worker:
         block_ms: int, shutdown_timeout: float, consumer: str | None = None, burst: bool = False,
         scaling: ScalingPolicy | None = None,
         scheduler: bool = True, leader_lease: float = 10.0,
+        reservation_timeout: float | None = None, time_limit_grace: float | None = None,
+        dead_consumer_timeout: float | None = None,
     ) -> None:
         self.broker = broker
         self.queues = list(dict.fromkeys(queues))
@@ -177,11 +184,11 @@ class Worker:
         self.burst = burst
         self.stopping = threading.Event()
         self.forced = threading.Event()
-        self.acker = Acker(broker)
+        self.status = RedisStatus()
+        self.acker = Acker(broker, self.status)
         # Writes statistics and the heartbeat; resizes the pool when `scaling` is given.
         self.monitor = Monitor(self, scaling=scaling)
-        self.executor = Executor(broker, self.consumer, self.acker.add,
-                                 stats=self.monitor.recorder)
+        self._build_guards(reservation_timeout, time_limit_grace, dead_consumer_timeout)
         self.pool = Pool(0, self._run_item)
         self._initial_size = concurrency
         self._cond = threading.Condition()
@@ -194,13 +201,45 @@ class Worker:
             if scheduler and not burst else None
         )
         self._leftovers: list[WorkItem] = []
+        self._held: set[tuple[str, str]] = set()  # (queue, stream id) fetched, not finished
         self.fetchers = [Fetcher(self, queue) for queue in self.queues]
+
+    def _build_guards(
+        self, reservation_timeout: float | None, time_limit_grace: float | None,
+        dead_consumer_timeout: float | None,
+    ) -> None:
+        """The executor and what keeps messages safe: heartbeat, watchdog, reclaimer."""
+        settings = get_settings()
+        timeout = self.reservation_timeout = (
+            settings.RESERVATION_TIMEOUT if reservation_timeout is None else reservation_timeout)
+        grace = settings.TIME_LIMIT_GRACE if time_limit_grace is None else time_limit_grace
+        if dead_consumer_timeout is None:
+            dead_consumer_timeout = reclaim.dead_consumer_timeout(
+                settings.DEAD_CONSUMER_TIMEOUT, timeout)
+        self.running = RunningSet(on_change=lambda: self.watchdog.wake())
+        self.watchdog = TimeLimitWatchdog(self.running, grace, self._give_up)
+        self.executor = Executor(self.broker, self.consumer, self.acker.add,
+                                 stats=self.monitor.recorder, running=self.running,
+                                 reservation_timeout=timeout)
+        self.heartbeat = Heartbeat(self.broker, self.consumer, self.running, timeout,
+                                   self.status)
+        self.reclaimer = Reclaimer(
+            self.broker, self.consumer, self.queues, self, reservation_timeout=timeout,
+            dead_consumer_timeout=dead_consumer_timeout, status=self.status,
+        )
+        # A message that waited this long in the buffer is checked to be ours before it runs.
+        self._recheck_after = min(shortest_timeout(q, timeout) for q in self.queues) / 2
 
     # -- the buffer -----------------------------------------------------------------
 
     def limit(self) -> int:
         """Messages held at most: what the pool runs now plus one batch waiting."""
         return self.pool.size + self.batch_size
+
+    def holds(self, queue: str, stream_id: str) -> bool:
+        """True while `stream_id` is in this worker's buffer or running."""
+        with self._cond:
+            return (queue, stream_id) in self._held
 
     def wait_for_room(self) -> int:
         with self._cond:
@@ -216,11 +255,16 @@ class Worker:
         with self._cond:
             self._cond.wait(timeout)
 
-    def accept(self, queue: str, entries: list[Entry]) -> None:
-        """Hand read entries to the pool (or keep them for requeue when stopping)."""
-        items = [WorkItem(queue, stream_id, body) for stream_id, body in entries]
+    def accept(
+        self, queue: str, entries: list[Entry], runs: dict[str, int] | None = None
+    ) -> None:
+        """Hand read (or reclaimed) entries to the pool, or keep them for requeue if stopping."""
+        now = clock.monotonic()
+        items = [WorkItem(queue, stream_id, body, (runs or {}).get(stream_id), now)
+                 for stream_id, body in entries]
         with self._cond:
             self.outstanding += len(items)
+            self._held.update((queue, item.stream_id) for item in items)
             if self.stopping.is_set():
                 self._leftovers.extend(items)
                 return
@@ -233,12 +277,38 @@ class Worker:
                 self._leftovers.append(item)
             return
         try:
-            self.executor.handle(item.queue, item.stream_id, item.body)
+            if self._still_ours(item):
+                self.executor.handle(item.queue, item.stream_id, item.body, item.runs)
         finally:
-            with self._cond:
-                self.outstanding -= 1
-                self.completed += 1
-                self._cond.notify_all()
+            self._release(item.queue, item.stream_id)
+
+    def _release(self, queue: str, stream_id: str) -> None:
+        """The message is finished here (or given up on); counted once."""
+        with self._cond:
+            if (queue, stream_id) not in self._held:
+                return
+            self._held.discard((queue, stream_id))
+            self.outstanding -= 1
+            self.completed += 1
+            self._cond.notify_all()
+
+    def _still_ours(self, item: WorkItem) -> bool:
+        """A message that sat long in the buffer may have been reclaimed by another worker."""
+        if item.runs is not None or clock.monotonic() - item.accepted < self._recheck_after:
+            return True  # fresh, or a reclaimed one, which the executor checks as it starts
+        try:
+            return not self.broker.hold(item.queue, self.consumer, [item.stream_id])
+        except REDIS_DOWN:
+            return True  # at least once: better run it twice than not at all
+
+    def _give_up(self, attempt: Attempt) -> None:
+        """A task thread is stuck past its time limit: replace it, fail the attempt."""
+        self.pool.abandon(attempt.thread)
+        interrupt(attempt.thread)
+        try:
+            self.executor.give_up(attempt)
+        finally:
+            self._release(attempt.queue, attempt.stream_id)
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -259,6 +329,8 @@ class Worker:
         self.pool.resize(self._initial_size)
         self.monitor.start()
         self._register_queues()
+        self.heartbeat.start()
+        self.watchdog.start()
         for fetcher in self.fetchers:
             fetcher.start()
         if self.scheduling is not None:
@@ -314,6 +386,8 @@ class Worker:
             logger.warning("shutdown timeout: %d running task(s) did not finish; they are put "
                            "back on their queue", len(self.pool.running_items()))
         self._requeue(unfinished)
+        self.watchdog.stop()
+        self.heartbeat.stop()
         self.acker.stop()
         self.monitor.stop()
         logger.info("worker %s stopped", self.consumer)

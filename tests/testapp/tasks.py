@@ -180,3 +180,52 @@ def fails_once_with_backoff(payload: Any) -> None:
 def count_by_id(ctx: Any, payload: Any) -> None:
     """Counts runs per message id (periodic occurrences have one id each)."""
     get_redis().hincrby(runs_key(), f"count_by_id:{ctx.id}", 1)
+
+
+# -- reliability: time limits, expiry, reservation timeouts -------------------------
+
+
+@task(takes_context=True, time_limit=0.3, max_retry=1, retry_backoff=0)
+def stops_when_cancelled(ctx: Any, payload: Any) -> None:
+    """Cooperative: polls ctx.cancelled and returns once the time limit set it."""
+    record("stops_when_cancelled", payload)
+    while not ctx.cancelled:
+        time.sleep(0.01)
+    get_redis().hset(runs_key(), f"cancelled:{payload['n']}", ctx.attempt)
+
+
+@task(time_limit=0.2)
+def blocks_in_c(payload: Any) -> None:
+    """Ignores its time limit inside a C call that cannot be interrupted."""
+    record("blocks_in_c:start", payload)
+    time.sleep(float(payload["seconds"]))
+    record("blocks_in_c:end", payload)
+
+
+@task(time_limit=0.2)
+def spins_in_python(payload: Any) -> None:
+    """Ignores its time limit in a pure-Python loop, which the watchdog can interrupt."""
+    record("spins_in_python:start", payload)
+    try:
+        while True:
+            pass
+    finally:
+        record("spins_in_python:interrupted", payload)
+
+
+@task(expires=0.2)
+def expiring(payload: Any) -> None:
+    record("expiring", payload)
+
+
+@task(reservation_timeout=4)
+def patient(payload: Any) -> None:
+    record("patient", payload)
+
+
+@task(takes_context=True)
+def beats_by_hand(ctx: Any, payload: Any) -> None:
+    get_redis().hset(runs_key(), f"beat:{payload['n']}", int(ctx.heartbeat()))
+
+
+from tests.testapp import chaos_tasks  # noqa: E402,F401 - registers the chaos suite's tasks

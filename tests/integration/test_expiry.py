@@ -1,0 +1,75 @@
+"""A task not started within `expires` seconds of its dispatch is not run: it becomes a
+failed row with an "expired" error and leaves the queue."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from django_taskrunner import dispatch
+from django_taskrunner.broker import get_broker
+from django_taskrunner.models import FailedTask
+from tests.testapp.tasks import expiring, noop, runs_key
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def ran(r, field: str) -> bool:
+    return r.hget(runs_key(), field) is not None
+
+
+def assert_queue_empty() -> None:
+    broker = get_broker()
+    assert broker.length("default") == 0
+    assert broker.pending("default") == 0
+
+
+def test_a_task_past_its_own_expires_is_recorded_expired_not_run(r, run_burst):
+    # Given a task declared with expires=0.2, dispatched, and no worker for 0.3 s
+    message = expiring.dispatch({"n": 1})
+    time.sleep(0.3)
+
+    # When a worker gets to it
+    run_burst()
+
+    # Then it is not run, but recorded as expired, and the queue is empty
+    assert not ran(r, "expiring:1")
+    row = FailedTask.objects.get(message_id=message.id)
+    assert row.error_class == "django_taskrunner.executor.TaskExpired"
+    assert "expired before it started" in row.error
+    assert row.attempts == 0
+    assert_queue_empty()
+
+
+def test_expires_given_at_dispatch_applies_to_a_task_without_one(r, run_burst):
+    late = dispatch(noop, {"n": "late"}, expires=0.2)
+    prompt = dispatch(noop, {"n": "prompt"}, expires=60)
+    time.sleep(0.3)
+
+    run_burst()
+
+    assert not ran(r, "noop:late")
+    assert ran(r, "noop:prompt")
+    assert list(FailedTask.objects.values_list("message_id", flat=True)) == [late.id]
+    assert_queue_empty()
+
+
+def test_expires_given_at_dispatch_overrides_the_tasks_own(r, run_burst):
+    expiring.dispatch({"n": 1}, expires=60)
+    time.sleep(0.3)
+
+    run_burst()
+
+    assert ran(r, "expiring:1")
+    assert FailedTask.objects.count() == 0
+
+
+def test_a_task_run_before_its_expiry_runs_normally(r, run_burst):
+    message = expiring.dispatch({"n": 1})
+    assert message.expires_at_ms == message.dispatched_at_ms + 200
+
+    run_burst()
+
+    assert ran(r, "expiring:1")
+    assert FailedTask.objects.count() == 0

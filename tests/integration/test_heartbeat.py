@@ -1,0 +1,92 @@
+"""While a task runs, its worker keeps the message reserved, so a task far longer than the
+reservation timeout is never reclaimed while its worker lives."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from django_taskrunner.broker import get_broker
+from django_taskrunner.heartbeat import Heartbeat, heartbeat_interval
+from django_taskrunner.message import TaskMessage
+from django_taskrunner.outage import RedisStatus
+from django_taskrunner.running import RunningSet
+from tests.testapp.tasks import beats_by_hand, noop, runs_key, sleeper
+from tests.worker_helpers import wait_for, worker_thread
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_task_three_times_longer_than_the_timeout_runs_once_between_two_workers(
+    r, taskrunner_settings
+):
+    # Given a 1-second reservation timeout and two live workers
+    taskrunner_settings(RESERVATION_TIMEOUT=1)
+    broker = get_broker()
+    sleeper.dispatch({"n": "long", "seconds": 3})
+    longest_idle = 0
+    with worker_thread(consumer="worker-a"), worker_thread(consumer="worker-b"):
+        # When the 3-second task runs, its message never looks idle for long
+        wait_for(lambda: broker.pending("default") == 1)
+        deadline = time.monotonic() + 15
+        while r.hget(runs_key(), "sleeper:long") is None and time.monotonic() < deadline:
+            for row in r.xpending_range(broker.stream("default"), broker.group, "-", "+", 10):
+                longest_idle = max(longest_idle, row["time_since_delivered"])
+                assert row["times_delivered"] == 1
+            time.sleep(0.05)
+        wait_for(lambda: broker.pending("default") == 0)
+
+    # Then it ran once, and its idle time stayed well under the timeout
+    assert r.hget(runs_key(), "sleeper:long") == b"1"
+    assert longest_idle < 1000
+
+
+def test_a_heartbeat_never_takes_back_a_message_another_worker_reclaimed(r):
+    # Given a message reclaimed by worker B from worker A
+    broker = get_broker()
+    noop.dispatch({"n": 1})
+    broker.ensure_group("default")
+    [(stream, entries)] = r.xreadgroup(broker.group, "worker-a",
+                                       {broker.stream("default"): ">"}, count=1)
+    stream_id = entries[0][0].decode()
+    r.xclaim(broker.stream("default"), broker.group, "worker-b", 0, [stream_id])
+
+    # When A (still running it) sends a heartbeat
+    lost = broker.hold("default", "worker-a", [stream_id])
+
+    # Then A learns it lost the message, and B keeps it
+    assert lost == [stream_id]
+    [row] = r.xpending_range(broker.stream("default"), broker.group, "-", "+", 10)
+    assert row["consumer"] == b"worker-b"
+    assert broker.heartbeat("default", "worker-b", stream_id) is True
+    assert broker.heartbeat("default", "worker-a", stream_id) is False
+
+
+def test_a_task_can_send_its_own_heartbeat(r, run_burst):
+    beats_by_hand.dispatch({"n": 1})
+    run_burst()
+    assert r.hget(runs_key(), "beat:1") == b"1"
+
+
+def test_heartbeats_come_several_times_per_timeout_within_bounds():
+    assert heartbeat_interval(30) == 7.5
+    assert heartbeat_interval(300) == 10
+    assert heartbeat_interval(0.1) == 0.05
+
+
+def test_a_heartbeat_against_a_dead_redis_marks_it_down_and_does_not_raise(
+    taskrunner_settings,
+):
+    # Given a running attempt and a Redis that cannot be reached
+    taskrunner_settings(REDIS_URL="redis://127.0.0.1:1/0", CONNECT_TIMEOUT=0.2)
+    running = RunningSet()
+    running.start(sleeper, TaskMessage(id="x", task_name=sleeper.name, queue="default",
+                                       payload=None, stream_id="1-0"), 1.0)
+    status = RedisStatus()
+    beat = Heartbeat(get_broker(), "me", running, 1.0, status)
+
+    # When heartbeats are sent, they fail quietly, and the outage is noted
+    beat.beat()
+    beat.beat()
+    assert status.down

@@ -1,0 +1,275 @@
+"""Messages held by a dead worker are reclaimed after their reservation timeout, each
+with its own timeout; a message whose runs keep killing their worker stops; dead
+consumers leave the group."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from django_taskrunner import dispatch
+from django_taskrunner.broker import Entry, get_broker
+from django_taskrunner.models import FailedTask
+from django_taskrunner.outage import RedisStatus
+from django_taskrunner.reclaim import Reclaimer, reclaim_interval, shortest_timeout
+from tests.testapp.tasks import noop, patient, runs_key, sleeper
+from tests.worker_helpers import wait_for, worker_thread
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def runs(r, name: str) -> dict[str, int]:
+    counts = r.hgetall(runs_key())
+    return {k.decode().split(":", 1)[1]: int(v) for k, v in counts.items()
+            if k.decode().startswith(name + ":")}
+
+
+def read_as(r, consumer: str, count: int = 100, queue: str = "default") -> list[str]:
+    """Deliver messages to `consumer`, a worker that then dies without acking them."""
+    broker = get_broker()
+    broker.ensure_group(queue)
+    reply = r.xreadgroup(broker.group, consumer, {broker.stream(queue): ">"}, count=count)
+    return [stream_id.decode() for stream_id, _fields in reply[0][1]] if reply else []
+
+
+def pending_rows(r, queue: str = "default") -> list[dict]:
+    broker = get_broker()
+    return r.xpending_range(broker.stream(queue), broker.group, "-", "+", 100)
+
+
+class FakeBuffer:
+    """Stands in for the worker's buffer: records what was handed to it."""
+
+    def __init__(self) -> None:
+        self.accepted: list[tuple[str, list[Entry], dict[str, int] | None]] = []
+
+    def accept(self, queue: str, entries: list[Entry], runs: dict[str, int] | None = None) -> None:
+        self.accepted.append((queue, entries, runs))
+
+    def holds(self, queue: str, stream_id: str) -> bool:
+        return False
+
+
+def reclaimer(buffer: FakeBuffer, *, timeout: float, consumer: str = "me",
+              dead_after: float = 3600) -> Reclaimer:
+    return Reclaimer(get_broker(), consumer, ["default"], buffer, reservation_timeout=timeout,
+                     dead_consumer_timeout=dead_after, status=RedisStatus())
+
+
+def test_a_message_left_in_a_dead_workers_buffer_runs_once_after_the_timeout(
+    r, taskrunner_settings
+):
+    # Given a worker that took a message (max_retry=0) and died before starting it
+    taskrunner_settings(RESERVATION_TIMEOUT=2)
+    noop.dispatch({"n": 1})
+    assert len(read_as(r, "dead-worker")) == 1
+
+    with worker_thread():
+        # When a live worker runs, the message is not taken before its timeout...
+        time.sleep(0.5)
+        assert runs(r, "noop") == {}
+        # ...and is run once the timeout has passed
+        wait_for(lambda: runs(r, "noop") == {"1": 1}, timeout=10)
+        wait_for(lambda: not pending_rows(r))
+
+    # Then it ran exactly once, and a death before the start was not held against it
+    assert runs(r, "noop") == {"1": 1}
+    assert FailedTask.objects.count() == 0
+    assert get_broker().length("default") == 0
+
+
+def test_a_task_with_a_longer_reservation_timeout_waits_for_its_own(r, taskrunner_settings):
+    # Given RESERVATION_TIMEOUT=1 and a task declared with reservation_timeout=4
+    taskrunner_settings(RESERVATION_TIMEOUT=1)
+    message = patient.dispatch({"n": 1})
+    assert message.reservation_timeout_ms == 4000
+    noop.dispatch({"n": 1})
+    read_as(r, "dead-worker")
+    started = time.monotonic()
+
+    with worker_thread():
+        # When a live worker reclaims: the default-timeout message goes first
+        wait_for(lambda: runs(r, "noop") == {"1": 1}, timeout=10)
+        if time.monotonic() - started < 3:
+            assert runs(r, "patient") == {}
+        # and the patient one only after its own 4 seconds
+        wait_for(lambda: runs(r, "patient") == {"1": 1}, timeout=10)
+    assert time.monotonic() - started >= 4
+
+
+def test_a_message_whose_reclaimed_run_died_too_is_recorded_failed_not_run(
+    r, taskrunner_settings
+):
+    # Given a max_retry=0 message whose first worker died, and whose reclaimed run
+    # died too (its delivery counter says 2 runs may have started)
+    taskrunner_settings(RESERVATION_TIMEOUT=1)
+    message = noop.dispatch({"n": 1})
+    [stream_id] = read_as(r, "first-worker")
+    broker = get_broker()
+    r.xclaim(broker.stream("default"), broker.group, "second-worker", 0, [stream_id],
+             retrycount=2)
+
+    with worker_thread():
+        row = wait_for(lambda: FailedTask.objects.filter(message_id=message.id).first())
+        wait_for(lambda: not pending_rows(r))
+
+    # Then it is not run a third time: it is a failed task, with a clear error
+    assert runs(r, "noop") == {}
+    assert row.error_class == "django_taskrunner.exceptions.WorkerLost"
+    assert "delivered 2 times" in row.error and "died" in row.error
+    assert row.attempts == 2
+
+
+def test_starting_a_reclaimed_message_counts_the_run_in_its_delivery_counter(
+    r, taskrunner_settings
+):
+    taskrunner_settings(RESERVATION_TIMEOUT=1)
+    sleeper.dispatch({"n": 1, "seconds": 1.5})
+    read_as(r, "dead-worker")
+
+    with worker_thread(consumer="live-worker"):
+        # While the reclaimed message runs here, it is held by us and counted as run twice
+        wait_for(lambda: [row for row in pending_rows(r) if row["consumer"] == b"live-worker"
+                          and row["times_delivered"] == 2], timeout=10)
+        wait_for(lambda: runs(r, "sleeper") == {"1": 1}, timeout=10)
+    assert pending_rows(r) == []
+
+
+def test_reclaim_takes_no_more_than_the_buffer_has_room_for(r, taskrunner_settings):
+    for n in range(5):
+        noop.dispatch({"n": n})
+    ids = read_as(r, "dead-worker")
+    time.sleep(1.1)
+
+    buffer = FakeBuffer()
+    claimed = reclaimer(buffer, timeout=1).reclaim("default", room=2)
+
+    assert claimed == 2
+    [(queue, entries, counters)] = buffer.accepted
+    assert [stream_id for stream_id, _body in entries] == ids[:2]
+    assert counters == {ids[0]: 1, ids[1]: 1}
+    owners = {row["message_id"].decode(): row["consumer"] for row in pending_rows(r)}
+    assert owners == {**dict.fromkeys(ids[:2], b"me"), **dict.fromkeys(ids[2:], b"dead-worker")}
+
+
+def test_a_reclaim_pass_that_fills_the_room_leaves_the_next_one_due_at_once(r):
+    for n in range(3):
+        noop.dispatch({"n": n})
+    read_as(r, "dead-worker")
+    claimer = reclaimer(FakeBuffer(), timeout=1)
+    time.sleep(1.1)
+
+    # The first pass fills the room; more may wait, so the next pass is due at once
+    assert claimer.reclaim_due("default", room=2) == 2
+    assert claimer.reclaim_due("default", room=2) == 1
+    assert pending_rows(r) and {row["consumer"] for row in pending_rows(r)} == {b"me"}
+
+
+def test_right_after_a_redis_outage_reclaim_waits_one_timeout(r):
+    # Given an idle message of a dead worker, seen just after Redis came back
+    noop.dispatch({"n": 1})
+    read_as(r, "dead-worker")
+    time.sleep(1.1)
+    buffer = FakeBuffer()
+    claimer = reclaimer(buffer, timeout=1)
+    claimer.status.failed(ConnectionError("refused"), "testing")
+    assert claimer.reclaim("default", room=10) == 0  # still down
+    claimer.status.succeeded()
+
+    # Then live workers get one timeout to renew their heartbeats before anything is taken
+    assert claimer.reclaim("default", room=10) == 0
+    time.sleep(1.05)
+    assert claimer.reclaim("default", room=10) == 1
+
+
+def test_messages_with_a_longer_timeout_do_not_block_the_ones_behind_them(r):
+    # Given two messages with a 4 s timeout ahead of two with the default 1 s, all idle 1 s
+    for n in range(2):
+        patient.dispatch({"n": n})
+    for n in range(2):
+        noop.dispatch({"n": n})
+    ids = read_as(r, "dead-worker")
+    time.sleep(1.1)
+    buffer = FakeBuffer()
+    claimer = reclaimer(buffer, timeout=1)
+
+    # When the reclaimer, with room for two, makes passes
+    assert claimer.reclaim("default", room=2) == 0  # the patient ones are not due
+    assert claimer.reclaim("default", room=2) == 2  # the pass goes on past them
+
+    # Then the two due ones were taken, the patient ones left to their holder
+    assert [sid for _queue, entries, _runs in buffer.accepted for sid, _body in entries] == ids[2:]
+
+
+def test_a_message_not_yet_idle_for_its_timeout_is_left_alone(r):
+    noop.dispatch({"n": 1})
+    read_as(r, "slow-worker")
+
+    buffer = FakeBuffer()
+    assert reclaimer(buffer, timeout=5).reclaim("default", room=10) == 0
+    assert buffer.accepted == []
+    assert pending_rows(r)[0]["consumer"] == b"slow-worker"
+
+
+def test_an_entry_deleted_while_pending_is_acked_by_the_reclaimer(r):
+    noop.dispatch({"n": 1})
+    [stream_id] = read_as(r, "dead-worker")
+    r.xdel(get_broker().stream("default"), stream_id)
+    time.sleep(1.1)
+
+    buffer = FakeBuffer()
+    assert reclaimer(buffer, timeout=1).reclaim("default", room=10) == 0
+    assert pending_rows(r) == []
+
+
+def test_a_worker_restarted_under_the_same_name_takes_back_its_messages_at_once(
+    r, run_burst
+):
+    # Given a worker named w1 that held three messages when it was killed
+    for n in range(3):
+        noop.dispatch({"n": n})
+    read_as(r, "w1")
+
+    # When w1 starts again (the reservation timeout is 300 s)
+    run_burst("--consumer-name", "w1")
+
+    # Then it runs them at once
+    assert runs(r, "noop") == {"0": 1, "1": 1, "2": 1}
+    assert pending_rows(r) == []
+
+
+def test_dead_consumers_holding_nothing_are_removed_from_the_group(r):
+    broker = get_broker()
+    noop.dispatch({"n": 1})
+    noop.dispatch({"n": 2})
+    [done] = read_as(r, "finished-worker", count=1)
+    r.xack(broker.stream("default"), broker.group, done)
+    read_as(r, "busy-worker", count=1)
+    time.sleep(1.1)
+    r.xgroup_createconsumer(broker.stream("default"), broker.group, "fresh-worker")
+
+    reclaimer(FakeBuffer(), timeout=1, dead_after=1).sweep("default")
+
+    names = {c["name"] for c in r.xinfo_consumers(broker.stream("default"), broker.group)}
+    assert names == {b"busy-worker", b"fresh-worker"}
+
+
+def test_the_reclaim_period_is_a_tenth_of_the_shortest_timeout_within_bounds(
+    taskrunner_settings,
+):
+    taskrunner_settings(RESERVATION_TIMEOUT=300)
+    assert shortest_timeout("default", 300) == 4  # tests.testapp.tasks.patient
+    assert shortest_timeout("other", 300) == 300
+    assert reclaim_interval(300) == 30
+    assert reclaim_interval(4) == pytest.approx(0.4)
+    assert reclaim_interval(0.5) == 0.1
+    assert reclaim_interval(3600) == 30
+
+
+def test_dispatch_puts_the_tasks_reservation_timeout_on_the_wire(r):
+    message = dispatch("tests.testapp.tasks.patient", {"n": 1})
+    body = r.xrange(get_broker().stream("default"))[0][1][b"m"]
+    assert b'"rt":4000' in body
+    assert noop.dispatch({"n": 1}).reservation_timeout_ms is None
+    assert message.reservation_timeout_ms == 4000
