@@ -16,8 +16,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_taskrunner import clock, due, keys, locks
 from django_taskrunner.broker import Broker, get_broker
@@ -30,12 +28,11 @@ from django_taskrunner.exceptions import (
 )
 from django_taskrunner.locks import Claim, KeySource
 from django_taskrunner.message import TaskMessage
+from django_taskrunner.redis_errors import REDIS_DOWN
 from django_taskrunner.registry import registry
 from django_taskrunner.task import Task, check_queue_name
 
 logger = logging.getLogger(__name__)
-
-REDIS_DOWN = (RedisConnectionError, RedisTimeoutError)
 
 
 def resolve_task(name_or_task: str | Task) -> Task:

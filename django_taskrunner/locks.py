@@ -19,9 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
 from django_taskrunner import clock, keys, scripts
 from django_taskrunner.exceptions import (
     InvalidTaskOptions,
@@ -31,6 +28,7 @@ from django_taskrunner.exceptions import (
     UniqueForRequired,
 )
 from django_taskrunner.message import TaskMessage
+from django_taskrunner.redis_errors import REDIS_DOWN
 from django_taskrunner.task import UNIQUE_MODES, Task, check_unique_for
 
 logger = logging.getLogger(__name__)
@@ -56,7 +54,6 @@ RELEASE_ON: dict[str, frozenset[str]] = {
 }
 TASK_ID_FREED_ON = frozenset({SUCCEEDED, FAILED, DROPPED, CANCELLED})
 
-REDIS_DOWN = (RedisConnectionError, RedisTimeoutError)
 # A release retries a short Redis outage (a task_id left behind would stay reserved
 # for TASK_ID_TTL_MS); None ends the attempts.
 RELEASE_RETRY_PAUSES = (0.1, 0.5, None)

@@ -19,17 +19,16 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_taskrunner import clock, keys
 from django_taskrunner.broker import Broker
 from django_taskrunner.election import LeaderElection
 from django_taskrunner.periodic import RELOAD_SECONDS, PeriodicRunner
+from django_taskrunner.redis_errors import REDIS_DOWN
 
 logger = logging.getLogger(__name__)
 
-REDIS_DOWN = (RedisConnectionError, RedisTimeoutError)
 PROMOTE_BATCH = 500  # messages per script call: ~1 ms of Redis time
 BATCHES_PER_TURN = 20  # then look at the other queues and the periodic tasks
 RESYNC_SECONDS = 5.0

@@ -21,20 +21,17 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
 from django_taskrunner import clock
 from django_taskrunner.autoscale import ScalingPolicy
 from django_taskrunner.broker import Broker, Entry
 from django_taskrunner.executor import Executor
 from django_taskrunner.monitor import Monitor
 from django_taskrunner.pool import Pool
+from django_taskrunner.redis_errors import REDIS_DOWN
 from django_taskrunner.scheduler import LeaderScheduler, promote_all_due, register_queues
 
 logger = logging.getLogger(__name__)
 
-REDIS_DOWN = (RedisConnectionError, RedisTimeoutError)
 RETRY_CAP_SECONDS = 5.0
 
 
