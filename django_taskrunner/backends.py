@@ -20,7 +20,7 @@ from typing import Any
 from django.core import checks
 from django.utils import timezone
 
-from django_taskrunner import keys
+from django_taskrunner import keys, sharding
 from django_taskrunner.broker import get_broker
 from django_taskrunner.checks import QUEUE_NAME
 from django_taskrunner.compat import (
@@ -83,7 +83,7 @@ class TaskRunnerBackend(BaseTaskBackend):
         broker = get_broker()
         pipe = broker.client.pipeline(transaction=False)
         pipe.set(result_key(result_id), json.dumps(record), ex=self.result_ttl)
-        pipe.xadd(broker.stream(message.queue), {b"m": body})
+        pipe.xadd(broker.stream(sharding.next_shard(message.queue)), {b"m": body})
         pipe.execute()
         result = to_task_result(result_id, record, task)
         task_enqueued.send(type(self), task_result=result)

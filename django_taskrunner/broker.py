@@ -44,6 +44,13 @@ class Broker:
             pipe.xadd(stream, {FIELD: body})
         return [_text(stream_id) for stream_id in pipe.execute()]
 
+    def add_each(self, entries: Sequence[tuple[str, str]]) -> list[str]:
+        """XADD each (queue or shard, body) in one pipelined round trip (any slots)."""
+        pipe = self.client.pipeline(transaction=False)
+        for queue, body in entries:
+            pipe.xadd(self.stream(queue), {FIELD: body})
+        return [_text(stream_id) for stream_id in pipe.execute()]
+
     def ensure_group(self, queue: str) -> None:
         """Create the consumer group (and the stream) unless they exist.
 

