@@ -58,6 +58,12 @@ def with_context(ctx: Any, payload: Any) -> None:
     get_redis().hset(runs_key(), f"ctx:{payload['n']}", f"{ctx.task_name}|{ctx.attempt}|{ctx.id}")
 
 
+@task(takes_context=True)
+def context_queue(ctx: Any, payload: Any) -> None:
+    """Records the queue its context names (tests/integration/test_shards.py)."""
+    get_redis().hset(runs_key(), f"context_queue:{payload['n']}", ctx.queue)
+
+
 @task
 def creates_row(payload: Any) -> None:
     from tests.testapp.models import Note
