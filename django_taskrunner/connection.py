@@ -88,6 +88,7 @@ def _build_client() -> Any:
         "socket_timeout": settings.SOCKET_TIMEOUT,
         "socket_connect_timeout": settings.CONNECT_TIMEOUT,
     }
+    client: Any
     if settings.CLUSTER_NODES:
         client = cluster_client(list(settings.CLUSTER_NODES), **timeouts)
     elif settings.CONNECTION:

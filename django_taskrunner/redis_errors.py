@@ -25,7 +25,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-REDIS_DOWN: tuple[type[BaseException], ...] = (
+REDIS_DOWN: tuple[type[Exception], ...] = (
     RedisConnectionError,
     RedisTimeoutError,
     ClusterDownError,

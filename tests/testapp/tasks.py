@@ -65,6 +65,17 @@ def context_queue(ctx: Any, payload: Any) -> None:
 
 
 @task
+def timed_noop(payload: Any) -> None:
+    """Counts its runs and records when it last started, in one hash (bench/cluster.py)."""
+    from django_taskrunner import clock
+
+    pipe = get_redis().pipeline(transaction=False)
+    pipe.hincrby(runs_key(), f"timed_noop:{payload['n']}", 1)
+    pipe.hset(runs_key(), f"started:{payload['n']}", clock.now_ms())
+    pipe.execute()
+
+
+@task
 def creates_row(payload: Any) -> None:
     from tests.testapp.models import Note
 
