@@ -21,7 +21,9 @@ import threading
 from typing import Any
 
 import redis
+from django.core.exceptions import ImproperlyConfigured
 from redis.cluster import ClusterNode, RedisCluster
+from redis.connection import parse_url
 from redis.exceptions import RedisClusterException, ResponseError
 
 from django_taskrunner.conf import get_settings
@@ -63,7 +65,9 @@ def is_cluster_node(url: str, **options: Any) -> bool:
     """
     if url.startswith("unix://"):
         return False
-    probe = redis.Redis.from_url(url, **options)
+    pool = redis.ConnectionPool.from_url(url, **options)
+    pool.connection_kwargs["db"] = 0  # a cluster node refuses SELECT of any other
+    probe = redis.Redis(connection_pool=pool)
     try:
         return bool(probe.info("cluster").get("cluster_enabled"))
     except ResponseError as exc:
@@ -72,6 +76,7 @@ def is_cluster_node(url: str, **options: Any) -> bool:
         return False
     finally:
         probe.close()
+        pool.disconnect()
 
 
 def _safe(url: str) -> str:
@@ -96,6 +101,9 @@ def _build_client() -> Any:
 
         return get_redis_connection(settings.CONNECTION)
     elif settings.REDIS_URL and is_cluster_node(settings.REDIS_URL, **timeouts):
+        if int(parse_url(settings.REDIS_URL).get("db") or 0) != 0:
+            raise ImproperlyConfigured(f"TASKRUNNER['REDIS_URL'] {_safe(settings.REDIS_URL)} "
+                                       f"names a Redis Cluster node, which has database 0 only")
         try:
             client = RedisCluster.from_url(settings.REDIS_URL, **timeouts)
         except RedisClusterException as exc:
@@ -126,11 +134,6 @@ def get_redis() -> Any:
                 _client = _build_client()
             client = _client
     return client
-
-
-def is_cluster(client: Any) -> bool:
-    """True for a Redis Cluster client (or one of its pipelines)."""
-    return isinstance(client, RedisCluster)
 
 
 def reset() -> None:

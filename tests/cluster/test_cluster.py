@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from redis.cluster import RedisCluster
@@ -138,3 +139,10 @@ def test_scripts_run_on_masters_that_never_saw_them(r, taskrunner_settings):
     assert [m.payload["order"] for m in queued] == [f"s{n}" for n in range(8, 12)]
     lengths = [r.xlen(stream_key(get_broker().prefix, f"hot#{i}")) for i in range(4)]
     assert sum(lengths) == 1 + 8 + 4
+
+
+def test_a_redis_url_of_a_cluster_node_with_a_database_number_is_refused(redis_cluster,
+                                                                         taskrunner_settings):
+    taskrunner_settings(REDIS_URL=f"redis://{redis_cluster.nodes[0]}/3")
+    with pytest.raises(ImproperlyConfigured, match="database 0 only"):
+        get_redis()

@@ -65,6 +65,11 @@ def context_queue(ctx: Any, payload: Any) -> None:
 
 
 @task
+def nothing(payload: Any) -> None:
+    """Does nothing: what a benchmark measures is the queue itself (bench/cluster.py)."""
+
+
+@task
 def timed_noop(payload: Any) -> None:
     """Counts its runs and records when it last started, in one hash (bench/cluster.py)."""
     from django_taskrunner import clock
