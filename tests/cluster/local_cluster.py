@@ -2,7 +2,9 @@
 
     cluster = LocalCluster(masters=3).start()   # 6 redis-server processes + redis-cli
     cluster.nodes                               # ["127.0.0.1:30001", ...]
-    cluster.kill_master_serving("some:{tag}:key")   # SIGKILL, then wait for the failover
+    port = cluster.master_serving("some:{tag}:key")
+    cluster.kill(port)                          # SIGKILL
+    cluster.wait_failover(port)                 # until a replica serves its slots
     cluster.stop()
 
 Used by the cluster tests (tests/cluster/conftest.py) and by bench/cluster.py. It needs
@@ -98,23 +100,27 @@ class LocalCluster:
             raise FileNotFoundError("redis-server and redis-cli are needed")
         server, cli = binaries
         self.ports = free_cluster_ports(self.masters * (1 + self.replicas))
-        for port in self.ports:
-            self.start_node(port, server)
-        for port in self.ports:
-            _wait(lambda p=port: self.node(p).ping(), 10, f"node {port} did not start")
-        subprocess.run(  # noqa: S603 - our own arguments
-            [cli, "--cluster", "create", *self.nodes, "--cluster-replicas", str(self.replicas),
-             "--cluster-yes"],
-            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
-        self.wait_healthy(30)
+        try:
+            for port in self.ports:
+                self.start_node(server, port)
+            for port in self.ports:
+                _wait(lambda p=port: self.node(p).ping(), 10, f"node {port} did not start")
+            subprocess.run(  # noqa: S603 - our own arguments
+                [cli, "--cluster", "create", *self.nodes, "--cluster-replicas",
+                 str(self.replicas), "--cluster-yes"],
+                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
+            self.wait_healthy(30)
+        except BaseException:
+            self.stop()  # no server left behind by a start that failed half way
+            raise
         return self
 
-    def start_node(self, port: int, server: str | None = None) -> None:
+    def start_node(self, server: str, port: int) -> None:
+        """Start one cluster-enabled redis-server, without persistence, in its own folder."""
         folder = self.workdir / str(port)
         folder.mkdir(parents=True, exist_ok=True)
         self.procs[port] = subprocess.Popen(  # noqa: S603 - our own arguments
-            [server or find_binaries()[0], "--port", str(port),  # type: ignore[index]
-             "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+            [server, "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
              "--cluster-config-file", "nodes.conf",
              "--cluster-node-timeout", str(self.node_timeout_ms),
              "--appendonly", "no", "--save", "", "--repl-diskless-sync-delay", "0",
