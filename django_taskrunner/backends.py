@@ -22,7 +22,7 @@ from typing import Any
 from django.core import checks
 from django.utils import timezone
 
-from django_taskrunner import clock, due, keys
+from django_taskrunner import clock, due, keys, sharding
 from django_taskrunner.broker import get_broker
 from django_taskrunner.checks import QUEUE_NAME
 from django_taskrunner.compat import (
@@ -108,7 +108,7 @@ class TaskRunnerBackend(BaseTaskBackend):
         broker = get_broker()
         pipe = broker.client.pipeline(transaction=False)
         pipe.set(result_key(result_id), json.dumps(record), ex=self.result_ttl)
-        pipe.xadd(broker.stream(queue), {b"m": body})
+        pipe.xadd(broker.stream(sharding.next_shard(queue)), {b"m": body})
         pipe.execute()
 
     def get_result(self, result_id: str) -> TaskResult:

@@ -2,6 +2,9 @@
 
 Each method is one round trip. Bodies are opaque strings (the wire JSON); the stream
 entry holds them in a single field, `m`.
+
+A `queue` argument names one stream with its delayed set: a queue, or one shard of a
+queue split into several (`"emails#2"`, see sharding.py); the broker does not care which.
 """
 
 from __future__ import annotations
@@ -62,6 +65,13 @@ class Broker:
         stream = self.stream(queue)
         for body in bodies:
             pipe.xadd(stream, {FIELD: body})
+        return [_text(stream_id) for stream_id in pipe.execute()]
+
+    def add_each(self, entries: Sequence[tuple[str, str]]) -> list[str]:
+        """XADD each (queue or shard, body) in one pipelined round trip (any slots)."""
+        pipe = self.client.pipeline(transaction=False)
+        for queue, body in entries:
+            pipe.xadd(self.stream(queue), {FIELD: body})
         return [_text(stream_id) for stream_id in pipe.execute()]
 
     def ensure_group(self, queue: str) -> None:

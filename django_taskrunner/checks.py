@@ -14,6 +14,9 @@ from django.core.checks import CheckMessage, Error, Tags, register
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,99}$")
 PREFIX_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")
+# A queue split into more streams than this is a configuration mistake: every worker
+# runs one reader thread per shard.
+MAX_SHARDS = 256
 
 
 def _error(msg: str, id_: str, hint: str | None = None) -> Error:
@@ -147,17 +150,53 @@ def _check_names(raw: dict[str, Any]) -> list[CheckMessage]:
                 "taskrunner.E005",
             )
         )
-    if raw.get("REDIS_URL") and raw.get("CONNECTION"):
-        errors.append(_error("set REDIS_URL or CONNECTION, not both", "taskrunner.E006"))
-    nodes = raw.get("CLUSTER_NODES")
-    if nodes is not None and not (
-        isinstance(nodes, list | tuple) and nodes and all(isinstance(n, str) for n in nodes)
-    ):
-        errors.append(
-            _error('TASKRUNNER["CLUSTER_NODES"] must be a list of "host:port"', "taskrunner.E005")
-        )
+    chosen = [key for key in ("REDIS_URL", "CONNECTION", "CLUSTER_NODES") if raw.get(key)]
+    if len(chosen) > 1:
+        both = "both" if len(chosen) == 2 else "all of"
+        errors.append(_error(f"set only one of REDIS_URL, CONNECTION or CLUSTER_NODES, not "
+                             f"{both} {' and '.join(chosen)}", "taskrunner.E006",
+                             hint="a REDIS_URL may name any node of a cluster; its client "
+                                  "then finds the others"))
+    errors += _check_cluster_nodes(raw.get("CLUSTER_NODES"))
     if "DELETE_ON_ACK" in raw and not isinstance(raw["DELETE_ON_ACK"], bool):
         errors.append(_error("TASKRUNNER['DELETE_ON_ACK'] must be True or False", "taskrunner.E005"))
+    return errors
+
+
+def _check_cluster_nodes(nodes: Any) -> list[CheckMessage]:
+    """None, or a non-empty list of "host:port" strings."""
+    from django_taskrunner.connection import parse_node
+
+    if nodes is None:
+        return []
+    message = 'TASKRUNNER["CLUSTER_NODES"] must be a non-empty list of "host:port"'
+    if not isinstance(nodes, list | tuple) or not nodes:
+        return [_error(f"{message}, not {nodes!r}", "taskrunner.E005")]
+    errors: list[CheckMessage] = []
+    for node in nodes:
+        try:
+            parse_node(node)
+        except (TypeError, ValueError, AttributeError):
+            errors.append(_error(f"{message}; {node!r} is not one", "taskrunner.E005"))
+    return errors
+
+
+def _check_shards(raw: dict[str, Any]) -> list[CheckMessage]:
+    """SHARDS: a count for every queue, or {queue name: count}; counts 1..MAX_SHARDS."""
+    if "SHARDS" not in raw:
+        return []
+    value = raw["SHARDS"]
+    counts = value if isinstance(value, dict) else {"*": value}
+    errors: list[CheckMessage] = []
+    for queue, count in counts.items():
+        if queue != "*" and not (isinstance(queue, str) and QUEUE_NAME.match(queue)):
+            errors.append(_error(f"TASKRUNNER['SHARDS'] names {queue!r}, which is not a "
+                                 f"queue name", "taskrunner.E011"))
+        if isinstance(count, bool) or not isinstance(count, int) or not (
+                1 <= count <= MAX_SHARDS):
+            errors.append(_error(f"TASKRUNNER['SHARDS'] must be a number of shards from 1 to "
+                                 f"{MAX_SHARDS}, or a dict of queue name -> that number; "
+                                 f"not {count!r}", "taskrunner.E011"))
     return errors
 
 
@@ -165,7 +204,8 @@ def validate_settings(raw: Any) -> list[CheckMessage]:
     """Every problem with a raw `TASKRUNNER` value; empty when it is usable."""
     if not isinstance(raw, dict):
         return [_error("TASKRUNNER must be a dict", "taskrunner.E000")]
-    return _check_unknown(raw) + _check_numbers(raw) + _check_tuning(raw) + _check_names(raw)
+    return (_check_unknown(raw) + _check_numbers(raw) + _check_tuning(raw) + _check_names(raw)
+            + _check_shards(raw))
 
 
 def _check_connection_alias(raw: dict[str, Any]) -> list[CheckMessage]:

@@ -26,6 +26,9 @@ DEFAULTS: dict[str, Option] = {
     "REDIS_URL": Option(None, "URL of the Redis server (redis://, rediss:// or unix://)."),
     "CONNECTION": Option(None, "Alias of a django-redis cache whose client to use instead."),
     "CLUSTER_NODES": Option(None, 'Startup nodes ["host:port", ...] of a Redis Cluster.'),
+    "SHARDS": Option(
+        1, "Streams each queue is split into: a number for every queue, or {queue: number}."
+    ),
     "EMBEDDED_DIR": Option(
         None, "Data folder of the embedded Redis (default: BASE_DIR/.taskrunner)."
     ),
@@ -87,6 +90,7 @@ class Settings:
     REDIS_URL: str | None
     CONNECTION: str | None
     CLUSTER_NODES: list[str] | None
+    SHARDS: int | dict[str, int]
     EMBEDDED_DIR: Path
     PREFIX: str
     CONSUMER_GROUP: str

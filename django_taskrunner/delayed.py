@@ -3,10 +3,16 @@
 Nothing here loads a whole set: a page is one ZRANGE by index, a search walks the set
 with ZSCAN and keeps at most `SEARCH_LIMIT` matches, and an action finds its entry by
 due time (ZRANGEBYSCORE on one score) and message id inside one script.
+
+A queue split into shards has one delayed set per shard; every function here shows the
+queue as one: counts add up, a page merges the shards' first entries by due time, and an
+action looks for its entry in each shard.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 import logging
 import re
@@ -16,7 +22,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from django_taskrunner import keys, locks, scripts
+from django_taskrunner import keys, locks, scripts, sharding
 from django_taskrunner.broker import Broker
 from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.message import TaskMessage
@@ -79,15 +85,18 @@ def _entry(queue: str, body: bytes | str, score: float) -> DelayedEntry:
 
 
 class DelayedSet:
-    """A sequence view of one queue's delayed set, ordered by due time (for Paginator)."""
+    """A sequence view of one queue's delayed set(s), ordered by due time (for Paginator)."""
 
     def __init__(self, broker: Broker, queue: str) -> None:
         self.broker = broker
         self.queue = queue
-        self.key = keys.delayed_key(broker.prefix, queue)
+        self.keys = [keys.delayed_key(broker.prefix, shard) for shard in sharding.shards(queue)]
 
     def count(self) -> int:
-        return int(self.broker.client.zcard(self.key))
+        pipe = self.broker.client.pipeline(transaction=False)
+        for key in self.keys:
+            pipe.zcard(key)
+        return sum(int(n) for n in pipe.execute())
 
     def __len__(self) -> int:
         return self.count()
@@ -99,7 +108,14 @@ class DelayedSet:
         stop = index.stop if index.stop is not None else start + 100
         if stop <= start:
             return []
-        rows = self.broker.client.zrange(self.key, start, stop - 1, withscores=True)
+        if len(self.keys) == 1:
+            rows = self.broker.client.zrange(self.keys[0], start, stop - 1, withscores=True)
+        else:  # the first `stop` of the merged order are among each shard's first `stop`
+            pipe = self.broker.client.pipeline(transaction=False)
+            for key in self.keys:
+                pipe.zrange(key, 0, stop - 1, withscores=True)
+            merged = heapq.merge(*pipe.execute(), key=lambda row: (row[1], row[0]))
+            rows = list(itertools.islice(merged, start, stop))
         return [_entry(self.queue, body, score) for body, score in rows]
 
 
@@ -118,17 +134,20 @@ def _glob_escape(text: str) -> str:
 
 def search(broker: Broker, queue: str, text: str, limit: int = SEARCH_LIMIT) -> list[DelayedEntry]:
     """Entries whose task name contains `text` (any case), by due time; at most `limit`."""
-    key = keys.delayed_key(broker.prefix, queue)
     literal = json.dumps(text, ensure_ascii=False)[1:-1]  # as it appears in the JSON
     pattern = f'*"task":"*{_glob_escape(literal)}*'
     needle = text.lower()
     found: list[DelayedEntry] = []
-    for body, score in broker.client.zscan_iter(key, match=pattern, count=1000):
-        entry = _entry(queue, body, score)
-        if entry.message is not None and needle in entry.message.task_name.lower():
-            found.append(entry)
-            if len(found) >= limit:
-                break
+    for shard in sharding.shards(queue):
+        key = keys.delayed_key(broker.prefix, shard)
+        for body, score in broker.client.zscan_iter(key, match=pattern, count=1000):
+            entry = _entry(queue, body, score)
+            if entry.message is not None and needle in entry.message.task_name.lower():
+                found.append(entry)
+                if len(found) >= limit:
+                    break
+        if len(found) >= limit:
+            break
     found.sort(key=lambda entry: entry.due_ms)
     return found
 
@@ -145,12 +164,13 @@ def find(broker: Broker, queue: str, ref: str) -> DelayedEntry | None:
     if parsed is None:
         return None
     due_ms, message_id = parsed
-    rows = broker.client.zrangebyscore(keys.delayed_key(broker.prefix, queue), due_ms, due_ms,
-                                       withscores=True)
-    for body, score in rows:
-        entry = _entry(queue, body, score)
-        if entry.message is not None and entry.message.id == message_id:
-            return entry
+    for shard in sharding.shards(queue):
+        rows = broker.client.zrangebyscore(keys.delayed_key(broker.prefix, shard), due_ms,
+                                           due_ms, withscores=True)
+        for body, score in rows:
+            entry = _entry(queue, body, score)
+            if entry.message is not None and entry.message.id == message_id:
+                return entry
     return None
 
 
@@ -160,17 +180,21 @@ def take(broker: Broker, queue: str, ref: str, *, run: bool) -> TaskMessage | No
     if parsed is None:
         return None
     due_ms, message_id = parsed
-    body = scripts.run(
-        broker.client, "take_delayed",
-        [keys.delayed_key(broker.prefix, queue), broker.stream(queue)],
-        [str(due_ms), message_id, "run" if run else "cancel"],
-    )
-    if body is None:
-        return None
-    message = TaskMessage.from_json(body)
-    if not run:
-        release_unique_lock_on_cancel(broker, message)
-    return message
+    for shard in sharding.shards(queue):
+        body = scripts.run(
+            broker.client, "take_delayed",
+            [keys.delayed_key(broker.prefix, shard), broker.stream(shard)],
+            [str(due_ms), message_id, "run" if run else "cancel"],
+        )
+        if body is None:
+            continue
+        message = TaskMessage.from_json(body)
+        message.queue = shard  # where its lock and task_id live (as in the worker)
+        if not run:
+            release_unique_lock_on_cancel(broker, message)
+        message.queue = queue
+        return message
+    return None
 
 
 def release_unique_lock_on_cancel(broker: Broker, message: TaskMessage) -> None:
@@ -181,11 +205,14 @@ def release_unique_lock_on_cancel(broker: Broker, message: TaskMessage) -> None:
 
 
 def queues_with_counts(broker: Broker, queues: list[str]) -> list[tuple[str, int]]:
-    """Each queue with the number of messages in its delayed set, in one round trip."""
+    """Each queue with the number of messages in its delayed set(s), in one round trip."""
     pipe = broker.client.pipeline(transaction=False)
-    for queue in queues:
-        pipe.zcard(keys.delayed_key(broker.prefix, queue))
-    return list(zip(queues, (int(n) for n in pipe.execute()), strict=True))
+    shards = [sharding.shards(queue) for queue in queues]
+    for shard in itertools.chain.from_iterable(shards):
+        pipe.zcard(keys.delayed_key(broker.prefix, shard))
+    counts = iter(int(n) for n in pipe.execute())
+    return [(queue, sum(next(counts) for _ in names))
+            for queue, names in zip(queues, shards, strict=True)]
 
 
 def known_queues(broker: Broker, extra: Any = ()) -> list[str]:

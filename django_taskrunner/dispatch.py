@@ -16,10 +16,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from django_taskrunner import clock, due, keys, locks
+from django_taskrunner import clock, due, keys, locks, sharding
 from django_taskrunner.broker import Broker, get_broker
 from django_taskrunner.conf import get_settings
 from django_taskrunner.exceptions import (
@@ -30,12 +28,11 @@ from django_taskrunner.exceptions import (
 )
 from django_taskrunner.locks import Claim, KeySource
 from django_taskrunner.message import TaskMessage
+from django_taskrunner.redis_errors import REDIS_DOWN
 from django_taskrunner.registry import registry
 from django_taskrunner.task import Task, check_queue_name
 
 logger = logging.getLogger(__name__)
-
-REDIS_DOWN = (RedisConnectionError, RedisTimeoutError)
 
 
 def resolve_task(name_or_task: str | Task) -> Task:
@@ -148,9 +145,9 @@ def dispatch(
     try:
         broker = get_broker()
         if claim is None:
-            message.stream_id = broker.add(message.queue, body)
+            message.stream_id = broker.add(sharding.next_shard(message.queue), body)
         else:
-            message.stream_id = locks.enqueue(broker.client, claim, broker.stream(message.queue),
+            message.stream_id = locks.enqueue(broker.client, claim, broker.stream(claim.shard),
                                               body)
     except REDIS_DOWN as exc:
         raise _redis_down(task, exc) from exc
@@ -217,11 +214,11 @@ def add_delayed(message: TaskMessage, due_ms: int, claim: Claim | None = None) -
     try:
         broker = get_broker()
         if claim is None:
-            broker.add_delayed(message.queue, body, due_ms)
+            broker.add_delayed(sharding.next_shard(message.queue), body, due_ms)
         else:
-            locks.enqueue(broker.client, claim, keys.delayed_key(broker.prefix, message.queue),
+            locks.enqueue(broker.client, claim, keys.delayed_key(broker.prefix, claim.shard),
                           body, due_ms=due_ms,
-                          wake_channel=keys.wake_channel(broker.prefix, message.queue))
+                          wake_channel=keys.wake_channel(broker.prefix, claim.shard))
     except REDIS_DOWN as exc:
         raise RedisUnavailable(
             f"cannot dispatch {message.task_name!r}: Redis is unreachable: {exc}"
@@ -253,7 +250,7 @@ def dispatch_many(
         broker = get_broker()
         if claimed:
             return _add_claimed(broker, claimed)
-        stream_ids = broker.add_many(prepared[0][0].queue, bodies)
+        stream_ids = _add_plain(broker, prepared[0][0].queue, bodies)
     except REDIS_DOWN as exc:
         raise _redis_down(task, exc) from exc
     for (message, _claim), stream_id in zip(prepared, stream_ids, strict=True):
@@ -261,13 +258,20 @@ def dispatch_many(
     return [message for message, _claim in prepared]
 
 
+def _add_plain(broker: Broker, queue: str, bodies: list[str]) -> list[str]:
+    """XADD every body in one round trip; a queue split into shards gets them round robin."""
+    if sharding.shard_count(queue) == 1:
+        return broker.add_many(queue, bodies)
+    return broker.add_each(list(zip(sharding.spread(queue, len(bodies)), bodies, strict=True)))
+
+
 def _add_claimed(
     broker: Broker, claimed: list[tuple[TaskMessage, Claim, str]]
 ) -> list[TaskMessage]:
     """One enqueue script per message, pipelined; the messages whose claim was free."""
     pipe = broker.client.pipeline(transaction=False)
-    for message, claim, body in claimed:
-        locks.enqueue_call(pipe, claim, broker.stream(message.queue), body)
+    for _message, claim, body in claimed:
+        locks.enqueue_call(pipe, claim, broker.stream(claim.shard), body)
     queued = []
     for (message, claim, _body), reply in zip(claimed, pipe.execute(), strict=True):
         try:

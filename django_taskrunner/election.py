@@ -27,14 +27,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
 from django_taskrunner import clock, scripts
+from django_taskrunner.redis_errors import REDIS_DOWN
 
 logger = logging.getLogger(__name__)
 
-REDIS_DOWN = (RedisConnectionError, RedisTimeoutError)
 # Part of the lease a leader keeps in hand: it stops acting as leader this much before
 # the lease it last extended could expire in Redis (clock drift, command latency).
 SAFETY_FRACTION = 0.1

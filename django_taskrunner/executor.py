@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from django.db import close_old_connections
 
-from django_taskrunner import clock, locks
+from django_taskrunner import clock, keys, locks
 from django_taskrunner.backoff import default_backoff
 from django_taskrunner.broker import Broker
 from django_taskrunner.context import TaskContext
@@ -138,7 +138,9 @@ class Executor:
             )
             self._record_and_ack(placeholder, exc, attempts=0, payload=raw)
             return None
-        message.queue = queue  # the stream it was read from is authoritative
+        # The stream it was read from is authoritative: for a queue split into shards,
+        # this is the shard name, so the retry, the ack and the lock release stay there.
+        message.queue = queue
         return message
 
     def lookup(self, message: TaskMessage) -> Task | None:
@@ -224,7 +226,7 @@ class Executor:
             return self.broker.heartbeat(message.queue, self.consumer, stream_id)
 
         return TaskContext(
-            id=message.id, task_name=message.task_name, queue=message.queue,
+            id=message.id, task_name=message.task_name, queue=keys.queue_of(message.queue),
             attempt=message.attempt, _heartbeat=heartbeat, _cancel=attempt.cancel,
         )
 
@@ -247,7 +249,9 @@ class Executor:
         logger.warning("task=%s id=%s attempt=%d raised %s: %s; retry %d of %d in %.2fs",
                        task.name, message.id, message.attempt, type(error).__name__, error,
                        message.attempt, task.options.max_retry, delay)
-        next_attempt = replace(message, attempt=message.attempt + 1, stream_id=None)
+        # On the wire a message names its queue; the shard is where it is stored.
+        next_attempt = replace(message, queue=keys.queue_of(message.queue),
+                               attempt=message.attempt + 1, stream_id=None)
         due_ms = self.retry_due_ms(delay)
         self.broker.requeue(message.queue, self.consumer, message.stream_id or "",
                             next_attempt.to_json(), due_ms)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import traceback as tb
+from dataclasses import replace
 from typing import Any
 
 from django.db import IntegrityError
@@ -12,6 +13,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from django_taskrunner.conf import get_settings
+from django_taskrunner.keys import SHARD_MARK, queue_of
 from django_taskrunner.message import TaskMessage
 
 logger = logging.getLogger(__name__)
@@ -42,6 +44,8 @@ def record_failure(
     """
     from django_taskrunner.models import FailedTask
 
+    if SHARD_MARK in message.queue:  # read from a shard: the row and the handler name the queue
+        message = replace(message, queue=queue_of(message.queue))
     error_class, error_text = describe_error(error)
     if traceback is None:
         traceback = "".join(tb.format_exception(error))

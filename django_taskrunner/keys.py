@@ -4,9 +4,31 @@ Layout: `<prefix>:{<queue>}:<kind>[:<part>...]`. The hash tag `{<queue>}` puts e
 of one queue in one Redis Cluster slot, so each Lua script touches a single slot.
 Queue names are checked when declared (no `{`, `}` or `:`), so the tag is always
 the queue name and nothing else; task names and unique keys may contain anything.
+
+Shards: a queue split into N > 1 streams (`TASKRUNNER["SHARDS"]`) has N shard names,
+`<queue>#0` ... `<queue>#<N-1>` (`#` cannot occur in a queue name), and every key of a
+shard carries the shard name as its tag: `<prefix>:{<queue>#<i>}:stream`, `...:delayed`,
+`...:unique:...`, `...:id:...`, `...:wake`, `...:periodic`. Each shard is a slot of its
+own, so the shards of a hot queue spread over the cluster's masters. A queue that is not
+split (N = 1) keeps its plain name, so its keys are the same as before shards existed.
+The functions below that take a `queue` take a shard name just as well. Figures that
+describe the whole queue (`stats`, `window`, `minute`, `workers`, `long-queue-gate`)
+use the queue name.
 """
 
 from __future__ import annotations
+
+SHARD_MARK = "#"
+
+
+def shard_name(queue: str, index: int, count: int) -> str:
+    """Shard `index` of a queue split into `count` streams; the queue itself if unsplit."""
+    return queue if count == 1 else f"{queue}{SHARD_MARK}{index}"
+
+
+def queue_of(name: str) -> str:
+    """The queue a shard name belongs to (`"emails#2"` -> `"emails"`); a queue is its own."""
+    return name.partition(SHARD_MARK)[0]
 
 
 def queue_tag(prefix: str, queue: str) -> str:
@@ -54,6 +76,12 @@ def unique_pattern(prefix: str, queue: str = "*") -> str:
     """
     tag = "*" if queue == "*" else glob_escape(queue)
     return f"{glob_escape(prefix)}:{{{tag}}}:unique:*"
+
+
+def unique_patterns(prefix: str, queue: str) -> list[str]:
+    """SCAN patterns matching every unique lock of a queue, split into shards or not."""
+    shards = f"{glob_escape(queue)}{glob_escape(SHARD_MARK)}*"
+    return [unique_pattern(prefix, queue), f"{glob_escape(prefix)}:{{{shards}}}:unique:*"]
 
 
 def task_id_key(prefix: str, queue: str, task_id: str) -> str:

@@ -18,13 +18,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
-from django_taskrunner import clock, keys, scripts
+from django_taskrunner import clock, keys, scripts, sharding
 from django_taskrunner.exceptions import (
     InvalidTaskOptions,
     InvalidTaskPayload,
@@ -33,6 +30,7 @@ from django_taskrunner.exceptions import (
     UniqueForRequired,
 )
 from django_taskrunner.message import TaskMessage
+from django_taskrunner.redis_errors import REDIS_DOWN
 from django_taskrunner.task import UNIQUE_MODES, Task, check_unique_for
 
 logger = logging.getLogger(__name__)
@@ -58,7 +56,6 @@ RELEASE_ON: dict[str, frozenset[str]] = {
 }
 TASK_ID_FREED_ON = frozenset({SUCCEEDED, FAILED, DROPPED, CANCELLED})
 
-REDIS_DOWN = (RedisConnectionError, RedisTimeoutError)
 # A release retries a short Redis outage (a task_id left behind would stay reserved
 # for TASK_ID_TTL_MS); None ends the attempts.
 RELEASE_RETRY_PAUSES = (0.1, 0.5, None)
@@ -135,6 +132,8 @@ class LockSpec:
     key: str
     ttl_ms: int
     mode: str
+    # The shard the lock (and so the message) lives in; the queue when it is not split.
+    shard: str = field(default="", compare=False)
 
 
 def lock_spec(
@@ -159,7 +158,9 @@ def lock_spec(
                                  f"{', '.join(UNIQUE_MODES)}, not {mode!r}")
     source = unique_key if unique_key is not None else options.unique_key
     part = derive_key(task, payload, source)
-    return LockSpec(keys.unique_key(prefix, queue, task.name, part), round(ttl * 1000), mode)
+    shard = sharding.shard_for(queue, f"{task.name}\x00{part}")
+    return LockSpec(keys.unique_key(prefix, shard, task.name, part), round(ttl * 1000), mode,
+                    shard)
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,7 @@ class Claim:
     lock: LockSpec | None
     id_key: str | None
     mode_key: str | None = None  # where the lock's mode is recorded (keys.unique_mode_key)
+    shard: str = ""  # where the message goes: its lock and id key live in this shard
 
     def script_call(
         self, destination: str, body: str, due_ms: int | None, wake_channel: str = ""
@@ -212,18 +214,26 @@ def claim_for(
 ) -> Claim | None:
     """What `message` must reserve, or None for a plain dispatch (one XADD).
 
-    Records the lock's key and mode on the message, so the worker can free it.
+    Records the lock's key and mode on the message, so the worker can free it. On a
+    queue split into shards, the lock decides the shard (else the task_id does); a
+    dispatch with both is refused there, because a second dispatch of the same task_id
+    with another unique key would land in another shard and not meet the reservation.
     """
     lock = lock_spec(task, message.payload, message.queue, prefix, unique_key=unique_key,
                      unique_for=unique_for, unique_mode=unique_mode)
-    id_key = keys.task_id_key(prefix, message.queue, message.id) if message.has_task_id else None
-    if lock is None and id_key is None:
+    if lock is None and not message.has_task_id:
         return None
+    if lock is not None and message.has_task_id and sharding.shard_count(message.queue) > 1:
+        raise InvalidTaskOptions(
+            f"task {task.name!r}: queue {message.queue!r} is split into shards, where a "
+            f"dispatch cannot be both unique and carry a task_id; use one of the two")
+    shard = lock.shard if lock is not None else sharding.shard_for(message.queue, message.id)
+    id_key = keys.task_id_key(prefix, shard, message.id) if message.has_task_id else None
     if lock is None:
-        return Claim(task.name, message.id, None, id_key)
+        return Claim(task.name, message.id, None, id_key, shard=shard)
     message.lock_key, message.unique_mode = lock.key, lock.mode
     return Claim(task.name, message.id, lock, id_key,
-                 keys.unique_mode_key(prefix, message.queue, lock.key))
+                 mode_key=keys.unique_mode_key(prefix, shard, lock.key), shard=shard)
 
 
 def enqueue_call(

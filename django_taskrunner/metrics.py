@@ -21,13 +21,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_taskrunner import keys
 from django_taskrunner.broker import get_broker
 from django_taskrunner.conf import get_settings
 from django_taskrunner.recorder import BUCKET_LABELS
+from django_taskrunner.redis_errors import REDIS_DOWN
 from django_taskrunner.stats import QueueStats, TaskStats, get_stats, known_queues
 
 INSTALL_HINT = 'install the "prometheus" extra: pip install "django-taskrunner[prometheus]"'
@@ -163,7 +162,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         return HttpResponse("forbidden\n", status=403, content_type="text/plain")
     try:
         body, content_type = render(request.headers.get("Accept", ""))
-    except (RedisConnectionError, RedisTimeoutError) as exc:
+    except REDIS_DOWN as exc:
         return HttpResponse(f"Redis is unreachable: {exc}\n", status=503,
                             content_type="text/plain")
     return HttpResponse(body, content_type=content_type)

@@ -16,22 +16,18 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
 from django_taskrunner import clock, stats_store
 from django_taskrunner.autoscale import ScalingPolicy, decide
 from django_taskrunner.conf import get_settings
 from django_taskrunner.long_queue import LongQueueHook
 from django_taskrunner.recorder import StatsRecorder
+from django_taskrunner.redis_errors import REDIS_DOWN
 from django_taskrunner.stats import QueueStats, get_stats
 
 if TYPE_CHECKING:
     from django_taskrunner.worker import Worker
 
 logger = logging.getLogger(__name__)
-
-REDIS_DOWN = (RedisConnectionError, RedisTimeoutError)
 
 
 class Monitor(threading.Thread):

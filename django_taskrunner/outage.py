@@ -9,15 +9,12 @@ from __future__ import annotations
 import logging
 import threading
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
 from django_taskrunner import clock
+from django_taskrunner.redis_errors import REDIS_DOWN
 
 logger = logging.getLogger(__name__)
 
-# What redis-py raises when the server cannot be reached or does not answer in time.
-REDIS_DOWN = (RedisConnectionError, RedisTimeoutError)
+__all__ = ["REDIS_DOWN", "RedisStatus", "backoff"]  # REDIS_DOWN: one tuple, redis_errors.py
 BACKOFF_START_SECONDS = 0.1
 BACKOFF_CAP_SECONDS = 2.0
 

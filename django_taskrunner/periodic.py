@@ -22,7 +22,7 @@ from typing import Any
 from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
-from django_taskrunner import clock, cron, keys, scripts
+from django_taskrunner import clock, cron, keys, scripts, sharding
 from django_taskrunner.broker import Broker
 from django_taskrunner.exceptions import TaskRunnerError
 from django_taskrunner.registry import registry
@@ -47,6 +47,10 @@ class Schedule:
     cron: str | None = None
     interval_ms: int | None = None
     row_pk: int | None = None
+
+    def shard(self) -> str:
+        """Where its occurrences go, always the same shard: the mark lives beside them."""
+        return sharding.shard_for(self.queue, self.id)
 
     def next_after(self, ms: int) -> int:
         if self.cron is not None:
@@ -117,7 +121,7 @@ class PeriodicRunner:
             schedules += self._rows()
         pipe = self.broker.client.pipeline(transaction=False)
         for schedule in schedules:
-            mark_key = keys.periodic_key(self.broker.prefix, schedule.queue)
+            mark_key = keys.periodic_key(self.broker.prefix, schedule.shard())
             pipe.hsetnx(mark_key, schedule.id, now_ms)
             pipe.hget(mark_key, schedule.id)
         marks = pipe.execute()[1::2] if schedules else []
@@ -159,10 +163,10 @@ class PeriodicRunner:
                               start_ms=occurrence_ms)
         occurrence_id = uuid.uuid5(_ID_NAMESPACE, f"{schedule.id}@{occurrence_ms}").hex
         message = replace(message, id=occurrence_id, dispatched_at_ms=now_ms)
+        shard = schedule.shard()
         fired = scripts.run(
             self.broker.client, "fire_periodic",
-            [keys.periodic_key(self.broker.prefix, schedule.queue),
-             self.broker.stream(schedule.queue)],
+            [keys.periodic_key(self.broker.prefix, shard), self.broker.stream(shard)],
             [schedule.id, str(occurrence_ms), message.to_json()],
         )
         if fired:

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 from redis.exceptions import ResponseError
 
-from django_taskrunner import clock
+from django_taskrunner import clock, keys
 from django_taskrunner.broker import Broker, Claim, Entry, Pending
 from django_taskrunner.conf import get_settings
 from django_taskrunner.exceptions import InvalidTaskPayload
@@ -60,7 +60,9 @@ class Buffer(Protocol):
 
 
 def shortest_timeout(queue: str, default: float) -> float:
-    """The smallest reservation timeout a message of `queue` may have, as far as we know."""
+    """The smallest reservation timeout a message of `queue` (or of its shard) may have,
+    as far as we know."""
+    queue = keys.queue_of(queue)
     default_queue = get_settings().DEFAULT_QUEUE
     timeouts = [default]
     for task in registry:

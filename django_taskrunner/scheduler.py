@@ -19,17 +19,16 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from django_taskrunner import clock, keys
+from django_taskrunner import clock, keys, sharding
 from django_taskrunner.broker import Broker
 from django_taskrunner.election import LeaderElection
 from django_taskrunner.periodic import RELOAD_SECONDS, PeriodicRunner
+from django_taskrunner.redis_errors import REDIS_DOWN
 
 logger = logging.getLogger(__name__)
 
-REDIS_DOWN = (RedisConnectionError, RedisTimeoutError)
 PROMOTE_BATCH = 500  # messages per script call: ~1 ms of Redis time
 BATCHES_PER_TURN = 20  # then look at the other queues and the periodic tasks
 RESYNC_SECONDS = 5.0
@@ -44,9 +43,9 @@ def promote_all_due(broker: Broker, queues: Iterable[str], now_ms: int,
     Used by burst mode, which must run what is due before deciding queues are empty.
     """
     total = 0
-    for queue in queues:
+    for shard in sharding.all_shards(queues):
         while True:
-            moved, _ = broker.promote_due(queue, now_ms, batch)
+            moved, _ = broker.promote_due(shard, now_ms, batch)
             total += moved
             if moved < batch:
                 break
@@ -75,8 +74,9 @@ class Scheduler(threading.Thread):
         self.now_ms = now_ms
         self.moved = 0  # messages promoted so far
         self._stopping = threading.Event()
-        self._next_due: dict[str, int] = {}  # queue -> earliest due time known (ms)
-        self._channels: dict[str, str] = {}  # wake channel -> queue
+        # Per delayed set: a queue's, or each of its shards' when it is split.
+        self._next_due: dict[str, int] = {}  # queue or shard -> earliest due time known (ms)
+        self._channels: dict[str, str] = {}  # wake channel -> queue or shard
         self._periodic_channel = keys.periodic_channel(broker.prefix)
         self._resync_at = 0
         self._reload_at = 0
@@ -128,17 +128,17 @@ class Scheduler(threading.Thread):
         self.wait(pubsub, wake_at)
 
     def promote(self, now: int) -> int:
-        """Move due messages of every queue due at `now`; returns the next due time."""
-        for queue, due in list(self._next_due.items()):
+        """Move due messages of every delayed set due at `now`; returns the next due time."""
+        for shard, due in list(self._next_due.items()):
             if due > now or self._stopping.is_set():
                 continue
             next_ms: int | None = None
             for _ in range(BATCHES_PER_TURN):
-                moved, next_ms = self.broker.promote_due(queue, now, self.batch)
+                moved, next_ms = self.broker.promote_due(shard, now, self.batch)
                 self.moved += moved
                 if moved < self.batch:
                     break
-            self._next_due[queue] = NEVER if next_ms is None else next_ms
+            self._next_due[shard] = NEVER if next_ms is None else next_ms
         return min(self._next_due.values(), default=NEVER)
 
     def wait(self, pubsub: Any, wake_at: int) -> None:
@@ -154,27 +154,28 @@ class Scheduler(threading.Thread):
             if channel == self._periodic_channel:
                 self._reload = True
                 return
-            queue = self._channels.get(channel)
-            if queue is None:
+            shard = self._channels.get(channel)
+            if shard is None:
                 continue
             try:
                 due = int(message["data"])
             except (TypeError, ValueError):
                 continue  # not ours: wake-ups carry a due time in ms
-            self._next_due[queue] = min(self._next_due.get(queue, NEVER), due)
+            self._next_due[shard] = min(self._next_due.get(shard, NEVER), due)
             wake_at = min(wake_at, due)
 
     def _resync(self, pubsub: Any, now: int) -> None:
         """Learn new queues, subscribe to their wake channels, and recheck every set."""
         known = self.broker.client.smembers(keys.known_queues_key(self.broker.prefix))
         self.queues |= {_text(queue) for queue in known}
-        new = {keys.wake_channel(self.broker.prefix, q): q for q in self.queues
-               if keys.wake_channel(self.broker.prefix, q) not in self._channels}
+        shards = sharding.all_shards(sorted(self.queues))
+        new = {keys.wake_channel(self.broker.prefix, s): s for s in shards
+               if keys.wake_channel(self.broker.prefix, s) not in self._channels}
         if new:
             # Subscribed before the sets are read, so no wake-up can fall in between.
             self._subscribe(pubsub, list(new))
             self._channels.update(new)
-        self._next_due = {queue: 0 for queue in self.queues}
+        self._next_due = {shard: 0 for shard in shards}
         self._resync_at = now + round(RESYNC_SECONDS * 1000)
 
     @staticmethod

@@ -17,7 +17,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from django_taskrunner import clock, keys
+from django_taskrunner import clock, keys, sharding
 from django_taskrunner.broker import Broker, get_broker
 from django_taskrunner.recorder import BUCKET_LABELS
 from django_taskrunner.stats_store import COUNTERS
@@ -108,12 +108,15 @@ def get_stats(queue: str, *, tasks: bool = True, broker: Broker | None = None,
     broker = broker or get_broker()
     now_ms = clock.now_ms() if now_ms is None else now_ms
     first = _read_first(broker, queue, now_ms)
-    group = _group_info(first["groups"], broker.group)
-    pending = int(group.get("pending") or 0)
-    waiting, lag_source = _waiting(group, first["length"], pending, broker.delete_on_ack)
+    streams = [_stream_figures(broker, shard, groups, length)
+               for shard, groups, length in first["streams"]]
+    pending = sum(stream.pending for stream in streams)
+    waiting = sum(stream.waiting for stream in streams)
+    # Every stream's figure is exact only if each is; one estimate makes the sum one.
+    lag_source = _combined_source([stream.lag_source for stream in streams])
     totals = _decode_hash(first["stats"])
     task_names = _task_names(totals) if tasks else []
-    second = _read_second(broker, queue, group, first["workers"], task_names)
+    second = _read_second(broker, queue, streams, first["workers"], task_names)
     window = [int(value) / 1e6 for value in first["window"]]
     average = sum(window) / len(window) if window else None
     threads = sum(threads for threads, _busy in second["workers"])
@@ -134,41 +137,83 @@ def get_stats(queue: str, *, tasks: bool = True, broker: Broker | None = None,
     )
 
 
+@dataclass(frozen=True)
+class _StreamFigures:
+    """One stream of a queue (the queue's own, or one shard's)."""
+
+    shard: str
+    waiting: int
+    pending: int
+    last_delivered: str
+    lag_source: str
+
+
+def _stream_figures(broker: Broker, shard: str, groups: Any, length: Any) -> _StreamFigures:
+    if isinstance(groups, Exception):  # no stream yet: nothing dispatched, no worker
+        groups = []
+    group = _group_info(groups, broker.group)
+    pending = int(group.get("pending") or 0)
+    waiting, lag_source = _waiting(group, int(length), pending, broker.delete_on_ack)
+    return _StreamFigures(
+        shard=shard, waiting=waiting, pending=pending, lag_source=lag_source,
+        last_delivered=_text(group.get("last-delivered-id") or b"0-0"))
+
+
+def _combined_source(sources: list[str]) -> str:
+    for worst in ("estimate", "computed"):
+        if worst in sources:
+            return worst
+    return "redis"
+
+
 def _read_first(broker: Broker, queue: str, now_ms: int) -> dict[str, Any]:
+    """Every stream's group and length (each shard's, for a split queue), and the
+    queue's counters, in one pipeline (any slots: it is not a transaction)."""
     prefix, minute = broker.prefix, now_ms // 60_000
+    shards = sharding.shards(queue)
     pipe = broker.client.pipeline(transaction=False)
-    pipe.xinfo_groups(broker.stream(queue))
-    pipe.xlen(broker.stream(queue))
+    for shard in shards:
+        pipe.xinfo_groups(broker.stream(shard))
+        pipe.xlen(broker.stream(shard))
     pipe.hgetall(keys.stats_key(prefix, queue))
     pipe.lrange(keys.window_key(prefix, queue), 0, -1)
     pipe.hgetall(keys.minute_key(prefix, queue, minute))
     pipe.hgetall(keys.minute_key(prefix, queue, minute - 1))
     pipe.zrangebyscore(keys.queue_workers_key(prefix, queue), now_ms, "+inf")
-    groups, length, stats, window, current, previous, workers = pipe.execute(
-        raise_on_error=False)
-    if isinstance(groups, Exception):  # no stream yet: nothing dispatched, no worker
-        groups = []
-    return {"groups": groups, "length": int(length), "stats": stats, "window": window,
-            "minutes": (current, previous), "workers": workers}
+    replies = pipe.execute(raise_on_error=False)
+    per_stream, rest = replies[:2 * len(shards)], replies[2 * len(shards):]
+    for reply in rest:
+        if isinstance(reply, Exception):
+            raise reply
+    stats, window, current, previous, workers = rest
+    return {"streams": list(zip(shards, per_stream[0::2], per_stream[1::2], strict=True)),
+            "stats": stats, "window": window, "minutes": (current, previous),
+            "workers": workers}
 
 
-def _read_second(broker: Broker, queue: str, group: dict[str, Any], workers: list[Any],
-                 task_names: list[str]) -> dict[str, Any]:
+def _read_second(broker: Broker, queue: str, streams: list[_StreamFigures],
+                 workers: list[Any], task_names: list[str]) -> dict[str, Any]:
     prefix = broker.prefix
     pipe = broker.client.pipeline(transaction=False)
-    last_id = _text(group.get("last-delivered-id") or b"0-0")
-    pipe.xrange(broker.stream(queue), f"({last_id}", "+", count=1)
+    for stream in streams:  # the first waiting entry of each stream
+        pipe.xrange(broker.stream(stream.shard), f"({stream.last_delivered}", "+", count=1)
     for consumer in workers:
         pipe.hmget(keys.worker_key(prefix, _text(consumer)), "threads", "busy")
     for name in task_names:
         pipe.lrange(keys.window_key(prefix, queue, name), 0, -1)
     replies = pipe.execute()
-    oldest, rest = replies[0], replies[1:]
+    firsts, rest = replies[:len(streams)], replies[len(streams):]
     beats, windows = rest[:len(workers)], rest[len(workers):]
     live = [(int(threads), int(busy or 0)) for threads, busy in beats if threads is not None]
-    return {"oldest": oldest, "workers": live,
+    oldest = min((entries[0] for entries in firsts if entries),
+                 key=lambda entry: _id_ms(entry[0]), default=None)
+    return {"oldest": [oldest] if oldest is not None else [], "workers": live,
             "windows": {name: [int(v) / 1e6 for v in values]
                         for name, values in zip(task_names, windows, strict=True)}}
+
+
+def _id_ms(stream_id: bytes | str) -> int:
+    return int(_text(stream_id).split("-", 1)[0])
 
 
 def _task_names(totals: dict[str, str]) -> list[str]:

@@ -65,8 +65,13 @@ def write(
 ) -> None:
     """Queue on `pipe` the commands that add `batch` and refresh `heartbeat`."""
     by_queue: dict[str, dict[str, TaskFigures]] = defaultdict(dict)
-    for (queue, task_name), figures in batch.items():
-        by_queue[queue][task_name] = figures
+    for (source, task_name), figures in batch.items():
+        # Figures describe the whole queue: the shards a task ran from are added up.
+        tasks = by_queue[keys.queue_of(source)]
+        if task_name in tasks:
+            tasks[task_name].add(figures)
+        else:
+            tasks[task_name] = figures
     for queue, tasks in by_queue.items():
         _write_queue(pipe, prefix, queue, tasks, now_ms=now_ms, window=window)
     _write_heartbeat(pipe, prefix, heartbeat, now_ms=now_ms, ttl=ttl)

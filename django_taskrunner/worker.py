@@ -26,17 +26,18 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django_taskrunner import clock, reclaim
+from django_taskrunner import clock, reclaim, sharding
 from django_taskrunner.autoscale import ScalingPolicy
 from django_taskrunner.broker import Broker, Entry
 from django_taskrunner.conf import get_settings
 from django_taskrunner.executor import Executor
 from django_taskrunner.heartbeat import Heartbeat
 from django_taskrunner.monitor import Monitor
-from django_taskrunner.outage import REDIS_DOWN, RedisStatus, backoff
+from django_taskrunner.outage import RedisStatus, backoff
 from django_taskrunner.pool import Pool
 from django_taskrunner.reclaim import Reclaimer, shortest_timeout
 from django_taskrunner.running import Attempt, RunningSet
+from django_taskrunner.redis_errors import REDIS_DOWN
 from django_taskrunner.scheduler import LeaderScheduler, promote_all_due, register_queues
 from django_taskrunner.timelimit import TimeLimitWatchdog, interrupt
 
@@ -113,7 +114,8 @@ class Acker(threading.Thread):
 
 
 class Fetcher(threading.Thread):
-    """Reads one queue's stream into the worker's buffer while there is room."""
+    """Reads one stream (a queue, or one shard of it) into the worker's buffer while there
+    is room; `queue` is then the shard name, which the executor and acker use as is."""
 
     def __init__(self, worker: Worker, queue: str) -> None:
         super().__init__(name=f"taskrunner-fetch-{queue}", daemon=True)
@@ -202,7 +204,8 @@ class Worker:
         )
         self._leftovers: list[WorkItem] = []
         self._held: set[tuple[str, str]] = set()  # (queue, stream id) fetched, not finished
-        self.fetchers = [Fetcher(self, queue) for queue in self.queues]
+        # One reader per stream: a queue split into shards has one stream per shard.
+        self.fetchers = [Fetcher(self, shard) for shard in sharding.all_shards(self.queues)]
 
     def _build_guards(
         self, reservation_timeout: float | None, time_limit_grace: float | None,
@@ -224,7 +227,8 @@ class Worker:
         self.heartbeat = Heartbeat(self.broker, self.consumer, self.running, timeout,
                                    self.status)
         self.reclaimer = Reclaimer(
-            self.broker, self.consumer, self.queues, self, reservation_timeout=timeout,
+            self.broker, self.consumer, sharding.all_shards(self.queues), self,
+            reservation_timeout=timeout,
             dead_consumer_timeout=dead_consumer_timeout, status=self.status,
         )
         # A message that waited this long in the buffer is checked to be ours before it runs.

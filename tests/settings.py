@@ -80,8 +80,12 @@ DATABASES = {
 
 STATIC_URL = "/static/"
 
+# A worker subprocess of a test on the local Redis Cluster (tests/cluster/) gets its nodes.
+_cluster_nodes = os.environ.get("TASKRUNNER_TEST_CLUSTER_NODES")
+
 TASKRUNNER = {
-    "REDIS_URL": os.environ.get("TASKRUNNER_TEST_REDIS_URL") or None,
+    "REDIS_URL": None if _cluster_nodes else os.environ.get("TASKRUNNER_TEST_REDIS_URL") or None,
+    "CLUSTER_NODES": _cluster_nodes.split(",") if _cluster_nodes else None,
     "EMBEDDED_DIR": os.environ.get("TASKRUNNER_TEST_EMBEDDED_DIR") or None,
     "PREFIX": os.environ.get("TASKRUNNER_TEST_PREFIX", "trtest"),
     "BLOCK_MS": 200,

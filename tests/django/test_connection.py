@@ -6,6 +6,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from django_taskrunner.conf import get_settings
 from django_taskrunner.connection import get_redis
 from tests.testapp.tasks import noop
 
@@ -28,3 +29,12 @@ def test_a_django_redis_cache_alias_is_used_as_the_connection(settings, redis_ur
 def test_runtasks_refuses_bad_options(args):
     with pytest.raises(CommandError):
         call_command("runtasks", "--burst", *args)
+
+
+def test_a_redis_url_of_a_plain_server_keeps_the_plain_client(r):
+    from redis.cluster import RedisCluster
+
+    client = get_redis()
+    assert not isinstance(client, RedisCluster)
+    noop.dispatch({"n": 1})
+    assert r.xlen(f"{get_settings().PREFIX}:{{default}}:stream") == 1

@@ -159,9 +159,15 @@ def run_test_file(block: Block, namespace: dict[str, Any]) -> None:
 
 
 def run_bash(block: Block, namespace: dict[str, Any]) -> None:
-    """`python manage.py <cmd> ...` lines with a cheap, finite command run for real."""
-    for line in block.text.splitlines():
-        words = shlex.split(line, comments=True)
+    """`python manage.py <cmd> ...` lines with a cheap, finite command run for real.
+
+    A line ending in a backslash continues on the next, as in the shell. Lines that are
+    not plain words (an unclosed quote spanning lines) are not commands we run."""
+    for line in block.text.replace("\\\n", " ").splitlines():
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError:
+            continue
         if words[:2] != ["python", "manage.py"] or len(words) < 3:
             continue
         command, args = words[2], words[3:]

@@ -6,8 +6,9 @@ from __future__ import annotations
 import time
 
 import pytest
+import redis
 
-from django_taskrunner.broker import get_broker
+from django_taskrunner.broker import Broker, get_broker
 from django_taskrunner.heartbeat import Heartbeat, heartbeat_interval
 from django_taskrunner.message import TaskMessage
 from django_taskrunner.outage import RedisStatus
@@ -79,12 +80,13 @@ def test_a_heartbeat_against_a_dead_redis_marks_it_down_and_does_not_raise(
     taskrunner_settings,
 ):
     # Given a running attempt and a Redis that cannot be reached
-    taskrunner_settings(REDIS_URL="redis://127.0.0.1:1/0", CONNECT_TIMEOUT=0.2)
+    broker = get_broker()
+    dead = redis.Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.2)
     running = RunningSet()
     running.start(sleeper, TaskMessage(id="x", task_name=sleeper.name, queue="default",
                                        payload=None, stream_id="1-0"), 1.0)
     status = RedisStatus()
-    beat = Heartbeat(get_broker(), "me", running, 1.0, status)
+    beat = Heartbeat(Broker(dead, broker.prefix, broker.group), "me", running, 1.0, status)
 
     # When heartbeats are sent, they fail quietly, and the outage is noted
     beat.beat()

@@ -7,7 +7,6 @@ import json
 import time
 
 import pytest
-import redis
 
 from django_taskrunner import clock, keys
 from django_taskrunner.broker import Broker, get_broker
@@ -55,14 +54,14 @@ def test_promote_moves_due_messages_in_batches_and_reports_the_next_due_time(r):
     assert broker.promote_due("default", now, 50) == (0, None)
 
 
-def test_two_schedulers_at_once_move_10000_due_messages_exactly_once(r, redis_url):
+def test_two_schedulers_at_once_move_10000_due_messages_exactly_once(r, redis_target):
     # Given 10,000 messages falling due within a few ms of each other
     broker = get_broker()
     due = clock.now_ms() + 300
     ids = add_delayed_many(broker, 10_000, due)
 
     # When two schedulers, each with its own connection, compete for them in small batches
-    clients = [redis.Redis.from_url(redis_url) for _ in range(2)]
+    clients = [redis_target.client() for _ in range(2)]
     schedulers = [Scheduler(Broker(client, broker.prefix, broker.group), ["default"], batch=25)
                   for client in clients]
     for scheduler in schedulers:

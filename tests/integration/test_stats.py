@@ -174,7 +174,7 @@ def test_prediction_and_percentile_helpers():
     assert percentile([3.0, 1.0, 2.0], 0.95) == 3.0
 
 
-def test_figures_are_kept_while_redis_is_unreachable_and_written_once_it_is_back(redis_url):
+def test_figures_are_kept_while_redis_is_unreachable_and_written_once_it_is_back(redis_target):
     import redis
     from redis.backoff import NoBackoff
     from redis.retry import Retry
@@ -198,6 +198,6 @@ def test_figures_are_kept_while_redis_is_unreachable_and_written_once_it_is_back
     assert worker.monitor.flush() is False
 
     # And when Redis is back they are written
-    worker.broker.client = redis.Redis.from_url(redis_url)
+    worker.broker.client = redis_target.client()
     assert worker.monitor.flush() is True
     assert get_stats("default").succeeded == 1

@@ -14,7 +14,7 @@ import pytest
 
 from django_taskrunner import TaskAlreadyDispatched, TaskMessage, dispatch
 from django_taskrunner.broker import get_broker
-from tests.conftest import ROOT, worker_env
+from tests.conftest import ROOT, RedisTarget, worker_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,11 +24,11 @@ PROCESSES = 4
 TASK = "tests.testapp.tasks.unique_race"
 
 
-def start_racers(prefix: str, redis_url: str) -> list[subprocess.Popen[bytes]]:
+def start_racers(prefix: str, redis_target: RedisTarget) -> list[subprocess.Popen[bytes]]:
     return [
         subprocess.Popen(  # noqa: S603 - our own interpreter and module
             [sys.executable, "-m", "tests.integration.unique_racer", f"p{n}", str(ROUNDS)],
-            cwd=ROOT, env=worker_env(prefix, redis_url),
+            cwd=ROOT, env=worker_env(prefix, redis_target),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         )
         for n in range(PROCESSES)
@@ -63,9 +63,10 @@ class ThreadRacers:
             self.done.wait(30)
 
 
-def test_exactly_one_of_54_concurrent_dispatches_wins_each_of_200_rounds(r, prefix, redis_url):
+def test_exactly_one_of_54_concurrent_dispatches_wins_each_of_200_rounds(r, prefix,
+                                                                         redis_target):
     base = f"{prefix}:test"
-    racers = start_racers(prefix, redis_url)
+    racers = start_racers(prefix, redis_target)
     try:
         for _ in range(PROCESSES):
             assert r.blpop([f"{base}:ready"], timeout=60), "a racer process did not start"

@@ -58,6 +58,28 @@ def with_context(ctx: Any, payload: Any) -> None:
     get_redis().hset(runs_key(), f"ctx:{payload['n']}", f"{ctx.task_name}|{ctx.attempt}|{ctx.id}")
 
 
+@task(takes_context=True)
+def context_queue(ctx: Any, payload: Any) -> None:
+    """Records the queue its context names (tests/integration/test_shards.py)."""
+    get_redis().hset(runs_key(), f"context_queue:{payload['n']}", ctx.queue)
+
+
+@task
+def nothing(payload: Any) -> None:
+    """Does nothing: what a benchmark measures is the queue itself (bench/cluster.py)."""
+
+
+@task
+def timed_noop(payload: Any) -> None:
+    """Counts its runs and records when it last started, in one hash (bench/cluster.py)."""
+    from django_taskrunner import clock
+
+    pipe = get_redis().pipeline(transaction=False)
+    pipe.hincrby(runs_key(), f"timed_noop:{payload['n']}", 1)
+    pipe.hset(runs_key(), f"started:{payload['n']}", clock.now_ms())
+    pipe.execute()
+
+
 @task
 def creates_row(payload: Any) -> None:
     from tests.testapp.models import Note

@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from types import FrameType
 from typing import Any
 
@@ -119,10 +120,7 @@ class Command(BaseCommand):
         settings = get_settings()
         self._configure_logging(options["log_level"] or "INFO")
         queues = options["queues"] or self._default_queues(settings.DEFAULT_QUEUE)
-        try:
-            broker = get_broker()
-        except Exception as exc:  # the connection error says what to fix
-            raise CommandError(f"cannot connect to Redis: {exc}") from exc
+        broker = self._connect()
         size, scaling = pool_sizing(options, settings)
         worker = Worker(
             broker, queues,
@@ -159,6 +157,26 @@ class Command(BaseCommand):
             return serve_metrics(port, addr)
         except (ImproperlyConfigured, OSError) as exc:
             raise CommandError(f"cannot serve metrics on {addr}:{port}: {exc}") from exc
+
+    @staticmethod
+    def _connect() -> Any:
+        """The broker; while Redis cannot be reached, wait for it (a worker started before
+        its Redis, or during an outage, starts once Redis is up) instead of exiting."""
+        from django_taskrunner.outage import backoff
+        from django_taskrunner.redis_errors import REDIS_DOWN
+
+        failures = 0
+        while True:
+            try:
+                return get_broker()
+            except REDIS_DOWN as exc:
+                failures += 1
+                if failures == 1:
+                    logging.getLogger("django_taskrunner.worker").error(
+                        "Redis is unreachable (%s); waiting for it", exc)
+                time.sleep(backoff(failures))
+            except Exception as exc:  # a configuration error: say what to fix
+                raise CommandError(f"cannot connect to Redis: {exc}") from exc
 
     @staticmethod
     def _default_queues(default_queue: str) -> list[str]:

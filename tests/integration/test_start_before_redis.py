@@ -1,0 +1,46 @@
+"""A worker started before its Redis waits for it instead of exiting."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+import redis
+
+from tests.conftest import ROOT, _free_port, start_private_redis, worker_env
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_runtasks_waits_for_redis_then_runs_what_is_dispatched(prefix):
+    port = _free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "django", "runtasks", "--queue", "default"],
+        cwd=ROOT, env=worker_env(prefix, url), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    workdir = tempfile.mkdtemp(prefix="trtest-late-")
+    server = None
+    try:
+        time.sleep(2)
+        assert worker.poll() is None, worker.communicate()[0].decode()[-2000:]
+        server, _url = start_private_redis(workdir, port=port)
+        client = redis.Redis.from_url(url)
+        stream = f"{prefix}:{{default}}:stream"
+        body = '{"v":1,"id":"late-1","task":"tests.testapp.tasks.noop","payload":{"n":"late"}}'
+        client.xadd(stream, {"m": body})
+        deadline = time.monotonic() + 20
+        while client.hget(f"{prefix}:test:runs", "noop:late") != b"1":
+            assert time.monotonic() < deadline, "the worker never ran the task"
+            time.sleep(0.1)
+    finally:
+        worker.terminate()
+        output = worker.communicate(timeout=20)[0].decode()
+        if server is not None:
+            server.terminate()
+            server.wait(10)
+        shutil.rmtree(workdir, ignore_errors=True)
+    assert "waiting for it" in output
