@@ -205,9 +205,18 @@ class Worker:
         """Messages held at most: what the pool runs now plus one batch waiting."""
         return self.pool.size + self.batch_size
 
+    def low_water(self) -> int:
+        """Room to wait for before the next read: half a batch, so reads stay batched.
+
+        Reading as soon as one slot frees makes every read (and every wake-up of the
+        fetcher) carry one message; half a batch still keeps the pool fed meanwhile.
+        """
+        return max(1, self.batch_size // 2)
+
     def wait_for_room(self) -> int:
         with self._cond:
-            while self.outstanding >= self.limit() and not self.stopping.is_set():
+            needed = min(self.low_water(), self.limit())
+            while self.limit() - self.outstanding < needed and not self.stopping.is_set():
                 self._cond.wait(0.5)
             return self.limit() - self.outstanding
 
@@ -237,7 +246,9 @@ class Worker:
             with self._cond:
                 self.outstanding -= 1
                 self.completed += 1
-                self._cond.notify_all()
+                # Wake the fetcher only once there is room for a batch read.
+                if self.limit() - self.outstanding >= self.low_water() or not self.outstanding:
+                    self._cond.notify_all()
 
     # -- lifecycle ------------------------------------------------------------------
 
