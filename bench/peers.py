@@ -46,6 +46,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help=f"comma-separated subset of {','.join(BY_KEY)}")
     parser.add_argument("--smoke", action="store_true",
                         help="small N, one repetition, assert every task ran exactly once")
+    parser.add_argument("--drain-only", action="store_true",
+                        help="skip the latency phases (a quicker look while profiling)")
     parser.add_argument("--no-write", action="store_true", help="do not update the docs")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -59,7 +61,7 @@ def run(args: argparse.Namespace, workdir: str) -> report.Results:
     ctx = measure.Context(url=url, redis_proc=redis_proc, jobs=args.jobs,
                           latency_jobs=args.latency_jobs, idle_jobs=args.idle_jobs,
                           smoke=args.smoke, timeout=max(120.0, args.jobs / 100), workdir=workdir,
-                          drain_budget=args.drain_budget)
+                          drain_budget=args.drain_budget, drain_only=args.drain_only)
     chosen = [s for s in SYSTEMS if s.key in args.systems.split(",")]
     results: report.Results = {}
     try:

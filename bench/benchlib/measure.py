@@ -37,6 +37,7 @@ class Context:
     timeout: float
     workdir: str
     drain_budget: float | None = None  # seconds of steady drain measured at most
+    drain_only: bool = False  # skip the latency phases
 
 
     @property
@@ -94,6 +95,7 @@ def drain(ctx: Context, worker: subprocess.Popen[bytes]) -> tuple[dict[str, floa
     first = wait_for_count(client, 1, deadline, 0.0005)
     t1, w1, r1 = time.perf_counter(), procs.cpu_seconds(worker.pid), procs.cpu_seconds(
         ctx.redis_proc.pid)
+    s1 = procs.context_switches(worker.pid)
     if ctx.drain_budget is not None:
         deadline = min(deadline, time.monotonic() + ctx.drain_budget)
     try:
@@ -105,9 +107,10 @@ def drain(ctx: Context, worker: subprocess.Popen[bytes]) -> tuple[dict[str, floa
         last, cut = int(client.get(job.DONE) or 0), True
     t2, w2, r2 = time.perf_counter(), procs.cpu_seconds(worker.pid), procs.cpu_seconds(
         ctx.redis_proc.pid)
+    s2 = procs.context_switches(worker.pid)
     tasks = max(1, last - first)
     return {"drain": tasks / (t2 - t1), "worker_cpu": (w2 - w1) / tasks * 1e6,
-            "redis_cpu": (r2 - r1) / tasks * 1e6}, cut
+            "redis_cpu": (r2 - r1) / tasks * 1e6, "switches": (s2 - s1) / tasks}, cut
 
 
 def latency(ctx: Context, system: System, n: int, rate: float) -> tuple[float, float]:
@@ -172,6 +175,8 @@ def worker_block(ctx: Context, system: System) -> dict[str, float]:
             check_exactly_once(ctx, system)
         if cut:
             worker = fresh_worker(ctx, system, worker)
+        if ctx.drain_only:
+            return figures
         time.sleep(0.2)
         figures["p50"], figures["p99"] = latency(ctx, system, ctx.latency_jobs, LATENCY_RATE)
         figures["idle_p50"], figures["idle_p99"] = latency(ctx, system, ctx.idle_jobs, IDLE_RATE)

@@ -131,6 +131,24 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
+def context_switches(pid: int) -> int:
+    """Context switches of every thread of a process and its descendants (Linux)."""
+    try:
+        root = psutil.Process(pid)
+        pids = [root.pid, *(p.pid for p in root.children(recursive=True))]
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for one in pids:
+        for status in Path(f"/proc/{one}/task").glob("*/status"):
+            try:
+                lines = status.read_text().splitlines()
+            except OSError:
+                continue
+            total += sum(int(line.split()[1]) for line in lines if "ctxt_switches" in line)
+    return total
+
+
 def rss_bytes(pid: int) -> int:
     """Resident memory of a process and its descendants."""
     root = psutil.Process(pid)
