@@ -101,9 +101,14 @@ def dispatch_many(
 ) -> list[TaskMessage]:
     """Queue one task per payload in one round trip; nothing is queued if one is bad."""
     task = resolve_task(name_or_task)
-    messages = [new_message(task, payload, queue=queue, expires=expires) for payload in payloads]
-    if not messages:
+    payloads = list(payloads)
+    if not payloads:
         return []
+    # Queue, expiry and dispatch time are worked out once: the batch shares them.
+    first = new_message(task, None, queue=queue, expires=expires)
+    messages = [TaskMessage(id=uuid.uuid4().hex, task_name=first.task_name, queue=first.queue,
+                            payload=payload, dispatched_at_ms=first.dispatched_at_ms,
+                            expires_at_ms=first.expires_at_ms) for payload in payloads]
     bodies = [message.to_json() for message in messages]
     try:
         stream_ids = get_broker().add_many(messages[0].queue, bodies)
