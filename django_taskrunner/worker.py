@@ -206,12 +206,13 @@ class Worker:
         return self.pool.size + self.batch_size
 
     def low_water(self) -> int:
-        """Room to wait for before the next read: half a batch, so reads stay batched.
+        """Room to wait for before the next read: a whole batch, so reads stay batched.
 
         Reading as soon as one slot frees makes every read (and every wake-up of the
-        fetcher) carry one message; half a batch still keeps the pool fed meanwhile.
+        fetcher) carry one message. With room for a batch, only the running tasks are
+        left, and they keep the threads busy while the read is in flight.
         """
-        return max(1, self.batch_size // 2)
+        return max(1, self.batch_size)
 
     def wait_for_room(self) -> int:
         with self._cond:
