@@ -85,7 +85,8 @@ def versions() -> str:
     redis_version = subprocess.run([procs.redis_binary(), "--version"], capture_output=True,
                                    text=True).stdout.split()
     server = next((w.split("=")[1] for w in redis_version if w.startswith("v=")), "?")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=procs.ROOT,
+    checkout = os.environ.get("BENCH_CHECKOUT") or str(procs.ROOT)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=checkout,
                             capture_output=True, text=True).stdout.strip() or "?"
     names = ["django-taskrunner", "Django", "redis", "hiredis", "celery", "kombu", "rq",
              "dramatiq", "huey"]

@@ -71,10 +71,15 @@ def start_redis(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
 
 
 def child_env(redis_url: str, **extra: str) -> dict[str, str]:
-    """The environment of every child: this checkout first on the path, then bench/."""
+    """The environment of every child: this checkout first on the path, then bench/.
+
+    BENCH_CHECKOUT names another checkout whose django_taskrunner to measure instead
+    (a before/after comparison with the same benchmark code).
+    """
     env = dict(os.environ)
-    env.update(BENCH_REDIS_URL=redis_url, DJANGO_SETTINGS_MODULE="djsite.settings", PYTHONPATH=os.pathsep.join([str(ROOT), str(BENCH_DIR)]),
-               PYTHONUNBUFFERED="1", **extra)
+    paths = [os.environ.get("BENCH_CHECKOUT") or str(ROOT), str(BENCH_DIR)]
+    env.update(BENCH_REDIS_URL=redis_url, DJANGO_SETTINGS_MODULE="djsite.settings",
+               PYTHONPATH=os.pathsep.join(paths), PYTHONUNBUFFERED="1", **extra)
     return env
 
 
