@@ -5,7 +5,7 @@ A plain dispatch is one XADD: one round trip, nothing else on the hot path.
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -51,6 +51,14 @@ def _expires_at(task: Task, expires: float | None, start_ms: int) -> int | None:
     return start_ms + int(seconds * 1000)
 
 
+def new_message_id() -> str:
+    """A random UUID4 as 32 hex digits, the same as `uuid.uuid4().hex` but cheaper."""
+    bits = int.from_bytes(os.urandom(16), "big")
+    bits = (bits & ~(0xC000 << 48)) | (0x8000 << 48)  # RFC 4122 variant
+    bits = (bits & ~(0xF000 << 64)) | (4 << 76)  # version 4
+    return f"{bits:032x}"
+
+
 def new_message(
     task: Task, payload: Any, *, queue: str | None = None, expires: float | None = None,
     start_ms: int | None = None,
@@ -58,7 +66,7 @@ def new_message(
     """A first-attempt message for `task`; `start_ms` is when it may first run."""
     now = clock.now_ms()
     return TaskMessage(
-        id=uuid.uuid4().hex,
+        id=new_message_id(),
         task_name=task.name,
         queue=resolve_queue(task, queue),
         payload=payload,
@@ -106,7 +114,7 @@ def dispatch_many(
         return []
     # Queue, expiry and dispatch time are worked out once: the batch shares them.
     first = new_message(task, None, queue=queue, expires=expires)
-    messages = [TaskMessage(id=uuid.uuid4().hex, task_name=first.task_name, queue=first.queue,
+    messages = [TaskMessage(id=new_message_id(), task_name=first.task_name, queue=first.queue,
                             payload=payload, dispatched_at_ms=first.dispatched_at_ms,
                             expires_at_ms=first.expires_at_ms) for payload in payloads]
     bodies = [message.to_json() for message in messages]
