@@ -56,6 +56,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--jobs", type=int, default=50_000)
     parser.add_argument("--concurrency", default="1")
     parser.add_argument("--rate", default="1000", help="py-spy samples per second")
+    parser.add_argument("--gil", action="store_true", help="only samples holding the GIL")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--out", help="keep py-spy's collapsed stacks in this file")
     args = parser.parse_args(argv)
@@ -68,9 +69,10 @@ def main(argv: list[str]) -> int:
     stacks = Path(args.out or Path(workdir) / "stacks.txt")
     try:
         measure.produce(ctx, "taskrunner", "many", args.jobs)
-        spy = procs.spawn(["py-spy", "record", "--gil", "-r", args.rate, "-f", "raw", "-o", str(stacks),
-                           "--", *procs.python(*TASKRUNNER_WORKER, "--concurrency",
-                                               args.concurrency)],
+        gil = ["--gil"] if args.gil else []
+        spy = procs.spawn(["py-spy", "record", *gil, "-r", args.rate, "-f", "raw", "-o",
+                           str(stacks), "--", *procs.python(*TASKRUNNER_WORKER, "--concurrency",
+                                                            args.concurrency)],
                           cpu=procs.WORKER_CPU, env=procs.child_env(url))
         started = time.monotonic()
         measure.wait_for_count(ctx.client, args.jobs, time.monotonic() + 600, 0.01)
