@@ -5,6 +5,9 @@
 Modes: `plain` (one call per task), `many` (batches of 100, where the system has a
 batch call), `latency` (N tasks at R per second, each carrying its dispatch time),
 and for the system `raw`: `xadd`, `xadd-pipe`, `read` (XREADGROUP COUNT 100 + XACK).
+With `--paired`, plain and batch dispatch alternate with raw redis-py XADD in chunks of
+1,000 tasks and also print `raw_seconds`, the time of the raw XADDs: a ratio measured
+in one place.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import redis
 from benchlib import bare_worker
 
 BATCH = 100
+CHUNK = 1000  # tasks per turn when the system and raw XADD alternate
 Send = Callable[[Any], None]
 SendMany = Callable[[list[Any]], None]
 
@@ -91,21 +95,38 @@ def payloads(n: int, smoke: bool) -> Iterator[dict[str, Any]]:
         yield {"i": i} if smoke else {}
 
 
-def timed_plain(send: Send, n: int, smoke: bool) -> float:
-    items = list(payloads(n, smoke))
+def timed_plain(send: Send, items: list[Any]) -> float:
     start = time.perf_counter()
     for payload in items:
         send(payload)
     return time.perf_counter() - start
 
 
-def timed_many(send_many: SendMany, n: int, smoke: bool) -> float:
-    items = list(payloads(n, smoke))
-    batches = [items[i:i + BATCH] for i in range(0, n, BATCH)]
+def timed_many(send_many: SendMany, items: list[Any]) -> float:
+    batches = [items[i:i + BATCH] for i in range(0, len(items), BATCH)]
     start = time.perf_counter()
     for batch in batches:
         send_many(batch)
     return time.perf_counter() - start
+
+
+def paired(timed: Callable[[list[Any]], float], raw_mode: str, items: list[Any]
+           ) -> tuple[float, float]:
+    """(system seconds, raw seconds): chunks of the system's calls alternate with as many
+    raw redis-py XADDs, so a load swing on a shared machine hits both alike."""
+    from benchlib import raw
+
+    client, raw_call = redis.Redis.from_url(url()), raw.MODES[raw_mode]
+    system_s = raw_s = 0.0
+    for number, first in enumerate(range(0, len(items), CHUNK)):
+        chunk = items[first:first + CHUNK]
+        if number % 2:
+            system_s += timed(chunk)
+            raw_s += raw_call(client, len(chunk))
+        else:
+            raw_s += raw_call(client, len(chunk))
+            system_s += timed(chunk)
+    return system_s, raw_s
 
 
 def timed_latency(send: Send, n: int, rate: float) -> float:
@@ -132,22 +153,31 @@ def main(argv: list[str]) -> None:
     parser.add_argument("n", type=int)
     parser.add_argument("--rate", type=float, default=500.0)
     parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--paired", action="store_true", help="alternate with raw XADD")
     args = parser.parse_args(argv)
+    raw_seconds = None
     if args.system == "raw":
         seconds = run_raw(args.mode, args.n)
     else:
         send, send_many = SENDERS[args.system]()
-        if args.mode == "plain":
-            seconds = timed_plain(send, args.n, args.smoke)
+        items = list(payloads(args.n, args.smoke))
+        if args.mode == "plain" and args.paired:
+            seconds, raw_seconds = paired(lambda chunk: timed_plain(send, chunk), "xadd", items)
+        elif args.mode == "plain":
+            seconds = timed_plain(send, items)
         elif args.mode == "many":
             if send_many is None:
                 raise SystemExit(f"{args.system} has no batch dispatch")
-            seconds = timed_many(send_many, args.n, args.smoke)
+            if args.paired:
+                seconds, raw_seconds = paired(lambda chunk: timed_many(send_many, chunk),
+                                              "xadd-pipe", items)
+            else:
+                seconds = timed_many(send_many, items)
         elif args.mode == "latency":
             seconds = timed_latency(send, args.n, args.rate)
         else:
             raise SystemExit(f"unknown mode {args.mode!r}")
-    print(json.dumps({"seconds": seconds}), flush=True)
+    print(json.dumps({"seconds": seconds, "raw_seconds": raw_seconds}), flush=True)
 
 
 if __name__ == "__main__":
