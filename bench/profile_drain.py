@@ -14,7 +14,6 @@ import collections
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,7 +22,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import psutil  # noqa: E402
-
 from benchlib import measure, procs  # noqa: E402
 from benchlib.systems import TASKRUNNER_WORKER  # noqa: E402
 

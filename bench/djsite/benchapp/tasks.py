@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchlib.job import job as run_job
+
 from django_taskrunner import task
 
 
