@@ -51,7 +51,7 @@ class Acker(threading.Thread):
 
     The first ack of a batch wakes the acker, which then lingers `ACK_LINGER_S` to
     collect more (or until `ACK_BATCH` wait): one round trip and one thread switch for
-    many tasks instead of one per task, for at most a couple of ms of delay.
+    many tasks instead of one per task, for at most 10 ms of delay.
     """
 
     def __init__(self, broker: Broker) -> None:
