@@ -62,9 +62,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def run(args: argparse.Namespace, workdir: str) -> report.Results:
     redis_proc, url = procs.start_redis(workdir)
+    # Smoke mode fails within 40 s per wait, with the worker's output, rather than hang.
+    timeout = 40.0 if args.smoke else max(120.0, args.jobs / 100)
     ctx = measure.Context(url=url, redis_proc=redis_proc, jobs=args.jobs,
                           latency_jobs=args.latency_jobs, idle_jobs=args.idle_jobs,
-                          smoke=args.smoke, timeout=max(120.0, args.jobs / 100), workdir=workdir,
+                          smoke=args.smoke, timeout=timeout, workdir=workdir,
                           drain_budget=args.drain_budget, drain_only=args.drain_only)
     chosen = [s for s in SYSTEMS if s.key in args.systems.split(",")]
     results: report.Results = {}
@@ -100,10 +102,23 @@ def versions() -> str:
     return ", ".join(parts)
 
 
+def shown_args(argv: list[str]) -> list[str]:
+    """The arguments that shape the measurement (not where figures were saved or loaded)."""
+    shown, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--save", "--load"):
+            skip = True
+        elif not arg.startswith(("--save=", "--load=")) and arg != "--no-write":
+            shown.append(arg)
+    return shown
+
+
 def section(args: argparse.Namespace, results: report.Results, argv: list[str]) -> str:
     pinned = "Redis and producers on CPU 0, the worker on CPU 1" if procs.can_pin() else \
         "not pinned (fewer than 2 CPUs)"
-    command = " ".join(["python bench/peers.py", *argv])
+    command = " ".join(["python bench/peers.py", *shown_args(argv)])
     return "\n".join([
         f"Run of {datetime.date.today().isoformat()}: `{command}` — {args.jobs} tasks per "
         f"drain, {args.reps} interleaved repetitions, {os.cpu_count()} CPUs ({pinned}).",

@@ -81,8 +81,7 @@ def main(argv: list[str]) -> int:
         print(summarize(stacks, args.top))
     finally:
         procs.kill(redis_proc)
-        if not args.out:
-            shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 

@@ -8,6 +8,7 @@ Extras ride in the payload and cost one pipelined round trip at most:
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any
 
@@ -18,12 +19,17 @@ LATENCIES = "bench:lat"
 SEEN = "bench:seen"
 
 _client: redis.Redis | None = None
+_lock = threading.Lock()
 
 
 def client() -> redis.Redis:
+    """One client per process. Built under a lock: two threads racing to build it would
+    leave one client to the garbage collector, which closes the socket under the other."""
     global _client
     if _client is None:
-        _client = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
+        with _lock:
+            if _client is None:
+                _client = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
     return _client
 
 
