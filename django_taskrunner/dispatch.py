@@ -10,7 +10,7 @@ scheduler when it is due before every waiting entry.
 from __future__ import annotations
 
 import logging
-import uuid
+import os
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
@@ -68,6 +68,14 @@ def _reservation_timeout_ms(task: Task) -> int | None:
     return None if seconds is None else int(seconds * 1000)
 
 
+def new_message_id() -> str:
+    """A random UUID4 as 32 hex digits, the same as `uuid.uuid4().hex` but cheaper."""
+    bits = int.from_bytes(os.urandom(16), "big")
+    bits = (bits & ~(0xC000 << 48)) | (0x8000 << 48)  # RFC 4122 variant
+    bits = (bits & ~(0xF000 << 64)) | (4 << 76)  # version 4
+    return f"{bits:032x}"
+
+
 def new_message(
     task: Task, payload: Any, *, queue: str | None = None, expires: float | None = None,
     start_ms: int | None = None, task_id: str | None = None,
@@ -78,7 +86,7 @@ def new_message(
     """
     now = clock.now_ms()
     return TaskMessage(
-        id=uuid.uuid4().hex if task_id is None else locks.check_task_id(task_id, task.name),
+        id=new_message_id() if task_id is None else locks.check_task_id(task_id, task.name),
         task_name=task.name,
         queue=resolve_queue(task, queue),
         payload=payload,
@@ -237,11 +245,15 @@ def dispatch_many(
     payload of this batch) is skipped and logged. Returns the messages queued, in order.
     """
     task = resolve_task(name_or_task)
+    payloads = list(payloads)
+    if not payloads:
+        return []
+    if not (task.options.unique or unique_key is not None or unique_for is not None
+            or unique_mode is not None):
+        return _dispatch_many_plain(task, payloads, queue, expires)
     prepared = [prepare(task, payload, queue=queue, unique_key=unique_key,
                         unique_for=unique_for, unique_mode=unique_mode, expires=expires)
                 for payload in payloads]
-    if not prepared:
-        return []
     bodies = [message.to_json() for message, _claim in prepared]
     # One task with one set of options: either every payload claims a lock or none does.
     claimed = [(message, claim, body)
@@ -256,6 +268,27 @@ def dispatch_many(
     for (message, _claim), stream_id in zip(prepared, stream_ids, strict=True):
         message.stream_id = stream_id
     return [message for message, _claim in prepared]
+
+
+def _dispatch_many_plain(
+    task: Task, payloads: list[Any], queue: str | None, expires: float | None
+) -> list[TaskMessage]:
+    """The common case, no locks: queue, expiry and dispatch time are worked out once,
+    since the batch shares them, and the bodies go in one pipelined round trip."""
+    first = new_message(task, None, queue=queue, expires=expires)
+    messages = [TaskMessage(id=new_message_id(), task_name=first.task_name, queue=first.queue,
+                            payload=payload, dispatched_at_ms=first.dispatched_at_ms,
+                            expires_at_ms=first.expires_at_ms,
+                            reservation_timeout_ms=first.reservation_timeout_ms)
+                for payload in payloads]
+    bodies = [message.to_json() for message in messages]
+    try:
+        stream_ids = _add_plain(get_broker(), first.queue, bodies)
+    except REDIS_DOWN as exc:
+        raise _redis_down(task, exc) from exc
+    for message, stream_id in zip(messages, stream_ids, strict=True):
+        message.stream_id = stream_id
+    return messages
 
 
 def _add_plain(broker: Broker, queue: str, bodies: list[str]) -> list[str]:

@@ -18,6 +18,8 @@ WIRE_VERSION = 1
 FIELD = b"m"
 # Largest wire version this release reads; newer ones are refused clearly.
 _READABLE_VERSIONS = frozenset({1})
+# One encoder for every message: json.dumps() with options builds a new one per call.
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 
 @dataclass(slots=True)
@@ -71,7 +73,7 @@ class TaskMessage:
         if self.reservation_timeout_ms is not None:
             data["rt"] = self.reservation_timeout_ms
         try:
-            return json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+            return _encode(data)
         except (TypeError, ValueError) as exc:
             raise InvalidTaskPayload(
                 f"payload of task {self.task_name!r} is not JSON-serialisable: {exc}",

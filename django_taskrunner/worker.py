@@ -43,6 +43,9 @@ from django_taskrunner.timelimit import TimeLimitWatchdog, interrupt
 
 logger = logging.getLogger(__name__)
 
+# Acks wait at most this long (or until this many finished) to share a round trip.
+ACK_LINGER_S = 0.010
+ACK_BATCH = 100
 
 def default_consumer_name() -> str:
     """Unique per process: host, pid and a random suffix."""
@@ -59,30 +62,47 @@ class WorkItem:
 
 
 class Acker(threading.Thread):
-    """Acks finished messages in batches: all that finished meanwhile, one round trip."""
+    """Acks finished messages in batches: all that finished meanwhile, one round trip.
+
+    The first ack of a batch wakes the acker, which then lingers `ACK_LINGER_S` to
+    collect more (or until `ACK_BATCH` wait): one round trip and one thread switch for
+    many tasks instead of one per task, for at most 10 ms of delay.
+    """
 
     def __init__(self, broker: Broker, status: RedisStatus) -> None:
         super().__init__(name="taskrunner-acker", daemon=True)
         self.broker = broker
         self.status = status
         self._waiting: dict[str, list[str]] = defaultdict(list)
+        self._count = 0
         self._cond = threading.Condition()
         self._stopping = False
 
     def add(self, queue: str, stream_id: str) -> None:
         with self._cond:
             self._waiting[queue].append(stream_id)
-            self._cond.notify()
+            self._count += 1
+            if self._count == 1 or self._count == ACK_BATCH:
+                self._cond.notify()
+
+    def _take(self) -> dict[str, list[str]] | None:
+        """The next batch to ack; None once stopping with nothing left."""
+        with self._cond:
+            while not self._waiting and not self._stopping:
+                self._cond.wait()
+            if not self._waiting and self._stopping:
+                return None
+            if self._count < ACK_BATCH and not self._stopping:
+                self._cond.wait(ACK_LINGER_S)
+            batch, self._waiting, self._count = self._waiting, defaultdict(list), 0
+            return batch
 
     def run(self) -> None:
         failures = 0
         while True:
-            with self._cond:
-                while not self._waiting and not self._stopping:
-                    self._cond.wait()
-                if not self._waiting and self._stopping:
-                    return
-                batch, self._waiting = self._waiting, defaultdict(list)
+            batch = self._take()
+            if batch is None:
+                return
             try:
                 self.flush(batch)
                 failures = 0
@@ -93,6 +113,7 @@ class Acker(threading.Thread):
                 with self._cond:
                     for queue, ids in batch.items():
                         self._waiting[queue][:0] = ids
+                        self._count += len(ids)
                     self._cond.wait(backoff(failures))
                     if self._stopping and failures > 3:
                         logger.error("giving up on %d acks at exit; those tasks will be "
@@ -245,9 +266,19 @@ class Worker:
         with self._cond:
             return (queue, stream_id) in self._held
 
+    def low_water(self) -> int:
+        """Room to wait for before the next read: a whole batch, so reads stay batched.
+
+        Reading as soon as one slot frees makes every read (and every wake-up of the
+        fetcher) carry one message. With room for a batch, only the running tasks are
+        left, and they keep the threads busy while the read is in flight.
+        """
+        return max(1, self.batch_size)
+
     def wait_for_room(self) -> int:
         with self._cond:
-            while self.outstanding >= self.limit() and not self.stopping.is_set():
+            needed = min(self.low_water(), self.limit())
+            while self.limit() - self.outstanding < needed and not self.stopping.is_set():
                 self._cond.wait(0.5)
             return self.limit() - self.outstanding
 
@@ -294,7 +325,9 @@ class Worker:
             self._held.discard((queue, stream_id))
             self.outstanding -= 1
             self.completed += 1
-            self._cond.notify_all()
+            # Wake the fetcher only once there is room for a batch read.
+            if self.limit() - self.outstanding >= self.low_water() or not self.outstanding:
+                self._cond.notify_all()
 
     def _still_ours(self, item: WorkItem) -> bool:
         """A message that sat long in the buffer may have been reclaimed by another worker."""

@@ -120,7 +120,7 @@ class Command(BaseCommand):
         settings = get_settings()
         self._configure_logging(options["log_level"] or "INFO")
         queues = options["queues"] or self._default_queues(settings.DEFAULT_QUEUE)
-        broker = self._connect()
+        broker = self._connect(wait=not options["burst"])
         size, scaling = pool_sizing(options, settings)
         worker = Worker(
             broker, queues,
@@ -159,9 +159,10 @@ class Command(BaseCommand):
             raise CommandError(f"cannot serve metrics on {addr}:{port}: {exc}") from exc
 
     @staticmethod
-    def _connect() -> Any:
-        """The broker; while Redis cannot be reached, wait for it (a worker started before
-        its Redis, or during an outage, starts once Redis is up) instead of exiting."""
+    def _connect(wait: bool) -> Any:
+        """The broker. While Redis cannot be reached a worker waits for it (one started
+        before its Redis, or during an outage, starts once Redis is up) instead of exiting;
+        `--burst`, meant for scripts, fails at once with a clear error instead."""
         from django_taskrunner.outage import backoff
         from django_taskrunner.redis_errors import REDIS_DOWN
 
@@ -170,6 +171,8 @@ class Command(BaseCommand):
             try:
                 return get_broker()
             except REDIS_DOWN as exc:
+                if not wait:
+                    raise CommandError(f"cannot connect to Redis: {exc}") from exc
                 failures += 1
                 if failures == 1:
                     logging.getLogger("django_taskrunner.worker").error(

@@ -1,0 +1,1 @@
+"""Helpers of the benchmark scripts in bench/: processes, systems, the job, the report."""

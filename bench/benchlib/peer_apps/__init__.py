@@ -1,0 +1,1 @@
+"""One module per peer library: its app object and the benchmark job as its task."""

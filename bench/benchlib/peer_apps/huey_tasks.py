@@ -1,0 +1,16 @@
+"""Huey on Redis (blocking reads, its default), results not stored."""
+
+from __future__ import annotations
+
+import os
+
+from huey import RedisHuey
+
+from benchlib.job import job as run_job
+
+huey = RedisHuey("bench", url=os.environ["BENCH_REDIS_URL"], results=False)
+
+
+@huey.task()
+def job(payload: dict) -> None:
+    run_job(payload)

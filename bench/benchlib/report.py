@@ -1,0 +1,153 @@
+"""Turning the repetitions into one table (medians, min–max, ratios) and the docs section."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchlib.systems import BY_KEY, SYSTEMS
+
+BEGIN, END = "<!-- peers:begin -->", "<!-- peers:end -->"
+Results = dict[str, dict[str, list[float]]]  # system key -> metric -> one value per repetition
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str
+    title: str
+    unit: str
+    higher_is_better: bool
+    limit: str  # system key whose figure is the limit ("raw" or "bare")
+
+
+METRICS = [
+    Metric("dispatch", "dispatch, one call per task", "tasks/s", True, "raw"),
+    Metric("dispatch_many", "dispatch in batches of 100", "tasks/s", True, "raw"),
+    Metric("drain", "drain by one worker process", "tasks/s", True, "raw"),
+    Metric("worker_cpu", "worker CPU per task", "µs", False, "bare"),
+    Metric("redis_cpu", "redis-server CPU per task drained", "µs", False, "bare"),
+    Metric("p50", "latency p50 at 500 tasks/s", "ms", False, "bare"),
+    Metric("p99", "latency p99 at 500 tasks/s", "ms", False, "bare"),
+    Metric("idle_p50", "latency p50, idle (a task every 50 ms)", "ms", False, "bare"),
+    Metric("idle_p99", "latency p99, idle (a task every 50 ms)", "ms", False, "bare"),
+]
+RAW_LABELS = {"dispatch": "raw XADD, one round trip each", "dispatch_many":
+              "raw XADD, pipelined by 100", "drain": "raw XREADGROUP COUNT 100 + XACK, no job"}
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def fmt(value: float, unit: str) -> str:
+    if unit == "tasks/s":
+        return f"{value:,.0f}"
+    if unit == "µs":
+        return f"{value:,.0f}"
+    return f"{value:.2f}"
+
+
+def label(system: str, metric: str) -> str:
+    return RAW_LABELS[metric] if system == "raw" else BY_KEY[system].label
+
+
+def best_peer(results: Results, metric: Metric) -> float | None:
+    values = [median(results[s.key][metric.key]) for s in SYSTEMS
+              if s.peer and metric.key in results.get(s.key, {})]
+    if not values:
+        return None
+    return max(values) if metric.higher_is_better else min(values)
+
+
+def rows(results: Results, metric: Metric) -> list[list[str]]:
+    limit_values = results.get(metric.limit, {}).get(metric.key)
+    limit = median(limit_values) if limit_values else None
+    peer = best_peer(results, metric)
+    out = []
+    for system in ["raw", *BY_KEY]:
+        values = results.get(system, {}).get(metric.key)
+        if not values:
+            continue
+        mid = median(values)
+        spread = f"{fmt(min(values), metric.unit)}–{fmt(max(values), metric.unit)}"
+        paired = results.get(system, {}).get(f"{metric.key}_vs_raw")
+        if paired:  # timed against raw XADD in alternating chunks by the same producer
+            vs_limit = f"{median(paired):.2f}×"
+        else:
+            vs_limit = f"{mid / limit:.2f}×" if limit else ""
+        vs_peer = f"{mid / peer:.2f}×" if peer else ""
+        out.append([f"{metric.title} ({metric.unit})", label(system, metric.key),
+                    fmt(mid, metric.unit), spread, vs_limit, vs_peer])
+    return out
+
+
+def table(results: Results) -> str:
+    """One Markdown table: every metric, every system, with both ratios."""
+    header = ["figure", "system", "median", "min–max", "÷ limit", "÷ best peer"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for metric in METRICS:
+        for row in rows(results, metric):
+            lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def write_section(path: Path, body: str) -> None:
+    """Replace only the text between the peers markers (adding them, or the file, if missing)."""
+    span = f"{BEGIN}\n{body.rstrip()}\n{END}"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# Benchmarks\n\n## Peers\n\n{span}\n", encoding="utf-8")
+        return
+    text = path.read_text(encoding="utf-8")
+    start, end = text.find(BEGIN), text.find(END)
+    if start == -1 or end == -1 or end < start:
+        text = text.rstrip() + f"\n\n## Peers\n\n{span}\n"
+    else:
+        text = text[:start] + span + text[end + len(END):]
+    path.write_text(text, encoding="utf-8")
+
+
+def _ratio(results: Results, system: str, metric: str, other: float | None) -> float | None:
+    values = results.get(system, {}).get(metric)
+    if not values or not other:
+        return None
+    return median(values) / other
+
+
+def _med(results: Results, system: str, metric: str) -> float | None:
+    values = results.get(system, {}).get(metric)
+    return median(values) if values else None
+
+
+def targets(results: Results) -> str:
+    """The issue's targets, each with the figure this run measured and met / missed."""
+    drain_peer = best_peer(results, METRICS[2])
+    checks: list[tuple[str, float | None, str, bool | None]] = []
+
+    def at_least(name: str, value: float | None, goal: float, unit: str = "×") -> None:
+        checks.append((name, value, f"≥ {goal}{unit}", None if value is None else value >= goal))
+
+    def at_most(name: str, value: float | None, goal: float, unit: str) -> None:
+        checks.append((name, value, f"≤ {goal}{unit}", None if value is None else value <= goal))
+
+    bare_cpu = _med(results, "bare", "worker_cpu")
+    for key, name in (("taskrunner", "-c1"), ("taskrunner8", "-c8 (the default pool)")):
+        at_least(f"drain {name} ÷ best peer", _ratio(results, key, "drain", drain_peer), 3)
+        at_most(f"worker CPU/task {name} ÷ bare loop",
+                _ratio(results, key, "worker_cpu", bare_cpu), 1.5, "×")
+    at_least("drain -c8 ÷ drain -c1",
+             _ratio(results, "taskrunner8", "drain", _med(results, "taskrunner", "drain")), 1.0)
+    at_least("dispatch ÷ raw XADD", _med(results, "taskrunner", "dispatch_vs_raw"), 0.7)
+    at_least("dispatch_many ÷ pipelined raw XADD",
+             _med(results, "taskrunner8", "dispatch_many_vs_raw"), 0.5)
+    for key, name in (("taskrunner", "-c1"), ("taskrunner8", "-c8")):
+        at_most(f"p50 at 500/s {name}", _med(results, key, "p50"), 1, " ms")
+        at_most(f"p99 at 500/s {name}", _med(results, key, "p99"), 5, " ms")
+        at_most(f"idle p99 {name}", _med(results, key, "idle_p99"), 5, " ms")
+    lines = ["| target | measured | goal | |", "|---|---|---|---|"]
+    for name, value, goal, met in checks:
+        shown = "n/a" if value is None else f"{value:.2f}"
+        verdict = "n/a" if met is None else ("met" if met else "**missed**")
+        lines.append(f"| {name} | {shown} | {goal} | {verdict} |")
+    return "\n".join(lines)

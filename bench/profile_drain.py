@@ -1,0 +1,89 @@
+"""Profile one `runtasks` process draining N queued tasks, with py-spy.
+
+    python bench/profile_drain.py --jobs 50000 --concurrency 1 [--top 30] [--out stacks.txt]
+
+Queues N tasks with `dispatch_many`, runs the worker under `py-spy record` (pinned like
+peers.py), stops it once the N-th task ran, and prints the functions with the most
+samples: self (the function itself) and total (with what it calls).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import psutil  # noqa: E402
+from benchlib import measure, procs  # noqa: E402
+from benchlib.systems import TASKRUNNER_WORKER  # noqa: E402
+
+
+def summarize(path: Path, top: int) -> str:
+    """Self and total samples per function from py-spy's raw (collapsed) output."""
+    own: collections.Counter[str] = collections.Counter()
+    total: collections.Counter[str] = collections.Counter()
+    samples = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = [f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].split("/")[-1] + ")"
+                  for f in stack.split(";") if f]
+        if not frames:
+            continue
+        n = int(count)
+        samples += n
+        own[frames[-1]] += n
+        for frame in set(frames):
+            total[frame] += n
+    lines = [f"{samples} samples", "", "self %  function"]
+    lines += [f"{100 * n / samples:5.1f}  {name}" for name, n in own.most_common(top)]
+    lines += ["", "total %  function"]
+    lines += [f"{100 * n / samples:5.1f}  {name}" for name, n in total.most_common(top)]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=50_000)
+    parser.add_argument("--concurrency", default="1")
+    parser.add_argument("--rate", default="1000", help="py-spy samples per second")
+    parser.add_argument("--gil", action="store_true", help="only samples holding the GIL")
+    parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--out", help="keep py-spy's collapsed stacks in this file")
+    args = parser.parse_args(argv)
+    procs.pin_self(procs.LOAD_CPU)
+    workdir = tempfile.mkdtemp(prefix="bench-profile-")
+    os.environ["BENCH_DB"] = str(Path(workdir) / "bench.sqlite3")
+    redis_proc, url = procs.start_redis(workdir)
+    ctx = measure.Context(url=url, redis_proc=redis_proc, jobs=args.jobs, latency_jobs=0,
+                          idle_jobs=0, smoke=False, timeout=600, workdir=workdir)
+    stacks = Path(args.out or Path(workdir) / "stacks.txt")
+    try:
+        measure.produce(ctx, "taskrunner", "many", args.jobs)
+        gil = ["--gil"] if args.gil else []
+        spy = procs.spawn(["py-spy", "record", *gil, "-r", args.rate, "-f", "raw", "-o",
+                           str(stacks), "--", *procs.python(*TASKRUNNER_WORKER, "--concurrency",
+                                                            args.concurrency)],
+                          cpu=procs.WORKER_CPU, env=procs.child_env(url))
+        started = time.monotonic()
+        measure.wait_for_count(ctx.client, args.jobs, time.monotonic() + 600, 0.01)
+        print(f"drained {args.jobs} in {time.monotonic() - started:.1f}s (with start-up)")
+        for child in psutil.Process(spy.pid).children():
+            child.send_signal(signal.SIGTERM)
+        spy.wait(60)
+        print(summarize(stacks, args.top))
+    finally:
+        procs.kill(redis_proc)
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
