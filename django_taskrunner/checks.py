@@ -135,7 +135,8 @@ def _check_names(raw: dict[str, Any]) -> list[CheckMessage]:
     for key in ("REDIS_URL", "CONNECTION", "FAILED_TASK_HANDLER", "LONG_QUEUE_HOOK",
                 "METRICS_TOKEN"):
         if raw.get(key) is not None and not isinstance(raw[key], str):
-            errors.append(_error(f"TASKRUNNER[{key!r}] must be a string or None", "taskrunner.E005"))
+            errors.append(
+                _error(f"TASKRUNNER[{key!r}] must be a string or None", "taskrunner.E005"))
     token = raw.get("METRICS_TOKEN")
     if isinstance(token, str) and len(token) < 16:
         errors.append(_error("TASKRUNNER['METRICS_TOKEN'] must be at least 16 characters long",
@@ -159,7 +160,8 @@ def _check_names(raw: dict[str, Any]) -> list[CheckMessage]:
                                   "then finds the others"))
     errors += _check_cluster_nodes(raw.get("CLUSTER_NODES"))
     if "DELETE_ON_ACK" in raw and not isinstance(raw["DELETE_ON_ACK"], bool):
-        errors.append(_error("TASKRUNNER['DELETE_ON_ACK'] must be True or False", "taskrunner.E005"))
+        errors.append(
+            _error("TASKRUNNER['DELETE_ON_ACK'] must be True or False", "taskrunner.E005"))
     return errors
 
 
@@ -242,19 +244,21 @@ def _check_handler_paths(raw: dict[str, Any]) -> list[CheckMessage]:
         try:
             target = import_string(path)
         except ImportError as exc:
-            errors.append(_error(f"TASKRUNNER[{key!r}] cannot be imported: {exc}", "taskrunner.E008"))
+            errors.append(
+                _error(f"TASKRUNNER[{key!r}] cannot be imported: {exc}", "taskrunner.E008"))
             continue
         if not callable(target):
-            errors.append(_error(f"TASKRUNNER[{key!r}] = {path!r} is not callable", "taskrunner.E008"))
+            errors.append(
+                _error(f"TASKRUNNER[{key!r}] = {path!r} is not callable", "taskrunner.E008"))
     return errors
 
 
 @register(Tags.compatibility)
 def check_taskrunner_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Django system check: report every bad `TASKRUNNER` value at start-up."""
-    from django_taskrunner.conf import user_settings
-
     from django.conf import settings
+
+    from django_taskrunner.conf import user_settings
 
     raw = getattr(settings, "TASKRUNNER", {})
     errors = validate_settings(raw)

@@ -22,7 +22,8 @@ logger = logging.getLogger(__name__)
 def describe_error(error: BaseException) -> tuple[str, str]:
     """(error class, one-line message) of an exception."""
     cls = type(error)
-    name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    builtin = cls.__module__ == "builtins"
+    name = cls.__qualname__ if builtin else f"{cls.__module__}.{cls.__qualname__}"
     return name, f"{cls.__name__}: {error}"
 
 

@@ -81,7 +81,8 @@ def check_unique_for(unique_for: Any, task_name: str) -> float:
 
 def check_unique_mode(mode: Any) -> str:
     if mode not in UNIQUE_MODES:
-        raise InvalidTaskOptions(f"unique_mode must be one of {', '.join(UNIQUE_MODES)}, not {mode!r}")
+        raise InvalidTaskOptions(
+            f"unique_mode must be one of {', '.join(UNIQUE_MODES)}, not {mode!r}")
     return str(mode)
 
 
@@ -97,7 +98,8 @@ def check_options(options: TaskOptions, task_name: str) -> None:
     if backoff is not None and not callable(backoff):
         if isinstance(backoff, bool) or not isinstance(backoff, int | float) or backoff < 0:
             raise InvalidTaskOptions(
-                f"retry_backoff must be seconds >= 0 or a callable(retry) -> seconds, not {backoff!r}"
+                f"retry_backoff must be seconds >= 0 or a callable(retry) -> seconds, "
+                f"not {backoff!r}"
             )
     for name in ("reservation_timeout", "time_limit", "expires", "schedule"):
         _check_seconds(name, getattr(options, name))
@@ -178,7 +180,9 @@ def task(fn: Callable[..., Any], /) -> Task: ...
 def task(*, name: str | None = None, **options: Any) -> Callable[[Callable[..., Any]], Task]: ...
 
 
-def task(fn: Callable[..., Any] | None = None, /, *, name: str | None = None, **options: Any) -> Any:
+def task(
+    fn: Callable[..., Any] | None = None, /, *, name: str | None = None, **options: Any
+) -> Any:
     """Declare a task: bare `@task` or `@task(max_retry=3, queue="emails", ...)`.
 
     The task is registered under `name` (default `"<module>.<function>"`).

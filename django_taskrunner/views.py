@@ -19,7 +19,9 @@ from django_taskrunner.exceptions import (
 from django_taskrunner.task import Task
 
 
-def dispatch_response(name_or_task: str | Task, payload: Any = None, **options: Any) -> JsonResponse:
+def dispatch_response(
+    name_or_task: str | Task, payload: Any = None, **options: Any
+) -> JsonResponse:
     """Dispatch and answer: 202 `{"id": ...}`; 409 `{"holder_id": ...}` when a unique
     lock or task id is taken; 400 `{"error": ...}` when the payload or options are bad.
     """

@@ -36,8 +36,8 @@ from django_taskrunner.monitor import Monitor
 from django_taskrunner.outage import RedisStatus, backoff
 from django_taskrunner.pool import Pool
 from django_taskrunner.reclaim import Reclaimer, shortest_timeout
-from django_taskrunner.running import Attempt, RunningSet
 from django_taskrunner.redis_errors import REDIS_DOWN
+from django_taskrunner.running import Attempt, RunningSet
 from django_taskrunner.scheduler import LeaderScheduler, promote_all_due, register_queues
 from django_taskrunner.timelimit import TimeLimitWatchdog, interrupt
 
@@ -160,10 +160,10 @@ class Fetcher(threading.Thread):
             if room <= 0:
                 continue
             generation = worker.generation()
+            count = min(room, worker.batch_size)
             block = None if worker.burst else worker.block_ms
             entries = self._with_retries(
-                lambda n=min(room, worker.batch_size): broker.read(self.queue, worker.consumer,
-                                                                    n, block))
+                lambda: broker.read(self.queue, worker.consumer, count, block))  # noqa: B023
             if entries:
                 self.idle_at = None
                 worker.accept(self.queue, entries)

@@ -4,13 +4,12 @@ and polling for a condition with a deadline."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from django_taskrunner.broker import get_broker
 from django_taskrunner.worker import Worker
+from tests.worker_helpers import wait_for  # noqa: F401 - re-exported for the scheduling tests
 
 
 @contextmanager
@@ -28,18 +27,6 @@ def running_worker(*queues: str, scheduler: bool = True, lease: float = 10.0,
         worker.request_stop()
         thread.join(20)
         assert not thread.is_alive(), "worker did not stop"
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, interval: float = 0.02) -> Any:
-    """Poll `condition` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(interval)
 
 
 def leads(worker: Worker) -> bool:

@@ -9,16 +9,9 @@ import pytest
 
 from django_taskrunner.broker import get_broker
 from tests.testapp.tasks import noop, runs_key, sleeper
+from tests.worker_helpers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def wait_for(predicate, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)
 
 
 def test_sigterm_during_a_two_second_task_lets_it_finish_and_exits_0(r, spawn_worker, run_burst):

@@ -16,8 +16,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django_taskrunner.autoscale import ScalingPolicy, default_tolerance
 from django_taskrunner.broker import get_broker
 from django_taskrunner.conf import Settings, get_settings
-from django_taskrunner.task import check_queue_name
 from django_taskrunner.exceptions import InvalidTaskOptions
+from django_taskrunner.task import check_queue_name
 from django_taskrunner.worker import Worker
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
