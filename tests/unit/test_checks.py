@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -143,3 +147,70 @@ def test_numbers_past_their_maximum_are_refused(value):
     [(key, number)] = value.items()
     [error] = validate_settings(value)
     assert error.id == "taskrunner.E002" and key in error.msg and "from" in error.msg
+
+
+def test_a_non_dict_taskrunner_is_refused_at_first_use(settings):
+    settings.TASKRUNNER = "redis://:secret@127.0.0.1:6421/0"
+    with pytest.raises(ImproperlyConfigured, match="TASKRUNNER must be a dict, not str") as info:
+        get_settings()
+    assert "secret" not in str(info.value)
+
+
+def test_the_run_time_reader_checks_the_connection_alias(settings):
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    for alias in ("", "nope", "default"):
+        settings.TASKRUNNER = {"CONNECTION": alias}
+        with pytest.raises(ImproperlyConfigured, match="taskrunner.E007"):
+            get_settings()
+
+
+SCRIPT = """
+import django
+from django.conf import settings
+
+settings.configure(
+    BASE_DIR={base_dir!r}, SECRET_KEY="x", USE_TZ=True,
+    INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_taskrunner"],
+    DATABASES={{"default": {{"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}}},
+    TASKRUNNER="redis://127.0.0.1:6421/0",
+)
+django.setup()
+
+from django_taskrunner import task
+
+
+@task
+def noop(payload):
+    pass
+
+
+noop.dispatch({{"n": 1}})
+print("dispatched")
+"""
+
+
+def test_a_process_without_system_checks_fails_loudly_on_a_non_dict_taskrunner(tmp_path):
+    """gunicorn or a script calling django.setup() runs no checks: the first dispatch must
+    raise, not start an embedded Redis and queue into it."""
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT.format(base_dir=str(tmp_path)))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    try:
+        done = subprocess.run(  # noqa: S603 - our own interpreter and script
+            [sys.executable, str(script)], capture_output=True, text=True,
+            env=env, timeout=60, cwd=tmp_path)
+    finally:
+        _stop_embedded_redis(tmp_path / ".taskrunner")
+    assert done.returncode != 0 and "dispatched" not in done.stdout, done
+    assert "ImproperlyConfigured: bad TASKRUNNER setting: TASKRUNNER must be a dict, not str" in (
+        done.stderr), done.stderr
+    assert not (tmp_path / ".taskrunner").exists()
+
+
+def _stop_embedded_redis(data_dir: Path) -> None:
+    """Shut down an embedded Redis the script may have started (the code before the fix)."""
+    from django_taskrunner import embedded
+
+    if data_dir.exists():
+        embedded.stop_server(data_dir)
