@@ -56,6 +56,11 @@ def _check_unknown(raw: dict[str, Any]) -> list[CheckMessage]:
     return errors
 
 
+def _figure(value: float) -> str:
+    """31536000 as "31,536,000", 0.05 as "0.05": as docs/settings.md writes them."""
+    return f"{int(value):,}" if value == int(value) else f"{value:g}"
+
+
 @dataclass(frozen=True)
 class NumberRule:
     """The type and inclusive range of a numeric key (`taskrunner.E002` when broken)."""
@@ -68,7 +73,7 @@ class NumberRule:
     def describe(self) -> str:
         what = "an integer" if self.integer else "a finite number"
         either = "None or " if self.none_allowed else ""
-        return f"{either}{what} from {self.minimum:g} to {self.maximum:g}"
+        return f"{either}{what} from {_figure(self.minimum)} to {_figure(self.maximum)}"
 
     def accepts(self, value: Any) -> bool:
         if value is None:
