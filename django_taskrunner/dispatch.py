@@ -21,7 +21,6 @@ from django_taskrunner import clock, due, keys, locks, sharding
 from django_taskrunner.broker import Broker, get_broker
 from django_taskrunner.conf import get_settings
 from django_taskrunner.exceptions import (
-    InvalidTaskOptions,
     RedisUnavailable,
     TaskAlreadyDispatched,
     TaskIdConflict,
@@ -30,7 +29,7 @@ from django_taskrunner.locks import Claim, KeySource
 from django_taskrunner.message import TaskMessage
 from django_taskrunner.redis_errors import REDIS_DOWN
 from django_taskrunner.registry import registry
-from django_taskrunner.task import Task, check_queue_name
+from django_taskrunner.task import Task, check_queue_name, check_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -57,8 +56,7 @@ def _expires_at(task: Task, expires: float | None, start_ms: int) -> int | None:
     seconds = expires if expires is not None else task.options.expires
     if seconds is None:
         return None
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
-        raise InvalidTaskOptions(f"expires must be a positive number of seconds, not {seconds!r}")
+    check_seconds("expires", seconds)  # the same rule as @task(expires=...)
     return start_ms + int(seconds * 1000)
 
 

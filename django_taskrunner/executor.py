@@ -14,6 +14,7 @@ un-acked, so it is delivered again later instead of being lost.
 from __future__ import annotations
 
 import logging
+import math
 import traceback as tb
 from collections.abc import Callable
 from dataclasses import replace
@@ -23,6 +24,7 @@ from django.db import close_old_connections
 from django_taskrunner import clock, keys, locks
 from django_taskrunner.backoff import default_backoff
 from django_taskrunner.broker import Broker
+from django_taskrunner.checks import MAX_SECONDS
 from django_taskrunner.context import TaskContext
 from django_taskrunner.exceptions import (
     InvalidTaskPayload,
@@ -61,7 +63,12 @@ def retry_delay(task: Task, retry: int) -> float:
     if backoff is None:
         return default_backoff(retry)
     if callable(backoff):
-        return max(0.0, float(backoff(retry)))
+        seconds = float(backoff(retry))
+        if not math.isfinite(seconds):  # inf * 1000 cannot be a due time: no retry at all
+            logger.warning("retry_backoff of task %s returned %r; using the default backoff",
+                           task.name, seconds)
+            return default_backoff(retry)
+        return min(max(0.0, seconds), float(MAX_SECONDS))
     return float(backoff)
 
 

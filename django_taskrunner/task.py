@@ -7,12 +7,13 @@ first dispatch. Calling a `Task` runs the function in-process, as a plain call.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, overload
 
-from django_taskrunner.checks import QUEUE_NAME
+from django_taskrunner.checks import MAX_SECONDS, QUEUE_NAME
 from django_taskrunner.exceptions import InvalidTaskOptions, UniqueForRequired
 from django_taskrunner.registry import registry
 
@@ -54,11 +55,26 @@ def check_queue_name(queue: Any) -> str:
     return queue
 
 
-def _check_seconds(name: str, value: Any, *, allow_none: bool = True) -> None:
+def _finite(value: Any) -> bool:
+    """An int or a finite float, not a bool: NaN and infinity are no number of seconds."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return isinstance(value, int) or math.isfinite(value)
+
+
+def check_seconds(name: str, value: Any, *, allow_none: bool = True) -> None:
+    """Refuse anything but a finite number of seconds > 0 and at most `MAX_SECONDS`.
+
+    Past a year the value is a mistake, and far larger ones overflow Redis millisecond
+    arguments and thread timeouts when the task runs, long after it was declared.
+    """
     if value is None and allow_none:
         return
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise InvalidTaskOptions(f"{name} must be a positive number of seconds, not {value!r}")
+    if not _finite(value) or not 0 < value <= MAX_SECONDS:
+        raise InvalidTaskOptions(
+            f"{name} must be a positive, finite number of seconds (at most {MAX_SECONDS:,}, "
+            f"a year), not {value!r}"
+        )
 
 
 def check_unique_for(unique_for: Any, task_name: str) -> float:
@@ -96,13 +112,13 @@ def check_options(options: TaskOptions, task_name: str) -> None:
         raise InvalidTaskOptions(f"max_retry must be an integer >= 0, not {options.max_retry!r}")
     backoff = options.retry_backoff
     if backoff is not None and not callable(backoff):
-        if isinstance(backoff, bool) or not isinstance(backoff, int | float) or backoff < 0:
+        if not _finite(backoff) or not 0 <= backoff <= MAX_SECONDS:
             raise InvalidTaskOptions(
-                f"retry_backoff must be seconds >= 0 or a callable(retry) -> seconds, "
-                f"not {backoff!r}"
+                f"retry_backoff must be finite seconds from 0 to {MAX_SECONDS:,} or a "
+                f"callable(retry) -> seconds, not {backoff!r}"
             )
     for name in ("reservation_timeout", "time_limit", "expires", "schedule"):
-        _check_seconds(name, getattr(options, name))
+        check_seconds(name, getattr(options, name))
     if options.cron is not None:
         from django_taskrunner.cron import check_cron
 
