@@ -38,10 +38,11 @@ def record_failure(
     message: TaskMessage, error: BaseException, *, attempts: int, worker: str,
     traceback: str | None = None, payload: str | None = None,
 ) -> None:
-    """Write the `FailedTask` row (once per message id), then call FAILED_TASK_HANDLER.
+    """Write the `FailedTask` row (once per dispatch), then call FAILED_TASK_HANDLER.
 
-    A row already written for this message id (a replay after a crash) is kept as is,
-    and the handler is not called again.
+    A row already written for this dispatch (same message id and dispatch token: a replay
+    after a crash) is kept as is, and the handler is not called again. A `task_id`
+    dispatched again has another token, so its failure gets a row of its own.
     """
     from django_taskrunner.models import FailedTask
 
@@ -53,6 +54,7 @@ def record_failure(
     try:
         _row, created = FailedTask.objects.get_or_create(
             message_id=message.id,
+            dispatch_token=message.dispatch_token or "",
             defaults={
                 "task_name": message.task_name[:255],
                 "queue": message.queue[:100],

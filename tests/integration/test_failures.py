@@ -1,10 +1,15 @@
-"""Failed-task records: idempotent per message id, then FAILED_TASK_HANDLER once."""
+"""Failed-task records: idempotent per dispatch (message id and dispatch token), then
+FAILED_TASK_HANDLER once."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import pytest
 
-from django_taskrunner import TaskMessage
+from django_taskrunner import TaskMessage, dispatch
+from django_taskrunner.broker import get_broker
 from django_taskrunner.failures import record_failure
 from django_taskrunner.models import FailedTask
 from tests.testapp.tasks import always_fails
@@ -12,6 +17,7 @@ from tests.testapp.tasks import always_fails
 pytestmark = pytest.mark.django_db(transaction=True)
 
 HANDLED: list[tuple[str, str]] = []
+FIRST_DISPATCH, SECOND_DISPATCH = "a1", "b2"  # two dispatch tokens
 
 
 def remember(message: TaskMessage, error: BaseException) -> None:
@@ -51,3 +57,46 @@ def test_a_handler_that_raises_does_not_stop_the_worker(taskrunner_settings, run
     always_fails.dispatch({"n": 2})
     run_burst()
     assert FailedTask.objects.count() == 2
+
+
+def test_one_dispatch_recorded_twice_is_one_row_and_another_dispatch_of_its_id_another(
+        taskrunner_settings):
+    taskrunner_settings(FAILED_TASK_HANDLER=f"{__name__}.remember")
+    first = TaskMessage(id="nightly", task_name="t", queue="default", payload={"n": 1},
+                        has_task_id=True, dispatch_token=FIRST_DISPATCH)
+    record_failure(first, ValueError("first"), attempts=1, worker="w")
+    record_failure(first, ValueError("replayed"), attempts=1, worker="w")
+    second = replace(first, payload={"n": 2}, dispatch_token=SECOND_DISPATCH)
+    record_failure(second, ValueError("second"), attempts=1, worker="w")
+
+    rows = FailedTask.objects.order_by("pk")
+    assert [(row.message_id, row.dispatch_token, row.error) for row in rows] == [
+        ("nightly", FIRST_DISPATCH, "ValueError: first"),
+        ("nightly", SECOND_DISPATCH, "ValueError: second")]
+    assert len(HANDLED) == 2
+
+
+def test_a_reused_task_id_that_fails_for_good_again_is_recorded_again(
+        taskrunner_settings, run_burst, admin_client):
+    # Given a task_id whose task failed for good, then was dispatched again and failed again
+    taskrunner_settings(FAILED_TASK_HANDLER=f"{__name__}.remember")
+    dispatch(always_fails, {"n": 1}, task_id="nightly")
+    run_burst()
+    dispatch(always_fails, {"n": 2}, task_id="nightly")
+    run_burst()
+
+    # Then each failure has its row and its handler call
+    rows = list(FailedTask.objects.order_by("pk"))
+    assert [(row.message_id, json.loads(row.payload)) for row in rows] == [
+        ("nightly", {"n": 1}), ("nightly", {"n": 2})]
+    assert len(HANDLED) == 2 and {message_id for message_id, _error in HANDLED} == {"nightly"}
+
+    # And the admin lists both, and retries the second one with its own payload
+    changelist = "/admin/django_taskrunner/failedtask/"
+    page = admin_client.get(changelist).content.decode()
+    assert all(f"{changelist}{row.pk}/change/" in page for row in rows)
+    admin_client.post(f"{changelist}{rows[1].pk}/retry/", {"confirm": "yes"})
+    broker = get_broker()
+    [(_stream_id, fields)] = broker.client.xrange(broker.stream("default"))
+    assert TaskMessage.from_json(fields[b"m"]).payload == {"n": 2}
+    assert list(FailedTask.objects.values_list("pk", flat=True)) == [rows[0].pk]
