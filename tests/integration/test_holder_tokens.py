@@ -19,8 +19,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 GATED = "tests.testapp.tasks.gated_report"
 NOOP = "tests.testapp.tasks.noop"
-# A stalled worker's messages are reclaimed 2 s after its last heartbeat.
-WORKER_SETTINGS = {"TASKRUNNER_TEST_SETTINGS": json.dumps({"RESERVATION_TIMEOUT": 2})}
+# A stalled worker's messages are reclaimed 3 s after its last heartbeat.
+WORKER_SETTINGS = {"TASKRUNNER_TEST_SETTINGS": json.dumps({"RESERVATION_TIMEOUT": 3})}
 
 
 def lock_key(prefix: str) -> str:
