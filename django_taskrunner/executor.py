@@ -273,20 +273,25 @@ class Executor:
         return clock.now_ms() + round(delay * 1000) if delay > 0 else 0
 
     def failed_for_good(self, message: TaskMessage, error: BaseException) -> None:
-        self._record_and_ack(message, error, attempts=message.attempt, event=locks.FAILED)
+        self._record_and_ack(message, error, attempts=message.attempt, event=locks.FAILED,
+                             task_raised=True)
 
     def _record_and_ack(
         self, message: TaskMessage, error: BaseException, *, attempts: int,
-        payload: str | None = None, event: str | None = None,
+        payload: str | None = None, event: str | None = None, task_raised: bool = False,
     ) -> None:
         """Write the failure, then free what the message holds at `event`, then ack.
+
+        `task_raised`: `error` is what the task's last attempt raised (the handler gets
+        it wrapped in a `TaskExecutionError`).
 
         When the record cannot be written the message stays pending, and so does its lock.
         """
         close_old_connections()
         try:
             record_failure(message, error, attempts=attempts, worker=self.consumer,
-                           traceback="".join(tb.format_exception(error)), payload=payload)
+                           traceback="".join(tb.format_exception(error)), payload=payload,
+                           task_raised=task_raised)
         finally:
             close_old_connections()
         if event is not None:

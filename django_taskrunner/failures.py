@@ -13,6 +13,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from django_taskrunner.conf import get_settings
+from django_taskrunner.exceptions import TaskExecutionError
 from django_taskrunner.keys import SHARD_MARK, queue_of
 from django_taskrunner.message import TaskMessage
 
@@ -36,12 +37,18 @@ def payload_text(message: TaskMessage) -> str:
 
 def record_failure(
     message: TaskMessage, error: BaseException, *, attempts: int, worker: str,
-    traceback: str | None = None, payload: str | None = None,
+    traceback: str | None = None, payload: str | None = None, task_raised: bool = False,
 ) -> None:
-    """Write the `FailedTask` row (once per message id), then call FAILED_TASK_HANDLER.
+    """Write the `FailedTask` row (once per dispatch), then call FAILED_TASK_HANDLER.
 
-    A row already written for this message id (a replay after a crash) is kept as is,
-    and the handler is not called again.
+    The row describes `error` itself. With `task_raised` (`error` is what the task's last
+    attempt raised, or its time limit) the handler receives it wrapped in a
+    `TaskExecutionError`; otherwise (the task never ran to an exception: undecodable,
+    unknown, expired, its worker died each time) the app's own error as it is.
+
+    A row already written for this dispatch (same message id and dispatch token: a replay
+    after a crash) is kept as is, and the handler is not called again. A `task_id`
+    dispatched again has another token, so its failure gets a row of its own.
     """
     from django_taskrunner.models import FailedTask
 
@@ -53,6 +60,7 @@ def record_failure(
     try:
         _row, created = FailedTask.objects.get_or_create(
             message_id=message.id,
+            dispatch_token=message.dispatch_token or "",
             defaults={
                 "task_name": message.task_name[:255],
                 "queue": message.queue[:100],
@@ -72,7 +80,13 @@ def record_failure(
         message.task_name, message.id, message.queue, attempts, error_text,
     )
     if created:
-        call_failed_task_handler(message, error)
+        call_failed_task_handler(message, execution_error(message, error) if task_raised
+                                 else error)
+
+
+def execution_error(message: TaskMessage, error: BaseException) -> TaskExecutionError:
+    """What a caller meets when the task of `message` failed for good with `error`."""
+    return TaskExecutionError(message.task_name, error, message_id=message.id)
 
 
 def call_failed_task_handler(message: TaskMessage, error: BaseException) -> None:

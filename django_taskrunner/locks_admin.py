@@ -26,7 +26,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
 from redis.exceptions import RedisError
 
-from django_taskrunner import unique_locks
+from django_taskrunner import locks, unique_locks
 from django_taskrunner.broker import get_broker
 from django_taskrunner.checks import QUEUE_NAME
 from django_taskrunner.health import dashboard_queues
@@ -43,8 +43,8 @@ OUTCOMES = {
 
 
 def lock_ref(lock: unique_locks.HeldLock) -> str:
-    """What a checkbox posts: the lock key and the holder it was shown with."""
-    return json.dumps([lock.key, lock.holder_id], ensure_ascii=False)
+    """What a checkbox posts: the lock key and the value (holder) it was shown with."""
+    return json.dumps([lock.key, lock.holder_value], ensure_ascii=False)
 
 
 def parse_ref(ref: str) -> tuple[str, str] | None:
@@ -143,8 +143,9 @@ class UniqueLockAdmin(RedisPageAdmin):
         for key, holder in parsed:
             current = now.get(key)
             state = ("gone" if current is None else
-                     "held" if current.holder_id == holder else "retaken")
-            rows.append({"key": key, "holder": holder, "lock": current, "state": state,
+                     "held" if current.holder_value == holder else "retaken")
+            rows.append({"key": key, "holder": locks.holder_id(holder), "lock": current,
+                         "state": state,
                          "ref": json.dumps([key, holder], ensure_ascii=False)})
         return self.render(request, "confirm.html", {
             "title": "Release unique locks?", "rows": rows,

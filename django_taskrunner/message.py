@@ -8,6 +8,7 @@ or newer release still decode. Only `v`, `id` and `task` are required.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -20,6 +21,9 @@ FIELD = b"m"
 _READABLE_VERSIONS = frozenset({1})
 # One encoder for every message: json.dumps() with options builds a new one per call.
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+# A dispatch token (wire key "tok"): letters and digits, so it never contains the "#" that
+# joins it to the id in a lock's value (locks.holder_value).
+DISPATCH_TOKEN = re.compile(r"[A-Za-z0-9]{1,64}")
 
 
 @dataclass(slots=True)
@@ -41,6 +45,10 @@ class TaskMessage:
     expires_at_ms: int | None = None
     # The task's own reservation timeout in ms (None: the worker's RESERVATION_TIMEOUT).
     reservation_timeout_ms: int | None = None
+    # Random per dispatch of a message that holds a lock or a task_id, kept across its
+    # retries: tells two dispatches of one task_id apart (None: holding nothing, or
+    # queued by an earlier version, whose lock and task_id hold the id alone).
+    dispatch_token: str | None = None
     # Stream entry id, set by the worker for the delivery it is processing.
     stream_id: str | None = field(default=None, compare=False)
 
@@ -72,6 +80,8 @@ class TaskMessage:
             data["exp"] = self.expires_at_ms
         if self.reservation_timeout_ms is not None:
             data["rt"] = self.reservation_timeout_ms
+        if self.dispatch_token is not None:
+            data["tok"] = self.dispatch_token
         try:
             return _encode(data)
         except (TypeError, ValueError) as exc:
@@ -105,6 +115,7 @@ class TaskMessage:
                 has_task_id=bool(data.get("tid", False)),
                 expires_at_ms=None if data.get("exp") is None else int(data["exp"]),
                 reservation_timeout_ms=_positive_int_or_none(data.get("rt")),
+                dispatch_token=_dispatch_token(data.get("tok")),
                 stream_id=stream_id,
             )
         except (TypeError, ValueError) as exc:
@@ -120,6 +131,16 @@ def _positive_int_or_none(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         return None
     return int(value)
+
+
+def _dispatch_token(value: Any) -> str | None:
+    """The dispatch token, or None when absent; anything but letters and digits is refused."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not DISPATCH_TOKEN.fullmatch(value):
+        raise InvalidTaskPayload(f"message field 'tok' must be 1 to 64 letters or digits, "
+                                 f"not {value!r:.80}")
+    return value
 
 
 def _text(data: dict[str, Any], key: str) -> str:

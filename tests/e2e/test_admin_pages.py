@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 from selenium.webdriver.common.by import By
 
-from django_taskrunner import TaskMessage, keys
+from django_taskrunner import TaskMessage, keys, locks
 from django_taskrunner.broker import get_broker
 from django_taskrunner.models import FailedTask
 from tests.e2e.conftest import click_and_wait
@@ -114,7 +114,7 @@ def test_an_operator_releases_a_unique_lock(admin_browser, screenshot_dir):
     assert "Released 1 lock(s)." in browser.page_source
     broker = get_broker()
     assert not broker.client.exists(stuck.lock_key)
-    assert broker.client.get(other.lock_key) == other.id.encode()
+    assert broker.client.get(other.lock_key) == locks.holder_value(other).encode()
 
 
 def test_an_operator_reads_the_queues_dashboard(admin_browser, screenshot_dir, run_burst):
