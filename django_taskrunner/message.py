@@ -219,7 +219,7 @@ class TaskMessage:
             unique_mode=_mode(data, task_name),
             has_task_id=_flag(data, "tid", task_name),
             expires_at_ms=_number(data, "exp", task_name, 0, MAX_EPOCH_MS),
-            reservation_timeout_ms=_number(data, "rt", task_name, 1, MAX_EPOCH_MS),
+            reservation_timeout_ms=_advisory_ms(data.get("rt")),
             dispatch_token=_dispatch_token(data.get("tok"), task_name),
             stream_id=stream_id,
         )
@@ -316,6 +316,14 @@ def _number(data: dict[str, Any], key: str, task_name: str | None, low: int, hig
     if type(number) is not int or not low <= number <= high:
         raise _wrong(key, f"an integer from {low} to {high}", value, task_name)
     return number
+
+
+def _advisory_ms(value: Any) -> int | None:
+    """An advisory number (`rt`): a bad one is ignored and the worker's default applies,
+    since the task can run all the same; a fraction of a millisecond is dropped."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value) if 1 <= value <= MAX_EPOCH_MS else None
 
 
 def _flag(data: dict[str, Any], key: str, task_name: str | None) -> bool:

@@ -84,7 +84,7 @@ def malformed_entries(prefix: str) -> list[dict[str, bytes]]:
         js(14, lock=keys.unique_key(prefix, "other", TASK, "k"), mode="until_executing"),
         js(15, lock=keys.unique_key(prefix, "default", TASK, "k"), mode="forever"),
         js(16, tid="yes"), js(17, attempt="many"), js(18, queue=5), js(19, id=["x"]),
-        js(20, rt="soon"),
+        js(20, ts="yesterday"),
         # lone surrogates (bug 13): escaped in a value, in a key, and as raw bytes
         raw(21, payload=b'"\\udcff"'), raw(22, payload=b'{"\\ud800": 1}'),
         raw(23, payload=b'"\xed\xb3\xbf"'),

@@ -116,7 +116,7 @@ def test_a_lock_naming_a_key_outside_the_queues_lock_space_is_a_failed_row(
 
 @pytest.mark.parametrize("fields", [
     {"mode": "forever", "lock": "x"}, {"tid": "yes"}, {"attempt": 0}, {"attempt": 2.5},
-    {"queue": 7}, {"ts": -1}, {"exp": "soon"}, {"rt": -5}, {"v": True}, {"id": 12},
+    {"queue": 7}, {"ts": -1}, {"exp": "soon"}, {"v": True}, {"id": 12},
 ])
 def test_any_other_field_that_cannot_be_used_is_a_failed_row(r, run_burst, fields):
     add(r, body(**fields))

@@ -280,7 +280,7 @@ OVERFLOWING = [
     b'{"v": 1, "id": "o2", "task": "tests.testapp.tasks.noop", "attempt": 1e400}',
     b'{"v": 1, "id": "o3", "task": "tests.testapp.tasks.noop", "payload": '
     + b"[" * 988 + b"]" * 988 + b"}",
-    b'{"v": 1, "id": "o4", "task": "tests.testapp.tasks.noop", "rt": "soon"}',
+    b'{"v": 1, "id": "o4", "task": "tests.testapp.tasks.noop", "lock": 5}',
 ]
 
 
