@@ -159,3 +159,20 @@ def test_an_error_freeing_the_lock_after_a_success_is_logged_and_the_entry_acked
     assert FailedTask.objects.count() == 0
     assert_nothing_left()
     assert any("could not free its unique lock" in rec.getMessage() for rec in caplog.records)
+
+
+def test_the_row_of_an_entry_too_deep_to_parse_can_be_shown_and_is_kept_by_retry(r, run_burst):
+    # The row keeps the raw body: the admin's detail page and its retry parse it again
+    from django_taskrunner.failed_admin import pretty_json
+    from django_taskrunner.retry import RetryReport, retry_rows
+
+    add(r, b'{"v": 1, "id": "deep", "task": "t", "payload": ' + b"[" * 5000 + b"]" * 5000
+        + b"}")
+    run_burst("--queue", "default")
+    row = FailedTask.objects.get()
+
+    assert pretty_json(row.payload) == row.payload  # shown as it is, not a RecursionError
+    report = RetryReport()
+    retry_rows([row], report)
+    assert (report.retried, report.kept) == (0, 1)
+    assert FailedTask.objects.count() == 1
