@@ -26,7 +26,7 @@ from django_taskrunner.exceptions import (
     TaskIdConflict,
 )
 from django_taskrunner.locks import Claim, KeySource
-from django_taskrunner.message import TaskMessage
+from django_taskrunner.message import TaskMessage, check_payload
 from django_taskrunner.redis_errors import REDIS_DOWN
 from django_taskrunner.registry import registry
 from django_taskrunner.task import Task, check_queue_name, check_seconds
@@ -108,6 +108,7 @@ def prepare(
     """
     message = new_message(task, payload, queue=queue, expires=expires, start_ms=start_ms,
                           task_id=task_id)
+    check_payload(payload, task.name)  # before a unique_key function walks the payload
     claim = locks.claim_for(task, message, get_settings().PREFIX, unique_key=unique_key,
                             unique_for=unique_for, unique_mode=unique_mode)
     return message, claim
@@ -137,7 +138,9 @@ def dispatch(
 
     Raises:
         TaskNotFound: no task has that name.
-        InvalidTaskPayload: the payload is not JSON-serialisable.
+        InvalidTaskPayload: the payload is not JSON-serialisable, holds text that is not
+            valid Unicode (a lone surrogate), is nested more than `PAYLOAD_MAX_DEPTH`
+            levels, or makes a message over `MESSAGE_MAX_BYTES` (see docs/tasks.md).
         InvalidTaskOptions: a bad option, or the unique key function failed.
         UniqueForRequired: the dispatch is unique but no `unique_for` is known.
         TaskAlreadyDispatched: the unique lock is held (`.holder_id`, `.lock_key`).
@@ -236,7 +239,8 @@ def dispatch_many(
     unique_key: KeySource = None, unique_for: float | None = None,
     unique_mode: str | None = None, expires: float | None = None,
 ) -> list[TaskMessage]:
-    """Queue one task per payload in one round trip; nothing is queued if one is bad.
+    """Queue one task per payload in one round trip; nothing is queued if one is bad
+    (`InvalidTaskPayload`, as for `dispatch`).
 
     For a unique task (or with a `unique_*` override) each payload takes its lock in the
     same round trip; a payload whose lock is held (by an earlier task, or by an earlier

@@ -25,7 +25,7 @@ def pretty_json(text: str) -> str:
     """Indented JSON, or the text unchanged when it is not JSON."""
     try:
         return json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=True)
-    except ValueError:
+    except (ValueError, RecursionError):  # the raw body of an undecodable message
         return text
 
 

@@ -81,11 +81,11 @@ def payload_key(payload: Any) -> str:
     their dict order; the task name and queue are already part of the lock key.
     """
     try:
-        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=False)
-    except (TypeError, ValueError) as exc:
+        data = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False).encode("utf-8")  # a lone surrogate: ValueError
+    except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidTaskPayload(f"payload is not JSON-serialisable: {exc}") from exc
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return hashlib.sha256(data).hexdigest()
 
 
 def new_dispatch_token() -> str:

@@ -50,7 +50,7 @@ def lock_ref(lock: unique_locks.HeldLock) -> str:
 def parse_ref(ref: str) -> tuple[str, str] | None:
     try:
         key, holder = json.loads(ref)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         return None
     if not isinstance(key, str) or not isinstance(holder, str) or not holder:
         return None
