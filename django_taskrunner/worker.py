@@ -245,15 +245,16 @@ class Worker:
         self.executor = Executor(self.broker, self.consumer, self.acker.add,
                                  stats=self.monitor.recorder, running=self.running,
                                  reservation_timeout=timeout)
+        floor = min(shortest_timeout(queue, timeout) for queue in self.queues)
         self.heartbeat = Heartbeat(self.broker, self.consumer, self.running, timeout,
-                                   self.status)
+                                   self.status, held=self.held_messages, floor=floor)
         self.reclaimer = Reclaimer(
             self.broker, self.consumer, sharding.all_shards(self.queues), self,
             reservation_timeout=timeout,
             dead_consumer_timeout=dead_consumer_timeout, status=self.status,
         )
         # A message that waited this long in the buffer is checked to be ours before it runs.
-        self._recheck_after = min(shortest_timeout(q, timeout) for q in self.queues) / 2
+        self._recheck_after = floor / 2
 
     # -- the buffer -----------------------------------------------------------------
 
@@ -265,6 +266,11 @@ class Worker:
         """True while `stream_id` is in this worker's buffer or running."""
         with self._cond:
             return (queue, stream_id) in self._held
+
+    def held_messages(self) -> list[tuple[str, str]]:
+        """(queue, stream id) of every message fetched and not finished, for the heartbeat."""
+        with self._cond:
+            return list(self._held)
 
     def low_water(self) -> int:
         """Room to wait for before the next read: a whole batch, so reads stay batched.
