@@ -420,21 +420,45 @@ class Worker:
         for fetcher in self.fetchers:
             fetcher.join(self.block_ms / 1000 + 1)
         remaining = max(0.0, self.shutdown_timeout - (clock.monotonic() - started))
+        self._log_stopping(remaining)
         finished = self._wait_for_pool(remaining)
         unfinished = self.pool.drain_inbox() + (self.pool.running_items() if not finished else [])
         with self._cond:
             unfinished += self._leftovers
             self._leftovers = []
         if not finished:
-            logger.warning("shutdown timeout: %d running task(s) did not finish; they are put "
-                           "back on their queue", len(self.pool.running_items()))
-        self._requeue(unfinished)
+            self._log_given_up(remaining)
+        requeued = self._requeue(unfinished)
+        if requeued:
+            logger.info("put %d message(s) this worker held but did not finish back on their "
+                        "queue", requeued)
         self.watchdog.stop()
         self.heartbeat.stop()
         self.acker.stop()
         self.monitor.stop()
         logger.info("worker %s stopped", self.consumer)
         return 0
+
+    def _log_stopping(self, timeout: float) -> None:
+        """Say what the shutdown waits for, so a slow stop can be told from a stalled one."""
+        attempts = self.running.snapshot()
+        with self._cond:
+            buffered = max(0, self.outstanding - len(attempts))
+        if not attempts:
+            logger.info("stopping: no task running; %d fetched and not started go back to "
+                        "their queue", buffered)
+            return
+        logger.info("stopping: waiting up to %.0fs for %d running task(s) (%s); %d fetched "
+                    "and not started go back to their queue; a second SIGINT/SIGTERM stops "
+                    "waiting", timeout, len(attempts), describe(attempts), buffered)
+
+    def _log_given_up(self, timeout: float) -> None:
+        attempts = self.running.snapshot()
+        why = ("a second signal" if self.forced.is_set()
+               else f"the shutdown timeout ({timeout:.0f}s)")
+        logger.warning("stopping: gave up waiting at %s; %d task(s) still running (%s) are "
+                       "put back on their queue and will run again, here or on another worker",
+                       why, len(attempts), describe(attempts))
 
     def _wait_for_pool(self, timeout: float) -> bool:
         deadline = clock.monotonic() + timeout
@@ -444,13 +468,25 @@ class Worker:
                 return True
         return self.pool.join(0)
 
-    def _requeue(self, items: list[WorkItem]) -> None:
-        """Put held, unfinished messages back at the end of their stream, unchanged."""
+    def _requeue(self, items: list[WorkItem]) -> int:
+        """Put held, unfinished messages back at the end of their stream, unchanged;
+        returns how many went back (the others stay pending, for reclaim)."""
+        requeued = 0
         for item in items:
             if item.body is None:
                 continue
             try:
                 self.broker.requeue(item.queue, self.consumer, item.stream_id, item.body)
+                requeued += 1
             except REDIS_DOWN as exc:
                 logger.error("could not requeue %s (%s); it stays pending for reclaim",
                              item.stream_id, exc)
+        return requeued
+
+
+def describe(attempts: Sequence[Attempt], most: int = 5) -> str:
+    """'name id=... running 12s, ...' for the first `most` attempts, for a log line."""
+    shown = [f"{a.task.name} id={a.message.id} running {a.elapsed():.0f}s"
+             for a in sorted(attempts, key=lambda a: a.started)[:most]]
+    more = len(attempts) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
