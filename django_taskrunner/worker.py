@@ -1,10 +1,11 @@
 """The worker: fetchers read streams into a bounded buffer, a pool runs the tasks,
 an acker acks finished ones in batches. No argparse here; `runtasks` builds a Worker.
 
-Beside them: a heartbeat keeps running messages reserved, the fetchers take over
-messages of dead workers into the same buffer first, and a watchdog enforces time limits
-(see heartbeat.py, reclaim.py, timelimit.py). A Redis outage stops none of them: each
-retries with capped backoff and the outage is logged once (outage.py).
+Beside them: a heartbeat keeps every message the worker holds (running or buffered)
+reserved, the fetchers take over messages of dead workers into the same buffer first,
+and a watchdog enforces time limits (see heartbeat.py, reclaim.py, timelimit.py). A Redis
+outage stops none of them: each retries with capped backoff and the outage is logged
+once (outage.py).
 
 Shutdown (`request_stop()`, from SIGTERM/SIGINT): fetchers stop reading, running tasks
 get `shutdown_timeout` seconds to finish, and every message this worker holds but did
