@@ -63,6 +63,33 @@ def test_a_task_with_its_own_short_timeout_runs_once_between_two_idle_workers(
     assert r.hget(runs_key(), "short_lease:1") == b"1"
 
 
+def test_messages_waiting_in_a_busy_workers_buffer_are_not_taken_over(r, taskrunner_settings):
+    # Given worker A, one thread, running a 5-second task with its buffer holding two more
+    # of those 2-second-timeout tasks, and an idle worker B
+    taskrunner_settings(RESERVATION_TIMEOUT=300)
+    broker = get_broker()
+    short_lease.dispatch({"n": "long", "seconds": 5})
+    short_lease.dispatch_many({"n": n, "seconds": 0.01} for n in range(2))
+    with worker_thread(("short-lease",), consumer="worker-a", concurrency=1, batch_size=3):
+        wait_for(lambda: broker.pending("short-lease") == 3)
+        with worker_thread(("short-lease",), consumer="worker-b", concurrency=1):
+            # When the buffered ones wait there for more than their timeout
+            holders = set()
+            while r.hget(runs_key(), "short_lease:1") is None:
+                for row in r.xpending_range(broker.stream("short-lease"), broker.group, "-",
+                                            "+", 10):
+                    holders.add((row["consumer"], row["times_delivered"]))
+                time.sleep(0.05)
+            wait_for(lambda: broker.pending("short-lease") == 0)
+
+    # Then A kept them all: B never took one over, and all three ran once
+    assert holders == {(b"worker-a", 1)}
+    assert {key: r.hget(runs_key(), key) for key in (
+        "short_lease:start:long", "short_lease:start:0", "short_lease:start:1")} == {
+        "short_lease:start:long": b"1", "short_lease:start:0": b"1",
+        "short_lease:start:1": b"1"}
+
+
 def test_an_attempt_with_a_shorter_timeout_than_planned_wakes_the_heartbeat(r):
     # Given a heartbeat planned for a 300-second timeout (an idle worker beats every 10 s)
     broker = get_broker()
