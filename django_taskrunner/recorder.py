@@ -28,13 +28,6 @@ PICKUP_BUCKETS: tuple[float, ...] = (*RUN_TIME_BUCKETS, 900.0, 3600.0)
 PICKUP_LABELS: tuple[str, ...] = (*(f"{bound:g}" for bound in PICKUP_BUCKETS), "+Inf")
 
 
-def pickup_delay(stream_id: str, now_ms: int) -> float:
-    """Seconds from when the entry was added to its stream (the millisecond part of its id:
-    the dispatch, or the move of a due delayed task or retry) to `now_ms`; never negative
-    (the id is Redis's clock, `now_ms` this host's)."""
-    added_ms = int(stream_id.partition("-")[0] or 0)
-    return max(0, now_ms - added_ms) / 1000
-
 
 @dataclass
 class TaskFigures:
@@ -101,22 +94,26 @@ class StatsRecorder:
 
     def picked_up(self, queue: str, task_name: str, stream_id: str | None,
                   runs: int | None = None) -> None:
-        """A worker starts a message: record how long it waited since it became available.
+        """A worker starts a message: record how long it waited since it became available,
+        that is since its entry was added to the stream (the millisecond part of its id:
+        the dispatch, or the move of a due delayed task or retry). Never negative: the id
+        is Redis's clock, the start this host's.
 
         Only first deliveries count (`runs` is None): a reclaimed message's wait includes
         the dead worker's time, which says nothing about the queue keeping up.
         """
         if runs is not None or not stream_id:
             return
-        try:
-            seconds = pickup_delay(stream_id, clock.now_ms())
-        except ValueError:
+        added_ms = stream_id.partition("-")[0]
+        if not added_ms.isdigit():
             return
+        waited_ms = clock.now_ms() - int(added_ms)
+        seconds = waited_ms / 1000 if waited_ms > 0 else 0.0
         bucket = bisect.bisect_left(PICKUP_BUCKETS, seconds)
         with self._lock:
             entry = self._entry(queue, task_name)
             entry.pickups += 1
-            entry.pickup_us += round(seconds * 1_000_000)
+            entry.pickup_us += waited_ms * 1000 if waited_ms > 0 else 0
             entry.pickup_buckets[bucket] += 1
 
     def succeeded(self, queue: str, task_name: str) -> None:
