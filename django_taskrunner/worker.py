@@ -416,19 +416,19 @@ class Worker:
     def _shutdown(self) -> int:
         self.stopping.set()
         started = clock.monotonic()
+        self._log_stopping(self.shutdown_timeout)
         if self.scheduling is not None:
             self.scheduling.stop()  # resigns the lease: another worker takes over at once
         for fetcher in self.fetchers:
             fetcher.join(self.block_ms / 1000 + 1)
         remaining = max(0.0, self.shutdown_timeout - (clock.monotonic() - started))
-        self._log_stopping(remaining)
         finished = self._wait_for_pool(remaining)
         unfinished = self.pool.drain_inbox() + (self.pool.running_items() if not finished else [])
         with self._cond:
             unfinished += self._leftovers
             self._leftovers = []
         if not finished:
-            self._log_given_up(remaining)
+            self._log_given_up(self.shutdown_timeout)
         requeued = self._requeue(unfinished)
         if requeued:
             logger.info("put %d message(s) this worker held but did not finish back on their "
@@ -449,14 +449,14 @@ class Worker:
             logger.info("stopping: no task running; %d fetched and not started go back to "
                         "their queue", buffered)
             return
-        logger.info("stopping: waiting up to %.0fs for %d running task(s) (%s); %d fetched "
+        logger.info("stopping: waiting up to %gs for %d running task(s) (%s); %d fetched "
                     "and not started go back to their queue; a second SIGINT/SIGTERM stops "
                     "waiting", timeout, len(attempts), describe(attempts), buffered)
 
     def _log_given_up(self, timeout: float) -> None:
         attempts = self.running.snapshot()
         why = ("a second signal" if self.forced.is_set()
-               else f"the shutdown timeout ({timeout:.0f}s)")
+               else f"the shutdown timeout ({timeout:g}s)")
         logger.warning("stopping: gave up waiting at %s; %d task(s) still running (%s) are "
                        "put back on their queue and will run again, here or on another worker",
                        why, len(attempts), describe(attempts))

@@ -92,10 +92,10 @@ def test_a_shutdown_that_times_out_warns_what_it_leaves(caplog, r):
 
     # Then it said what it waited for, then that it gave up and on what
     messages = [(record.levelname, record.getMessage()) for record in caplog.records]
-    waiting = [m for level, m in messages if level == "INFO" and "waiting up to 0s for 1" in m]
+    waiting = [m for level, m in messages if level == "INFO" and "waiting up to 0.5s for 1" in m]
     assert waiting, messages
     [gave_up] = [m for level, m in messages if level == "WARNING" and "gave up" in m]
-    assert "the shutdown timeout (0s)" in gave_up
+    assert "the shutdown timeout (0.5s)" in gave_up
     assert "1 task(s) still running (tests.testapp.tasks.sleeper id=" in gave_up
     assert "put back on their queue" in gave_up
 
@@ -107,3 +107,16 @@ def test_a_burst_worker_says_it_stops_with_nothing_running(run_burst, caplog):
     messages = [record.getMessage() for record in caplog.records]
     assert "burst: every queue is empty, stopping" in messages
     assert any(m.startswith("stopping: no task running") for m in messages), messages
+
+
+def test_a_second_signal_ends_the_wait_and_says_so(caplog, r):
+    sleeper.dispatch({"n": "slow", "seconds": 3})
+    with caplog.at_level(logging.INFO, logger="django_taskrunner.worker"):
+        with worker_thread(concurrency=1, shutdown_timeout=30) as worker:
+            wait_for(lambda: worker.running.snapshot())
+            worker.request_stop()
+            wait_for(lambda: any("waiting up to 30s" in rec.getMessage()
+                                 for rec in caplog.records))
+            worker.force_stop()
+    [gave_up] = [rec.getMessage() for rec in caplog.records if "gave up" in rec.getMessage()]
+    assert gave_up.startswith("stopping: gave up waiting at a second signal; 1 task(s)")
