@@ -246,7 +246,9 @@ class Worker:
         self.executor = Executor(self.broker, self.consumer, self.acker.add,
                                  stats=self.monitor.recorder, running=self.running,
                                  reservation_timeout=timeout)
-        floor = min(shortest_timeout(queue, timeout) for queue in self.queues)
+        shortest = {shard: shortest_timeout(shard, timeout)
+                    for shard in sharding.all_shards(self.queues)}
+        floor = min(shortest.values(), default=timeout)
         self.heartbeat = Heartbeat(self.broker, self.consumer, self.running, timeout,
                                    self.status, held=self.held_messages, floor=floor)
         self.reclaimer = Reclaimer(
@@ -255,7 +257,7 @@ class Worker:
             dead_consumer_timeout=dead_consumer_timeout, status=self.status,
         )
         # A message that waited this long in the buffer is checked to be ours before it runs.
-        self._recheck_after = floor / 2
+        self._recheck_after = {shard: seconds / 2 for shard, seconds in shortest.items()}
 
     # -- the buffer -----------------------------------------------------------------
 
@@ -338,7 +340,8 @@ class Worker:
 
     def _still_ours(self, item: WorkItem) -> bool:
         """A message that sat long in the buffer may have been reclaimed by another worker."""
-        if item.runs is not None or clock.monotonic() - item.accepted < self._recheck_after:
+        waited = clock.monotonic() - item.accepted
+        if item.runs is not None or waited < self._recheck_after.get(item.queue, 0.0):
             return True  # fresh, or a reclaimed one, which the executor checks as it starts
         try:
             return not self.broker.hold(item.queue, self.consumer, [item.stream_id])
