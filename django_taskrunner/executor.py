@@ -115,6 +115,7 @@ class Executor:
             return
         if runs is not None and not self.restart(task, message, runs):
             return
+        self.stats.picked_up(message.queue, task.name, stream_id, runs)
         self.release(message, locks.STARTED)
         started = clock.monotonic()
         error = self.run(task, message)

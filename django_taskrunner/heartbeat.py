@@ -1,11 +1,17 @@
-"""Heartbeats: while tasks run, keep their messages reserved for this worker.
+"""Heartbeats: while a worker holds messages, keep them reserved for it.
 
 A message un-acked for longer than its reservation timeout may be reclaimed by another
-worker; the heartbeat resets the idle time of every running message (XCLAIM ... JUSTID
-by its own consumer, through `scripts/hold.lua`, which never steals a message another
-worker has reclaimed), all queues in one pipelined round trip, several times per
-timeout. A 10-minute task with a 30-second reservation timeout is therefore never
-reclaimed while its worker lives; if the worker dies, the heartbeats stop with it.
+worker; the heartbeat resets the idle time of every message the worker holds, running
+or fetched and waiting in its buffer (XCLAIM ... JUSTID by its own consumer, through
+`scripts/hold.lua`, which never steals a message another worker has reclaimed), all
+queues in one pipelined round trip, `BEATS_PER_TIMEOUT` times per shortest timeout.
+
+The shortest timeout is the smallest of RESERVATION_TIMEOUT, the per-task timeouts of
+the tasks registered for the worker's queues (what a buffered message may have), and
+the timeouts of the running attempts; an attempt that starts with a shorter one than the
+current wait was planned for wakes the thread at once. A 10-minute task with a 2-second
+timeout is therefore never reclaimed while its worker lives and is not stalled; if the
+worker dies, the heartbeats stop with it.
 """
 
 from __future__ import annotations
@@ -13,7 +19,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 
+from django_taskrunner import clock
 from django_taskrunner.broker import Broker
 from django_taskrunner.outage import REDIS_DOWN, RedisStatus
 from django_taskrunner.running import Attempt, RunningSet
@@ -31,39 +39,88 @@ def heartbeat_interval(reservation_timeout: float) -> float:
 
 
 class Heartbeat(threading.Thread):
-    """Beats for every running attempt, every `heartbeat_interval` of the shortest timeout."""
+    """Beats for every message the worker holds, every `heartbeat_interval` of the shortest
+    timeout any of them may have.
+
+    `held()` lists the (queue, stream id) of every message fetched and not finished,
+    running or still waiting in the buffer; without it, only running attempts are held.
+    A buffered message's own timeout is unknown until it is decoded, so `floor` (the
+    shortest timeout a message of the worker's queues may have) counts for it. An attempt
+    that starts with a shorter timeout than the one the wait was planned for wakes the
+    thread, which then beats within that attempt's own interval.
+    """
 
     def __init__(
         self, broker: Broker, consumer: str, running: RunningSet, reservation_timeout: float,
-        status: RedisStatus,
+        status: RedisStatus, *, held: Callable[[], list[tuple[str, str]]] | None = None,
+        floor: float | None = None,
     ) -> None:
         super().__init__(name="taskrunner-heartbeat", daemon=True)
         self.broker = broker
         self.consumer = consumer
         self.running = running
         self.reservation_timeout = reservation_timeout
+        self.floor = reservation_timeout if floor is None else min(floor, reservation_timeout)
         self.status = status
-        self._stop_event = threading.Event()
+        self.held = held
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._planned_for = self.floor  # the timeout the current wait was computed from
+        self._last_beat = clock.monotonic()
         self._lost: set[tuple[str, str]] = set()
+        running.on_start(self._attempt_started)
 
     def run(self) -> None:
-        while not self._stop_event.wait(self.interval()):
+        while self._wait_for_next_beat():
             self.beat()
 
-    def interval(self) -> float:
+    def _wait_for_next_beat(self) -> bool:
+        """Sleep until one interval after the last beat (shortened by any attempt that
+        starts meanwhile); False once stopping."""
+        with self._cond:
+            while not self._stopping:
+                shortest = self.shortest_timeout()
+                self._planned_for = shortest
+                left = self._last_beat + heartbeat_interval(shortest) - clock.monotonic()
+                if left <= 0:
+                    self._last_beat = clock.monotonic()
+                    return True
+                self._cond.wait(left)
+            return False
+
+    def _attempt_started(self, attempt: Attempt) -> None:
+        """Wake the thread if this attempt needs beats sooner than planned (called on the
+        task thread for every attempt: one uncontended lock unless it must wake)."""
+        with self._cond:
+            if attempt.reservation_timeout < self._planned_for:
+                self._cond.notify()
+
+    def shortest_timeout(self) -> float:
+        """The shortest reservation timeout of what the worker holds now, or may soon."""
         timeouts = [attempt.reservation_timeout for attempt in self.running.snapshot()]
-        return heartbeat_interval(min([self.reservation_timeout, *timeouts]))
+        return min([self.floor, *timeouts])
+
+    def interval(self) -> float:
+        return heartbeat_interval(self.shortest_timeout())
+
+    def _held_by_queue(self) -> tuple[dict[str, list[str]], set[tuple[str, str]]]:
+        """Stream ids to beat per queue, and the (queue, id) of the running ones."""
+        running = {(attempt.queue, attempt.stream_id) for attempt in self.running.snapshot()}
+        held = set(self.held()) | running if self.held is not None else running
+        by_queue: dict[str, list[str]] = defaultdict(list)
+        for queue, stream_id in held:
+            if stream_id:
+                by_queue[queue].append(stream_id)
+        return by_queue, running
 
     def beat(self) -> None:
-        """One pipelined heartbeat for all running attempts; never raises."""
-        by_queue: dict[str, list[Attempt]] = defaultdict(list)
-        for attempt in self.running.snapshot():
-            by_queue[attempt.queue].append(attempt)
+        """One pipelined heartbeat for every held message; never raises."""
+        by_queue, running = self._held_by_queue()
         if not by_queue:
             return
         pipe = self.broker.client.pipeline(transaction=False)
-        for queue, attempts in by_queue.items():
-            self.broker.hold(queue, self.consumer, [a.stream_id for a in attempts], pipe=pipe)
+        for queue, stream_ids in by_queue.items():
+            self.broker.hold(queue, self.consumer, stream_ids, pipe=pipe)
         try:
             results = pipe.execute()
         except REDIS_DOWN as exc:
@@ -73,11 +130,15 @@ class Heartbeat(threading.Thread):
             logger.exception("heartbeat failed; trying again in %.1fs", self.interval())
             return
         self.status.succeeded()
-        self._lost &= {(a.queue, a.stream_id) for attempts in by_queue.values() for a in attempts}
+        self._lost &= running
         for queue, lost_ids in zip(by_queue, results, strict=True):
-            for stream_id in lost_ids:
-                self._report_lost(queue, stream_id.decode() if isinstance(stream_id, bytes)
-                                  else stream_id)
+            for lost in lost_ids:
+                stream_id = lost.decode() if isinstance(lost, bytes) else lost
+                if (queue, stream_id) in running:
+                    self._report_lost(queue, stream_id)
+                else:  # still in the buffer: the worker checks it before it runs
+                    logger.debug("buffered message %s of queue %s was reclaimed by another "
+                                 "worker", stream_id, queue)
 
     def _report_lost(self, queue: str, stream_id: str) -> None:
         """Warn once per running message that another worker took it over."""
@@ -89,6 +150,8 @@ class Heartbeat(threading.Thread):
                        "run twice", stream_id, queue)
 
     def stop(self) -> None:
-        self._stop_event.set()
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
         if self.is_alive():
             self.join()

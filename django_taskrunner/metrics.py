@@ -25,7 +25,7 @@ from django.views.decorators.http import require_safe
 from django_taskrunner import keys
 from django_taskrunner.broker import get_broker
 from django_taskrunner.conf import get_settings
-from django_taskrunner.recorder import BUCKET_LABELS
+from django_taskrunner.recorder import BUCKET_LABELS, PICKUP_LABELS
 from django_taskrunner.redis_errors import REDIS_DOWN
 from django_taskrunner.stats import QueueStats, TaskStats, get_stats, known_queues
 
@@ -60,6 +60,7 @@ class TaskrunnerCollector:
         core = _prometheus().core
         figures = [get_stats(queue) for queue in self.queues()]
         yield from _queue_metrics(core, figures)
+        yield _pickup_metric(core, figures)
         yield from _task_metrics(core, figures)
         if leader_available():
             yield _leader_metric(core)
@@ -91,6 +92,21 @@ def _queue_metrics(core: Any, figures: list[QueueStats]) -> Iterator[Any]:
         yield family
 
 
+def _pickup_metric(core: Any, figures: list[QueueStats]) -> Any:
+    """How long messages waited before a worker started them (first deliveries)."""
+    histogram = core.HistogramMetricFamily(
+        "taskrunner_queue_pickup_delay_seconds",
+        "Wait of messages before a worker started them: from dispatch (or the move of a due "
+        "delayed task or retry onto the stream) to the start, first deliveries only.",
+        labels=["queue"])
+    for stats in figures:
+        if stats.pickup_buckets:
+            total_seconds = (stats.pickup_average or 0.0) * stats.pickups
+            histogram.add_metric([stats.queue], _cumulative_counts(
+                PICKUP_LABELS, stats.pickup_buckets), total_seconds)
+    return histogram
+
+
 def _task_metrics(core: Any, figures: list[QueueStats]) -> Iterator[Any]:
     counters = [
         ("taskrunner_tasks_run", "Attempts run.", "runs"),
@@ -113,8 +129,13 @@ def _task_metrics(core: Any, figures: list[QueueStats]) -> Iterator[Any]:
 
 
 def _cumulative(task: TaskStats) -> list[tuple[str, float]]:
+    return _cumulative_counts(BUCKET_LABELS, task.buckets)
+
+
+def _cumulative_counts(labels: tuple[str, ...], counts: tuple[int, ...]
+                       ) -> list[tuple[str, float]]:
     total, buckets = 0, []
-    for label, count in zip(BUCKET_LABELS, task.buckets, strict=True):
+    for label, count in zip(labels, counts, strict=True):
         total += count
         buckets.append((label, float(total)))
     return buckets

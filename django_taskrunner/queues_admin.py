@@ -1,7 +1,8 @@
 """The admin's queues dashboard: is each queue keeping up?
 
 Per queue: length, lag, pending, consumers with idle times, per-task run times,
-throughput, predicted wait, failures in the last hour and a chart of the last hour; and
+throughput, predicted wait, how long messages waited before a worker picked them up
+(mean, p95 and histogram), failures in the last hour and a chart of the last hour; and
 the consumer group's leader. The figures come from `health.py`, the same as
 `manage.py taskrunner_stats`. The page only reads: it has no action. Opening it needs
 the "view" permission of `Queue`.
@@ -24,7 +25,9 @@ from django_taskrunner import health
 from django_taskrunner.broker import get_broker
 from django_taskrunner.chart import throughput_chart
 from django_taskrunner.models import Queue
+from django_taskrunner.recorder import PICKUP_BUCKETS, PICKUP_LABELS
 from django_taskrunner.redis_admin import RedisPageAdmin
+from django_taskrunner.stats import QueueStats
 
 
 def seconds(value: float | None) -> str:
@@ -41,6 +44,17 @@ def seconds(value: float | None) -> str:
     if minutes < 120:
         return f"{minutes} min {secs:02d} s"
     return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def pickup_buckets(stats: QueueStats) -> list[tuple[str, int]]:
+    """("≤ 10.0 ms", count) for each pickup-delay bucket that holds any message."""
+    rows = []
+    for label, count in zip(PICKUP_LABELS, stats.pickup_buckets, strict=True):
+        if count:
+            bound = f"> {seconds(PICKUP_BUCKETS[-1])}" if label == "+Inf" else (
+                f"≤ {seconds(float(label))}")
+            rows.append((bound, count))
+    return rows
 
 
 @admin.register(Queue)
@@ -80,7 +94,11 @@ class QueueAdmin(RedisPageAdmin):
             "name": item.queue, "health": item, "stats": stats,
             "average": seconds(stats.average), "p95": seconds(stats.p95),
             "wait": seconds(stats.predicted_wait), "oldest_wait": seconds(stats.oldest_wait),
-            "tasks": [(task, seconds(task.average), seconds(task.p95)) for task in stats.tasks],
+            "pickup_average": seconds(stats.pickup_average),
+            "pickup_p95": seconds(stats.pickup_p95),
+            "pickup_buckets": pickup_buckets(stats),
+            "tasks": [(task, seconds(task.average), seconds(task.p95),
+                       seconds(task.pickup_average)) for task in stats.tasks],
             "consumers": [(c, seconds(c.idle)) for c in item.consumers],
             "hidden_consumers": item.consumer_count - len(item.consumers),
             "chart": throughput_chart(item.minutes),

@@ -1,9 +1,10 @@
 """In-memory task figures of one worker: the only statistics code on the task hot path.
 
-The executor calls `ran()` after each attempt and `succeeded()` / `retried()` / `failed()`
-once the outcome is known; each is a few additions under one lock, with no Redis round
-trip. The worker's monitor thread takes everything gathered so far with `drain()` every
-`STATS_INTERVAL` seconds and writes it to Redis in one pipeline (`stats_store.py`).
+The executor calls `picked_up()` as it starts a message, `ran()` after each attempt and
+`succeeded()` / `retried()` / `failed()` once the outcome is known; each is a few
+additions under one lock, with no Redis round trip. The worker's monitor thread takes
+everything gathered so far with `drain()` every `STATS_INTERVAL` seconds and writes it to
+Redis in one pipeline (`stats_store.py`).
 """
 
 from __future__ import annotations
@@ -13,11 +14,19 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
+from django_taskrunner import clock
+
 # Upper bounds (seconds) of the run-time histogram buckets; one more bucket is +Inf.
 RUN_TIME_BUCKETS: tuple[float, ...] = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
 )
 BUCKET_LABELS: tuple[str, ...] = (*(f"{bound:g}" for bound in RUN_TIME_BUCKETS), "+Inf")
+
+# Upper bounds (seconds) of the pickup-delay histogram buckets (a message can wait far
+# longer than a task runs); one more bucket is +Inf.
+PICKUP_BUCKETS: tuple[float, ...] = (*RUN_TIME_BUCKETS, 900.0, 3600.0)
+PICKUP_LABELS: tuple[str, ...] = (*(f"{bound:g}" for bound in PICKUP_BUCKETS), "+Inf")
+
 
 
 @dataclass
@@ -32,6 +41,9 @@ class TaskFigures:
     run_us: int = 0  # total run time of the attempts, microseconds
     buckets: list[int] = field(default_factory=lambda: [0] * len(BUCKET_LABELS))
     samples: deque[int] = field(default_factory=deque)  # recent run times, microseconds
+    pickups: int = 0  # first deliveries started (see `StatsRecorder.picked_up`)
+    pickup_us: int = 0  # their total pickup delay, microseconds
+    pickup_buckets: list[int] = field(default_factory=lambda: [0] * len(PICKUP_LABELS))
 
     def add(self, other: TaskFigures) -> None:
         """Fold in `other`, figures recorded after these (its samples are the newer)."""
@@ -43,6 +55,10 @@ class TaskFigures:
         self.run_us += other.run_us
         self.buckets = [a + b for a, b in zip(self.buckets, other.buckets, strict=True)]
         self.samples.extend(other.samples)
+        self.pickups += other.pickups
+        self.pickup_us += other.pickup_us
+        self.pickup_buckets = [a + b for a, b in zip(self.pickup_buckets, other.pickup_buckets,
+                                                     strict=True)]
 
 
 # (queue, task name) -> figures
@@ -75,6 +91,30 @@ class StatsRecorder:
             entry.run_us += micros
             entry.buckets[bucket] += 1
             entry.samples.append(micros)
+
+    def picked_up(self, queue: str, task_name: str, stream_id: str | None,
+                  runs: int | None = None) -> None:
+        """A worker starts a message: record how long it waited since it became available,
+        that is since its entry was added to the stream (the millisecond part of its id:
+        the dispatch, or the move of a due delayed task or retry). Never negative: the id
+        is Redis's clock, the start this host's.
+
+        Only first deliveries count (`runs` is None): a reclaimed message's wait includes
+        the dead worker's time, which says nothing about the queue keeping up.
+        """
+        if runs is not None or not stream_id:
+            return
+        added_ms = stream_id.partition("-")[0]
+        if not added_ms.isdigit():
+            return
+        waited_ms = clock.now_ms() - int(added_ms)
+        seconds = waited_ms / 1000 if waited_ms > 0 else 0.0
+        bucket = bisect.bisect_left(PICKUP_BUCKETS, seconds)
+        with self._lock:
+            entry = self._entry(queue, task_name)
+            entry.pickups += 1
+            entry.pickup_us += waited_ms * 1000 if waited_ms > 0 else 0
+            entry.pickup_buckets[bucket] += 1
 
     def succeeded(self, queue: str, task_name: str) -> None:
         with self._lock:

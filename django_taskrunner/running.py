@@ -55,12 +55,19 @@ class Attempt:
 
 
 class RunningSet:
-    """Thread-safe set of running attempts; `on_change` hears of each new time-limited one."""
+    """Thread-safe set of running attempts; `on_change` hears of each new time-limited one,
+    and every listener added with `on_start()` hears of each new attempt (the heartbeat,
+    which must beat a short-timeout attempt sooner than it planned)."""
 
     def __init__(self, on_change: Callable[[], None] | None = None) -> None:
         self._lock = threading.Lock()
         self._attempts: set[Attempt] = set()
         self._on_change = on_change
+        self._listeners: list[Callable[[Attempt], None]] = []
+
+    def on_start(self, listener: Callable[[Attempt], None]) -> None:
+        """Call `listener(attempt)` on the starting thread each time an attempt starts."""
+        self._listeners.append(listener)
 
     def start(self, task: Task, message: TaskMessage, reservation_timeout: float) -> Attempt:
         """Register the attempt the current thread is about to run."""
@@ -69,6 +76,8 @@ class RunningSet:
             self._attempts.add(attempt)
         if attempt.time_limit is not None and self._on_change is not None:
             self._on_change()
+        for listener in self._listeners:
+            listener(attempt)
         return attempt
 
     def settle(self, attempt: Attempt) -> bool:

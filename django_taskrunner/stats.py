@@ -9,6 +9,12 @@ not finished), `average` the mean run time of the queue's latest `STATS_WINDOW` 
 and `threads` the pool threads of the live workers consuming the queue. It is 0 for an
 empty queue, and None when it cannot be known (no run time measured yet, or no live
 worker). A worker serving several queues counts its threads for each of them.
+
+The pickup delay is how long a message waited before a worker started it: from when its
+entry was added to the stream (the dispatch, or the move of a due delayed task or retry
+by the scheduler) to the start, for first deliveries only. It is kept as a histogram
+(recorder.PICKUP_LABELS); its p95 is estimated from the histogram, interpolating inside
+the bucket, as Prometheus's `histogram_quantile()` does.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Any
 
 from django_taskrunner import clock, keys, sharding
 from django_taskrunner.broker import Broker, get_broker
-from django_taskrunner.recorder import BUCKET_LABELS
+from django_taskrunner.recorder import BUCKET_LABELS, PICKUP_BUCKETS, PICKUP_LABELS
 from django_taskrunner.stats_store import COUNTERS
 
 
@@ -38,6 +44,7 @@ class TaskStats:
     overall_average: float | None  # seconds: mean of every attempt so far
     run_seconds: float  # total run time of every attempt so far
     buckets: tuple[int, ...]  # attempts per run-time bucket (recorder.BUCKET_LABELS)
+    pickup_average: float | None = None  # seconds: mean pickup delay (module doc), ever
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,12 @@ class QueueStats:
     # worker created the group), "estimate" (XLEN: Redis < 7 keeping acked entries, an
     # upper bound; the lag itself is unknown).
     lag_source: str = "redis"
+    # Pickup delay (module doc) of every first delivery so far: how many, their mean and
+    # estimated p95 in seconds, and how many fell in each bucket (recorder.PICKUP_LABELS).
+    pickups: int = 0
+    pickup_average: float | None = None
+    pickup_p95: float | None = None
+    pickup_buckets: tuple[int, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values."""
@@ -97,6 +110,24 @@ def percentile(samples: list[float], fraction: float) -> float | None:
         return None
     ordered = sorted(samples)
     return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
+
+
+def histogram_quantile(bounds: tuple[float, ...], counts: tuple[int, ...],
+                       fraction: float) -> float | None:
+    """The `fraction` quantile of a histogram (`counts` per bucket, the last one +Inf),
+    interpolated inside its bucket; the highest bound when it falls in +Inf; None if empty."""
+    total = sum(counts)
+    if not total:
+        return None
+    rank, seen = fraction * total, 0
+    for index, count in enumerate(counts):
+        if count and seen + count >= rank:
+            if index >= len(bounds):
+                return bounds[-1]
+            lower = bounds[index - 1] if index else 0.0
+            return lower + (bounds[index] - lower) * (rank - seen) / count
+        seen += count
+    return bounds[-1]
 
 
 def get_stats(queue: str, *, tasks: bool = True, broker: Broker | None = None,
@@ -134,7 +165,19 @@ def get_stats(queue: str, *, tasks: bool = True, broker: Broker | None = None,
         tasks=tuple(_task_stats(name, totals, second["windows"].get(name, []))
                     for name in task_names),
         lag_source=lag_source,
+        **_pickup_figures(totals),
     )
+
+
+def _pickup_figures(totals: dict[str, str]) -> dict[str, Any]:
+    """The queue's pickup-delay figures (`QueueStats.pickup_*`) from its stats hash."""
+    pickups = _int(totals, "pickups")
+    buckets = tuple(_int(totals, f"pickup:le:{label}") for label in PICKUP_LABELS)
+    return {
+        "pickups": pickups, "pickup_buckets": buckets,
+        "pickup_average": _int(totals, "pickup_us") / pickups / 1e6 if pickups else None,
+        "pickup_p95": histogram_quantile(PICKUP_BUCKETS, buckets, 0.95),
+    }
 
 
 @dataclass(frozen=True)
@@ -273,6 +316,7 @@ def _throughput(minutes: tuple[dict[bytes, bytes], dict[bytes, bytes]], now_ms: 
 def _task_stats(name: str, totals: dict[str, str], window: list[float]) -> TaskStats:
     field = f"task:{name}:"
     runs, run_us = _int(totals, field + "runs"), _int(totals, field + "run_us")
+    pickups = _int(totals, field + "pickups")
     return TaskStats(
         name=name, runs=runs, errors=_int(totals, field + "errors"),
         succeeded=_int(totals, field + "succeeded"), retried=_int(totals, field + "retried"),
@@ -282,6 +326,8 @@ def _task_stats(name: str, totals: dict[str, str], window: list[float]) -> TaskS
         overall_average=run_us / runs / 1e6 if runs else None,
         run_seconds=run_us / 1e6,
         buckets=tuple(_int(totals, f"{field}le:{label}") for label in BUCKET_LABELS),
+        pickup_average=(_int(totals, field + "pickup_us") / pickups / 1e6 if pickups
+                        else None),
     )
 
 

@@ -2,8 +2,10 @@
 
 Per queue (all keys carry the queue's hash tag):
 
-- `stats` hash: totals `runs errors succeeded retried failed run_us`, the same per task as
-  `task:<name>:<field>`, and the task's run-time histogram as `task:<name>:le:<bound>`;
+- `stats` hash: totals `runs errors succeeded retried failed run_us pickups pickup_us`,
+  the same per task as `task:<name>:<field>`, the task's run-time histogram as
+  `task:<name>:le:<bound>`, and the queue's pickup-delay histogram (how long messages
+  waited before a worker started them) as `pickup:le:<bound>`;
 - `window` and `window:<task>` lists: the latest `STATS_WINDOW` run times (microseconds,
   newest first), for moving averages and p95 shared by every worker;
 - `minute:<epoch minute>` hashes: `succeeded failed retried` per minute, kept two hours
@@ -25,11 +27,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_taskrunner import keys
-from django_taskrunner.recorder import BUCKET_LABELS, Batch, TaskFigures
+from django_taskrunner.recorder import BUCKET_LABELS, PICKUP_LABELS, Batch, TaskFigures
 
 STATS_TTL_SECONDS = 7 * 24 * 3600  # totals of a queue nobody used for a week go away
 MINUTE_TTL_SECONDS = 2 * 3600
-COUNTERS = ("runs", "errors", "succeeded", "retried", "failed", "run_us")
+COUNTERS = ("runs", "errors", "succeeded", "retried", "failed", "run_us", "pickups",
+            "pickup_us")
 
 
 def heartbeat_ttl(interval: float) -> float:
@@ -92,6 +95,9 @@ def _write_queue(
                      window)
         totals.add(figures)
     _add_counters(pipe, stats, "", totals)
+    for label, count in zip(PICKUP_LABELS, totals.pickup_buckets, strict=True):
+        if count:
+            pipe.hincrby(stats, f"pickup:le:{label}", count)
     pipe.expire(stats, STATS_TTL_SECONDS)
     _push_window(pipe, keys.window_key(prefix, queue), list(totals.samples), window)
     outcomes = {"succeeded": totals.succeeded, "failed": totals.failed,

@@ -1,10 +1,11 @@
 """The worker: fetchers read streams into a bounded buffer, a pool runs the tasks,
 an acker acks finished ones in batches. No argparse here; `runtasks` builds a Worker.
 
-Beside them: a heartbeat keeps running messages reserved, the fetchers take over
-messages of dead workers into the same buffer first, and a watchdog enforces time limits
-(see heartbeat.py, reclaim.py, timelimit.py). A Redis outage stops none of them: each
-retries with capped backoff and the outage is logged once (outage.py).
+Beside them: a heartbeat keeps every message the worker holds (running or buffered)
+reserved, the fetchers take over messages of dead workers into the same buffer first,
+and a watchdog enforces time limits (see heartbeat.py, reclaim.py, timelimit.py). A Redis
+outage stops none of them: each retries with capped backoff and the outage is logged
+once (outage.py).
 
 Shutdown (`request_stop()`, from SIGTERM/SIGINT): fetchers stop reading, running tasks
 get `shutdown_timeout` seconds to finish, and every message this worker holds but did
@@ -245,15 +246,18 @@ class Worker:
         self.executor = Executor(self.broker, self.consumer, self.acker.add,
                                  stats=self.monitor.recorder, running=self.running,
                                  reservation_timeout=timeout)
+        shortest = {shard: shortest_timeout(shard, timeout)
+                    for shard in sharding.all_shards(self.queues)}
+        floor = min(shortest.values(), default=timeout)
         self.heartbeat = Heartbeat(self.broker, self.consumer, self.running, timeout,
-                                   self.status)
+                                   self.status, held=self.held_messages, floor=floor)
         self.reclaimer = Reclaimer(
             self.broker, self.consumer, sharding.all_shards(self.queues), self,
             reservation_timeout=timeout,
             dead_consumer_timeout=dead_consumer_timeout, status=self.status,
         )
         # A message that waited this long in the buffer is checked to be ours before it runs.
-        self._recheck_after = min(shortest_timeout(q, timeout) for q in self.queues) / 2
+        self._recheck_after = {shard: seconds / 2 for shard, seconds in shortest.items()}
 
     # -- the buffer -----------------------------------------------------------------
 
@@ -265,6 +269,11 @@ class Worker:
         """True while `stream_id` is in this worker's buffer or running."""
         with self._cond:
             return (queue, stream_id) in self._held
+
+    def held_messages(self) -> list[tuple[str, str]]:
+        """(queue, stream id) of every message fetched and not finished, for the heartbeat."""
+        with self._cond:
+            return list(self._held)
 
     def low_water(self) -> int:
         """Room to wait for before the next read: a whole batch, so reads stay batched.
@@ -331,7 +340,8 @@ class Worker:
 
     def _still_ours(self, item: WorkItem) -> bool:
         """A message that sat long in the buffer may have been reclaimed by another worker."""
-        if item.runs is not None or clock.monotonic() - item.accepted < self._recheck_after:
+        waited = clock.monotonic() - item.accepted
+        if item.runs is not None or waited < self._recheck_after.get(item.queue, 0.0):
             return True  # fresh, or a reclaimed one, which the executor checks as it starts
         try:
             return not self.broker.hold(item.queue, self.consumer, [item.stream_id])
@@ -409,6 +419,7 @@ class Worker:
     def _shutdown(self) -> int:
         self.stopping.set()
         started = clock.monotonic()
+        self._log_stopping(self.shutdown_timeout)
         if self.scheduling is not None:
             self.scheduling.stop()  # resigns the lease: another worker takes over at once
         for fetcher in self.fetchers:
@@ -420,15 +431,38 @@ class Worker:
             unfinished += self._leftovers
             self._leftovers = []
         if not finished:
-            logger.warning("shutdown timeout: %d running task(s) did not finish; they are put "
-                           "back on their queue", len(self.pool.running_items()))
-        self._requeue(unfinished)
+            self._log_given_up(self.shutdown_timeout)
+        requeued = self._requeue(unfinished)
+        if requeued:
+            logger.info("put %d message(s) this worker held but did not finish back on their "
+                        "queue", requeued)
         self.watchdog.stop()
         self.heartbeat.stop()
         self.acker.stop()
         self.monitor.stop()
         logger.info("worker %s stopped", self.consumer)
         return 0
+
+    def _log_stopping(self, timeout: float) -> None:
+        """Say what the shutdown waits for, so a slow stop can be told from a stalled one."""
+        attempts = self.running.snapshot()
+        with self._cond:
+            buffered = max(0, self.outstanding - len(attempts))
+        if not attempts:
+            logger.info("stopping: no task running; %d fetched and not started go back to "
+                        "their queue", buffered)
+            return
+        logger.info("stopping: waiting up to %gs for %d running task(s) (%s); %d fetched "
+                    "and not started go back to their queue; a second SIGINT/SIGTERM stops "
+                    "waiting", timeout, len(attempts), describe(attempts), buffered)
+
+    def _log_given_up(self, timeout: float) -> None:
+        attempts = self.running.snapshot()
+        why = ("a second signal" if self.forced.is_set()
+               else f"the shutdown timeout ({timeout:g}s)")
+        logger.warning("stopping: gave up waiting at %s; %d task(s) still running (%s) are "
+                       "put back on their queue and will run again, here or on another worker",
+                       why, len(attempts), describe(attempts))
 
     def _wait_for_pool(self, timeout: float) -> bool:
         deadline = clock.monotonic() + timeout
@@ -438,13 +472,25 @@ class Worker:
                 return True
         return self.pool.join(0)
 
-    def _requeue(self, items: list[WorkItem]) -> None:
-        """Put held, unfinished messages back at the end of their stream, unchanged."""
+    def _requeue(self, items: list[WorkItem]) -> int:
+        """Put held, unfinished messages back at the end of their stream, unchanged;
+        returns how many went back (the others stay pending, for reclaim)."""
+        requeued = 0
         for item in items:
             if item.body is None:
                 continue
             try:
                 self.broker.requeue(item.queue, self.consumer, item.stream_id, item.body)
+                requeued += 1
             except REDIS_DOWN as exc:
                 logger.error("could not requeue %s (%s); it stays pending for reclaim",
                              item.stream_id, exc)
+        return requeued
+
+
+def describe(attempts: Sequence[Attempt], most: int = 5) -> str:
+    """'name id=... running 12s, ...' for the first `most` attempts, for a log line."""
+    shown = [f"{a.task.name} id={a.message.id} running {a.elapsed():.0f}s"
+             for a in sorted(attempts, key=lambda a: a.started)[:most]]
+    more = len(attempts) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")

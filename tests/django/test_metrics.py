@@ -58,6 +58,11 @@ def test_staff_see_queue_task_and_histogram_figures(workload, client):
     assert value(samples, "taskrunner_queue_lag", queue="default") == 7
     assert value(samples, "taskrunner_queue_pending", queue="default") == 0
     assert value(samples, "taskrunner_queue_lag_seconds", queue="default") >= 0
+    # 10 tasks and 3 attempts of the failing one were picked up (retries go back on the stream)
+    assert value(samples, "taskrunner_queue_pickup_delay_seconds_count", queue="default") == 13
+    assert value(samples, "taskrunner_queue_pickup_delay_seconds_bucket", queue="default",
+                 le="+Inf") == 13
+    assert value(samples, "taskrunner_queue_pickup_delay_seconds_sum", queue="default") >= 0
     assert value(samples, "taskrunner_queue_length", queue="other") == 0
     assert value(samples, "taskrunner_tasks_run_total", queue="default", task=SLEEP_50) == 10
     assert value(samples, "taskrunner_tasks_succeeded_total", queue="default",

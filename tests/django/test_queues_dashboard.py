@@ -74,13 +74,15 @@ def test_the_url_is_the_admin_one():
 def test_every_figure_of_the_queue_is_shown(root, busy_queue):
     text = root.get(URL).content.decode()
 
-    length, lag, pending, workers, threads, rate, avg, p95, wait, failed = cells(text,
-                                                                                 "default")
+    length, lag, pending, workers, threads, rate, avg, p95, wait, pickup, failed = cells(
+        text, "default")
     assert (length, lag, pending, workers, threads) == ("3", "3", "0", "1", "2 (0)")
     assert float(rate) > 0
     assert avg.endswith("ms") and p95.endswith("ms")
     assert wait.endswith("ms")  # 3 waiting x ~20 ms / 2 threads
+    assert re.fullmatch(r"[\d.]+ (ms|s) / [\d.]+ (ms|s)", pickup), pickup  # avg / p95
     assert failed == "1"
+    assert re.search(r'<td>≤ [^<]+</td><td class="num">[1-9]\d*</td>', text)  # histogram
     assert "Leader of consumer group" in text and "web-1-ab12:77aa" in text
     assert "tests.testapp.tasks.sleep_20ms" in text  # per-task figures
     consumer = re.search(r'<td class="tr-key">web-1-ab12</td>\s*<td>(\w+)</td>\s*'

@@ -73,6 +73,8 @@ def test_the_table_shows_lag_failures_consumers_and_the_leader(run_burst, r, pre
     header, default = (line.split() for line in text.splitlines()[:2])
     row = dict(zip(header, default, strict=True))
     assert (row["lag"], row["failed/1h"], row["length"]) == ("2", "1", "2")
+    assert row["pickup-avg"] != "-" and row["pickup-p95"] != "-"  # 3 attempts picked up
+    assert "picked up within" in text
     consumer = next(line.split() for line in text.splitlines() if "ops-7" in line
                     and not line.startswith("leader"))
     assert consumer[:3] == ["default", "ops-7", "no"]  # "no heartbeat": it stopped

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import time
 
@@ -9,7 +10,7 @@ import pytest
 
 from django_taskrunner.broker import get_broker
 from tests.testapp.tasks import noop, runs_key, sleeper
-from tests.worker_helpers import wait_for
+from tests.worker_helpers import wait_for, worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -56,3 +57,66 @@ def test_an_idle_worker_stops_promptly_on_sigint(spawn_worker):
     assert worker.returncode == 0
     # It does not wait out SHUTDOWN_TIMEOUT (10 s here): only its current 200 ms read.
     assert time.monotonic() - started < 8
+
+
+def test_sigterm_logs_what_the_shutdown_waits_for(spawn_worker):
+    # Given a worker running a 2-second task, with one more fetched and not started
+    sleeper.dispatch({"n": "long", "seconds": 2})
+    noop.dispatch({"n": 1})
+    worker = spawn_worker("--queue", "default", "--concurrency", "1", "--batch-size", "3")
+    wait_until_started(worker)
+    wait_for(lambda: get_broker().pending("default") == 2)
+    time.sleep(0.3)
+
+    # When it gets SIGTERM
+    worker.send_signal(signal.SIGTERM)
+    output = worker.communicate(timeout=20)[0].decode()
+
+    # Then it says how long it waits, for which task, and what goes back to the queue
+    assert worker.returncode == 0, output
+    assert "stopping: waiting up to 10s for 1 running task(s) (tests.testapp.tasks.sleeper " \
+           "id=" in output, output
+    assert "1 fetched and not started go back to their queue" in output, output
+    assert "put 1 message(s) this worker held but did not finish back on their queue" \
+        in output, output
+    assert "gave up" not in output
+
+
+def test_a_shutdown_that_times_out_warns_what_it_leaves(caplog, r):
+    # Given an in-process worker running a task longer than its shutdown timeout
+    sleeper.dispatch({"n": "slow", "seconds": 3})
+    with caplog.at_level(logging.INFO, logger="django_taskrunner.worker"):
+        with worker_thread(concurrency=1, shutdown_timeout=0.5) as worker:
+            wait_for(lambda: worker.running.snapshot())
+        # When the worker is stopped (the block's end) and the timeout passes
+
+    # Then it said what it waited for, then that it gave up and on what
+    messages = [(record.levelname, record.getMessage()) for record in caplog.records]
+    waiting = [m for level, m in messages if level == "INFO" and "waiting up to 0.5s for 1" in m]
+    assert waiting, messages
+    [gave_up] = [m for level, m in messages if level == "WARNING" and "gave up" in m]
+    assert "the shutdown timeout (0.5s)" in gave_up
+    assert "1 task(s) still running (tests.testapp.tasks.sleeper id=" in gave_up
+    assert "put back on their queue" in gave_up
+
+
+def test_a_burst_worker_says_it_stops_with_nothing_running(run_burst, caplog):
+    noop.dispatch({"n": 1})
+    with caplog.at_level(logging.INFO, logger="django_taskrunner.worker"):
+        run_burst()
+    messages = [record.getMessage() for record in caplog.records]
+    assert "burst: every queue is empty, stopping" in messages
+    assert any(m.startswith("stopping: no task running") for m in messages), messages
+
+
+def test_a_second_signal_ends_the_wait_and_says_so(caplog, r):
+    sleeper.dispatch({"n": "slow", "seconds": 3})
+    with caplog.at_level(logging.INFO, logger="django_taskrunner.worker"):
+        with worker_thread(concurrency=1, shutdown_timeout=30) as worker:
+            wait_for(lambda: worker.running.snapshot())
+            worker.request_stop()
+            wait_for(lambda: any("waiting up to 30s" in rec.getMessage()
+                                 for rec in caplog.records))
+            worker.force_stop()
+    [gave_up] = [rec.getMessage() for rec in caplog.records if "gave up" in rec.getMessage()]
+    assert gave_up.startswith("stopping: gave up waiting at a second signal; 1 task(s)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 
@@ -10,7 +11,7 @@ from django_taskrunner import keys, stats_store
 from django_taskrunner.broker import get_broker
 from django_taskrunner.conf import get_settings
 from django_taskrunner.executor import Executor
-from django_taskrunner.recorder import StatsRecorder
+from django_taskrunner.recorder import PICKUP_LABELS, StatsRecorder
 from django_taskrunner.stats import get_stats, minute_counts, percentile, predict_wait
 from tests.testapp.tasks import always_fails, noop, sleep_50ms, sleep_100ms
 
@@ -62,6 +63,25 @@ def test_tasks_sleeping_50_and_100_ms_show_those_run_times(run_burst):
     assert stats.predicted_wait == 0.0
     # The worker stopped: its heartbeat was withdrawn
     assert (stats.workers, stats.threads) == (0, 0)
+
+
+def test_the_pickup_delay_is_the_wait_from_dispatch_to_start(run_burst):
+    # Given 4 tasks of 100 ms dispatched together, that wait 0.6 s for a worker
+    sleep_100ms.dispatch_many({"n": n} for n in range(4))
+    time.sleep(0.6)
+
+    # When a worker with one thread runs them one after the other
+    run_burst("--queue", "default", "--concurrency", "1")
+
+    # Then each one's wait is counted: at least 0.6 s, the last one 0.3 s more
+    stats = get_stats("default")
+    assert stats.pickups == 4 and sum(stats.pickup_buckets) == 4
+    counts = dict(zip(PICKUP_LABELS, stats.pickup_buckets, strict=True))
+    assert all(counts[label] == 0 for label in ("0.005", "0.01", "0.025", "0.05", "0.1",
+                                                "0.25", "0.5"))
+    assert stats.pickup_average >= 0.6 + (0.1 + 0.2 + 0.3) / 4
+    assert stats.pickup_p95 >= 0.6
+    assert by_name(stats)[SLEEP_100].pickup_average == pytest.approx(stats.pickup_average)
 
 
 def test_retries_and_failures_are_counted_per_task_and_per_minute(run_burst, r):

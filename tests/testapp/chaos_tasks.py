@@ -59,3 +59,19 @@ def chaos_poison(payload: dict[str, Any]) -> None:
     """Counts its run, then kills the worker process running it."""
     counter().hincrby(chaos_key("runs"), payload["n"], 1)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _leased(timeout: int) -> Any:
+    """A task on queue "leases" with its own `reservation_timeout`; it never calls
+    `ctx.heartbeat()`, so only the worker's heartbeat keeps it reserved."""
+
+    def leased(payload: dict[str, Any]) -> None:
+        chaos_work.fn(payload)
+
+    leased.__name__ = f"chaos_leased_{timeout}"
+    return task(name=f"chaos_leased_{timeout}", queue="leases", reservation_timeout=timeout)(
+        leased)
+
+
+# reservation timeouts of 1 to 5 seconds (tests/chaos/test_long_tasks.py)
+LEASED = {timeout: _leased(timeout) for timeout in range(1, 6)}

@@ -260,6 +260,14 @@ def patient(payload: Any) -> None:
     record("patient", payload)
 
 
+@task(queue="short-lease", reservation_timeout=2)
+def short_lease(payload: Any) -> None:
+    """Far longer than its 2-second reservation timeout, and never calls ctx.heartbeat()."""
+    record("short_lease:start", payload)
+    time.sleep(float(payload.get("seconds", 6)))
+    record("short_lease", payload)
+
+
 @task(takes_context=True)
 def beats_by_hand(ctx: Any, payload: Any) -> None:
     get_redis().hset(runs_key(), f"beat:{payload['n']}", int(ctx.heartbeat()))

@@ -58,3 +58,42 @@ def test_a_batch_put_back_after_a_failed_write_merges_with_newer_figures_in_orde
     assert merged.runs == 4
     assert merged.run_us == 10_000
     assert list(merged.samples) == [2000, 3000, 4000]  # oldest dropped, order kept
+
+
+def test_a_pickup_delay_is_counted_from_the_stream_ids_milliseconds(monkeypatch):
+    from django_taskrunner import clock
+    from django_taskrunner.recorder import PICKUP_BUCKETS, PICKUP_LABELS
+
+    monkeypatch.setattr(clock, "now_ms", lambda: 1_000_000)
+    recorder = StatsRecorder()
+    recorder.picked_up("q", "t", "999700-0", None)  # added 300 ms ago
+    recorder.picked_up("q", "t", "1000005-3", None)  # "later" than now: another clock
+    recorder.picked_up("q", "t", "1-0", 2)  # reclaimed: not a pickup
+    recorder.picked_up("q", "t", "not-an-id", None)  # ignored, never raises
+
+    figures = recorder.drain()[("q", "t")]
+
+    assert (figures.pickups, figures.pickup_us) == (2, 300_000)
+    counts = dict(zip(PICKUP_LABELS, figures.pickup_buckets, strict=True))
+    assert counts["0.005"] == 1 and counts["0.5"] == 1 and sum(counts.values()) == 2
+    assert len(PICKUP_LABELS) == len(PICKUP_BUCKETS) + 1 and PICKUP_BUCKETS[-1] == 3600
+
+
+def test_pickup_figures_are_folded_like_run_times():
+    recorder = StatsRecorder()
+    recorder.picked_up("q", "t", "0-1", None)
+    batch = recorder.drain()
+    recorder.picked_up("q", "t", "0-2", None)
+    recorder.restore(batch)
+    figures = recorder.drain()[("q", "t")]
+    assert figures.pickups == 2 and sum(figures.pickup_buckets) == 2
+
+
+def test_a_histogram_quantile_interpolates_inside_its_bucket():
+    from django_taskrunner.stats import histogram_quantile
+
+    bounds = (1.0, 2.0, 4.0)
+    assert histogram_quantile(bounds, (0, 0, 0, 0), 0.95) is None
+    assert histogram_quantile(bounds, (10, 0, 0, 0), 0.5) == 0.5
+    assert histogram_quantile(bounds, (0, 10, 10, 0), 0.75) == 3.0
+    assert histogram_quantile(bounds, (0, 0, 0, 5), 0.95) == 4.0  # in +Inf: the top bound

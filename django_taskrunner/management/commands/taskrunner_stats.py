@@ -18,11 +18,14 @@ from django_taskrunner.health import (
     get_leader,
 )
 from django_taskrunner.management.commands.runtasks import queue_name
+from django_taskrunner.recorder import PICKUP_BUCKETS, PICKUP_LABELS
 
 QUEUE_COLUMNS = ("queue", "length", "waiting", "pending", "lag", "workers", "threads", "busy",
-                 "tasks/s", "avg", "p95", "wait", "failed/1h", "succeeded", "failed", "retried")
-TASK_COLUMNS = ("queue", "task", "runs", "avg", "p95", "overall avg", "succeeded", "failed",
-                "retried")
+                 "tasks/s", "avg", "p95", "wait", "pickup-avg", "pickup-p95", "failed/1h",
+                 "succeeded", "failed", "retried")
+TASK_COLUMNS = ("queue", "task", "runs", "avg", "p95", "overall avg", "pickup-avg",
+                "succeeded", "failed", "retried")
+PICKUP_COLUMNS = ("queue", "picked up within", "messages")
 CONSUMER_COLUMNS = ("queue", "consumer", "state", "pending", "idle", "threads", "busy")
 
 
@@ -48,14 +51,26 @@ def queue_row(item: QueueHealth) -> tuple[str, ...]:
             "n/a" if item.lag is None else str(item.lag), str(stats.workers),
             str(stats.threads), str(stats.busy), f"{stats.throughput:.2f}",
             seconds(stats.average), seconds(stats.p95), seconds(stats.predicted_wait),
-            str(item.failed_last_hour), str(stats.succeeded), str(stats.failed),
-            str(stats.retried))
+            seconds(stats.pickup_average), seconds(stats.pickup_p95), str(item.failed_last_hour),
+            str(stats.succeeded), str(stats.failed), str(stats.retried))
 
 
 def task_rows(item: QueueHealth) -> list[tuple[str, ...]]:
     return [(item.queue, task.name or "(undecodable)", str(task.runs), seconds(task.average),
-             seconds(task.p95), seconds(task.overall_average), str(task.succeeded),
+             seconds(task.p95), seconds(task.overall_average), seconds(task.pickup_average),
+             str(task.succeeded),
              str(task.failed), str(task.retried)) for task in item.stats.tasks]
+
+
+def pickup_rows(item: QueueHealth) -> list[tuple[str, ...]]:
+    """The queue's pickup-delay histogram: the buckets that hold any message."""
+    stats = item.stats
+    return [(item.queue, bucket_label(label), str(count))
+            for label, count in zip(PICKUP_LABELS, stats.pickup_buckets, strict=True) if count]
+
+
+def bucket_label(label: str) -> str:
+    return f"> {seconds(PICKUP_BUCKETS[-1])}" if label == "+Inf" else seconds(float(label))
 
 
 def consumer_rows(item: QueueHealth) -> list[tuple[str, ...]]:
@@ -74,8 +89,8 @@ def leader_line(leader: LeaderInfo) -> str:
 
 
 class Command(BaseCommand):
-    help = ("Show each queue's length, lag, consumers, throughput, run times, predicted wait "
-            "and failures of the last hour, and the scheduler's leader.")
+    help = ("Show each queue's length, lag, consumers, throughput, run times, predicted wait, "
+            "pickup delays and failures of the last hour, and the scheduler's leader.")
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--queue", "-Q", action="append", type=queue_name, dest="queues",
@@ -96,6 +111,8 @@ class Command(BaseCommand):
             return
         self.stdout.write(table(QUEUE_COLUMNS, [queue_row(item) for item in figures]))
         for header, rows in ((TASK_COLUMNS, [row for item in figures for row in task_rows(item)]),
+                             (PICKUP_COLUMNS,
+                              [row for item in figures for row in pickup_rows(item)]),
                              (CONSUMER_COLUMNS,
                               [row for item in figures for row in consumer_rows(item)])):
             if rows:
