@@ -151,7 +151,7 @@ def get_settings() -> Settings:
 def reset() -> None:
     """Forget the cached settings and connections (after `override_settings`)."""
     get_settings.cache_clear()
-    from django_taskrunner import broker, connection
+    from django_taskrunner.store import broker, connection
 
     broker.reset()
     connection.reset()

@@ -71,7 +71,7 @@ class PeriodicTask(models.Model):
 
     def clean(self) -> None:
         """Refuse a schedule the scheduler could not run, naming the field at fault."""
-        from django_taskrunner.periodic import validate_periodic_row
+        from django_taskrunner.scheduling.periodic import validate_periodic_row
 
         validate_periodic_row(self)
 

@@ -18,9 +18,9 @@ from django_taskrunner import (
     dispatch_on,
     dispatch_on_commit,
 )
-from django_taskrunner.broker import get_broker
+from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import InvalidTaskOptions
-from django_taskrunner.registry import registry
+from django_taskrunner.store.broker import get_broker
 from tests.testapp.models import Note
 from tests.testapp.tasks import noop, on_other_queue
 

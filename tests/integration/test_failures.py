@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from django_taskrunner import TaskMessage
-from django_taskrunner.failures import record_failure
 from django_taskrunner.models import FailedTask
+from django_taskrunner.worker.failures import record_failure
 from tests.testapp.tasks import always_fails
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from django_taskrunner.broker import get_broker
+from django_taskrunner.store.broker import get_broker
 from tests.testapp.tasks import noop, runs_key, sleeper
 from tests.worker_helpers import wait_for
 

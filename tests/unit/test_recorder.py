@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django_taskrunner.recorder import BUCKET_LABELS, RUN_TIME_BUCKETS, StatsRecorder
+from django_taskrunner.stats.recorder import BUCKET_LABELS, RUN_TIME_BUCKETS, StatsRecorder
 
 
 def test_attempts_and_outcomes_are_counted_per_queue_and_task():

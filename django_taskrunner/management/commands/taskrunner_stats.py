@@ -10,14 +10,14 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_taskrunner.health import (
+from django_taskrunner.management.commands.runtasks import queue_name
+from django_taskrunner.stats.health import (
     LeaderInfo,
     QueueHealth,
     dashboard_queues,
     get_health,
     get_leader,
 )
-from django_taskrunner.management.commands.runtasks import queue_name
 
 QUEUE_COLUMNS = ("queue", "length", "waiting", "pending", "lag", "workers", "threads", "busy",
                  "tasks/s", "avg", "p95", "wait", "failed/1h", "succeeded", "failed", "retried")

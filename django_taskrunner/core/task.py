@@ -1,0 +1,209 @@
+"""`@task` and `Task`: a function plus its options, checked when declared.
+
+A bad option fails at import, so the mistake shows at start-up rather than at the
+first dispatch. Calling a `Task` runs the function in-process, as a plain call.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, overload
+
+from django_taskrunner.checks import QUEUE_NAME
+from django_taskrunner.core.registry import registry
+from django_taskrunner.exceptions import InvalidTaskOptions, UniqueForRequired
+
+if TYPE_CHECKING:
+    from django_taskrunner.core.message import TaskMessage
+
+logger = logging.getLogger(__name__)
+
+UNIQUE_MODES = ("until_finished", "until_executed", "until_executing", "while_locked")
+UNIQUE_FOR_MAX = 7 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """Everything `@task(...)` accepts; see docs/tasks.md for each option."""
+
+    queue: str | None = None  # None: TASKRUNNER["DEFAULT_QUEUE"], read at dispatch
+    max_retry: int = 0
+    retry_backoff: float | Callable[[int], float] | None = None  # None: default_backoff
+    reservation_timeout: float | None = None
+    time_limit: float | None = None
+    expires: float | None = None
+    cron: str | None = None
+    schedule: float | None = None
+    unique: bool = False
+    unique_for: float | None = None
+    unique_key: Callable[[Any], str] | None = None
+    unique_mode: str = "until_finished"
+    takes_context: bool = False
+
+
+def check_queue_name(queue: Any) -> str:
+    """Return `queue` if it is a valid queue name, else raise `InvalidTaskOptions`."""
+    if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
+        raise InvalidTaskOptions(
+            f"queue name must be 1-100 letters, digits, '.', '_' or '-' (no ':', '{{', '}}'), "
+            f"not {queue!r}"
+        )
+    return queue
+
+
+def _check_seconds(name: str, value: Any, *, allow_none: bool = True) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise InvalidTaskOptions(f"{name} must be a positive number of seconds, not {value!r}")
+
+
+def check_unique_for(unique_for: Any, task_name: str) -> float:
+    """The lock TTL, required for unique tasks and bounded to 1 s .. 7 days."""
+    if unique_for is None:
+        raise UniqueForRequired(
+            f"task {task_name!r} is unique but has no unique_for: give the lock's TTL in seconds"
+        )
+    if isinstance(unique_for, timedelta):
+        unique_for = unique_for.total_seconds()
+    if isinstance(unique_for, bool) or not isinstance(unique_for, int | float):
+        raise InvalidTaskOptions(f"unique_for must be a number of seconds, not {unique_for!r}")
+    if not 1 <= unique_for <= UNIQUE_FOR_MAX:
+        raise InvalidTaskOptions(
+            f"unique_for of task {task_name!r} must lie between 1 second and 7 days, "
+            f"not {unique_for!r}"
+        )
+    return float(unique_for)
+
+
+def check_unique_mode(mode: Any) -> str:
+    if mode not in UNIQUE_MODES:
+        raise InvalidTaskOptions(
+            f"unique_mode must be one of {', '.join(UNIQUE_MODES)}, not {mode!r}")
+    return str(mode)
+
+
+def check_options(options: TaskOptions, task_name: str) -> None:
+    """Raise `InvalidTaskOptions` (or `UniqueForRequired`) for a bad option."""
+    if options.queue is not None:
+        check_queue_name(options.queue)
+    if isinstance(options.max_retry, bool) or not isinstance(options.max_retry, int) or (
+        options.max_retry < 0
+    ):
+        raise InvalidTaskOptions(f"max_retry must be an integer >= 0, not {options.max_retry!r}")
+    backoff = options.retry_backoff
+    if backoff is not None and not callable(backoff):
+        if isinstance(backoff, bool) or not isinstance(backoff, int | float) or backoff < 0:
+            raise InvalidTaskOptions(
+                f"retry_backoff must be seconds >= 0 or a callable(retry) -> seconds, "
+                f"not {backoff!r}"
+            )
+    for name in ("reservation_timeout", "time_limit", "expires", "schedule"):
+        _check_seconds(name, getattr(options, name))
+    if options.cron is not None:
+        from django_taskrunner.core.cron import check_cron
+
+        check_cron(options.cron)
+    if options.cron is not None and options.schedule is not None:
+        raise InvalidTaskOptions("give cron or schedule, not both")
+    if options.unique_key is not None and not callable(options.unique_key):
+        raise InvalidTaskOptions("unique_key must be a callable(payload) -> str, or None")
+    check_unique_mode(options.unique_mode)
+    if options.unique:
+        check_unique_for(options.unique_for, task_name)
+    elif options.unique_for is not None:
+        check_unique_for(options.unique_for, task_name)
+
+
+@dataclass(frozen=True)
+class Task:
+    """A registered task: the function, its registry name and its options."""
+
+    fn: Callable[..., Any]
+    name: str
+    options: TaskOptions = field(default_factory=TaskOptions)
+
+    def __post_init__(self) -> None:
+        if not callable(self.fn):
+            raise InvalidTaskOptions(f"a task needs a callable, not {self.fn!r}")
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidTaskOptions(f"a task name must be a non-empty string, not {self.name!r}")
+        check_options(self.options, self.name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the function here and now, as a plain call."""
+        return self.fn(*args, **kwargs)
+
+    def using(self, **changes: Any) -> Task:
+        """A copy with some options changed (not registered)."""
+        return replace(self, options=replace(self.options, **changes))
+
+    def dispatch(self, payload: Any = None, **overrides: Any) -> TaskMessage:
+        """Queue this task; see `django_taskrunner.core.dispatch.dispatch`."""
+        from django_taskrunner.core.dispatch import dispatch
+
+        return dispatch(self, payload, **overrides)
+
+    def dispatch_many(self, payloads: Iterable[Any], **overrides: Any) -> list[TaskMessage]:
+        """Queue one task per payload in one round trip."""
+        from django_taskrunner.core.dispatch import dispatch_many
+
+        return dispatch_many(self, payloads, **overrides)
+
+    def dispatch_on_commit(self, payload: Any = None, **overrides: Any) -> None:
+        """Queue this task once the current database transaction commits."""
+        from django_taskrunner.core.dispatch import dispatch_on_commit
+
+        dispatch_on_commit(self, payload, **overrides)
+
+    def dispatch_delayed(
+        self, payload: Any = None, *, delay: float | timedelta, **overrides: Any
+    ) -> TaskMessage:
+        """Queue this task to start after `delay` (seconds or a timedelta)."""
+        from django_taskrunner.core.dispatch import dispatch_delayed
+
+        return dispatch_delayed(self, payload, delay=delay, **overrides)
+
+    def schedule_for(self, payload: Any = None, *, when: datetime, **overrides: Any) -> TaskMessage:
+        """Queue this task to start at `when`."""
+        from django_taskrunner.core.dispatch import schedule_for
+
+        return schedule_for(self, payload, when=when, **overrides)
+
+
+@overload
+def task(fn: Callable[..., Any], /) -> Task: ...
+@overload
+def task(*, name: str | None = None, **options: Any) -> Callable[[Callable[..., Any]], Task]: ...
+
+
+def task(
+    fn: Callable[..., Any] | None = None, /, *, name: str | None = None, **options: Any
+) -> Any:
+    """Declare a task: bare `@task` or `@task(max_retry=3, queue="emails", ...)`.
+
+    The task is registered under `name` (default `"<module>.<function>"`).
+
+    Raises:
+        InvalidTaskOptions: an unknown or bad option.
+        UniqueForRequired: `unique=True` without `unique_for`.
+        ImproperlyConfigured: another task already has this name.
+    """
+    known = set(TaskOptions.__dataclass_fields__)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise InvalidTaskOptions(
+            f"unknown @task option(s) {', '.join(unknown)}; known: name, {', '.join(sorted(known))}"
+        )
+
+    def decorate(function: Callable[..., Any]) -> Task:
+        task_name = name if name is not None else f"{function.__module__}.{function.__qualname__}"
+        declared = Task(fn=function, name=task_name, options=TaskOptions(**options))
+        return registry.register(declared)
+
+    if fn is not None:
+        return decorate(fn)
+    return decorate
