@@ -13,7 +13,7 @@ import logging
 import os
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
@@ -21,8 +21,8 @@ from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock, due
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.core.options import TaskOptions, check_queue_name
 from django_taskrunner.core.registry import registry
-from django_taskrunner.core.task import Task, check_queue_name
 from django_taskrunner.core.unique import Claim, KeySource
 from django_taskrunner.exceptions import (
     InvalidTaskOptions,
@@ -34,12 +34,15 @@ from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import Broker, get_broker
 from django_taskrunner.store.errors import REDIS_DOWN
 
+if TYPE_CHECKING:
+    from django_taskrunner.core.task import Task
+
 logger = logging.getLogger(__name__)
 
 
 def resolve_task(name_or_task: str | Task) -> Task:
     """The `Task` for a registered name, or the task itself; else `TaskNotFound`."""
-    if isinstance(name_or_task, Task):
+    if isinstance(getattr(name_or_task, "options", None), TaskOptions):  # a Task
         return name_or_task
     if isinstance(name_or_task, str):
         return registry.get(name_or_task)

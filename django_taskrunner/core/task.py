@@ -12,46 +12,21 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, overload
 
-from django_taskrunner.checks import QUEUE_NAME
+from django_taskrunner.core import dispatch as dispatching
+from django_taskrunner.core.cron import check_cron
+from django_taskrunner.core.options import (
+    TaskOptions,
+    check_queue_name,
+    check_unique_for,
+    check_unique_mode,
+)
 from django_taskrunner.core.registry import registry
-from django_taskrunner.exceptions import InvalidTaskOptions, UniqueForRequired
+from django_taskrunner.exceptions import InvalidTaskOptions
 
 if TYPE_CHECKING:
     from django_taskrunner.core.message import TaskMessage
 
 logger = logging.getLogger(__name__)
-
-UNIQUE_MODES = ("until_finished", "until_executed", "until_executing", "while_locked")
-UNIQUE_FOR_MAX = 7 * 24 * 3600
-
-
-@dataclass(frozen=True)
-class TaskOptions:
-    """Everything `@task(...)` accepts; see docs/tasks.md for each option."""
-
-    queue: str | None = None  # None: TASKRUNNER["DEFAULT_QUEUE"], read at dispatch
-    max_retry: int = 0
-    retry_backoff: float | Callable[[int], float] | None = None  # None: default_backoff
-    reservation_timeout: float | None = None
-    time_limit: float | None = None
-    expires: float | None = None
-    cron: str | None = None
-    schedule: float | None = None
-    unique: bool = False
-    unique_for: float | None = None
-    unique_key: Callable[[Any], str] | None = None
-    unique_mode: str = "until_finished"
-    takes_context: bool = False
-
-
-def check_queue_name(queue: Any) -> str:
-    """Return `queue` if it is a valid queue name, else raise `InvalidTaskOptions`."""
-    if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
-        raise InvalidTaskOptions(
-            f"queue name must be 1-100 letters, digits, '.', '_' or '-' (no ':', '{{', '}}'), "
-            f"not {queue!r}"
-        )
-    return queue
 
 
 def _check_seconds(name: str, value: Any, *, allow_none: bool = True) -> None:
@@ -59,31 +34,6 @@ def _check_seconds(name: str, value: Any, *, allow_none: bool = True) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise InvalidTaskOptions(f"{name} must be a positive number of seconds, not {value!r}")
-
-
-def check_unique_for(unique_for: Any, task_name: str) -> float:
-    """The lock TTL, required for unique tasks and bounded to 1 s .. 7 days."""
-    if unique_for is None:
-        raise UniqueForRequired(
-            f"task {task_name!r} is unique but has no unique_for: give the lock's TTL in seconds"
-        )
-    if isinstance(unique_for, timedelta):
-        unique_for = unique_for.total_seconds()
-    if isinstance(unique_for, bool) or not isinstance(unique_for, int | float):
-        raise InvalidTaskOptions(f"unique_for must be a number of seconds, not {unique_for!r}")
-    if not 1 <= unique_for <= UNIQUE_FOR_MAX:
-        raise InvalidTaskOptions(
-            f"unique_for of task {task_name!r} must lie between 1 second and 7 days, "
-            f"not {unique_for!r}"
-        )
-    return float(unique_for)
-
-
-def check_unique_mode(mode: Any) -> str:
-    if mode not in UNIQUE_MODES:
-        raise InvalidTaskOptions(
-            f"unique_mode must be one of {', '.join(UNIQUE_MODES)}, not {mode!r}")
-    return str(mode)
 
 
 def check_options(options: TaskOptions, task_name: str) -> None:
@@ -104,8 +54,6 @@ def check_options(options: TaskOptions, task_name: str) -> None:
     for name in ("reservation_timeout", "time_limit", "expires", "schedule"):
         _check_seconds(name, getattr(options, name))
     if options.cron is not None:
-        from django_taskrunner.core.cron import check_cron
-
         check_cron(options.cron)
     if options.cron is not None and options.schedule is not None:
         raise InvalidTaskOptions("give cron or schedule, not both")
@@ -143,35 +91,25 @@ class Task:
 
     def dispatch(self, payload: Any = None, **overrides: Any) -> TaskMessage:
         """Queue this task; see `django_taskrunner.core.dispatch.dispatch`."""
-        from django_taskrunner.core.dispatch import dispatch
-
-        return dispatch(self, payload, **overrides)
+        return dispatching.dispatch(self, payload, **overrides)
 
     def dispatch_many(self, payloads: Iterable[Any], **overrides: Any) -> list[TaskMessage]:
         """Queue one task per payload in one round trip."""
-        from django_taskrunner.core.dispatch import dispatch_many
-
-        return dispatch_many(self, payloads, **overrides)
+        return dispatching.dispatch_many(self, payloads, **overrides)
 
     def dispatch_on_commit(self, payload: Any = None, **overrides: Any) -> None:
         """Queue this task once the current database transaction commits."""
-        from django_taskrunner.core.dispatch import dispatch_on_commit
-
-        dispatch_on_commit(self, payload, **overrides)
+        dispatching.dispatch_on_commit(self, payload, **overrides)
 
     def dispatch_delayed(
         self, payload: Any = None, *, delay: float | timedelta, **overrides: Any
     ) -> TaskMessage:
         """Queue this task to start after `delay` (seconds or a timedelta)."""
-        from django_taskrunner.core.dispatch import dispatch_delayed
-
-        return dispatch_delayed(self, payload, delay=delay, **overrides)
+        return dispatching.dispatch_delayed(self, payload, delay=delay, **overrides)
 
     def schedule_for(self, payload: Any = None, *, when: datetime, **overrides: Any) -> TaskMessage:
         """Queue this task to start at `when`."""
-        from django_taskrunner.core.dispatch import schedule_for
-
-        return schedule_for(self, payload, when=when, **overrides)
+        return dispatching.schedule_for(self, payload, when=when, **overrides)
 
 
 @overload

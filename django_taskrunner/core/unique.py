@@ -19,11 +19,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django_taskrunner.core import clock
 from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.core.task import UNIQUE_MODES, Task, check_unique_for
+from django_taskrunner.core.options import UNIQUE_MODES, check_unique_for
 from django_taskrunner.exceptions import (
     InvalidTaskOptions,
     InvalidTaskPayload,
@@ -33,6 +33,9 @@ from django_taskrunner.exceptions import (
 )
 from django_taskrunner.store import keys, scripts, sharding
 from django_taskrunner.store.errors import REDIS_DOWN
+
+if TYPE_CHECKING:
+    from django_taskrunner.core.task import Task
 
 logger = logging.getLogger(__name__)
 
