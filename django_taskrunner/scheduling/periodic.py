@@ -23,10 +23,12 @@ from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
 from django_taskrunner.core import clock, cron
+from django_taskrunner.core.dispatch import new_message, resolve_queue
 from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import TaskRunnerError
+from django_taskrunner.models import PeriodicTask
 from django_taskrunner.store import keys, scripts, sharding
-from django_taskrunner.store.broker import Broker
+from django_taskrunner.store.broker import Broker, get_broker
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +68,6 @@ class Schedule:
 
 def code_schedules() -> list[Schedule]:
     """Schedules declared with `@task(cron=...)` or `@task(schedule=seconds)`."""
-    from django_taskrunner.core.dispatch import resolve_queue
 
     found = []
     for task in registry:
@@ -82,8 +83,6 @@ def code_schedules() -> list[Schedule]:
 
 def row_schedules() -> list[Schedule]:
     """Schedules of enabled `PeriodicTask` rows whose task is registered."""
-    from django_taskrunner.core.dispatch import resolve_queue
-    from django_taskrunner.models import PeriodicTask
 
     found = []
     for row in PeriodicTask.objects.filter(enabled=True):
@@ -155,8 +154,6 @@ class PeriodicRunner:
 
     def fire(self, schedule: Schedule, occurrence_ms: int, now_ms: int) -> bool:
         """Queue one occurrence unless it (or a later one) was fired; True if queued."""
-        from django_taskrunner.core.dispatch import new_message
-
         task = registry.find(schedule.task_name)
         if task is None:
             return False
@@ -178,8 +175,6 @@ class PeriodicRunner:
         return bool(fired)
 
     def _record_run(self, schedule: Schedule, occurrence_ms: int, next_ms: int) -> None:
-        from django_taskrunner.models import PeriodicTask
-
         close_old_connections()
         try:
             PeriodicTask.objects.filter(pk=schedule.row_pk).update(
@@ -198,42 +193,8 @@ def _iso(ms: int) -> str:
     return _aware(ms).isoformat()
 
 
-def validate_periodic_row(row: Any) -> None:
-    """`PeriodicTask.clean()`: one of cron/interval, a valid cron, a registered task,
-    a valid queue and a JSON payload; raises `ValidationError` keyed by field."""
-    import json
-
-    from django.core.exceptions import ValidationError
-
-    from django_taskrunner.core.task import check_queue_name
-
-    errors: dict[str, str] = {}
-    if bool(row.cron) == bool(row.interval):
-        errors["cron"] = "Give a cron expression or an interval, not both and not neither."
-    elif row.cron:
-        try:
-            cron.check_cron(row.cron)
-        except TaskRunnerError as exc:
-            errors["cron"] = str(exc)
-    if row.task_name not in registry:
-        errors["task_name"] = f"No task named {row.task_name!r} is registered."
-    if row.queue:
-        try:
-            check_queue_name(row.queue)
-        except TaskRunnerError as exc:
-            errors["queue"] = str(exc)
-    try:
-        json.dumps(row.payload, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        errors["payload"] = f"The payload must be JSON: {exc}"
-    if errors:
-        raise ValidationError(errors)
-
-
 def announce_change(**kwargs: Any) -> None:
     """Signal receiver: tell the leader's scheduler to reload the database schedules."""
-    from django_taskrunner.store.broker import get_broker
-
     try:
         broker = get_broker()
         broker.client.publish(keys.periodic_channel(broker.prefix), clock.now_ms())
