@@ -15,7 +15,7 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from django_taskrunner.conf import get_settings
+from django_taskrunner.conf import get_settings, on_reset
 from django_taskrunner.core.message import FIELD
 from django_taskrunner.store import keys, scripts
 from django_taskrunner.store.connection import get_redis
@@ -286,6 +286,7 @@ def get_broker() -> Broker:
     return broker
 
 
+@on_reset
 def reset() -> None:
     global _broker
     _broker = None

@@ -28,21 +28,14 @@ from redis.connection import parse_url
 from redis.exceptions import RedisClusterException, ResponseError
 from redis.retry import Retry
 
-from django_taskrunner.conf import get_settings
+from django_taskrunner.conf import get_settings, on_reset
+from django_taskrunner.store import embedded
+from django_taskrunner.store.nodes import parse_node
 
 logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _client: Any = None
-
-
-def parse_node(node: str) -> tuple[str, int]:
-    """`"host:port"` (or `"[v6 address]:port"`) -> (host, port); ValueError if malformed."""
-    host, sep, port = node.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise ValueError(f'a cluster node must be "host:port", not {node!r}')
-    return host, int(port)
 
 
 def cluster_client(nodes: list[str], **options: Any) -> RedisCluster:
@@ -114,8 +107,6 @@ def _build_client() -> Any:
     else:
         url = settings.REDIS_URL
         if not url:
-            from django_taskrunner.store import embedded
-
             url = embedded.ensure_server(settings.EMBEDDED_DIR)
         # No retries inside redis-py: a command against a dead Redis fails after one connect
         # or socket timeout, so dispatch() raises RedisUnavailable quickly, and the worker's
@@ -144,6 +135,7 @@ def get_redis() -> Any:
     return client
 
 
+@on_reset
 def reset() -> None:
     """Drop the cached client, e.g. after the settings changed.
 

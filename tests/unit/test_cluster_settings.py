@@ -8,7 +8,7 @@ import pytest
 
 from django_taskrunner.checks import check_taskrunner_settings
 from django_taskrunner.store import keys, sharding
-from django_taskrunner.store.connection import parse_node
+from django_taskrunner.store.nodes import parse_node
 
 
 def errors(settings, value):
