@@ -36,6 +36,7 @@ from django_taskrunner.compat import (
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock, due
 from django_taskrunner.core.dispatch import REDIS_DOWN, add_delayed, new_message
+from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import RedisUnavailable
 from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import get_broker
@@ -78,8 +79,6 @@ class TaskRunnerBackend(BaseTaskBackend):
 
         The result record is written before the message, so a worker always finds it.
         """
-        from django_taskrunner.core.registry import registry
-
         self.validate_task(task)
         result_id = uuid.uuid4().hex
         record = new_record(task, self.alias, list(args), dict(kwargs))

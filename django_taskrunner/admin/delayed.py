@@ -29,6 +29,7 @@ from django_taskrunner.admin.base import RedisPageAdmin
 from django_taskrunner.checks import QUEUE_NAME
 from django_taskrunner.conf import get_settings
 from django_taskrunner.models import DelayedTask
+from django_taskrunner.stats.health import dashboard_queues
 from django_taskrunner.store.broker import get_broker
 
 PER_PAGE = 50
@@ -61,7 +62,7 @@ class DelayedTaskAdmin(RedisPageAdmin):
         broker = get_broker()
         try:
             queues = delayed.queues_with_counts(
-                broker, delayed.known_queues(broker, [get_settings().DEFAULT_QUEUE]))
+                broker, dashboard_queues(broker))
         except RedisError as exc:
             return self.render(request, "change_list.html", {"redis_error": str(exc)})
         queue = self._chosen_queue(request.GET.get("queue", ""), queues)

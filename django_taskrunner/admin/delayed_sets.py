@@ -18,7 +18,6 @@ import logging
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from django.utils import timezone
 
@@ -214,12 +213,3 @@ def queues_with_counts(broker: Broker, queues: list[str]) -> list[tuple[str, int
     counts = iter(int(n) for n in pipe.execute())
     return [(queue, sum(next(counts) for _ in names))
             for queue, names in zip(queues, shards, strict=True)]
-
-
-def known_queues(broker: Broker, extra: Any = ()) -> list[str]:
-    """Queues workers consume, queues tasks declare, and `extra`, sorted."""
-    from django_taskrunner.core.registry import registry
-
-    recorded = broker.client.smembers(keys.known_queues_key(broker.prefix))
-    names = {q.decode() if isinstance(q, bytes) else q for q in recorded}
-    return sorted(names | registry.queues() | set(extra))

@@ -17,7 +17,9 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
+from django_taskrunner.core.registry import registry
 from django_taskrunner.stats.recorder import BUCKET_LABELS
 from django_taskrunner.stats.store import COUNTERS
 from django_taskrunner.store import keys, sharding
@@ -304,9 +306,6 @@ def minute_counts(queue: str, minutes: int = 60, *, broker: Broker | None = None
 
 def known_queues() -> list[str]:
     """Every queue a registered task names, plus DEFAULT_QUEUE."""
-    from django_taskrunner.conf import get_settings
-    from django_taskrunner.core.registry import registry
-
     return sorted(registry.queues() | {get_settings().DEFAULT_QUEUE})
 
 

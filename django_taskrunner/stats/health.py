@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
+from django_taskrunner.core.registry import registry
 from django_taskrunner.stats.figures import MinuteCounts, QueueStats, get_stats, minute_counts
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import Broker, get_broker
@@ -96,10 +98,14 @@ def get_health(queue: str, *, broker: Broker | None = None,
 
 def dashboard_queues(broker: Broker | None = None) -> list[str]:
     """Queues workers consume, queues registered tasks name, and DEFAULT_QUEUE."""
-    from django_taskrunner.admin.delayed_sets import known_queues
-    from django_taskrunner.conf import get_settings
-
     return known_queues(broker or get_broker(), [get_settings().DEFAULT_QUEUE])
+
+
+def known_queues(broker: Broker, extra: Any = ()) -> list[str]:
+    """Queues workers consume, queues tasks declare, and `extra`, sorted."""
+    recorded = broker.client.smembers(keys.known_queues_key(broker.prefix))
+    names = {q.decode() if isinstance(q, bytes) else q for q in recorded}
+    return sorted(names | registry.queues() | set(extra))
 
 
 def _consumers(broker: Broker, queue: str, now_ms: int) -> tuple[tuple[ConsumerInfo, ...], int]:

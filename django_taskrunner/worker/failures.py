@@ -14,6 +14,7 @@ from django.utils.module_loading import import_string
 
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.models import FailedTask
 from django_taskrunner.store.keys import SHARD_MARK, queue_of
 
 logger = logging.getLogger(__name__)
@@ -43,8 +44,6 @@ def record_failure(
     A row already written for this message id (a replay after a crash) is kept as is,
     and the handler is not called again.
     """
-    from django_taskrunner.models import FailedTask
-
     if SHARD_MARK in message.queue:  # read from a shard: the row and the handler name the queue
         message = replace(message, queue=queue_of(message.queue))
     error_class, error_text = describe_error(error)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
@@ -22,20 +22,29 @@ from django_taskrunner.stats import store as stats_store
 from django_taskrunner.stats.figures import QueueStats, get_stats
 from django_taskrunner.stats.long_queue import LongQueueHook
 from django_taskrunner.stats.recorder import StatsRecorder
+from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.worker.autoscale import ScalingPolicy, decide
-
-if TYPE_CHECKING:
-    from django_taskrunner.worker.worker import Worker
+from django_taskrunner.worker.pool import Pool
 
 logger = logging.getLogger(__name__)
+
+
+class Monitored(Protocol):
+    """What the monitor reads of its worker (the `Worker`, which starts the monitor)."""
+
+    broker: Broker
+    consumer: str
+    queues: list[str]
+    pool: Pool
+    stopping: threading.Event
 
 
 class Monitor(threading.Thread):
     """Flushes statistics, keeps the heartbeat, autoscales the pool, fires the hook."""
 
     def __init__(
-        self, worker: Worker, *, scaling: ScalingPolicy | None = None,
+        self, worker: Monitored, *, scaling: ScalingPolicy | None = None,
         now: Callable[[], float] = clock.monotonic,
     ) -> None:
         super().__init__(name="taskrunner-monitor", daemon=True)
