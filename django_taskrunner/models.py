@@ -42,10 +42,6 @@ class FailedTask(models.Model):
     def __str__(self) -> str:
         return f"{self.task_name} ({self.message_id})"
 
-    def payload_value(self) -> object:
-        """The payload decoded from JSON; raises ValueError if it was not JSON."""
-        return json.loads(self.payload)
-
 
 class PeriodicTask(models.Model):
     """A schedule kept in the database (editable in the admin): run a task with a payload

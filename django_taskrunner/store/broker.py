@@ -9,7 +9,7 @@ queue split into several (`"emails#2"`, see sharding.py); the broker does not ca
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,20 +90,15 @@ class Broker:
 
     def read(self, queue: str, consumer: str, count: int, block_ms: int | None) -> list[Entry]:
         """New messages for `consumer` (XREADGROUP ... >), blocking up to `block_ms`."""
-        return self._read(queue, consumer, count, block_ms, ">")
-
-    def _read(
-        self, queue: str, consumer: str, count: int, block_ms: int | None, start: str
-    ) -> list[Entry]:
         stream = self.stream(queue)
         try:
             reply = self.client.xreadgroup(
-                self.group, consumer, {stream: start}, count=count, block=block_ms
+                self.group, consumer, {stream: ">"}, count=count, block=block_ms
             )
         except ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
-            # The stream was deleted (purge, or a Redis restart without persistence).
+            # The stream was deleted (by hand, or a Redis restart without persistence).
             self.ensure_group(queue)
             return []
         if not reply:
@@ -240,19 +235,6 @@ class Broker:
         except ResponseError:
             return 0
         return int(summary["pending"])
-
-    def purge(self, queue: str) -> int:
-        """Delete every message of the queue (stream and delayed set); returns how many."""
-        stream, delayed = self.stream(queue), keys.delayed_key(self.prefix, queue)
-        pipe = self.client.pipeline(transaction=True)
-        pipe.xlen(stream)
-        pipe.zcard(delayed)
-        pipe.delete(stream, delayed)
-        counted = pipe.execute()
-        return int(counted[0]) + int(counted[1])
-
-    def queues_present(self, queues: Iterable[str]) -> list[str]:
-        return [queue for queue in queues if self.client.exists(self.stream(queue))]
 
 
 def _body(fields: dict[bytes, bytes] | None) -> bytes | None:

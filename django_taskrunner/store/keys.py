@@ -31,11 +31,6 @@ def queue_of(name: str) -> str:
     return name.partition(SHARD_MARK)[0]
 
 
-def queue_tag(prefix: str, queue: str) -> str:
-    """`<prefix>:{<queue>}`: the start shared by every key of one queue."""
-    return f"{prefix}:{{{queue}}}"
-
-
 def stream_key(prefix: str, queue: str) -> str:
     """The Redis stream holding a queue's ready messages."""
     return f"{prefix}:{{{queue}}}:stream"
