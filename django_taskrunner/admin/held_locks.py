@@ -8,7 +8,7 @@ freed while someone pages may be shown twice or not at all; every lock held the 
 time is shown once.
 
 A lock's mode comes from its mode record (`keys.unique_mode_key`, written with the lock
-by `scripts/enqueue.lua`); a lock taken before mode records existed shows its task's
+by `store/lua/enqueue.lua`); a lock taken before mode records existed shows its task's
 declared mode, marked as such.
 """
 

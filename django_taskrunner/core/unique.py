@@ -3,7 +3,7 @@
 A unique dispatch takes the lock `<prefix>:{<queue>}:unique:<task>[:<key>]` (value:
 the message id, TTL: `unique_for`), a `task_id` dispatch reserves
 `<prefix>:{<queue>}:id:<task_id>`, and either adds its message in the same Lua script
-(`scripts/enqueue.lua`), so there is never a lock without its message. Next to a lock,
+(`store/lua/enqueue.lua`), so there is never a lock without its message. Next to a lock,
 `<prefix>:{<queue>}:unique-mode:<task>[:<key>]` records its mode with the same TTL, for
 the admin; it is deleted together with its lock. The worker
 frees what a message holds at the point its mode names (`RELEASE_ON`), comparing the
@@ -169,7 +169,7 @@ def lock_spec(
 
 @dataclass(frozen=True)
 class Claim:
-    """What one dispatch reserves while adding its message (see `scripts/enqueue.lua`)."""
+    """What one dispatch reserves while adding its message (see `store/lua/enqueue.lua`)."""
 
     task_name: str
     holder_id: str  # the message id: the value written to the lock and the id key

@@ -2,7 +2,7 @@
 
 A message un-acked for longer than its reservation timeout may be reclaimed by another
 worker; the heartbeat resets the idle time of every running message (XCLAIM ... JUSTID
-by its own consumer, through `scripts/hold.lua`, which never steals a message another
+by its own consumer, through `store/lua/hold.lua`, which never steals a message another
 worker has reclaimed), all queues in one pipelined round trip, several times per
 timeout. A 10-minute task with a 30-second reservation timeout is therefore never
 reclaimed while its worker lives; if the worker dies, the heartbeats stop with it.

@@ -16,7 +16,7 @@ an entry its holder refreshed meanwhile is skipped. (XAUTOCLAIM takes one min-id
 all entries and raises the delivery counter; neither fits.)
 
 Delivery counter: a claim keeps it (RETRYCOUNT), and a worker raises it when it starts
-a reclaimed message (`scripts/hold.lua`). So it counts runs that may have started:
+a reclaimed message (`store/lua/hold.lua`). So it counts runs that may have started:
 messages that only sat in a dead worker's buffer are not charged for its death.
 
 After a Redis outage, reclaiming waits one reservation timeout: heartbeats stopped
