@@ -1,13 +1,19 @@
-"""System checks for the `TASKRUNNER` setting (ids `taskrunner.E001`...).
+"""System checks for the `TASKRUNNER` setting (ids `taskrunner.E000`...).
 
 `validate_settings()` is also what `conf.get_settings()` runs, so a bad value fails
-the same way at start-up (`manage.py check`, `runserver`, `runtasks`) and at first use.
+the same way at start-up (`manage.py check`, `runserver`, `runtasks`) and at first use
+in a process that runs no checks (gunicorn, a script calling `django.setup()`).
+Every key of `conf.DEFAULTS` has one entry in `KEY_CHECKS`; a test keeps it so.
 """
 
 from __future__ import annotations
 
 import difflib
+import math
+import os
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.core.checks import CheckMessage, Error, Tags, register
@@ -17,6 +23,13 @@ PREFIX_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")
 # A queue split into more streams than this is a configuration mistake: every worker
 # runs one reader thread per shard.
 MAX_SHARDS = 256
+# A year. A longer time setting is a mistake, and far longer ones overflow what Redis
+# (milliseconds in a signed 64-bit integer) and thread timeouts accept.
+MAX_SECONDS = 365 * 24 * 3600
+# Thread pools and reads larger than these are typing mistakes, not configurations.
+MAX_POOL = 1024
+MAX_BATCH = 10_000
+MAX_WINDOW = 100_000
 
 
 def _error(msg: str, id_: str, hint: str | None = None) -> Error:
@@ -24,7 +37,10 @@ def _error(msg: str, id_: str, hint: str | None = None) -> Error:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """An int or a finite float (not a bool): NaN and infinity are no usable number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return isinstance(value, int) or math.isfinite(value)
 
 
 def _check_unknown(raw: dict[str, Any]) -> list[CheckMessage]:
@@ -40,129 +56,125 @@ def _check_unknown(raw: dict[str, Any]) -> list[CheckMessage]:
     return errors
 
 
-# key -> (kind, minimum, id); kind "int" or "number"; minimum inclusive
-_NUMBERS: dict[str, tuple[str, float, str]] = {
-    "BATCH_SIZE": ("int", 1, "taskrunner.E002"),
-    "BLOCK_MS": ("int", 1, "taskrunner.E002"),
-    "MAX_WORKERS": ("int", 1, "taskrunner.E002"),
-    "RESERVATION_TIMEOUT": ("number", 1, "taskrunner.E002"),
-    "DESIRED_WAIT": ("number", 0.001, "taskrunner.E002"),
-    "TUNING_COOLDOWN": ("number", 0, "taskrunner.E002"),
-    "STATS_INTERVAL": ("number", 0.05, "taskrunner.E002"),
-    "STATS_WINDOW": ("int", 1, "taskrunner.E002"),
-    "LONG_QUEUE_COOLDOWN": ("number", 0.001, "taskrunner.E002"),
-    "SHUTDOWN_TIMEOUT": ("number", 0, "taskrunner.E002"),
-    "LONG_QUEUE_THRESHOLD": ("number", 0, "taskrunner.E002"),
-    "SOCKET_TIMEOUT": ("number", 0.001, "taskrunner.E002"),
-    "CONNECT_TIMEOUT": ("number", 0.001, "taskrunner.E002"),
-    "LEADER_LEASE": ("number", 1, "taskrunner.E002"),
-    "TIME_LIMIT_GRACE": ("number", 0, "taskrunner.E002"),
-    "DEAD_CONSUMER_TIMEOUT": ("number", 1, "taskrunner.E002"),
+def _figure(value: float) -> str:
+    """31536000 as "31,536,000", 0.05 as "0.05": as docs/settings.md writes them."""
+    return f"{int(value):,}" if value == int(value) else f"{value:g}"
+
+
+@dataclass(frozen=True)
+class NumberRule:
+    """The type and inclusive range of a numeric key (`taskrunner.E002` when broken)."""
+
+    integer: bool
+    minimum: float
+    maximum: float
+    none_allowed: bool = False  # None means "computed from other settings"
+
+    def describe(self) -> str:
+        what = "an integer" if self.integer else "a finite number"
+        either = "None or " if self.none_allowed else ""
+        return f"{either}{what} from {_figure(self.minimum)} to {_figure(self.maximum)}"
+
+    def accepts(self, value: Any) -> bool:
+        if value is None:
+            return self.none_allowed
+        if self.integer and (isinstance(value, bool) or not isinstance(value, int)):
+            return False
+        return _is_number(value) and self.minimum <= value <= self.maximum
+
+
+NUMBERS: dict[str, NumberRule] = {
+    "RESERVATION_TIMEOUT": NumberRule(False, 1, MAX_SECONDS),
+    "BATCH_SIZE": NumberRule(True, 1, MAX_BATCH),
+    "BLOCK_MS": NumberRule(True, 1, MAX_SECONDS * 1000),  # and below SOCKET_TIMEOUT: E009
+    "MIN_WORKERS": NumberRule(True, 1, MAX_POOL, none_allowed=True),
+    "MAX_WORKERS": NumberRule(True, 1, MAX_POOL),
+    "DESIRED_WAIT": NumberRule(False, 0.001, MAX_SECONDS),
+    "DESIRED_WAIT_TOLERANCE": NumberRule(False, 0, MAX_SECONDS, none_allowed=True),
+    "TUNING_COOLDOWN": NumberRule(False, 0, MAX_SECONDS),
+    "STATS_INTERVAL": NumberRule(False, 0.05, MAX_SECONDS),
+    "STATS_WINDOW": NumberRule(True, 1, MAX_WINDOW),
+    "SHUTDOWN_TIMEOUT": NumberRule(False, 0, MAX_SECONDS),
+    "LONG_QUEUE_THRESHOLD": NumberRule(False, 0, MAX_SECONDS),
+    "LONG_QUEUE_COOLDOWN": NumberRule(False, 0.001, MAX_SECONDS),
+    "SOCKET_TIMEOUT": NumberRule(False, 0.001, MAX_SECONDS),
+    "CONNECT_TIMEOUT": NumberRule(False, 0.001, MAX_SECONDS),
+    "LEADER_LEASE": NumberRule(False, 1, MAX_SECONDS),
+    "TIME_LIMIT_GRACE": NumberRule(False, 0, MAX_SECONDS),
+    "DEAD_CONSUMER_TIMEOUT": NumberRule(False, 1, MAX_SECONDS, none_allowed=True),
 }
 
 
-# Numbers whose None means "computed from other settings".
-_NONE_ALLOWED = frozenset({"DEAD_CONSUMER_TIMEOUT"})
+def _number_check(key: str) -> Callable[[Any], list[CheckMessage]]:
+    rule = NUMBERS[key]
+
+    def check(value: Any) -> list[CheckMessage]:
+        if rule.accepts(value):
+            return []
+        return [_error(f"TASKRUNNER[{key!r}] must be {rule.describe()}, not {value!r}",
+                       "taskrunner.E002")]
+
+    return check
 
 
-def _check_numbers(raw: dict[str, Any]) -> list[CheckMessage]:
-    errors: list[CheckMessage] = []
-    for key, (kind, minimum, id_) in _NUMBERS.items():
-        if key not in raw or (key in _NONE_ALLOWED and raw[key] is None):
-            continue
-        value = raw[key]
-        ok_type = isinstance(value, int) and not isinstance(value, bool) if kind == "int" else (
-            _is_number(value)
-        )
-        if not ok_type or value < minimum:
-            what = "an integer" if kind == "int" else "a number"
-            errors.append(
-                _error(f"TASKRUNNER[{key!r}] must be {what} >= {minimum:g}, not {value!r}", id_)
-            )
-    min_workers = raw.get("MIN_WORKERS")
-    if min_workers is not None:
-        if not isinstance(min_workers, int) or isinstance(min_workers, bool) or min_workers < 1:
-            errors.append(
-                _error(
-                    f"TASKRUNNER['MIN_WORKERS'] must be None or an integer >= 1, "
-                    f"not {min_workers!r}",
-                    "taskrunner.E002",
-                )
-            )
-        elif isinstance(raw.get("MAX_WORKERS", 8), int) and min_workers > raw.get("MAX_WORKERS", 8):
-            errors.append(
-                _error("TASKRUNNER['MIN_WORKERS'] is larger than MAX_WORKERS", "taskrunner.E003")
-            )
-    block_ms, socket_timeout = raw.get("BLOCK_MS", 1000), raw.get("SOCKET_TIMEOUT", 10)
-    if _is_number(block_ms) and _is_number(socket_timeout) and block_ms / 1000 >= socket_timeout:
-        errors.append(
-            _error(
-                f"TASKRUNNER['BLOCK_MS'] ({block_ms} ms) must be shorter than SOCKET_TIMEOUT "
-                f"({socket_timeout} s), or every idle read times out",
-                "taskrunner.E009",
-            )
-        )
-    return errors
+def _name_check(key: str, pattern: re.Pattern[str]) -> Callable[[Any], list[CheckMessage]]:
+    def check(value: Any) -> list[CheckMessage]:
+        if isinstance(value, str) and pattern.match(value):
+            return []
+        return [_error(f"TASKRUNNER[{key!r}] must be a name of letters, digits, '.', '_' or "
+                       f"'-' (no ':', '{{' or '}}'), not {value!r}", "taskrunner.E004")]
+
+    return check
 
 
-def _check_tuning(raw: dict[str, Any]) -> list[CheckMessage]:
-    """The tolerance must leave room below DESIRED_WAIT, or the pool could never shrink."""
-    tolerance, desired = raw.get("DESIRED_WAIT_TOLERANCE"), raw.get("DESIRED_WAIT", 1.0)
-    if tolerance is None:
-        return []
-    if not _is_number(tolerance) or tolerance < 0:
-        return [_error(f"TASKRUNNER['DESIRED_WAIT_TOLERANCE'] must be None or a number >= 0, "
-                       f"not {tolerance!r}", "taskrunner.E002")]
-    if _is_number(desired) and tolerance >= desired:
-        return [_error(f"TASKRUNNER['DESIRED_WAIT_TOLERANCE'] ({tolerance:g} s) must be smaller "
-                       f"than DESIRED_WAIT ({desired:g} s), or an autoscaled pool never shrinks",
-                       "taskrunner.E003")]
+def _optional_string_check(key: str) -> Callable[[Any], list[CheckMessage]]:
+    def check(value: Any) -> list[CheckMessage]:
+        if value is None or isinstance(value, str):
+            return []
+        return [_error(f"TASKRUNNER[{key!r}] must be a string or None, not {value!r}",
+                       "taskrunner.E005")]
+
+    return check
+
+
+def _check_redis_url(url: Any) -> list[CheckMessage]:
+    if url is not None and not (isinstance(url, str)
+                                and url.startswith(("redis://", "rediss://", "unix://"))):
+        return [_error(f"TASKRUNNER['REDIS_URL'] must be None or a URL starting with "
+                       f"redis://, rediss:// or unix://, not {url!r}", "taskrunner.E005")]
     return []
 
 
-def _check_names(raw: dict[str, Any]) -> list[CheckMessage]:
-    errors: list[CheckMessage] = []
-    for key, pattern in (("PREFIX", PREFIX_NAME), ("CONSUMER_GROUP", PREFIX_NAME),
-                         ("DEFAULT_QUEUE", QUEUE_NAME)):
-        if key in raw and not (isinstance(raw[key], str) and pattern.match(raw[key])):
-            errors.append(
-                _error(
-                    f"TASKRUNNER[{key!r}] must be a name of letters, digits, '.', '_' or '-' "
-                    f"(no ':', '{{' or '}}'), not {raw[key]!r}",
-                    "taskrunner.E004",
-                )
-            )
-    for key in ("REDIS_URL", "CONNECTION", "FAILED_TASK_HANDLER", "LONG_QUEUE_HOOK",
-                "METRICS_TOKEN"):
-        if raw.get(key) is not None and not isinstance(raw[key], str):
-            errors.append(
-                _error(f"TASKRUNNER[{key!r}] must be a string or None", "taskrunner.E005"))
-    token = raw.get("METRICS_TOKEN")
+def _check_metrics_token(token: Any) -> list[CheckMessage]:
+    if token is not None and not isinstance(token, str):
+        return [_error(f"TASKRUNNER['METRICS_TOKEN'] must be a string or None, not "
+                       f"{type(token).__name__}", "taskrunner.E005")]
     if isinstance(token, str) and len(token) < 16:
-        errors.append(_error("TASKRUNNER['METRICS_TOKEN'] must be at least 16 characters long",
-                             "taskrunner.E005", hint="e.g. python -c 'import secrets; "
-                             "print(secrets.token_urlsafe())'"))
-    url = raw.get("REDIS_URL")
-    if isinstance(url, str) and not url.startswith(("redis://", "rediss://", "unix://")):
-        errors.append(
-            _error(
-                f"TASKRUNNER['REDIS_URL'] must start with redis://, rediss:// or unix://, "
-                f"not {url!r}",
-                "taskrunner.E005",
-            )
-        )
-    chosen = [key for key in ("REDIS_URL", "CONNECTION", "CLUSTER_NODES") if raw.get(key)]
-    if len(chosen) > 1:
-        both = "both" if len(chosen) == 2 else "all of"
-        errors.append(_error(f"set only one of REDIS_URL, CONNECTION or CLUSTER_NODES, not "
-                             f"{both} {' and '.join(chosen)}", "taskrunner.E006",
-                             hint="a REDIS_URL may name any node of a cluster; its client "
-                                  "then finds the others"))
-    errors += _check_cluster_nodes(raw.get("CLUSTER_NODES"))
-    if "DELETE_ON_ACK" in raw and not isinstance(raw["DELETE_ON_ACK"], bool):
-        errors.append(
-            _error("TASKRUNNER['DELETE_ON_ACK'] must be True or False", "taskrunner.E005"))
-    return errors
+        return [_error("TASKRUNNER['METRICS_TOKEN'] must be at least 16 characters long",
+                       "taskrunner.E005", hint="e.g. python -c 'import secrets; "
+                       "print(secrets.token_urlsafe())'")]
+    return []
+
+
+def _check_delete_on_ack(value: Any) -> list[CheckMessage]:
+    if isinstance(value, bool):
+        return []
+    return [_error(f"TASKRUNNER['DELETE_ON_ACK'] must be True or False, not {value!r}",
+                   "taskrunner.E005")]
+
+
+def _check_embedded_dir(value: Any) -> list[CheckMessage]:
+    """None, or a folder path: a non-empty str or os.PathLike naming a str path."""
+    path = None
+    if isinstance(value, str | os.PathLike):
+        try:
+            path = os.fspath(value)
+        except TypeError:
+            path = None
+    if value is None or (isinstance(path, str) and path and "\0" not in path):
+        return []
+    return [_error(f"TASKRUNNER['EMBEDDED_DIR'] must be None or a folder path (a non-empty "
+                   f"str or pathlib.Path), not {value!r}", "taskrunner.E005")]
 
 
 def _check_cluster_nodes(nodes: Any) -> list[CheckMessage]:
@@ -171,7 +183,7 @@ def _check_cluster_nodes(nodes: Any) -> list[CheckMessage]:
 
     if nodes is None:
         return []
-    message = 'TASKRUNNER["CLUSTER_NODES"] must be a non-empty list of "host:port"'
+    message = "TASKRUNNER['CLUSTER_NODES'] must be None or a non-empty list of \"host:port\""
     if not isinstance(nodes, list | tuple) or not nodes:
         return [_error(f"{message}, not {nodes!r}", "taskrunner.E005")]
     errors: list[CheckMessage] = []
@@ -183,11 +195,8 @@ def _check_cluster_nodes(nodes: Any) -> list[CheckMessage]:
     return errors
 
 
-def _check_shards(raw: dict[str, Any]) -> list[CheckMessage]:
+def _check_shards(value: Any) -> list[CheckMessage]:
     """SHARDS: a count for every queue, or {queue name: count}; counts 1..MAX_SHARDS."""
-    if "SHARDS" not in raw:
-        return []
-    value = raw["SHARDS"]
     counts = value if isinstance(value, dict) else {"*": value}
     errors: list[CheckMessage] = []
     for queue, count in counts.items():
@@ -202,12 +211,78 @@ def _check_shards(raw: dict[str, Any]) -> list[CheckMessage]:
     return errors
 
 
+# One check of type and range per key of conf.DEFAULTS, run only when the key is given
+# (the defaults pass them all). Checks across keys are in _check_combinations.
+KEY_CHECKS: dict[str, Callable[[Any], list[CheckMessage]]] = {
+    **{key: _number_check(key) for key in NUMBERS},
+    "REDIS_URL": _check_redis_url,
+    "CONNECTION": _optional_string_check("CONNECTION"),
+    "CLUSTER_NODES": _check_cluster_nodes,
+    "SHARDS": _check_shards,
+    "EMBEDDED_DIR": _check_embedded_dir,
+    "PREFIX": _name_check("PREFIX", PREFIX_NAME),
+    "CONSUMER_GROUP": _name_check("CONSUMER_GROUP", PREFIX_NAME),
+    "DEFAULT_QUEUE": _name_check("DEFAULT_QUEUE", QUEUE_NAME),
+    "DELETE_ON_ACK": _check_delete_on_ack,
+    "FAILED_TASK_HANDLER": _optional_string_check("FAILED_TASK_HANDLER"),
+    "LONG_QUEUE_HOOK": _optional_string_check("LONG_QUEUE_HOOK"),
+    "METRICS_TOKEN": _check_metrics_token,
+}
+
+
+def _check_keys(raw: dict[str, Any]) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    for key, check in KEY_CHECKS.items():
+        if key in raw:
+            errors += check(raw[key])
+    return errors
+
+
+def _valid(raw: dict[str, Any], key: str, default: Any) -> Any:
+    """raw[key] when it passed its own check, else None (its error is already reported)."""
+    value = raw.get(key, default)
+    return value if not KEY_CHECKS[key](value) else None
+
+
+def _check_combinations(raw: dict[str, Any]) -> list[CheckMessage]:
+    """Values each fine alone but not together (only between values that are fine alone)."""
+    errors: list[CheckMessage] = []
+    smallest, largest = _valid(raw, "MIN_WORKERS", None), _valid(raw, "MAX_WORKERS", 8)
+    if smallest is not None and largest is not None and smallest > largest:
+        errors.append(
+            _error("TASKRUNNER['MIN_WORKERS'] is larger than MAX_WORKERS", "taskrunner.E003"))
+    tolerance, desired = (_valid(raw, "DESIRED_WAIT_TOLERANCE", None),
+                          _valid(raw, "DESIRED_WAIT", 1.0))
+    if tolerance is not None and desired is not None and tolerance >= desired:
+        errors.append(_error(f"TASKRUNNER['DESIRED_WAIT_TOLERANCE'] ({tolerance:g} s) must be "
+                             f"smaller than DESIRED_WAIT ({desired:g} s), or an autoscaled "
+                             f"pool never shrinks", "taskrunner.E003"))
+    block_ms, socket_timeout = _valid(raw, "BLOCK_MS", 1000), _valid(raw, "SOCKET_TIMEOUT", 10)
+    if block_ms is not None and socket_timeout is not None and (
+            block_ms / 1000 >= socket_timeout):
+        errors.append(_error(f"TASKRUNNER['BLOCK_MS'] ({block_ms} ms) must be shorter than "
+                             f"SOCKET_TIMEOUT ({socket_timeout} s), or every idle read times "
+                             f"out", "taskrunner.E009"))
+    chosen = [key for key in ("REDIS_URL", "CONNECTION", "CLUSTER_NODES") if raw.get(key)]
+    if len(chosen) > 1:
+        both = "both" if len(chosen) == 2 else "all of"
+        errors.append(_error(f"set only one of REDIS_URL, CONNECTION or CLUSTER_NODES, not "
+                             f"{both} {' and '.join(chosen)}", "taskrunner.E006",
+                             hint="a REDIS_URL may name any node of a cluster; its client "
+                                  "then finds the others"))
+    return errors
+
+
 def validate_settings(raw: Any) -> list[CheckMessage]:
-    """Every problem with a raw `TASKRUNNER` value; empty when it is usable."""
+    """Every problem with a raw `TASKRUNNER` value; empty when it is usable.
+
+    Needs nothing but the value itself (no CACHES, no imports of dotted paths).
+    """
     if not isinstance(raw, dict):
-        return [_error("TASKRUNNER must be a dict", "taskrunner.E000")]
-    return (_check_unknown(raw) + _check_numbers(raw) + _check_tuning(raw) + _check_names(raw)
-            + _check_shards(raw))
+        # The value itself is not shown: a URL given in place of the dict may hold a password.
+        return [_error(f"TASKRUNNER must be a dict, not {type(raw).__name__}", "taskrunner.E000",
+                       hint='e.g. TASKRUNNER = {"REDIS_URL": "redis://localhost:6379/0"}')]
+    return _check_unknown(raw) + _check_keys(raw) + _check_combinations(raw)
 
 
 def _check_connection_alias(raw: dict[str, Any]) -> list[CheckMessage]:

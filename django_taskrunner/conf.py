@@ -122,9 +122,15 @@ class Settings:
     DEAD_CONSUMER_TIMEOUT: float | None
 
 
+def raw_settings() -> Any:
+    """`settings.TASKRUNNER` exactly as the project wrote it (`{}` when unset)."""
+    return getattr(django_settings, "TASKRUNNER", {})
+
+
 def user_settings() -> dict[str, Any]:
-    """The raw `TASKRUNNER` dict as the project wrote it (empty when unset)."""
-    value = getattr(django_settings, "TASKRUNNER", None)
+    """A copy of the `TASKRUNNER` dict (empty when unset, or when it is no dict: the
+    system checks report that as taskrunner.E000, and `get_settings()` refuses it)."""
+    value = raw_settings()
     return dict(value) if isinstance(value, dict) else {}
 
 
@@ -135,15 +141,28 @@ def default_embedded_dir() -> Path:
 
 @functools.cache
 def get_settings() -> Settings:
-    """Merge `TASKRUNNER` over `DEFAULTS`; errors in it are reported by the system checks."""
-    from django_taskrunner.checks import validate_settings
+    """Merge `TASKRUNNER` over `DEFAULTS`, refusing any bad value.
 
-    raw = user_settings()
+    The same checks as `manage.py check` (all but importing the dotted paths), because a
+    process that runs no system checks (gunicorn, a script calling `django.setup()`)
+    must fail loudly at first use rather than run on defaults it was not given.
+
+    Raises:
+        ImproperlyConfigured: `TASKRUNNER` is not a dict, or a value in it is bad; the
+            message names each bad key and its check id.
+    """
+    from django.core.exceptions import ImproperlyConfigured
+
+    from django_taskrunner.checks import _check_connection_alias, validate_settings
+
+    raw = raw_settings()
     errors = validate_settings(raw)
+    if not errors:
+        errors = _check_connection_alias(raw)
     if errors:
-        from django.core.exceptions import ImproperlyConfigured
-
-        raise ImproperlyConfigured("; ".join(error.msg for error in errors))
+        raise ImproperlyConfigured(
+            "bad TASKRUNNER setting: " + "; ".join(f"{error.msg} ({error.id})" for error in errors)
+        )
     values = {key: raw.get(key, option.default) for key, option in DEFAULTS.items()}
     if values["EMBEDDED_DIR"] is None:
         values["EMBEDDED_DIR"] = default_embedded_dir()

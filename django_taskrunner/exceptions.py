@@ -68,12 +68,19 @@ class TaskIdConflict(TaskRunnerError):
 
 
 class TaskExecutionError(TaskRunnerError):
-    """Wraps the exception a task raised, with the task's name."""
+    """A task failed for good: wraps what its last attempt raised (`.error`, also the
+    `__cause__`), with the task's name and message id. FAILED_TASK_HANDLER receives it."""
 
-    def __init__(self, task_name: str, error: BaseException) -> None:
-        super().__init__(f"task {task_name!r} failed: {type(error).__name__}: {error}")
+    def __init__(self, task_name: str, error: BaseException, *,
+                 message_id: str | None = None) -> None:
+        named = f"task {task_name!r}"
+        if message_id is not None:
+            named += f" (id {message_id!r})"
+        super().__init__(f"{named} failed: {type(error).__name__}: {error}")
         self.task_name = task_name
+        self.message_id = message_id
         self.error = error
+        self.__cause__ = error
 
 
 class RedisUnavailable(TaskRunnerError, ConnectionError):

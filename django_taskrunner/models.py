@@ -19,13 +19,19 @@ from django_taskrunner.exceptions import TaskRunnerError
 class FailedTask(models.Model):
     """A task that failed after its last retry, or a message that could not be run.
 
-    Written idempotently: `message_id` is unique, so a crash that replays the message
-    after the row was written does not write a second row.
+    Written idempotently, once per dispatch: `message_id` and `dispatch_token` are unique
+    together, so a crash that replays the message after the row was written does not
+    write a second row, while a `task_id` dispatched again, failing again, gets its own.
     """
 
     task_name = models.CharField(max_length=255, db_index=True)
     queue = models.CharField(max_length=100, db_index=True)
-    message_id = models.CharField(max_length=255, unique=True)
+    message_id = models.CharField(max_length=255)  # indexed by the constraint below
+    dispatch_token = models.CharField(
+        max_length=64, blank=True, default="",
+        help_text="Which dispatch of the message id failed (blank: a message that holds no "
+                  "lock or task_id, whose id is never reused).",
+    )
     payload = models.TextField(blank=True, help_text="The payload as JSON, or the raw message.")
     error_class = models.CharField(max_length=255, blank=True, db_index=True)
     error = models.TextField(blank=True)
@@ -36,6 +42,10 @@ class FailedTask(models.Model):
 
     class Meta:
         ordering = ["-failed_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["message_id", "dispatch_token"],
+                                    name="taskrunner_failedtask_once_per_dispatch"),
+        ]
         verbose_name = "failed task"
         verbose_name_plural = "failed tasks"
 

@@ -10,6 +10,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_POST
 
 from django_taskrunner.core.dispatch import dispatch
+from django_taskrunner.core.message import PAYLOAD_MAX_DEPTH
 from django_taskrunner.core.task import Task
 from django_taskrunner.exceptions import (
     InvalidTaskOptions,
@@ -42,7 +43,8 @@ def dispatch_view(
     """A POST-only view that dispatches the task.
 
     The payload is `payload(request)` when given, else the request's JSON body. A body
-    that is not JSON answers 400. Protect the view as you would any other (login, CSRF).
+    that is not JSON, or that `dispatch()` refuses (too deep, too large, a lone
+    surrogate), answers 400. Protect the view as you would any other (login, CSRF).
     """
 
     @require_POST
@@ -50,13 +52,16 @@ def dispatch_view(
         if payload is not None:
             try:
                 value = payload(request)
-            except (ValueError, KeyError) as exc:
+            except (ValueError, KeyError, RecursionError) as exc:
                 return JsonResponse({"error": f"bad request: {exc}"}, status=400)
         else:
             try:
                 value = json.loads(request.body or b"null")
             except ValueError as exc:
                 return JsonResponse({"error": f"body is not JSON: {exc}"}, status=400)
+            except RecursionError:
+                return JsonResponse({"error": f"body is nested more than {PAYLOAD_MAX_DEPTH} "
+                                              f"levels deep"}, status=400)
         return dispatch_response(name_or_task, value, **options)
 
     return view

@@ -15,6 +15,7 @@ import heapq
 import itertools
 import json
 import logging
+import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,7 +23,7 @@ from datetime import UTC, datetime
 from django.utils import timezone
 
 from django_taskrunner.core import unique as locks
-from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.core.message import MAX_EPOCH_MS, TaskMessage
 from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.store import keys, scripts, sharding
 from django_taskrunner.store.broker import Broker
@@ -76,12 +77,21 @@ class DelayedEntry:
 
 
 def _entry(queue: str, body: bytes | str, score: float) -> DelayedEntry:
+    """An entry to show; one that is not a usable message is shown as undecodable."""
     text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
     try:
-        message: TaskMessage | None = TaskMessage.from_json(text)
+        message: TaskMessage | None = TaskMessage.from_json(body)
     except InvalidTaskPayload:
         message = None
-    return DelayedEntry(queue=queue, due_ms=int(score), body=text, message=message)
+    return DelayedEntry(queue=queue, due_ms=_score_ms(score), body=text, message=message)
+
+
+def _score_ms(score: float) -> int:
+    """A due time to show from a score; a score no dispatch writes (inf, 1e300) is clamped
+    to the range a datetime can show, so it cannot break the page."""
+    if math.isnan(score):
+        return 0
+    return int(min(max(score, 0), MAX_EPOCH_MS))
 
 
 class DelayedSet:
@@ -188,7 +198,15 @@ def take(broker: Broker, queue: str, ref: str, *, run: bool) -> TaskMessage | No
         )
         if body is None:
             continue
-        message = TaskMessage.from_json(body)
+        try:
+            message = TaskMessage.from_json(body)
+            message.check_lock_key(broker.prefix, shard)
+        except InvalidTaskPayload as exc:
+            # Taken all the same: run, the worker records it as failed; cancelled, it is
+            # gone, and a lock it may name is not released (it is not a usable key).
+            logger.warning("delayed entry %s of queue %s is not a usable message (%s); %s",
+                           ref, queue, exc, "moved to the stream" if run else "dropped")
+            return TaskMessage(id=message_id, task_name="", queue=queue, payload=None)
         message.queue = shard  # where its lock and task_id live (as in the worker)
         if not run:
             release_unique_lock_on_cancel(broker, message)
@@ -199,9 +217,17 @@ def take(broker: Broker, queue: str, ref: str, *, run: bool) -> TaskMessage | No
 
 def release_unique_lock_on_cancel(broker: Broker, message: TaskMessage) -> None:
     """Free the unique lock (in every mode) and the task_id a cancelled task holds,
-    only where this task still holds them (a newer holder is left alone)."""
-    if message.lock_key or message.has_task_id:
+    only where this task still holds them (a newer holder is left alone).
+
+    The entry is gone already: an error here is logged, and the lock frees at its TTL.
+    """
+    if not (message.lock_key or message.has_task_id):
+        return
+    try:
         locks.release(broker.client, broker.prefix, message, locks.CANCELLED)
+    except Exception:
+        logger.exception("task=%s id=%s: cancelled, but its unique lock or task id could "
+                         "not be freed; it frees at its TTL", message.task_name, message.id)
 
 
 def queues_with_counts(broker: Broker, queues: list[str]) -> list[tuple[str, int]]:

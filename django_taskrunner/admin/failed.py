@@ -25,7 +25,7 @@ def pretty_json(text: str) -> str:
     """Indented JSON, or the text unchanged when it is not JSON."""
     try:
         return json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=True)
-    except ValueError:
+    except (ValueError, RecursionError):  # the raw body of an undecodable message
         return text
 
 
@@ -36,7 +36,8 @@ class FailedTaskAdmin(admin.ModelAdmin):
     # No date_hierarchy: its SELECT DISTINCT over a date function reads every row (1.3 s
     # at 100,000 rows on SQLite); the failed_at filter (today, past 7 days...) costs nothing.
     actions = ["retry_selected", "delete_selected"]
-    fields = ("task_name", "queue", "message_id", "attempts", "worker", "failed_at",
+    fields = ("task_name", "queue", "message_id", "dispatch_token", "attempts", "worker",
+              "failed_at",
               "error_class", "error", "payload_pretty", "traceback_pre")
     readonly_fields = fields
     change_list_template = "admin/django_taskrunner/failedtask/change_list.html"

@@ -57,10 +57,12 @@ class HeldLock:
     queue: str
     task_name: str
     unique_key: str
-    holder_id: str
+    holder_id: str  # the holding task's id, as TaskAlreadyDispatched names it
     mode: str | None  # None: not recorded and the task is not registered
     mode_recorded: bool  # False: `mode` is the task's declared mode, not the record
     ttl_ms: int | None  # None: the key has no TTL
+    # The lock's value (id and dispatch token): what a release must match.
+    holder_value: str = ""
 
     @property
     def time_left(self) -> str:
@@ -161,20 +163,22 @@ def read_locks(client: Any, prefix: str, lock_keys: list[str]) -> list[HeldLock]
         declared = _declared_mode(task_name)
         held.append(HeldLock(
             key=key, queue=queue, task_name=task_name, unique_key=unique_key,
-            holder_id=_text(holder), mode=_text(mode) if mode is not None else declared,
+            holder_id=locks.holder_id(_text(holder)),
+            mode=_text(mode) if mode is not None else declared,
             mode_recorded=mode is not None, ttl_ms=int(ttl_ms) if int(ttl_ms) >= 0 else None,
+            holder_value=_text(holder),
         ))
     held.sort(key=lambda lock: (lock.queue, lock.task_name, lock.unique_key))
     return held
 
 
-def release(client: Any, prefix: str, lock_key: str, holder_id: str) -> str:
-    """Free the lock only while `holder_id` still holds it: "released", "gone", or
-    "retaken" (a newer task holds it now and keeps it)."""
+def release(client: Any, prefix: str, lock_key: str, holder: str) -> str:
+    """Free the lock only while it still holds `holder` (a `HeldLock.holder_value`):
+    "released", "gone", or "retaken" (a newer dispatch holds it now and keeps it)."""
     parsed = parse_key(prefix, lock_key)
     if parsed is None:
         raise ValueError(f"{lock_key!r} is not a unique lock")
-    reply = locks.release_held(client, prefix, parsed[0], lock_key, holder_id)
+    reply = locks.release_held(client, prefix, parsed[0], lock_key, holder)
     if reply == 1:
         return "released"
     return "gone" if reply == 0 else "retaken"

@@ -29,6 +29,7 @@ from redis.exceptions import RedisError
 from django_taskrunner.admin import held_locks as unique_locks
 from django_taskrunner.admin.base import RedisPageAdmin
 from django_taskrunner.checks import QUEUE_NAME
+from django_taskrunner.core import unique as locks
 from django_taskrunner.models import UniqueLock
 from django_taskrunner.stats.health import dashboard_queues
 from django_taskrunner.store.broker import get_broker
@@ -43,14 +44,14 @@ OUTCOMES = {
 
 
 def lock_ref(lock: unique_locks.HeldLock) -> str:
-    """What a checkbox posts: the lock key and the holder it was shown with."""
-    return json.dumps([lock.key, lock.holder_id], ensure_ascii=False)
+    """What a checkbox posts: the lock key and the value (holder) it was shown with."""
+    return json.dumps([lock.key, lock.holder_value], ensure_ascii=False)
 
 
 def parse_ref(ref: str) -> tuple[str, str] | None:
     try:
         key, holder = json.loads(ref)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         return None
     if not isinstance(key, str) or not isinstance(holder, str) or not holder:
         return None
@@ -143,8 +144,9 @@ class UniqueLockAdmin(RedisPageAdmin):
         for key, holder in parsed:
             current = now.get(key)
             state = ("gone" if current is None else
-                     "held" if current.holder_id == holder else "retaken")
-            rows.append({"key": key, "holder": holder, "lock": current, "state": state,
+                     "held" if current.holder_value == holder else "retaken")
+            rows.append({"key": key, "holder": locks.holder_id(holder), "lock": current,
+                         "state": state,
                          "ref": json.dumps([key, holder], ensure_ascii=False)})
         return self.render(request, "confirm.html", {
             "title": "Release unique locks?", "rows": rows,

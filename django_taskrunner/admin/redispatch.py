@@ -41,7 +41,7 @@ def retry_rows(rows: Iterable[FailedTask], report: RetryReport) -> None:
     for row in rows:
         try:
             payload = json.loads(row.payload)
-        except ValueError:
+        except (ValueError, RecursionError):
             report.keep(row, "the payload is not JSON (the message could not be decoded)")
             continue
         task = registry.find(row.task_name)

@@ -21,11 +21,10 @@ from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock, due
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.core.options import TaskOptions, check_queue_name
+from django_taskrunner.core.options import TaskOptions, check_queue_name, check_seconds
 from django_taskrunner.core.registry import registry
 from django_taskrunner.core.unique import Claim, KeySource
 from django_taskrunner.exceptions import (
-    InvalidTaskOptions,
     RedisUnavailable,
     TaskAlreadyDispatched,
     TaskIdConflict,
@@ -36,6 +35,7 @@ from django_taskrunner.store.errors import REDIS_DOWN
 
 if TYPE_CHECKING:
     from django_taskrunner.core.task import Task
+from django_taskrunner.core.message import check_payload
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +62,7 @@ def _expires_at(task: Task, expires: float | None, start_ms: int) -> int | None:
     seconds = expires if expires is not None else task.options.expires
     if seconds is None:
         return None
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
-        raise InvalidTaskOptions(f"expires must be a positive number of seconds, not {seconds!r}")
+    check_seconds("expires", seconds)  # the same rule as @task(expires=...)
     return start_ms + int(seconds * 1000)
 
 
@@ -115,6 +114,7 @@ def prepare(
     """
     message = new_message(task, payload, queue=queue, expires=expires, start_ms=start_ms,
                           task_id=task_id)
+    check_payload(payload, task.name)  # before a unique_key function walks the payload
     claim = locks.claim_for(task, message, get_settings().PREFIX, unique_key=unique_key,
                             unique_for=unique_for, unique_mode=unique_mode)
     return message, claim
@@ -144,7 +144,9 @@ def dispatch(
 
     Raises:
         TaskNotFound: no task has that name.
-        InvalidTaskPayload: the payload is not JSON-serialisable.
+        InvalidTaskPayload: the payload is not JSON-serialisable, holds text that is not
+            valid Unicode (a lone surrogate), is nested more than `PAYLOAD_MAX_DEPTH`
+            levels, or makes a message over `MESSAGE_MAX_BYTES` (see docs/tasks.md).
         InvalidTaskOptions: a bad option, or the unique key function failed.
         UniqueForRequired: the dispatch is unique but no `unique_for` is known.
         TaskAlreadyDispatched: the unique lock is held (`.holder_id`, `.lock_key`).
@@ -243,7 +245,8 @@ def dispatch_many(
     unique_key: KeySource = None, unique_for: float | None = None,
     unique_mode: str | None = None, expires: float | None = None,
 ) -> list[TaskMessage]:
-    """Queue one task per payload in one round trip; nothing is queued if one is bad.
+    """Queue one task per payload in one round trip; nothing is queued if one is bad
+    (`InvalidTaskPayload`, as for `dispatch`).
 
     For a unique task (or with a `unique_*` override) each payload takes its lock in the
     same round trip; a payload whose lock is held (by an earlier task, or by an earlier

@@ -6,12 +6,13 @@ unique locks (modes, lock TTL) use them too, and `Task` itself uses dispatch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django_taskrunner.checks import QUEUE_NAME
+from django_taskrunner.checks import MAX_SECONDS, QUEUE_NAME
 from django_taskrunner.exceptions import InvalidTaskOptions, UniqueForRequired
 
 UNIQUE_MODES = ("until_finished", "until_executed", "until_executing", "while_locked")
@@ -45,6 +46,28 @@ def check_queue_name(queue: Any) -> str:
             f"not {queue!r}"
         )
     return queue
+
+
+def is_finite(value: Any) -> bool:
+    """An int or a finite float, not a bool: NaN and infinity are no number of seconds."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return isinstance(value, int) or math.isfinite(value)
+
+
+def check_seconds(name: str, value: Any, *, allow_none: bool = True) -> None:
+    """Refuse anything but a finite number of seconds > 0 and at most `MAX_SECONDS`.
+
+    Past a year the value is a mistake, and far larger ones overflow Redis millisecond
+    arguments and thread timeouts when the task runs, long after it was declared.
+    """
+    if value is None and allow_none:
+        return
+    if not is_finite(value) or not 0 < value <= MAX_SECONDS:
+        raise InvalidTaskOptions(
+            f"{name} must be a positive, finite number of seconds (at most {MAX_SECONDS:,}, "
+            f"a year), not {value!r}"
+        )
 
 
 def check_unique_for(unique_for: Any, task_name: str) -> float:

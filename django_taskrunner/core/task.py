@@ -15,10 +15,13 @@ from typing import TYPE_CHECKING, Any, overload
 from django_taskrunner.core import dispatch as dispatching
 from django_taskrunner.core.cron import check_cron
 from django_taskrunner.core.options import (
+    MAX_SECONDS,
     TaskOptions,
     check_queue_name,
+    check_seconds,
     check_unique_for,
     check_unique_mode,
+    is_finite,
 )
 from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import InvalidTaskOptions
@@ -27,13 +30,6 @@ if TYPE_CHECKING:
     from django_taskrunner.core.message import TaskMessage
 
 logger = logging.getLogger(__name__)
-
-
-def _check_seconds(name: str, value: Any, *, allow_none: bool = True) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise InvalidTaskOptions(f"{name} must be a positive number of seconds, not {value!r}")
 
 
 def check_options(options: TaskOptions, task_name: str) -> None:
@@ -46,13 +42,13 @@ def check_options(options: TaskOptions, task_name: str) -> None:
         raise InvalidTaskOptions(f"max_retry must be an integer >= 0, not {options.max_retry!r}")
     backoff = options.retry_backoff
     if backoff is not None and not callable(backoff):
-        if isinstance(backoff, bool) or not isinstance(backoff, int | float) or backoff < 0:
+        if not is_finite(backoff) or not 0 <= backoff <= MAX_SECONDS:
             raise InvalidTaskOptions(
-                f"retry_backoff must be seconds >= 0 or a callable(retry) -> seconds, "
-                f"not {backoff!r}"
+                f"retry_backoff must be finite seconds from 0 to {MAX_SECONDS:,} or a "
+                f"callable(retry) -> seconds, not {backoff!r}"
             )
     for name in ("reservation_timeout", "time_limit", "expires", "schedule"):
-        _check_seconds(name, getattr(options, name))
+        check_seconds(name, getattr(options, name))
     if options.cron is not None:
         check_cron(options.cron)
     if options.cron is not None and options.schedule is not None:

@@ -1,13 +1,18 @@
 """Unique tasks and task ids: lock keys, the atomic lock-and-add, release by the holder.
 
-A unique dispatch takes the lock `<prefix>:{<queue>}:unique:<task>[:<key>]` (value:
-the message id, TTL: `unique_for`), a `task_id` dispatch reserves
-`<prefix>:{<queue>}:id:<task_id>`, and either adds its message in the same Lua script
-(`store/lua/enqueue.lua`), so there is never a lock without its message. Next to a lock,
-`<prefix>:{<queue>}:unique-mode:<task>[:<key>]` records its mode with the same TTL, for
-the admin; it is deleted together with its lock. The worker
-frees what a message holds at the point its mode names (`RELEASE_ON`), comparing the
-value first, so an older task never frees a lock a newer task took after the TTL.
+A unique dispatch takes the lock `<prefix>:{<queue>}:unique:<task>[:<key>]` (TTL:
+`unique_for`), a `task_id` dispatch reserves `<prefix>:{<queue>}:id:<task_id>`, and
+either adds its message in the same Lua script (`store/lua/enqueue.lua`), so there is never
+a lock without its message. Next to a lock, `<prefix>:{<queue>}:unique-mode:<task>[:<key>]`
+records its mode with the same TTL, for the admin; it is deleted together with its lock.
+
+Both values are the holder: the message id, `#`, and a token drawn for that dispatch
+(`holder_value`). The id alone cannot tell two dispatches of one `task_id` apart, and the
+stale run of the first (a stalled worker, resumed after another one reclaimed and
+finished it) would free the second's lock and reservation. The worker frees what a
+message holds at the point its mode names (`RELEASE_ON`), comparing the whole value first,
+so an older task never frees what a newer dispatch took. Errors and the admin show the id
+alone (`holder_id`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +42,7 @@ from django_taskrunner.store.errors import REDIS_DOWN
 
 if TYPE_CHECKING:
     from django_taskrunner.core.task import Task
+from django_taskrunner.core.message import DISPATCH_TOKEN
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +72,9 @@ TASK_ID_FREED_ON = frozenset({SUCCEEDED, FAILED, DROPPED, CANCELLED})
 RELEASE_RETRY_PAUSES = (0.1, 0.5, None)
 KeySource = str | Callable[[Any], str] | None
 
+# Joins the id and the dispatch token in a lock's value; a token never contains it.
+HOLDER_SEPARATOR = "#"
+
 _warned_empty: set[str] = set()
 _warned_lock = threading.Lock()
 
@@ -76,11 +86,33 @@ def payload_key(payload: Any) -> str:
     their dict order; the task name and queue are already part of the lock key.
     """
     try:
-        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=False)
-    except (TypeError, ValueError) as exc:
+        data = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False).encode("utf-8")  # a lone surrogate: ValueError
+    except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidTaskPayload(f"payload is not JSON-serialisable: {exc}") from exc
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return hashlib.sha256(data).hexdigest()
+
+
+def new_dispatch_token() -> str:
+    """16 random hex digits: one dispatch's mark on the lock and task_id it takes."""
+    return os.urandom(8).hex()
+
+
+def holder_value(message: TaskMessage) -> str:
+    """What `message` writes to its lock and task_id key, and what its release compares.
+
+    A message queued by an earlier version has no token: its id alone, as it wrote then.
+    """
+    token = message.dispatch_token
+    return message.id if token is None else f"{message.id}{HOLDER_SEPARATOR}{token}"
+
+
+def holder_id(value: str) -> str:
+    """The task id in a lock's or reservation's value: what errors and the admin show."""
+    task_id, separator, token = value.rpartition(HOLDER_SEPARATOR)
+    if separator and task_id and DISPATCH_TOKEN.fullmatch(token):
+        return task_id
+    return value
 
 
 def check_task_id(task_id: Any, task_name: str) -> str:
@@ -172,11 +204,18 @@ class Claim:
     """What one dispatch reserves while adding its message (see `store/lua/enqueue.lua`)."""
 
     task_name: str
-    holder_id: str  # the message id: the value written to the lock and the id key
+    holder_id: str  # the message id, as errors name the holder
     lock: LockSpec | None
     id_key: str | None
     mode_key: str | None = None  # where the lock's mode is recorded (keys.unique_mode_key)
     shard: str = ""  # where the message goes: its lock and id key live in this shard
+    # The value written to the lock and the id key (`holder_value`); "" means `holder_id`.
+    holder: str = ""
+
+    @property
+    def value(self) -> str:
+        """What the lock and the id key hold once this claim is taken."""
+        return self.holder or self.holder_id
 
     def script_call(
         self, destination: str, body: str, due_ms: int | None, wake_channel: str = ""
@@ -186,13 +225,13 @@ class Claim:
         lock_value = lock_ttl = id_value = id_ttl = ""
         if self.lock is not None:
             call_keys.append(self.lock.key)
-            lock_value, lock_ttl = self.holder_id, str(self.lock.ttl_ms)
+            lock_value, lock_ttl = self.value, str(self.lock.ttl_ms)
             if self.mode_key is not None:
                 call_keys.append(self.mode_key)
         if self.id_key is not None:
             call_keys.append(self.id_key)
             wait_ms = 0 if due_ms is None else max(0, due_ms - clock.now_ms())
-            id_value, id_ttl = self.holder_id, str(TASK_ID_TTL_MS + wait_ms)
+            id_value, id_ttl = self.value, str(TASK_ID_TTL_MS + wait_ms)
         where = "stream" if due_ms is None else "delayed"
         score = "0" if due_ms is None else str(due_ms)
         args = [where, body, score, lock_value, lock_ttl, id_value, id_ttl, wake_channel]
@@ -208,7 +247,7 @@ class Claim:
         if status == "id" and self.id_key is not None:
             raise TaskIdConflict(self.task_name, self.holder_id, self.id_key)
         if status == "lock" and self.lock is not None:
-            raise TaskAlreadyDispatched(self.task_name, value, self.lock.key)
+            raise TaskAlreadyDispatched(self.task_name, holder_id(value), self.lock.key)
         raise RuntimeError(f"unexpected reply from enqueue.lua: {reply!r}")
 
 
@@ -218,7 +257,8 @@ def claim_for(
 ) -> Claim | None:
     """What `message` must reserve, or None for a plain dispatch (one XADD).
 
-    Records the lock's key and mode on the message, so the worker can free it. On a
+    Records the lock's key and mode on the message, and draws its dispatch token, so the
+    worker can free what this dispatch took and nothing another one took. On a
     queue split into shards, the lock decides the shard (else the task_id does); a
     dispatch with both is refused there, because a second dispatch of the same task_id
     with another unique key would land in another shard and not meet the reservation.
@@ -233,11 +273,14 @@ def claim_for(
             f"dispatch cannot be both unique and carry a task_id; use one of the two")
     shard = lock.shard if lock is not None else sharding.shard_for(message.queue, message.id)
     id_key = keys.task_id_key(prefix, shard, message.id) if message.has_task_id else None
+    message.dispatch_token = new_dispatch_token()
+    holder = holder_value(message)
     if lock is None:
-        return Claim(task.name, message.id, None, id_key, shard=shard)
+        return Claim(task.name, message.id, None, id_key, shard=shard, holder=holder)
     message.lock_key, message.unique_mode = lock.key, lock.mode
     return Claim(task.name, message.id, lock, id_key,
-                 mode_key=keys.unique_mode_key(prefix, shard, lock.key), shard=shard)
+                 mode_key=keys.unique_mode_key(prefix, shard, lock.key), shard=shard,
+                 holder=holder)
 
 
 def enqueue_call(
@@ -284,7 +327,8 @@ def _actions(prefix: str, message: TaskMessage, event: str) -> list[tuple[str, s
 
 
 def release(client: Any, prefix: str, message: TaskMessage, event: str) -> None:
-    """Free (or renew) what `message` holds at `event`; only if it is still the holder.
+    """Free (or renew) what `message` holds at `event`; only if this dispatch of it is
+    still the holder (its id and dispatch token, `holder_value`).
 
     A key already gone or held by another task is logged, never raised; so is Redis
     being down (the lock then frees at its TTL).
@@ -293,7 +337,7 @@ def release(client: Any, prefix: str, message: TaskMessage, event: str) -> None:
     if not actions:
         return
     call_keys = [key for key, _ in actions]
-    args = [message.id, *(action for _, action in actions)]
+    args = [holder_value(message), *(action for _, action in actions)]
     for pause in RELEASE_RETRY_PAUSES:
         try:
             replies = scripts.run(client, "release_lock", call_keys, args)
@@ -324,13 +368,13 @@ def _mode_key(prefix: str, message: TaskMessage) -> str | None:
         return None
 
 
-def release_held(client: Any, prefix: str, queue: str, lock_key: str, holder_id: str) -> Any:
-    """Free `lock_key` (and its mode record) only while `holder_id` holds it.
+def release_held(client: Any, prefix: str, queue: str, lock_key: str, holder: str) -> Any:
+    """Free `lock_key` (and its mode record) only while it still holds the value `holder`.
 
-    Returns 1 when freed, 0 when it was already gone, else the id of its current holder.
+    Returns 1 when freed, 0 when it was already gone, else the value it holds now.
     """
     mode_key = keys.unique_mode_key(prefix, queue, lock_key)
-    replies = scripts.run(client, "release_lock", [lock_key, mode_key], [holder_id, "0", "follow"])
+    replies = scripts.run(client, "release_lock", [lock_key, mode_key], [holder, "0", "follow"])
     return replies[0] if isinstance(replies[0], int) else _text(replies[0])
 
 

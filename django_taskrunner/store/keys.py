@@ -47,13 +47,18 @@ def unique_key(prefix: str, queue: str, task_name: str, key: str) -> str:
     return f"{base}:{key}" if key else base
 
 
+def unique_key_space(prefix: str, queue: str) -> str:
+    """`<prefix>:{<queue>}:unique:`, how every unique lock of one queue (or shard) starts."""
+    return f"{prefix}:{{{queue}}}:unique:"
+
+
 def unique_mode_key(prefix: str, queue: str, lock_key: str) -> str:
     """Companion of a unique lock: holds the lock's mode, with the lock's TTL.
 
     `<prefix>:{<queue>}:unique-mode:<task>[:<key>]`, the lock key with `unique` replaced,
     so the admin reads a lock's mode in the same round trip as its holder.
     """
-    start = f"{prefix}:{{{queue}}}:unique:"
+    start = unique_key_space(prefix, queue)
     if not lock_key.startswith(start):
         raise ValueError(f"{lock_key!r} is not a unique lock of queue {queue!r}")
     return f"{prefix}:{{{queue}}}:unique-mode:{lock_key[len(start):]}"

@@ -14,12 +14,14 @@ un-acked, so it is delivered again later instead of being lost.
 from __future__ import annotations
 
 import logging
+import math
 import traceback as tb
 from collections.abc import Callable
 from dataclasses import replace
 
 from django.db import close_old_connections
 
+from django_taskrunner.checks import MAX_SECONDS
 from django_taskrunner.core import clock
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.context import TaskContext
@@ -63,7 +65,12 @@ def retry_delay(task: Task, retry: int) -> float:
     if backoff is None:
         return default_backoff(retry)
     if callable(backoff):
-        return max(0.0, float(backoff(retry)))
+        seconds = float(backoff(retry))
+        if not math.isfinite(seconds):  # inf * 1000 cannot be a due time: no retry at all
+            logger.warning("retry_backoff of task %s returned %r; using the default backoff",
+                           task.name, seconds)
+            return default_backoff(retry)
+        return min(max(0.0, seconds), float(MAX_SECONDS))
     return float(backoff)
 
 
@@ -129,21 +136,36 @@ class Executor:
             self.failed_for_good(message, error)
 
     def decode(self, queue: str, stream_id: str, body: bytes) -> TaskMessage | None:
-        """The message, or None after recording an undecodable entry as failed."""
+        """The message, or None after recording an entry that cannot be used as failed.
+
+        Any entry at all ends here as a message whose fields are all usable (a lock it
+        names is a unique lock of this queue) or as one failed row, and is acked: nothing
+        an entry holds can make it stay pending, run twice or stop the worker.
+        """
         try:
             message = TaskMessage.from_json(body, stream_id=stream_id)
-        except InvalidTaskPayload as exc:
-            raw = body[:RAW_BODY_LIMIT].decode("utf-8", errors="replace")
-            placeholder = TaskMessage(
-                id=f"{stream_id}@{queue}", task_name=exc.task_name or "", queue=queue,
-                payload=None, stream_id=stream_id,
-            )
-            self._record_and_ack(placeholder, exc, attempts=0, payload=raw)
+            message.check_lock_key(self.broker.prefix, queue)
+        except Exception as exc:  # noqa: BLE001 - bad input is a failed row, never a crash
+            self.undecodable(queue, stream_id, body, exc)
             return None
         # The stream it was read from is authoritative: for a queue split into shards,
         # this is the shard name, so the retry, the ack and the lock release stay there.
         message.queue = queue
         return message
+
+    def undecodable(self, queue: str, stream_id: str, body: bytes, exc: Exception) -> None:
+        """Record an entry that is not a usable message, under a placeholder id, and ack it.
+
+        The row keeps the start of the raw body. Its task name stays empty even when the
+        body names one (the error says which): the body is not that task's payload, so
+        the admin's retry must not dispatch the task with it.
+        """
+        if not isinstance(exc, InvalidTaskPayload):
+            exc = InvalidTaskPayload(f"message cannot be decoded: {type(exc).__name__}: {exc}")
+        raw = body[:RAW_BODY_LIMIT].decode("utf-8", errors="replace").replace("\x00", "\ufffd")
+        placeholder = TaskMessage(id=f"{stream_id}@{queue}", task_name="", queue=queue,
+                                  payload=None, stream_id=stream_id)
+        self._record_and_ack(placeholder, exc, attempts=0, payload=raw)
 
     def lookup(self, message: TaskMessage) -> Task | None:
         task = registry.find(message.task_name)
@@ -237,8 +259,14 @@ class Executor:
 
         Retries call nothing here: the lock and the task_id are kept across retries.
         """
-        if message.lock_key is not None or message.has_task_id:
+        if message.lock_key is None and not message.has_task_id:
+            return
+        try:
             locks.release(self.broker.client, self.broker.prefix, message, event)
+        except Exception:
+            # Never let a release undo the outcome: an entry left pending would run again.
+            logger.exception("task=%s id=%s: could not free its unique lock or task id at "
+                             "%s; it frees at its TTL", message.task_name, message.id, event)
 
     def succeeded(self, task: Task, message: TaskMessage) -> None:
         self.release(message, locks.SUCCEEDED)
@@ -268,20 +296,25 @@ class Executor:
         return clock.now_ms() + round(delay * 1000) if delay > 0 else 0
 
     def failed_for_good(self, message: TaskMessage, error: BaseException) -> None:
-        self._record_and_ack(message, error, attempts=message.attempt, event=locks.FAILED)
+        self._record_and_ack(message, error, attempts=message.attempt, event=locks.FAILED,
+                             task_raised=True)
 
     def _record_and_ack(
         self, message: TaskMessage, error: BaseException, *, attempts: int,
-        payload: str | None = None, event: str | None = None,
+        payload: str | None = None, event: str | None = None, task_raised: bool = False,
     ) -> None:
         """Write the failure, then free what the message holds at `event`, then ack.
+
+        `task_raised`: `error` is what the task's last attempt raised (the handler gets
+        it wrapped in a `TaskExecutionError`).
 
         When the record cannot be written the message stays pending, and so does its lock.
         """
         close_old_connections()
         try:
             record_failure(message, error, attempts=attempts, worker=self.consumer,
-                           traceback="".join(tb.format_exception(error)), payload=payload)
+                           traceback="".join(tb.format_exception(error)), payload=payload,
+                           task_raised=task_raised)
         finally:
             close_old_connections()
         if event is not None:

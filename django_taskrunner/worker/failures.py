@@ -14,6 +14,7 @@ from django.utils.module_loading import import_string
 
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.exceptions import TaskExecutionError
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store.keys import SHARD_MARK, queue_of
 
@@ -37,12 +38,18 @@ def payload_text(message: TaskMessage) -> str:
 
 def record_failure(
     message: TaskMessage, error: BaseException, *, attempts: int, worker: str,
-    traceback: str | None = None, payload: str | None = None,
+    traceback: str | None = None, payload: str | None = None, task_raised: bool = False,
 ) -> None:
-    """Write the `FailedTask` row (once per message id), then call FAILED_TASK_HANDLER.
+    """Write the `FailedTask` row (once per dispatch), then call FAILED_TASK_HANDLER.
 
-    A row already written for this message id (a replay after a crash) is kept as is,
-    and the handler is not called again.
+    The row describes `error` itself. With `task_raised` (`error` is what the task's last
+    attempt raised, or its time limit) the handler receives it wrapped in a
+    `TaskExecutionError`; otherwise (the task never ran to an exception: undecodable,
+    unknown, expired, its worker died each time) the app's own error as it is.
+
+    A row already written for this dispatch (same message id and dispatch token: a replay
+    after a crash) is kept as is, and the handler is not called again. A `task_id`
+    dispatched again has another token, so its failure gets a row of its own.
     """
     if SHARD_MARK in message.queue:  # read from a shard: the row and the handler name the queue
         message = replace(message, queue=queue_of(message.queue))
@@ -52,6 +59,7 @@ def record_failure(
     try:
         _row, created = FailedTask.objects.get_or_create(
             message_id=message.id,
+            dispatch_token=message.dispatch_token or "",
             defaults={
                 "task_name": message.task_name[:255],
                 "queue": message.queue[:100],
@@ -71,7 +79,13 @@ def record_failure(
         message.task_name, message.id, message.queue, attempts, error_text,
     )
     if created:
-        call_failed_task_handler(message, error)
+        call_failed_task_handler(message, execution_error(message, error) if task_raised
+                                 else error)
+
+
+def execution_error(message: TaskMessage, error: BaseException) -> TaskExecutionError:
+    """What a caller meets when the task of `message` failed for good with `error`."""
+    return TaskExecutionError(message.task_name, error, message_id=message.id)
 
 
 def call_failed_task_handler(message: TaskMessage, error: BaseException) -> None:

@@ -85,10 +85,17 @@ def reclaim_interval(shortest: float) -> float:
 
 
 def timeout_ms(body: bytes, default_ms: int) -> int:
-    """The reservation timeout of one message body (the default for an undecodable one)."""
+    """The reservation timeout of one message body; never raises.
+
+    An entry that is not a usable message gets the default: once reclaimed, the
+    executor records it as failed and acks it. No body can stop a reclaim pass.
+    """
     try:
         own = TaskMessage.from_json(body).reservation_timeout_ms
     except InvalidTaskPayload:
+        return default_ms
+    except Exception:  # from_json raises only InvalidTaskPayload: a bug, but not fatal here
+        logger.exception("could not read the reservation timeout of a pending message")
         return default_ms
     return default_ms if own is None else own
 

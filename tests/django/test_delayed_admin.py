@@ -236,3 +236,56 @@ def test_the_periodic_task_admin_validates_with_clean(admin_client_):
         "payload": '{"a": 1}', "queue": "", "enabled": "on",
     })
     assert response.status_code == 302
+
+
+def add_delayed_raw(r, body: bytes, score: float) -> None:
+    r.zadd(keys.delayed_key(get_broker().prefix, "default"), {body: score})
+
+
+MALFORMED_DELAYED = [
+    b'{"v": 1, "id": "over", "task": "tests.testapp.tasks.noop", "attempt": 1e400}',
+    b'{"v": 1, "id": "deep", "task": "t", "payload": ' + b"[" * 988 + b"]" * 988 + b"}",
+    b'{"v": 1, "id": "lock", "task": "tests.testapp.tasks.noop", "lock": 5}',
+    b'{"v": 1, "id": "sur", "task": "tests.testapp.tasks.noop", "payload": "\\udcff"}',
+]
+
+
+def test_the_page_shows_entries_that_cannot_be_decoded_instead_of_failing(admin_client_, r):
+    # Before: an OverflowError or RecursionError answered 500 for the whole page
+    noop.dispatch_delayed({"n": "good"}, delay=600)
+    for n, body in enumerate(MALFORMED_DELAYED):
+        add_delayed_raw(r, body, 1_900_000_000_000 + n)
+    add_delayed_raw(r, b'{"v": 1, "id": "far", "task": "t"}', float("inf"))
+
+    response = admin_client_.get(LIST_URL, {"queue": "default"})
+    searched = admin_client_.get(LIST_URL, {"queue": "default", "q": "noop"})
+
+    assert response.status_code == 200 and searched.status_code == 200
+    text = response.content.decode()
+    assert text.count('name="selected"') == 6
+    assert text.count("<td>(undecodable message)</td>") == 4
+    assert "&quot;n&quot;: &quot;good&quot;" in response.content.decode()
+
+
+@pytest.mark.parametrize("action", ["run", "cancel"])
+def test_an_action_on_an_entry_that_cannot_be_decoded_takes_it_without_failing(
+    admin_client_, r, action
+):
+    # An entry valid enough for the script to find by id, but not a usable message: one
+    # with an overflowing attempt, one whose lock names the stream (WRONGTYPE on release)
+    stream = get_broker().stream("default")
+    r.xadd(stream, {"other": "entry"})
+    bodies = [MALFORMED_DELAYED[0],
+              b'{"v": 1, "id": "wrongtype", "task": "tests.testapp.tasks.noop", '
+              b'"lock": "%s", "mode": "until_finished"}' % stream.encode()]
+    for n, body in enumerate(bodies):
+        add_delayed_raw(r, body, 1_900_000_000_000 + n)
+
+    response = admin_client_.post(ACTION_URL, {
+        "action": action, "queue": "default", "confirm": "yes",
+        "selected": ["1900000000000:over", "1900000000001:wrongtype"]})
+
+    assert response.status_code == 302
+    assert delayed_len(r) == 0
+    assert r.type(stream) == b"stream"  # a lock naming it is never released
+    assert r.xlen(stream) == (3 if action == "run" else 1)

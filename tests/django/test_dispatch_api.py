@@ -20,6 +20,7 @@ from django_taskrunner import (
 )
 from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import InvalidTaskOptions
+from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
 from tests.testapp.models import Note
 from tests.testapp.tasks import noop, on_other_queue
@@ -146,3 +147,79 @@ def test_dispatch_view_answers_400_on_a_body_that_is_not_json(client):
 
 def test_dispatch_view_refuses_get(client):
     assert client.get("/dispatch/noop/").status_code == 405
+
+
+# -- payload limits: every dispatch path refuses what the worker could not use (bug 13) ----
+
+def deep_list(depth: int) -> list:
+    value: list = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+BAD_PAYLOADS = {
+    "lone surrogate": "\udcff",
+    "lone surrogate in a key": {"\ud800": 1},
+    "nested 995 deep": deep_list(995),
+    "nested 3000 deep": deep_list(3000),
+    "nested past the limit": deep_list(101),
+    "over the size limit": "x" * (4 * 1024 * 1024),
+}
+
+
+@pytest.mark.parametrize("payload", BAD_PAYLOADS.values(), ids=BAD_PAYLOADS.keys())
+def test_a_payload_past_the_limits_raises_invalid_task_payload_naming_the_task(payload):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_taskrunner import dispatch_delayed, schedule_for
+    from tests.testapp.tasks import unique_order
+
+    calls = {
+        "dispatch": lambda: dispatch(noop, payload),
+        "dispatch_many": lambda: dispatch_many(noop, [{"n": 1}, payload]),
+        "dispatch_delayed": lambda: dispatch_delayed(noop, payload, delay=60),
+        "schedule_for": lambda: schedule_for(noop, payload,
+                                             when=timezone.now() + timedelta(minutes=1)),
+        "unique dispatch": lambda: dispatch(noop, payload, unique_for=60,
+                                            unique_key=lambda p: "k"),
+        "unique dispatch_many": lambda: dispatch_many(unique_order,
+                                                      [{"order": "1", "data": payload}]),
+    }
+    for name, call in calls.items():
+        with pytest.raises(InvalidTaskPayload, match="task 'tests.testapp.tasks.") as caught:
+            call()
+        assert caught.value.task_name is not None, name
+    assert stream_messages() == []
+    assert get_broker().client.zcard(keys.delayed_key(get_broker().prefix, "default")) == 0
+
+
+@pytest.mark.parametrize("payload", ["\udcff", {"k": "\udcff"}, deep_list(995)])
+def test_a_unique_key_from_payload_key_gets_the_payload_error_not_an_options_error(payload):
+    from django_taskrunner import payload_key
+
+    with pytest.raises(InvalidTaskPayload):
+        dispatch(noop, payload, unique_for=60, unique_key=payload_key)
+
+
+def test_a_payload_at_the_limits_is_dispatched_and_reads_back():
+    from django_taskrunner.core.message import PAYLOAD_MAX_DEPTH
+
+    noop.dispatch(deep_list(PAYLOAD_MAX_DEPTH))
+    noop.dispatch({"text": "\U0001f600 é"})
+    assert [m.payload for m in stream_messages()] == [deep_list(PAYLOAD_MAX_DEPTH),
+                                                      {"text": "\U0001f600 é"}]
+
+
+@pytest.mark.parametrize("body", [
+    b'"\\udcff"', b'{"a": "\\ud800"}', b"[" * 2000 + b"]" * 2000, b"[" * 150 + b"]" * 150,
+    b'{"n": 1e400}', b"NaN", b"\xff",
+], ids=["surrogate", "surrogate in object", "2000 deep", "150 deep", "overflow", "nan",
+        "not utf-8"])
+def test_dispatch_view_answers_400_not_500_on_a_payload_dispatch_refuses(client, body):
+    response = client.post("/dispatch/noop/", data=body, content_type="application/json")
+    assert response.status_code == 400
+    assert "error" in response.json()
+    assert stream_messages() == []

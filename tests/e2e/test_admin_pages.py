@@ -10,6 +10,7 @@ from django.utils import timezone
 from selenium.webdriver.common.by import By
 
 from django_taskrunner import TaskMessage
+from django_taskrunner.core import unique as locks
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
@@ -115,7 +116,7 @@ def test_an_operator_releases_a_unique_lock(admin_browser, screenshot_dir):
     assert "Released 1 lock(s)." in browser.page_source
     broker = get_broker()
     assert not broker.client.exists(stuck.lock_key)
-    assert broker.client.get(other.lock_key) == other.id.encode()
+    assert broker.client.get(other.lock_key) == locks.holder_value(other).encode()
 
 
 def test_an_operator_reads_the_queues_dashboard(admin_browser, screenshot_dir, run_burst):

@@ -27,7 +27,8 @@ def test_the_mode_record_sits_next_to_the_lock_with_its_ttl(r):
     assert mode_key_of(message) == message.lock_key.replace("}:unique:", "}:unique-mode:", 1)
     assert r.get(mode_key_of(message)) == b"until_executed"
     assert 29_000 < r.pttl(mode_key_of(message)) <= 30_000
-    assert r.get(message.lock_key) == message.id.encode()  # the value stays the holder id
+    # The value stays the holder (id and dispatch token)
+    assert r.get(message.lock_key) == locks.holder_value(message).encode()
 
 
 def test_delayed_and_many_dispatches_record_the_mode_too(r):
@@ -62,7 +63,7 @@ def test_an_older_holders_release_leaves_the_newer_holders_record(r):
 
     locks.release(r, get_broker().prefix, old, locks.SUCCEEDED)
 
-    assert r.get(new.lock_key) == new.id.encode()
+    assert r.get(new.lock_key) == locks.holder_value(new).encode()
     assert r.get(mode_key_of(new)) == b"while_locked"
 
 
@@ -70,9 +71,12 @@ def test_release_held_frees_only_the_holder_shown(r):
     message = unique_order.dispatch({"order": "m-7"})
     prefix = get_broker().prefix
 
-    assert locks.release_held(r, prefix, "default", message.lock_key, "someone-else") == \
-        message.id
+    holder = locks.holder_value(message)
+
+    assert locks.release_held(r, prefix, "default", message.lock_key, "someone-else") == holder
+    # The id alone is not the holder: another dispatch of the same id could have it
+    assert locks.release_held(r, prefix, "default", message.lock_key, message.id) == holder
     assert r.exists(message.lock_key) and r.exists(mode_key_of(message))
-    assert locks.release_held(r, prefix, "default", message.lock_key, message.id) == 1
+    assert locks.release_held(r, prefix, "default", message.lock_key, holder) == 1
     assert not r.exists(message.lock_key) and not r.exists(mode_key_of(message))
-    assert locks.release_held(r, prefix, "default", message.lock_key, message.id) == 0
+    assert locks.release_held(r, prefix, "default", message.lock_key, holder) == 0

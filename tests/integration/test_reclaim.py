@@ -273,3 +273,55 @@ def test_dispatch_puts_the_tasks_reservation_timeout_on_the_wire(r):
     assert b'"rt":4000' in body
     assert noop.dispatch({"n": 1}).reservation_timeout_ms is None
     assert message.reservation_timeout_ms == 4000
+
+
+OVERFLOWING = [
+    b'{"v": 1, "id": "o1", "task": "tests.testapp.tasks.noop", "rt": 1e400}',
+    b'{"v": 1, "id": "o2", "task": "tests.testapp.tasks.noop", "attempt": 1e400}',
+    b'{"v": 1, "id": "o3", "task": "tests.testapp.tasks.noop", "payload": '
+    + b"[" * 988 + b"]" * 988 + b"}",
+    b'{"v": 1, "id": "o4", "task": "tests.testapp.tasks.noop", "lock": 5}',
+]
+
+
+def test_entries_that_cannot_be_decoded_never_stop_a_reclaim_pass(r):
+    # Given a dead worker holding good messages with entries of bug 8 among them
+    stream = get_broker().stream("default")
+    noop.dispatch({"n": 0})
+    for raw in OVERFLOWING:
+        r.xadd(stream, {"m": raw})
+        noop.dispatch({"n": len(raw)})
+    ids = read_as(r, "dead-worker")
+    time.sleep(1.1)
+
+    # When a live worker makes a reclaim pass
+    buffer = FakeBuffer()
+    claimed = reclaimer(buffer, timeout=1).reclaim("default", room=100)
+
+    # Then it takes every entry, the bad ones too, with the default timeout (before:
+    # OverflowError/RecursionError on each pass, and nothing was ever reclaimed)
+    assert claimed == len(ids) == 9
+    [(_queue, entries, _runs)] = buffer.accepted
+    assert [stream_id for stream_id, _body in entries] == ids
+
+
+def test_a_dead_workers_messages_are_recovered_past_an_entry_that_cannot_be_decoded(
+    r, taskrunner_settings
+):
+    # Given the repro of bug 8: a dead worker held good tasks and undecodable entries
+    taskrunner_settings(RESERVATION_TIMEOUT=1)
+    stream = get_broker().stream("default")
+    for n in range(4):
+        noop.dispatch({"n": n})
+        r.xadd(stream, {"m": OVERFLOWING[n]})
+    read_as(r, "dead-worker")
+
+    # When a live worker runs
+    with worker_thread():
+        wait_for(lambda: runs(r, "noop") == {"0": 1, "1": 1, "2": 1, "3": 1}, timeout=10)
+        wait_for(lambda: FailedTask.objects.count() == 4 and not pending_rows(r))
+
+    # Then every good task ran once and each bad entry is one failed row
+    assert {row.error_class for row in FailedTask.objects.all()} == {
+        "django_taskrunner.exceptions.InvalidTaskPayload"}
+    assert get_broker().length("default") == 0

@@ -23,6 +23,7 @@ from django_taskrunner import (
 )
 from django_taskrunner.admin import delayed_sets
 from django_taskrunner.admin.redispatch import RetryReport, retry_rows
+from django_taskrunner.core.unique import holder_value
 from django_taskrunner.models import FailedTask
 from django_taskrunner.stats.figures import get_stats
 from django_taskrunner.store.broker import get_broker
@@ -73,7 +74,7 @@ def test_a_unique_task_keeps_its_lock_in_the_shard_of_its_message(r, prefix):
         shard = shard_for("hot", f"tests.testapp.tasks.unique_order\x00{order}")
         assert message.lock_key == (f"{prefix}:{{{shard}}}:unique:"
                                     f"tests.testapp.tasks.unique_order:{order}")
-        assert r.get(message.lock_key).decode() == message.id
+        assert r.get(message.lock_key).decode() == holder_value(message)
         stream = [json.loads(fields[b"m"])["id"] for _id, fields in
                   r.xrange(stream_key(prefix, shard))]
         assert message.id in stream
@@ -92,7 +93,7 @@ def test_a_task_id_is_reserved_in_one_shard_and_a_second_dispatch_meets_it(r, pr
         dispatch("tests.testapp.tasks.noop", {"n": 2}, queue="hot", task_id="job-42")
 
     shard = shard_for("hot", "job-42")
-    assert r.get(f"{prefix}:{{{shard}}}:id:job-42").decode() == first.id
+    assert r.get(f"{prefix}:{{{shard}}}:id:job-42").decode() == holder_value(first)
     assert sum(stream_lengths(r, prefix, HOT)) == 1
 
 

@@ -14,7 +14,7 @@ from django_taskrunner import (
     TaskMessage,
     dispatch,
 )
-from django_taskrunner.core.unique import TASK_ID_TTL_MS
+from django_taskrunner.core.unique import TASK_ID_TTL_MS, holder_value
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store.broker import get_broker
 from tests.testapp.tasks import runs_key
@@ -44,7 +44,8 @@ def test_the_task_id_is_the_message_id_and_a_second_dispatch_conflicts(r, prefix
     assert message.id == "report-2024-06"
     [(_stream_id, fields)] = r.xrange(get_broker().stream("default"))
     assert TaskMessage.from_json(fields[b"m"]).id == "report-2024-06"
-    assert r.get(id_key(prefix, "report-2024-06")) == b"report-2024-06"
+    assert r.get(id_key(prefix, "report-2024-06")).decode() == holder_value(message)
+    assert holder_value(message).startswith("report-2024-06#")
     assert TASK_ID_TTL_MS - 5_000 < r.pttl(id_key(prefix, "report-2024-06")) <= TASK_ID_TTL_MS
 
     with pytest.raises(TaskIdConflict) as conflict:
@@ -106,8 +107,8 @@ def test_the_same_id_on_another_queue_is_another_reservation(r, prefix):
 def test_task_id_with_a_unique_lock_reserves_both_and_reports_the_id_first(r, prefix):
     message = dispatch("tests.testapp.tasks.unique_order", {"order": "o-9"}, task_id="o9")
 
-    assert r.get(message.lock_key) == b"o9"
-    assert r.get(id_key(prefix, "o9")) == b"o9"
+    assert r.get(message.lock_key).decode() == holder_value(message)
+    assert r.get(id_key(prefix, "o9")).decode() == holder_value(message)
     with pytest.raises(TaskIdConflict):
         dispatch("tests.testapp.tasks.unique_order", {"order": "o-9"}, task_id="o9")
     with pytest.raises(TaskAlreadyDispatched) as held:

@@ -23,6 +23,7 @@ from django_taskrunner import (
 from django_taskrunner.core import clock
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.dispatch import prepare
+from django_taskrunner.core.unique import holder_value
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
 from tests.testapp.tasks import unique_order
@@ -92,7 +93,7 @@ def test_dispatch_many_of_a_unique_task_skips_duplicates_in_one_round_trip(r, ca
     assert all(message.stream_id for message in queued)
     assert get_broker().length("default") == 3
     for message in queued:
-        assert r.get(message.lock_key).decode() == message.id
+        assert r.get(message.lock_key).decode() == holder_value(message)
     skipped = [rec.getMessage() for rec in caplog.records if "skipped a duplicate" in rec.message]
     assert len(skipped) == 2
     assert any(held.id in line for line in skipped)
@@ -137,8 +138,8 @@ def test_a_failing_add_leaves_no_lock_and_no_task_id(r, prefix):
     assert r.exists(lock_key, keys.task_id_key(prefix, "default", "crash-id")) == 0
     # And once the stream is sound the same dispatch goes through
     r.delete(stream)
-    dispatch(ORDER, {"order": "crash-1"}, task_id="crash-id")
-    assert r.get(lock_key) == b"crash-id"
+    message = dispatch(ORDER, {"order": "crash-1"}, task_id="crash-id")
+    assert r.get(lock_key).decode() == holder_value(message)
 
 
 def test_an_unreadable_lock_adds_no_message(r, prefix):

@@ -43,7 +43,7 @@ def test_seed_scenarios_duplicate_refused_other_key_free_and_free_again_after_fi
     first = unique_order.dispatch({"order": "order-123"})
     lock_key = f"{prefix}:{{default}}:unique:tests.testapp.tasks.unique_order:order-123"
     assert first.lock_key == lock_key
-    assert r.get(lock_key).decode() == first.id
+    assert r.get(lock_key).decode() == locks.holder_value(first)
 
     # When order-123 is dispatched again, it is refused with the first task's id
     with pytest.raises(TaskAlreadyDispatched) as refused:
@@ -61,7 +61,7 @@ def test_seed_scenarios_duplicate_refused_other_key_free_and_free_again_after_fi
     assert r.hget(runs_key(), "unique_order:order-123") == b"1"
     assert r.exists(lock_key) == 0
     again = unique_order.dispatch({"order": "order-123"})
-    assert r.get(lock_key).decode() == again.id
+    assert r.get(lock_key).decode() == locks.holder_value(again)
 
 
 def test_lock_ttl_is_unique_for_and_a_per_call_override_wins(r):
@@ -78,8 +78,8 @@ def test_the_same_key_on_two_queues_is_two_locks(r):
 
     assert on_default.lock_key != on_other.lock_key
     assert "{other}" in on_other.lock_key
-    assert r.get(on_default.lock_key).decode() == on_default.id
-    assert r.get(on_other.lock_key).decode() == on_other.id
+    assert r.get(on_default.lock_key).decode() == locks.holder_value(on_default)
+    assert r.get(on_other.lock_key).decode() == locks.holder_value(on_other)
     with pytest.raises(TaskAlreadyDispatched):
         unique_order.dispatch({"order": "q-1"}, queue="other")
 
@@ -141,7 +141,7 @@ def test_until_executed_keeps_the_lock_when_the_task_fails_for_good(r, run_burst
     run_burst()
 
     assert FailedTask.objects.get().message_id == message.id
-    assert r.get(message.lock_key).decode() == message.id
+    assert r.get(message.lock_key).decode() == locks.holder_value(message)
     assert 0 < r.pttl(message.lock_key) <= 60_000
     with pytest.raises(TaskAlreadyDispatched) as refused:
         dispatch(PROBE, {"k": "ue-fail"})
@@ -153,7 +153,7 @@ def test_until_executed_keeps_the_lock_when_the_task_fails_for_good(r, run_burst
 
 def test_until_executing_frees_the_lock_when_a_worker_starts_the_task(r, run_burst):
     message = dispatch(PROBE, {"k": "ux"}, unique_mode="until_executing")
-    assert r.get(message.lock_key).decode() == message.id  # held while pending
+    assert r.get(message.lock_key).decode() == locks.holder_value(message)  # held while pending
 
     run_burst()
 
@@ -187,7 +187,7 @@ def test_while_locked_keeps_the_lock_after_success_until_the_ttl(r, run_burst):
     run_burst()
 
     assert probes(r, "wl") == {1: f"held:{message.id}"}
-    assert r.get(message.lock_key).decode() == message.id
+    assert r.get(message.lock_key).decode() == locks.holder_value(message)
     assert 0 < r.pttl(message.lock_key) <= 2_000
     with pytest.raises(TaskAlreadyDispatched):
         dispatch(PROBE, {"k": "wl"})
@@ -204,7 +204,7 @@ def test_a_lock_that_expired_and_was_retaken_survives_the_older_tasks_release(r,
     assert r.exists(older.lock_key) == 0
     # And task B that took the lock afterwards
     newer = dispatch(PROBE, {"k": "retaken"})
-    assert r.get(newer.lock_key).decode() == newer.id
+    assert r.get(newer.lock_key).decode() == locks.holder_value(newer)
 
     # When a worker runs only A (B is moved aside) and A releases at its finish
     stream = get_broker().stream("default")
@@ -215,7 +215,7 @@ def test_a_lock_that_expired_and_was_retaken_survives_the_older_tasks_release(r,
 
     # Then B still holds its lock with its TTL
     assert probes(r, "retaken") == {1: f"held:{newer.id}"}
-    assert r.get(newer.lock_key).decode() == newer.id
+    assert r.get(newer.lock_key).decode() == locks.holder_value(newer)
     assert r.pttl(newer.lock_key) > 50_000
 
 
@@ -229,7 +229,7 @@ def test_an_expired_task_frees_its_lock_but_while_locked_keeps_it(r, run_burst):
     assert probes(r, "exp-1") == {} and probes(r, "exp-2") == {}  # neither ran
     assert FailedTask.objects.count() == 2
     assert r.exists(until_finished.lock_key) == 0
-    assert r.get(while_locked.lock_key).decode() == while_locked.id
+    assert r.get(while_locked.lock_key).decode() == locks.holder_value(while_locked)
 
 
 def test_a_message_for_an_unknown_task_frees_its_lock(r, run_burst, prefix):

@@ -151,6 +151,21 @@ def unique_race(payload: Any) -> None:
     """Dispatched by many threads and processes at once; never needs to run."""
 
 
+@task(unique=True, unique_for=60, unique_key=lambda payload: payload["k"], takes_context=True)
+def gated_report(ctx: Any, payload: Any) -> None:
+    """Counts its runs (`gated_report:<k>`, the nth run waits for gate n), records which
+    worker ran each, then waits until the test opens that run's gate
+    (tests/integration/test_holder_tokens.py)."""
+    import os
+
+    redis = get_redis()
+    run = redis.hincrby(runs_key(), f"gated_report:{payload['k']}", 1)
+    redis.hset(runs_key(), f"gated_report:{payload['k']}:{run}", os.getpid())
+    deadline = time.monotonic() + 60
+    while not redis.exists(f"{runs_key()}:gate:{run}") and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 @task(unique=True, unique_for=30)
 def unique_whole(payload: Any) -> None:
     """No unique_key: one lock for the whole task name (warned about once)."""

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from django_taskrunner.conf import DEFAULTS
@@ -17,3 +18,32 @@ def test_the_demo_settings_list_every_key():
     text = (DOCS.parent / "testproject" / "settings.py").read_text()
     missing = [key for key in DEFAULTS if f'"{key}":' not in text]
     assert missing == []
+
+
+def _row(text: str, key: str) -> str:
+    [row] = [line for line in text.splitlines() if line.startswith(f"| `{key}` |")]
+    return row
+
+
+def _figure(value: float) -> str:
+    return f"{int(value):,}" if value == int(value) else str(value)
+
+
+def test_the_settings_page_gives_each_numbers_range():
+    from django_taskrunner.checks import NUMBERS
+
+    text = (DOCS / "settings.md").read_text()
+    for key, rule in NUMBERS.items():
+        row = _row(text, key)
+        span = f"{_figure(rule.minimum)} to {_figure(rule.maximum)}"
+        assert span in row, (key, span, row)
+        assert ("an int" in row) == rule.integer, row
+        assert ("`None` or" in row) == rule.none_allowed, row
+
+
+def test_the_settings_page_lists_exactly_the_check_ids_the_code_uses():
+    source = (DOCS.parent / "django_taskrunner" / "checks.py").read_text()
+    used = set(re.findall(r"taskrunner\.E\d{3}", source))
+    documented = set(re.findall(r"^\| `(taskrunner\.E\d{3})` \|", (DOCS / "settings.md")
+                                .read_text(), re.MULTILINE))
+    assert documented == used

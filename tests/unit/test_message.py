@@ -48,3 +48,196 @@ def test_a_payload_that_is_not_json_is_refused_naming_the_task(payload):
     message = TaskMessage(id="x", task_name="shop.tasks.send", queue="q", payload=payload)
     with pytest.raises(InvalidTaskPayload, match="shop.tasks.send"):
         message.to_json()
+
+
+# -- anything a stream entry holds decodes or raises InvalidTaskPayload (issue 22, 8/9/13) --
+
+def wire(**fields):
+    """A well-formed wire message with `fields` replaced (a value of DROP removes one)."""
+    data = {"v": 1, "id": "m1", "task": "app.tasks.t", "queue": "default",
+            "payload": {"n": 1}, "attempt": 1, "ts": 1_700_000_000_000}
+    data.update(fields)
+    return json.dumps(data, allow_nan=True).encode()
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def test_a_well_formed_message_with_every_field_decodes():
+    raw = wire(lock="taskrunner:{default}:unique:app.tasks.t:k", mode="until_executed",
+               tid=True, exp=1_700_000_100_000, rt=4000)
+    message = TaskMessage.from_json(raw)
+    assert (message.lock_key, message.unique_mode, message.has_task_id) == (
+        "taskrunner:{default}:unique:app.tasks.t:k", "until_executed", True)
+    assert (message.expires_at_ms, message.reservation_timeout_ms) == (1_700_000_100_000, 4000)
+
+
+@pytest.mark.parametrize("depth", [988, 995, 5000])
+def test_a_message_nested_past_the_recursion_limit_is_invalid_not_a_recursion_error(depth):
+    raw = b'{"v": 1, "id": "x", "task": "t", "payload": ' + nested(depth).encode() + b"}"
+    with pytest.raises(InvalidTaskPayload, match="nested"):
+        TaskMessage.from_json(raw)
+
+
+def test_a_payload_nested_past_the_limit_is_invalid_and_one_at_the_limit_decodes():
+    from django_taskrunner.core.message import PAYLOAD_MAX_DEPTH
+
+    at_limit = b'{"v": 1, "id": "x", "task": "t", "payload": ' + nested(
+        PAYLOAD_MAX_DEPTH).encode() + b"}"
+    assert TaskMessage.from_json(at_limit).payload is not None
+    over = b'{"v": 1, "id": "x", "task": "t", "payload": ' + nested(
+        PAYLOAD_MAX_DEPTH + 1).encode() + b"}"
+    with pytest.raises(InvalidTaskPayload, match=f"more than {PAYLOAD_MAX_DEPTH}"):
+        TaskMessage.from_json(over)
+
+
+@pytest.mark.parametrize("field", ["attempt", "ts", "exp", "rt"])
+@pytest.mark.parametrize("number", ["1e400", "-1e400", "NaN", "Infinity", "1" + "0" * 5000])
+def test_an_overflowing_number_in_any_field_is_invalid_not_an_overflow_error(field, number):
+    raw = b'{"v": 1, "id": "x", "task": "t", "%s": %s}' % (field.encode(), number.encode())
+    with pytest.raises(InvalidTaskPayload):
+        TaskMessage.from_json(raw)
+
+
+@pytest.mark.parametrize("number", ["1e400", "NaN", "-Infinity"])
+def test_a_payload_number_json_cannot_encode_again_is_invalid(number):
+    # the worker would fail to re-encode it for a retry, and the entry would stay pending
+    raw = b'{"v": 1, "id": "x", "task": "t", "payload": {"n": %s}}' % number.encode()
+    with pytest.raises(InvalidTaskPayload):
+        TaskMessage.from_json(raw)
+
+
+@pytest.mark.parametrize("fields", [
+    {"v": True}, {"v": 1.5}, {"v": "1"},
+    {"id": ["x"]}, {"id": "x" * 256},
+    {"queue": 5}, {"queue": ["default"]},
+    {"attempt": True}, {"attempt": 1.5}, {"attempt": -3}, {"attempt": 10**12},
+    {"ts": "now"}, {"ts": -1}, {"ts": 10**20}, {"ts": [1]},
+    {"lock": 5}, {"lock": True}, {"lock": ["k"]}, {"lock": {"k": 1}}, {"lock": ""},
+    {"lock": "k", "mode": "forever"}, {"lock": "k", "mode": 3},
+    {"tid": 1}, {"tid": "yes"}, {"tid": None},
+    {"exp": "soon"}, {"exp": -5}, {"exp": 10**20}, {"exp": 1.5},
+])
+def test_a_field_of_the_wrong_type_or_range_is_invalid(fields):
+    with pytest.raises(InvalidTaskPayload) as caught:
+        TaskMessage.from_json(wire(**fields))
+    assert caught.value.task_name in (None, "app.tasks.t")
+
+
+@pytest.mark.parametrize("rt", [0, -100, "long", False, 10**20, [1]])
+def test_a_reservation_timeout_that_cannot_be_used_is_ignored_not_fatal(rt):
+    # rt is advisory (tests/unit/test_reliability_settings.py): the default applies
+    assert TaskMessage.from_json(wire(rt=rt)).reservation_timeout_ms is None
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"v": 1, "id": "x", "task": "t", "payload": "\\udcff"}',  # an escaped lone surrogate
+    b'{"v": 1, "id": "x", "task": "t", "payload": "\xed\xb3\xbf"}',  # its UTF-8-like bytes
+    b'{"v": 1, "id": "x", "task": "t", "payload": {"\\ud800": 1}}',  # in a key
+])
+def test_a_lone_surrogate_in_a_message_is_invalid(raw):
+    with pytest.raises(InvalidTaskPayload):
+        TaskMessage.from_json(raw)
+
+
+def test_an_escaped_surrogate_pair_is_a_character_and_decodes():
+    raw = b'{"v": 1, "id": "x", "task": "t", "payload": "\\ud83d\\ude00 \\\\udcff"}'
+    assert TaskMessage.from_json(raw).payload == "\U0001f600 \\udcff"
+
+
+def test_a_body_over_the_size_limit_is_invalid_before_it_is_parsed():
+    from django_taskrunner.core.message import MESSAGE_MAX_BYTES
+
+    raw = wire(payload="x" * MESSAGE_MAX_BYTES)
+    with pytest.raises(InvalidTaskPayload, match="bytes"):
+        TaskMessage.from_json(raw)
+    with pytest.raises(InvalidTaskPayload, match="bytes"):
+        TaskMessage.from_json(b"{" * (MESSAGE_MAX_BYTES + 1))
+
+
+def test_random_damage_to_a_message_only_ever_raises_invalid_task_payload():
+    # Deterministic: a fixed seed; every single-byte change, cut and splice of a message
+    # with every optional field either decodes or raises InvalidTaskPayload.
+    import random
+
+    rng = random.Random(22)  # noqa: S311 - a fixed seed, not a secret
+    good = wire(lock="taskrunner:{default}:unique:t", mode="until_finished", tid=True,
+                exp=1_700_000_100_000, rt=4000, payload={"a": [1, 2.5, "é", None, True]})
+    specials = [b"1e400", b"[[[[", b"\\udcff", b"\xed\xa0\x80", b"NaN", b"-0", b'""', b"\x00",
+                b"true", b"9" * 30, b"{}", b"null"]
+    for _ in range(3000):
+        raw = bytearray(good)
+        at = rng.randrange(len(raw))
+        choice = rng.random()
+        if choice < 0.4:
+            raw[at] = rng.randrange(256)
+        elif choice < 0.7:
+            raw[at:at + rng.randrange(1, 8)] = rng.choice(specials)
+        else:
+            raw = raw[:at]
+        try:
+            TaskMessage.from_json(bytes(raw))
+        except InvalidTaskPayload:
+            pass
+
+
+def test_the_lock_must_name_a_unique_lock_of_the_queue_it_was_read_from():
+    def message(lock):
+        return TaskMessage.from_json(wire(lock=lock, mode="until_finished"))
+
+    message("tr:{default}:unique:app.tasks.t:k").check_lock_key("tr", "default")
+    message("tr:{default}:unique:app.tasks.t").check_lock_key("tr", "default")
+    TaskMessage.from_json(wire()).check_lock_key("tr", "default")  # no lock: nothing to check
+    for lock in ["tr:{default}:stream", "tr:{other}:unique:app.tasks.t", "k",
+                 "tr:{default}:unique-mode:app.tasks.t", "tr:{default}:unique:",
+                 "other:{default}:unique:app.tasks.t"]:
+        with pytest.raises(InvalidTaskPayload, match="lock"):
+            message(lock).check_lock_key("tr", "default")
+
+
+# -- what dispatch sends: limits checked when the message is encoded -----------------------
+
+def test_a_lone_surrogate_in_a_payload_is_refused_naming_the_task():
+    message = TaskMessage(id="x", task_name="shop.tasks.send", queue="q", payload="\udcff")
+    with pytest.raises(InvalidTaskPayload, match="shop.tasks.send.*surrogate"):
+        message.to_json()
+
+
+@pytest.mark.parametrize("depth", [101, 995, 3000])
+def test_a_payload_nested_too_deep_is_refused_naming_the_task(depth):
+    payload: list = []
+    for _ in range(depth - 1):
+        payload = [payload]
+    message = TaskMessage(id="x", task_name="shop.tasks.send", queue="q", payload=payload)
+    with pytest.raises(InvalidTaskPayload, match="shop.tasks.send.*nested"):
+        message.to_json()
+
+
+def test_a_payload_at_the_depth_limit_is_sent_and_reads_back():
+    from django_taskrunner.core.message import PAYLOAD_MAX_DEPTH
+
+    payload: dict = {}
+    for _ in range(PAYLOAD_MAX_DEPTH - 1):
+        payload = {"a": payload}
+    message = TaskMessage(id="x", task_name="t", queue="q", payload=payload)
+    assert TaskMessage.from_json(message.to_json()).payload == payload
+
+
+def test_a_payload_that_refers_to_itself_is_refused():
+    payload: list = []
+    payload.append(payload)
+    with pytest.raises(InvalidTaskPayload):
+        TaskMessage(id="x", task_name="t", queue="q", payload=payload).to_json()
+
+
+def test_a_message_over_the_size_limit_is_refused_naming_the_task():
+    from django_taskrunner.core.message import MESSAGE_MAX_BYTES
+
+    fits = TaskMessage(id="x", task_name="t", queue="q", payload="é" * (MESSAGE_MAX_BYTES // 4))
+    assert TaskMessage.from_json(fits.to_json()).payload == fits.payload
+    # the limit counts UTF-8 bytes, not characters
+    big = TaskMessage(id="x", task_name="shop.tasks.send", queue="q",
+                      payload="é" * (MESSAGE_MAX_BYTES // 2))
+    with pytest.raises(InvalidTaskPayload, match="shop.tasks.send.*bytes"):
+        big.to_json()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
@@ -103,3 +105,44 @@ def test_registering_the_same_function_again_replaces_it():
     register_task(Task(fn=handler, name="again"))
     register_task(Task(fn=handler, name="again"))
     assert registry.get("again").fn is handler
+
+
+SECONDS_OPTIONS = ["reservation_timeout", "time_limit", "expires", "schedule", "retry_backoff"]
+
+
+@pytest.mark.parametrize("name", SECONDS_OPTIONS)
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 1e300])
+def test_seconds_options_must_be_finite_and_at_most_a_year(name, value):
+    """NaN passes `value <= 0` checks; NaN and infinity then break the worker at run time."""
+    with pytest.raises(InvalidTaskOptions, match=name):
+        task(name="bad.task", **{name: value})(lambda payload: None)
+    assert "bad.task" not in registry
+    task(name="good.task", **{name: 365 * 24 * 3600})(lambda payload: None)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf])
+def test_unique_for_must_be_finite(value):
+    with pytest.raises(InvalidTaskOptions, match="unique_for"):
+        task(name="bad.task", unique=True, unique_for=value)(lambda payload: None)
+
+
+@pytest.mark.parametrize("overrides", [
+    {"expires": math.nan}, {"expires": math.inf}, {"expires": 1e300},
+    {"unique_for": math.nan}, {"unique_for": math.inf},
+])
+def test_dispatch_arguments_in_seconds_must_be_finite(overrides):
+    """Refused before anything is sent: no Redis needed to see it."""
+    from django_taskrunner import dispatch
+
+    plain = task(name="plain.task")(lambda payload: None)
+    with pytest.raises(InvalidTaskOptions, match=next(iter(overrides))):
+        dispatch(plain, None, **overrides)
+
+
+@pytest.mark.parametrize("delay", [math.nan, math.inf, -math.inf])
+def test_a_delay_must_be_finite(delay):
+    from django_taskrunner import dispatch_delayed
+
+    plain = task(name="plain.task")(lambda payload: None)
+    with pytest.raises(InvalidTaskOptions, match="delay"):
+        dispatch_delayed(plain, None, delay=delay)

@@ -8,11 +8,13 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_taskrunner.checks import MAX_BATCH, MAX_POOL
 from django_taskrunner.conf import Settings, get_settings
 from django_taskrunner.core.options import check_queue_name
 from django_taskrunner.core.registry import registry
@@ -28,7 +30,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def positive_int(value: str) -> int:
-    """argparse type: an integer >= 1."""
+    """argparse type: an integer >= 1 ("nan", "inf" and "1e3" are not integers)."""
     try:
         number = int(value)
     except ValueError:
@@ -36,6 +38,19 @@ def positive_int(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {number}")
     return number
+
+
+def int_up_to(maximum: int) -> Callable[[str], int]:
+    """argparse type: an integer from 1 to `maximum`, the range of the matching setting."""
+
+    def parse(value: str) -> int:
+        number = positive_int(value)
+        if number > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum}, not {number}")
+        return number
+
+    parse.__name__ = f"integer from 1 to {maximum}"  # what argparse names in its errors
+    return parse
 
 
 def queue_name(value: str) -> str:
@@ -46,12 +61,9 @@ def queue_name(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def port_number(value: str) -> int:
-    """argparse type: a TCP port, 1-65535."""
-    number = positive_int(value)
-    if number > 65535:
-        raise argparse.ArgumentTypeError(f"must be at most 65535, not {number}")
-    return number
+port_number = int_up_to(65535)  # argparse type: a TCP port
+pool_size = int_up_to(MAX_POOL)  # as MIN_WORKERS and MAX_WORKERS
+batch_size = int_up_to(MAX_BATCH)  # as BATCH_SIZE
 
 
 def pool_sizing(options: dict[str, Any], settings: Settings) -> tuple[int, ScalingPolicy | None]:
@@ -95,20 +107,20 @@ class Command(BaseCommand):
         parser.add_argument("--queue", "-Q", action="append", type=queue_name, dest="queues",
                             help="queue to consume (repeatable; default: every queue a "
                                  "registered task names, plus DEFAULT_QUEUE)")
-        parser.add_argument("--concurrency", "-c", type=positive_int,
+        parser.add_argument("--concurrency", "-c", type=pool_size,
                             help="worker threads of a fixed pool (default: "
                                  "TASKRUNNER['MAX_WORKERS'])")
-        parser.add_argument("--min-workers", type=positive_int,
+        parser.add_argument("--min-workers", type=pool_size,
                             help="autoscale the pool from this many threads (default: "
                                  "TASKRUNNER['MIN_WORKERS'])")
-        parser.add_argument("--max-workers", type=positive_int,
+        parser.add_argument("--max-workers", type=pool_size,
                             help="largest autoscaled pool (default: TASKRUNNER['MAX_WORKERS'])")
         parser.add_argument("--metrics-port", type=port_number,
                             help="serve Prometheus metrics on this port (needs the "
                                  "'prometheus' extra)")
         parser.add_argument("--metrics-addr", default="127.0.0.1",
                             help="address the metrics server binds (default: 127.0.0.1)")
-        parser.add_argument("--batch-size", type=positive_int,
+        parser.add_argument("--batch-size", type=batch_size,
                             help="messages per read (default: TASKRUNNER['BATCH_SIZE'])")
         parser.add_argument("--consumer-name", type=consumer_name,
                             help="name in the consumer group (default: host-pid-random)")

@@ -16,16 +16,17 @@
 -- ARGV[1] 'stream' (XADD now) or 'delayed' (ZADD at score ARGV[3])
 -- ARGV[2] the message body (JSON)
 -- ARGV[3] due time in epoch ms, the score in the delayed set; ignored for 'stream'
--- ARGV[4] lock value: the holder's message id; '' when the dispatch takes no lock
+-- ARGV[4] lock value: the holder, '<message id>#<dispatch token>' (locks.holder_value);
+--         '' when the dispatch takes no lock
 -- ARGV[5] lock TTL in ms (unique_for)
--- ARGV[6] task_id value (the message id); '' when the dispatch names no task_id
+-- ARGV[6] task_id value (the holder, as ARGV[4]); '' when the dispatch names no task_id
 -- ARGV[7] task_id reservation TTL in ms
 -- ARGV[8] wake channel <prefix>:{<queue>}:wake, for 'delayed': when the new entry is due
 --         before every waiting one, its due time is PUBLISHed there (as add_delayed.lua)
 -- ARGV[9] optional: the lock's unique mode, written to the mode record with the lock's
---         TTL so the admin can show it (the lock's value stays the holder's id)
+--         TTL so the admin can show it (the lock's value stays the holder)
 -- Returns {'ok', <stream id> | 'delayed'}; {'id', <holder>} when the task_id is
--- reserved; {'lock', <holder>} when the lock is held.
+-- reserved; {'lock', <holder>} when the lock is held (the value found, token included).
 
 local lock_key, mode_key, id_key
 local mode = ARGV[9] or ''

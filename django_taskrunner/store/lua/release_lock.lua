@@ -1,16 +1,17 @@
 -- Free (or refresh) the unique lock and task_id reservation a message holds, but only
--- where that message is still the holder: a lock that expired and was then taken by a
--- newer task carries the newer task's id, and is left alone.
+-- where that dispatch of the message is still the holder: a lock that expired and was
+-- then taken by a newer task, or a task_id dispatched again after the first dispatch
+-- finished, carries the newer dispatch's value, and is left alone.
 --
 -- KEYS[i]   a unique lock or task_id key of one queue
--- ARGV[1]   the holder's message id (the value the enqueue script wrote)
+-- ARGV[1]   the holder: '<message id>#<dispatch token>', or the message id alone for a
+--           message queued by an earlier version (the value the enqueue script wrote)
 -- ARGV[i+1] what to do with KEYS[i]: '0' deletes it (compare-and-delete); 'follow'
 --           deletes it only if this call just deleted KEYS[i-1] (a lock's mode record
 --           goes with its lock, and stays with a newer holder's lock); any other value
 --           is a TTL in ms to set on it (compare-and-expire: keep holding it)
 -- Returns one entry per key: 1 done; 0 the key no longer exists (expired or freed), or
--- a 'follow' key left alone; otherwise the value found, i.e. the id of the task that
--- holds it now.
+-- a 'follow' key left alone; otherwise the value found, i.e. the holder now.
 
 local results = {}
 for i, key in ipairs(KEYS) do
