@@ -26,7 +26,8 @@ SLEEP_20 = "tests.testapp.tasks.sleep_20ms"
 
 def changes(caplog, word: str) -> list[str]:
     return [record.getMessage() for record in caplog.records
-            if record.name == "django_taskrunner.worker.monitor" and f"pool {word}" in record.getMessage()]
+            if record.name == "django_taskrunner.worker.monitor"
+            and f"pool {word}" in record.getMessage()]
 
 
 def test_a_burst_grows_the_pool_and_an_idle_queue_shrinks_it_back_to_one(
