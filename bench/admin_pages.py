@@ -57,9 +57,11 @@ def fill_database(rows: int) -> int:
 
 def fill_redis(rows: int) -> None:
     """Delayed tasks, unique locks (with their messages), statistics, consumers, a leader."""
-    from django_taskrunner import TaskMessage, clock, keys
-    from django_taskrunner.broker import get_broker
-    from django_taskrunner.dispatch import dispatch_many
+    from django_taskrunner import TaskMessage
+    from django_taskrunner.core import clock
+    from django_taskrunner.core.dispatch import dispatch_many
+    from django_taskrunner.store import keys
+    from django_taskrunner.store.broker import get_broker
 
     broker = get_broker()
     pipe = broker.client.pipeline(transaction=False)
@@ -81,9 +83,9 @@ def fill_redis(rows: int) -> None:
 
 
 def write_an_hour_of_statistics(broker) -> None:  # type: ignore[no-untyped-def]
-    from django_taskrunner import clock
-    from django_taskrunner.recorder import StatsRecorder
-    from django_taskrunner.stats_store import Heartbeat, write
+    from django_taskrunner.core import clock
+    from django_taskrunner.stats.recorder import StatsRecorder
+    from django_taskrunner.stats.store import Heartbeat, write
 
     rng = random.Random(5)  # noqa: S311
     now = clock.now_ms()

@@ -74,7 +74,7 @@ def setup_django(url: str, workdir: str) -> dict[str, str]:
 def drain(env: dict[str, str], jobs: int, pool_args: list[str]) -> tuple[float, list[str]]:
     """Dispatch `jobs` tasks, run a burst worker; (seconds to drain, autoscale log lines)."""
     from django_taskrunner import dispatch_many
-    from django_taskrunner.broker import get_broker
+    from django_taskrunner.store.broker import get_broker
 
     for start in range(0, jobs, 500):
         dispatch_many(TASK, [{"n": n} for n in range(start, min(jobs, start + 500))])
@@ -92,7 +92,7 @@ def drain(env: dict[str, str], jobs: int, pool_args: list[str]) -> tuple[float, 
 
 def recording_cost(calls: int = 200_000) -> float:
     """Nanoseconds per task of the executor's statistics calls (picked_up + ran + succeeded)."""
-    from django_taskrunner.recorder import StatsRecorder
+    from django_taskrunner.stats.recorder import StatsRecorder
 
     recorder = StatsRecorder()
     started = time.perf_counter()

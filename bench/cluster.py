@@ -83,7 +83,7 @@ class Site:
                     TASKRUNNER_TEST_SETTINGS=json.dumps(overrides))
 
     def start_workers(self, env: dict[str, str], queue: str, count: int) -> None:
-        from django_taskrunner.stats import get_stats
+        from django_taskrunner.stats.figures import get_stats
 
         for _ in range(count):
             self.workers.append(subprocess.Popen(  # noqa: S603 - our own interpreter
@@ -135,10 +135,10 @@ def drained(client: Any, streams: list[str], group: str) -> bool:
 def throughput(site: Site, shards: int, jobs: int) -> dict[str, Any]:
     """Dispatch `jobs` tasks to a queue split into `shards`, drained by 2 x shards workers."""
     from django_taskrunner import dispatch_many
-    from django_taskrunner.broker import get_broker
-    from django_taskrunner.connection import get_redis
-    from django_taskrunner.sharding import shards as shard_names
-    from django_taskrunner.stats import get_stats
+    from django_taskrunner.stats.figures import get_stats
+    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store.connection import get_redis
+    from django_taskrunner.store.sharding import shards as shard_names
 
     queue = f"bench{shards}"
     env = site.configure(f"bench-{uuid.uuid4().hex[:8]}", {"SHARDS": {queue: shards}})
@@ -183,7 +183,8 @@ class Dispatcher(threading.Thread):
         self.progress = 0
 
     def run(self) -> None:
-        from django_taskrunner import RedisUnavailable, clock, dispatch
+        from django_taskrunner import RedisUnavailable, dispatch
+        from django_taskrunner.core import clock
 
         started = time.monotonic()
         for n in range(self.total):
@@ -203,9 +204,9 @@ class Dispatcher(threading.Thread):
 
 def failover(site: Site, total: int) -> dict[str, Any]:
     """Kill the master of one shard after 30 % of `total` tasks; count what was lost."""
-    from django_taskrunner import clock
-    from django_taskrunner.connection import get_redis
-    from django_taskrunner.keys import stream_key
+    from django_taskrunner.core import clock
+    from django_taskrunner.store.connection import get_redis
+    from django_taskrunner.store.keys import stream_key
     from tests.testapp.tasks import runs_key
 
     queue, cluster = "failover", site.cluster

@@ -84,7 +84,7 @@ class Bench:
         import django
 
         django.setup()
-        from django_taskrunner.broker import get_broker
+        from django_taskrunner.store.broker import get_broker
 
         self.args = args
         self.broker = get_broker()
@@ -94,9 +94,9 @@ class Bench:
     def add(self, run: str, due_ms: int, pipe=None) -> None:  # type: ignore[no-untyped-def]
         """One delayed task through the dispatch path, due exactly at `due_ms`."""
         from bench.timing_site.tasks import record_lateness
-        from django_taskrunner import scripts
-        from django_taskrunner.dispatch import add_delayed, new_message
-        from django_taskrunner.keys import delayed_key, wake_channel
+        from django_taskrunner.core.dispatch import add_delayed, new_message
+        from django_taskrunner.store import scripts
+        from django_taskrunner.store.keys import delayed_key, wake_channel
 
         message = new_message(record_lateness, {"run": run, "due": due_ms}, start_ms=due_ms)
         if pipe is None:
@@ -114,7 +114,7 @@ class Bench:
         return [int(v) for v in self.client.lrange(key, 0, -1)]
 
     def upfront(self) -> list[int]:
-        from django_taskrunner import clock
+        from django_taskrunner.core import clock
 
         start = clock.now_ms() + 1500
         for _ in range(self.args.tasks):
@@ -122,7 +122,7 @@ class Bench:
         return self.lateness("upfront", self.args.tasks, self.args.spread + 30)
 
     def live(self) -> list[int]:
-        from django_taskrunner import clock
+        from django_taskrunner.core import clock
 
         start = clock.now_ms() + 500
         dues = sorted(start + random.randrange(self.args.spread * 1000)
@@ -136,8 +136,8 @@ class Bench:
 
     def bulk(self) -> tuple[float, float, list[int]]:
         from bench.timing_site.tasks import record_lateness
-        from django_taskrunner import clock
-        from django_taskrunner.keys import delayed_key, stream_key
+        from django_taskrunner.core import clock
+        from django_taskrunner.store.keys import delayed_key, stream_key
 
         count, prefix = self.args.bulk, self.broker.prefix
         due = clock.now_ms() + 60_000
@@ -169,8 +169,8 @@ class Bench:
 
     def add_bulk(self, pipe, n: int, due: int) -> None:  # type: ignore[no-untyped-def]
         from bench.timing_site.tasks import record_lateness
-        from django_taskrunner.dispatch import new_message
-        from django_taskrunner.keys import delayed_key
+        from django_taskrunner.core.dispatch import new_message
+        from django_taskrunner.store.keys import delayed_key
 
         message = new_message(record_lateness, {"run": "bulk", "due": due, "n": n},
                               queue="bulk", start_ms=due)
@@ -178,7 +178,7 @@ class Bench:
 
     def _rescore(self, zset: str, instant: int) -> None:
         """Give every member the score `instant` and wake the scheduler for it."""
-        from django_taskrunner.keys import wake_channel
+        from django_taskrunner.store.keys import wake_channel
 
         self.client.eval("local m = redis.call('ZRANGE', KEYS[1], 0, -1) "
                          "for i = 1, #m, 2000 do "
@@ -191,7 +191,7 @@ class Bench:
     def _ping_probe(self, pings: list[float], stop: threading.Event, instant: int) -> None:
         import redis
 
-        from django_taskrunner import clock
+        from django_taskrunner.core import clock
 
         client = redis.Redis.from_url(self.redis_url)
         while not stop.is_set():
@@ -232,8 +232,8 @@ def main() -> None:
         bench = Bench(args, url)
         from django.core.management import call_command
 
-        from django_taskrunner.keys import leader_key
-        from django_taskrunner.scheduler import register_queues
+        from django_taskrunner.scheduling.scheduler import register_queues
+        from django_taskrunner.store.keys import leader_key
 
         call_command("migrate", verbosity=0)
         register_queues(bench.broker, ["bulk"])  # known to the leader, consumed by nobody

@@ -5,14 +5,18 @@ The public API; everything else is internal.
 
 from __future__ import annotations
 
-from django_taskrunner.context import TaskContext
-from django_taskrunner.dispatch import (
+from django_taskrunner.core.context import TaskContext
+from django_taskrunner.core.dispatch import (
     dispatch,
     dispatch_delayed,
     dispatch_many,
     dispatch_on_commit,
     schedule_for,
 )
+from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.core.registry import register_task
+from django_taskrunner.core.task import Task, task
+from django_taskrunner.core.unique import payload_key
 from django_taskrunner.exceptions import (
     InvalidTaskOptions,
     InvalidTaskPayload,
@@ -27,10 +31,6 @@ from django_taskrunner.exceptions import (
     WorkerLost,
 )
 from django_taskrunner.hooks import dispatch_on
-from django_taskrunner.locks import payload_key
-from django_taskrunner.message import TaskMessage
-from django_taskrunner.registry import register_task
-from django_taskrunner.task import Task, task
 
 __version__ = "0.1.0"
 

@@ -23,7 +23,7 @@ class TaskRunnerConfig(AppConfig):
 
     def ready(self) -> None:
         from django_taskrunner import checks  # noqa: F401 - registers the system checks
-        from django_taskrunner.registry import registry
+        from django_taskrunner.core.registry import registry
 
         setting_changed.connect(_on_setting_changed, dispatch_uid="django_taskrunner.conf")
         self._connect_periodic_signals()
@@ -34,7 +34,7 @@ class TaskRunnerConfig(AppConfig):
         from django.db.models.signals import post_delete, post_save
 
         from django_taskrunner.models import PeriodicTask
-        from django_taskrunner.periodic import announce_change
+        from django_taskrunner.scheduling.periodic import announce_change
 
         for signal in (post_save, post_delete):
             signal.connect(announce_change, sender=PeriodicTask,

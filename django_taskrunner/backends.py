@@ -22,8 +22,6 @@ from typing import Any
 from django.core import checks
 from django.utils import timezone
 
-from django_taskrunner import clock, due, keys, sharding
-from django_taskrunner.broker import get_broker
 from django_taskrunner.checks import QUEUE_NAME
 from django_taskrunner.compat import (
     BaseTaskBackend,
@@ -36,9 +34,13 @@ from django_taskrunner.compat import (
     task_enqueued,
 )
 from django_taskrunner.conf import get_settings
-from django_taskrunner.connection import get_redis
-from django_taskrunner.dispatch import REDIS_DOWN, add_delayed, new_message
+from django_taskrunner.core import clock, due
+from django_taskrunner.core.dispatch import REDIS_DOWN, add_delayed, new_message
+from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import RedisUnavailable
+from django_taskrunner.store import keys, sharding
+from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store.connection import get_redis
 
 SHIM_TASK = "django_taskrunner.run_django_task"
 DEFAULT_RESULT_TTL = 24 * 3600
@@ -77,8 +79,6 @@ class TaskRunnerBackend(BaseTaskBackend):
 
         The result record is written before the message, so a worker always finds it.
         """
-        from django_taskrunner.registry import registry
-
         self.validate_task(task)
         result_id = uuid.uuid4().hex
         record = new_record(task, self.alias, list(args), dict(kwargs))

@@ -179,7 +179,7 @@ def _check_embedded_dir(value: Any) -> list[CheckMessage]:
 
 def _check_cluster_nodes(nodes: Any) -> list[CheckMessage]:
     """None, or a non-empty list of "host:port" strings."""
-    from django_taskrunner.connection import parse_node
+    from django_taskrunner.store.nodes import parse_node
 
     if nodes is None:
         return []

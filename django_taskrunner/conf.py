@@ -7,11 +7,14 @@ Nothing is read at import time, so `override_settings(TASKRUNNER=...)` works; a
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings as django_settings
+
+_reset_callbacks: list[Callable[[], None]] = []
 
 
 @dataclass(frozen=True)
@@ -167,10 +170,15 @@ def get_settings() -> Settings:
     return Settings(**values)
 
 
+def on_reset(callback: Callable[[], None]) -> Callable[[], None]:
+    """Register `callback` to run on `reset()`: a module caching what it built from the
+    settings (the Redis client, the broker) subscribes, so this module knows no users."""
+    _reset_callbacks.append(callback)
+    return callback
+
+
 def reset() -> None:
     """Forget the cached settings and connections (after `override_settings`)."""
     get_settings.cache_clear()
-    from django_taskrunner import broker, connection
-
-    broker.reset()
-    connection.reset()
+    for callback in reversed(_reset_callbacks):  # the last built (the broker) first
+        callback()

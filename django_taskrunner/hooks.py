@@ -7,8 +7,8 @@ from typing import Any
 
 from django.dispatch import Signal
 
-from django_taskrunner.dispatch import dispatch, dispatch_on_commit, resolve_task
-from django_taskrunner.task import Task
+from django_taskrunner.core.dispatch import dispatch, dispatch_on_commit, resolve_task
+from django_taskrunner.core.task import Task
 
 
 def dispatch_on(

@@ -5,8 +5,15 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import models
+
+from django_taskrunner.core.cron import check_cron
+from django_taskrunner.core.options import check_queue_name
+from django_taskrunner.core.registry import registry
+from django_taskrunner.exceptions import TaskRunnerError
 
 
 class FailedTask(models.Model):
@@ -45,10 +52,6 @@ class FailedTask(models.Model):
     def __str__(self) -> str:
         return f"{self.task_name} ({self.message_id})"
 
-    def payload_value(self) -> object:
-        """The payload decoded from JSON; raises ValueError if it was not JSON."""
-        return json.loads(self.payload)
-
 
 class PeriodicTask(models.Model):
     """A schedule kept in the database (editable in the admin): run a task with a payload
@@ -81,9 +84,33 @@ class PeriodicTask(models.Model):
 
     def clean(self) -> None:
         """Refuse a schedule the scheduler could not run, naming the field at fault."""
-        from django_taskrunner.periodic import validate_periodic_row
-
         validate_periodic_row(self)
+
+
+def validate_periodic_row(row: Any) -> None:
+    """`PeriodicTask.clean()`: one of cron/interval, a valid cron, a registered task,
+    a valid queue and a JSON payload; raises `ValidationError` keyed by field."""
+    errors: dict[str, str] = {}
+    if bool(row.cron) == bool(row.interval):
+        errors["cron"] = "Give a cron expression or an interval, not both and not neither."
+    elif row.cron:
+        try:
+            check_cron(row.cron)
+        except TaskRunnerError as exc:
+            errors["cron"] = str(exc)
+    if row.task_name not in registry:
+        errors["task_name"] = f"No task named {row.task_name!r} is registered."
+    if row.queue:
+        try:
+            check_queue_name(row.queue)
+        except TaskRunnerError as exc:
+            errors["queue"] = str(exc)
+    try:
+        json.dumps(row.payload, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        errors["payload"] = f"The payload must be JSON: {exc}"
+    if errors:
+        raise ValidationError(errors)
 
 
 class DelayedTask(models.Model):

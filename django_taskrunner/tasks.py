@@ -8,7 +8,7 @@ from typing import Any
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from django_taskrunner.task import task
+from django_taskrunner.core.task import task
 
 
 @task(name="django_taskrunner.run_django_task")

@@ -9,15 +9,15 @@ from typing import Any
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_POST
 
-from django_taskrunner.dispatch import dispatch
+from django_taskrunner.core.dispatch import dispatch
+from django_taskrunner.core.message import PAYLOAD_MAX_DEPTH
+from django_taskrunner.core.task import Task
 from django_taskrunner.exceptions import (
     InvalidTaskOptions,
     InvalidTaskPayload,
     TaskAlreadyDispatched,
     TaskIdConflict,
 )
-from django_taskrunner.message import PAYLOAD_MAX_DEPTH
-from django_taskrunner.task import Task
 
 
 def dispatch_response(

@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from django_taskrunner.broker import get_broker
-from django_taskrunner.worker import Worker
+from django_taskrunner.store.broker import get_broker
+from django_taskrunner.worker.worker import Worker
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, step: float = 0.02) -> Any:

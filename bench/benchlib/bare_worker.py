@@ -10,7 +10,6 @@ import json
 import os
 
 import redis
-
 from benchlib.job import job
 
 STREAM = "bare:stream"

@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass
 
 import redis
-
 from benchlib import job, procs
 from benchlib.systems import System, worker_argv
 

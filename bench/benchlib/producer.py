@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import redis
-
 from benchlib import bare_worker
 
 BATCH = 100

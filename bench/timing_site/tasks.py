@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_taskrunner import clock, task
+from django_taskrunner import task
 from django_taskrunner.conf import get_settings
-from django_taskrunner.connection import get_redis
+from django_taskrunner.core import clock
+from django_taskrunner.store.connection import get_redis
 
 
 def lateness_key(run: str) -> str:

@@ -205,7 +205,7 @@ class Chaos:
 
     def held_by(self, consumer: str, queue: str = "default") -> set[str]:
         """Keys of the tasks whose messages `consumer` holds (pending, un-acked)."""
-        from django_taskrunner.broker import get_broker
+        from django_taskrunner.store.broker import get_broker
 
         broker = get_broker()
         client = redis.Redis.from_url(self.broker.url)

@@ -91,7 +91,7 @@ def all_ran(chaos: Chaos, keys: set[str]) -> Callable[[], bool]:
 
 
 def queue_is_empty() -> bool:
-    from django_taskrunner.broker import get_broker
+    from django_taskrunner.store.broker import get_broker
 
     broker = get_broker()
     return broker.length("default") == 0 and broker.pending("default") == 0
@@ -143,7 +143,7 @@ def kill_workers(chaos: Chaos, *, tasks: int = 5000, kills: int = 3, sleep: floa
 
 
 def dead_consumers_removed(chaos: Chaos, kills: int) -> int:
-    from django_taskrunner.broker import get_broker
+    from django_taskrunner.store.broker import get_broker
 
     broker = get_broker()
     client = redis.Redis.from_url(chaos.broker.url)
@@ -296,7 +296,7 @@ def garbage_entries() -> list[dict[str, bytes]]:
 
 def garbage(chaos: Chaos, *, good: int = 1000) -> Result:
     """`good` tasks with 20 garbage entries spread among them; one worker, never restarted."""
-    from django_taskrunner.broker import get_broker
+    from django_taskrunner.store.broker import get_broker
 
     result, keys = Result("garbage", good), {str(n) for n in range(good)}
     entries = garbage_entries()

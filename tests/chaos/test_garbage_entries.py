@@ -63,7 +63,7 @@ def raw(n: int, **fields: bytes) -> bytes:
 
 def malformed_entries(prefix: str) -> list[dict[str, bytes]]:
     """30 stream entries no worker may run, of every kind issue 22 lists."""
-    from django_taskrunner import keys
+    from django_taskrunner.store import keys
 
     def js(n: int, **fields: Any) -> bytes:
         return json.dumps(message(n, **fields)).encode()
@@ -98,7 +98,7 @@ def malformed_entries(prefix: str) -> list[dict[str, bytes]]:
 
 def held_by(chaos: Chaos, consumer: str) -> set[str]:
     """Keys of the good tasks whose messages `consumer` holds (garbage is skipped)."""
-    from django_taskrunner.broker import get_broker
+    from django_taskrunner.store.broker import get_broker
 
     broker = get_broker()
     client = redis.Redis.from_url(chaos.broker.url)
@@ -118,7 +118,7 @@ def held_by(chaos: Chaos, consumer: str) -> set[str]:
 
 
 def pending_ids(chaos: Chaos) -> set[str]:
-    from django_taskrunner.broker import get_broker
+    from django_taskrunner.store.broker import get_broker
 
     broker = get_broker()
     rows = broker.client.xpending_range(broker.stream("default"), broker.group, "-", "+", 10_000)
@@ -131,7 +131,7 @@ def queue_entries(chaos: Chaos) -> list[str]:
     The first 60 entries (50 good, 10 malformed) are read by a consumer that never acks,
     a worker dead from the start: reclaim must take its good messages past the bad ones.
     """
-    from django_taskrunner.broker import get_broker
+    from django_taskrunner.store.broker import get_broker
 
     broker = get_broker()
     stream = broker.stream("default")
@@ -196,7 +196,7 @@ def test_malformed_entries_among_good_tasks_with_a_worker_killed_lose_and_stall_
     assert not [key for key in runs if key.startswith("bad-")]
     # nothing pending or left in the stream; reclaim and the executor never failed
     assert pending_ids(chaos) == set()
-    from django_taskrunner.broker import get_broker
+    from django_taskrunner.store.broker import get_broker
 
     assert get_broker().length("default") == 0
     assert "error while reclaiming" not in logs

@@ -39,7 +39,7 @@ def dispatch_long_tasks() -> None:
 
 
 def queue_is_empty() -> bool:
-    from django_taskrunner.broker import get_broker
+    from django_taskrunner.store.broker import get_broker
 
     broker = get_broker()
     return broker.length(QUEUE) == 0 and broker.pending(QUEUE) == 0

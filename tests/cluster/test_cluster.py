@@ -15,14 +15,14 @@ from redis.cluster import RedisCluster
 
 from django_taskrunner import (
     RedisUnavailable,
-    clock,
     dispatch,
     dispatch_delayed,
     dispatch_many,
 )
-from django_taskrunner.broker import get_broker
-from django_taskrunner.connection import get_redis
-from django_taskrunner.keys import stream_key, unique_key
+from django_taskrunner.core import clock
+from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store.connection import get_redis
+from django_taskrunner.store.keys import stream_key, unique_key
 from tests.conftest import delete_prefix
 from tests.integration.scheduling_helpers import leads, running_worker, wait_for
 from tests.testapp.tasks import runs_key, stamps_key

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from django_taskrunner import RedisUnavailable, dispatch
-from django_taskrunner.broker import get_broker
-from django_taskrunner.keys import stream_key
+from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store.keys import stream_key
 from tests.cluster.local_cluster import LocalCluster, find_binaries
 from tests.conftest import RedisTarget
 from tests.integration.scheduling_helpers import wait_for

@@ -12,9 +12,11 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from django_taskrunner import TaskMessage, keys, unique_locks
-from django_taskrunner.broker import get_broker
+from django_taskrunner import TaskMessage
+from django_taskrunner.admin import held_locks as unique_locks
 from django_taskrunner.models import FailedTask
+from django_taskrunner.store import keys
+from django_taskrunner.store.broker import get_broker
 
 pytestmark = pytest.mark.django_db
 

@@ -9,8 +9,8 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
-from django_taskrunner import keys
-from django_taskrunner.broker import get_broker
+from django_taskrunner.store import keys
+from django_taskrunner.store.broker import get_broker
 from tests.testapp.tasks import noop, stamp
 
 pytestmark = pytest.mark.django_db

@@ -17,11 +17,11 @@ from django_taskrunner import (
     dispatch_many,
     dispatch_on,
     dispatch_on_commit,
-    keys,
 )
-from django_taskrunner.broker import get_broker
+from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import InvalidTaskOptions
-from django_taskrunner.registry import registry
+from django_taskrunner.store import keys
+from django_taskrunner.store.broker import get_broker
 from tests.testapp.models import Note
 from tests.testapp.tasks import noop, on_other_queue
 
@@ -205,7 +205,7 @@ def test_a_unique_key_from_payload_key_gets_the_payload_error_not_an_options_err
 
 
 def test_a_payload_at_the_limits_is_dispatched_and_reads_back():
-    from django_taskrunner.message import PAYLOAD_MAX_DEPTH
+    from django_taskrunner.core.message import PAYLOAD_MAX_DEPTH
 
     noop.dispatch(deep_list(PAYLOAD_MAX_DEPTH))
     noop.dispatch({"text": "\U0001f600 é"})

@@ -10,8 +10,8 @@ from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
 from django_taskrunner import TaskMessage
-from django_taskrunner.broker import get_broker
 from django_taskrunner.models import FailedTask
+from django_taskrunner.store.broker import get_broker
 
 pytestmark = pytest.mark.django_db
 

@@ -10,10 +10,11 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
-from django_taskrunner import clock, keys
-from django_taskrunner.broker import get_broker
-from django_taskrunner.election import LeaderElection
-from django_taskrunner.stats_store import Heartbeat, write
+from django_taskrunner.core import clock
+from django_taskrunner.scheduling.election import LeaderElection
+from django_taskrunner.stats.store import Heartbeat, write
+from django_taskrunner.store import keys
+from django_taskrunner.store.broker import get_broker
 from tests.testapp.tasks import always_fails, noop, sleep_20ms
 
 pytestmark = pytest.mark.django_db(transaction=True)

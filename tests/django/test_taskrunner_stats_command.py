@@ -57,9 +57,9 @@ def test_a_bad_queue_name_is_refused():
 
 
 def test_the_table_shows_lag_failures_consumers_and_the_leader(run_burst, r, prefix):
-    from django_taskrunner import keys
-    from django_taskrunner.broker import get_broker
-    from django_taskrunner.election import LeaderElection
+    from django_taskrunner.scheduling.election import LeaderElection
+    from django_taskrunner.store import keys
+    from django_taskrunner.store.broker import get_broker
     from tests.testapp.tasks import always_fails
 
     always_fails.dispatch({"n": 1})

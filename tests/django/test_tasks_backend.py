@@ -8,7 +8,6 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from django_taskrunner import keys
 from django_taskrunner.compat import (
     InvalidTask,
     TaskResultDoesNotExist,
@@ -20,6 +19,7 @@ from django_taskrunner.compat import (
     task_started,
 )
 from django_taskrunner.models import FailedTask
+from django_taskrunner.store import keys
 from tests.testapp import framework_tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,9 +12,11 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
-from django_taskrunner import TaskAlreadyDispatched, keys, unique_locks
-from django_taskrunner.broker import get_broker
-from django_taskrunner.locks import holder_value
+from django_taskrunner import TaskAlreadyDispatched
+from django_taskrunner.admin import held_locks as unique_locks
+from django_taskrunner.core.unique import holder_value
+from django_taskrunner.store import keys
+from django_taskrunner.store.broker import get_broker
 from tests.testapp.tasks import unique_order, unique_whole
 
 pytestmark = pytest.mark.django_db

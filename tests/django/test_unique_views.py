@@ -7,7 +7,7 @@ import json
 import pytest
 from django.urls import reverse
 
-from django_taskrunner.broker import get_broker
+from django_taskrunner.store.broker import get_broker
 from django_taskrunner.views import dispatch_response
 
 pytestmark = pytest.mark.django_db(transaction=True)

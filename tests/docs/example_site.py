@@ -24,7 +24,7 @@ from django.dispatch import Signal
 from django.test import override_settings
 
 from django_taskrunner import compat
-from django_taskrunner.registry import registry
+from django_taskrunner.core.registry import registry
 
 BASE_APP = Path(__file__).with_name("example_app")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.apps import apps
 
-from django_taskrunner.registry import registry
+from django_taskrunner.core.registry import registry
 from tests.docs.markdown_blocks import parse_blocks
 from tests.docs.page_runner import ExampleFailed, run_page
 
@@ -77,7 +77,7 @@ def test_a_page_task_is_run_by_the_burst_worker_against_the_test_redis(tmp_path,
         # shop/tasks.py
         from django_taskrunner import task
         from django_taskrunner.conf import get_settings
-        from django_taskrunner.connection import get_redis
+        from django_taskrunner.store.connection import get_redis
 
         @task
         def mark(payload):

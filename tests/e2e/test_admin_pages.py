@@ -9,9 +9,11 @@ import pytest
 from django.utils import timezone
 from selenium.webdriver.common.by import By
 
-from django_taskrunner import TaskMessage, keys, locks
-from django_taskrunner.broker import get_broker
+from django_taskrunner import TaskMessage
+from django_taskrunner.core import unique as locks
 from django_taskrunner.models import FailedTask
+from django_taskrunner.store import keys
+from django_taskrunner.store.broker import get_broker
 from tests.e2e.conftest import click_and_wait
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -145,9 +147,9 @@ def write_an_hour_of_history(broker) -> None:  # type: ignore[no-untyped-def]
     a worker whose heartbeat is fresh."""
     import random
 
-    from django_taskrunner import clock
-    from django_taskrunner.recorder import StatsRecorder
-    from django_taskrunner.stats_store import Heartbeat, write
+    from django_taskrunner.core import clock
+    from django_taskrunner.stats.recorder import StatsRecorder
+    from django_taskrunner.stats.store import Heartbeat, write
 
     rng = random.Random(7)  # noqa: S311
     now = clock.now_ms()

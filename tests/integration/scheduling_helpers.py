@@ -7,8 +7,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from django_taskrunner.broker import get_broker
-from django_taskrunner.worker import Worker
+from django_taskrunner.store.broker import get_broker
+from django_taskrunner.worker.worker import Worker
 from tests.worker_helpers import wait_for  # noqa: F401 - re-exported for the scheduling tests
 
 

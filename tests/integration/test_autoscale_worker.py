@@ -13,10 +13,10 @@ import time
 import pytest
 from django.core.management import CommandError, call_command
 
-from django_taskrunner.autoscale import ScalingPolicy
-from django_taskrunner.broker import get_broker
-from django_taskrunner.stats import get_stats
-from django_taskrunner.worker import Worker
+from django_taskrunner.stats.figures import get_stats
+from django_taskrunner.store.broker import get_broker
+from django_taskrunner.worker.autoscale import ScalingPolicy
+from django_taskrunner.worker.worker import Worker
 from tests.testapp.tasks import sleep_20ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -26,7 +26,8 @@ SLEEP_20 = "tests.testapp.tasks.sleep_20ms"
 
 def changes(caplog, word: str) -> list[str]:
     return [record.getMessage() for record in caplog.records
-            if record.name == "django_taskrunner.monitor" and f"pool {word}" in record.getMessage()]
+            if record.name == "django_taskrunner.worker.monitor"
+            and f"pool {word}" in record.getMessage()]
 
 
 def test_a_burst_grows_the_pool_and_an_idle_queue_shrinks_it_back_to_one(
@@ -137,7 +138,7 @@ def test_the_monitor_changes_the_pool_at_most_once_per_cooldown_on_its_clock():
 
 
 def figures_with_wait(wait: float):
-    from django_taskrunner.stats import QueueStats
+    from django_taskrunner.stats.figures import QueueStats
 
     return QueueStats(queue="default", length=int(wait * 10), waiting=0, pending=0,
                       oldest_wait=None, workers=1, threads=1, busy=1, average=0.1, p95=0.1,

@@ -15,12 +15,12 @@ from django_taskrunner import (
     InvalidTaskPayload,
     RedisUnavailable,
     TaskNotFound,
-    clock,
     dispatch_delayed,
-    keys,
     schedule_for,
 )
-from django_taskrunner.broker import get_broker
+from django_taskrunner.core import clock
+from django_taskrunner.store import keys
+from django_taskrunner.store.broker import get_broker
 from tests.integration.scheduling_helpers import leads, running_worker, wait_for
 from tests.testapp.tasks import fails_once_with_backoff, runs_key, stamp, stamps_key
 
@@ -178,7 +178,7 @@ def test_runtasks_accepts_no_scheduler(r, run_burst):
 
 def test_a_unique_delayed_dispatch_takes_its_lock_now_and_runs_once_when_due(r, run_burst):
     from django_taskrunner import TaskAlreadyDispatched
-    from django_taskrunner.broker import get_broker
+    from django_taskrunner.store.broker import get_broker
     from tests.testapp.tasks import unique_order
 
     first = unique_order.dispatch_delayed({"order": "late-1"}, delay=0.3)

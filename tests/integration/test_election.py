@@ -12,9 +12,10 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_taskrunner import clock, keys
-from django_taskrunner.broker import get_broker
-from django_taskrunner.election import LeaderElection
+from django_taskrunner.core import clock
+from django_taskrunner.scheduling.election import LeaderElection
+from django_taskrunner.store import keys
+from django_taskrunner.store.broker import get_broker
 from tests.integration.scheduling_helpers import wait_for
 from tests.testapp.tasks import stamp, stamps_key
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from django_taskrunner.embedded import ensure_server, server_binary, stop_server
 from django_taskrunner.exceptions import EmbeddedRedisUnavailable
+from django_taskrunner.store.embedded import ensure_server, server_binary, stop_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -87,7 +87,7 @@ def test_ensure_server_starts_a_socket_only_server_and_reuses_it(data_dir):
 def test_processes_starting_at_the_same_moment_share_one_server(data_dir):
     code = (
         "import sys, redis\n"
-        "from django_taskrunner.embedded import ensure_server\n"
+        "from django_taskrunner.store.embedded import ensure_server\n"
         "url = ensure_server(sys.argv[1])\n"
         "print(redis.Redis.from_url(url).info('server')['process_id'])\n"
     )
@@ -154,7 +154,7 @@ def test_a_server_that_fails_to_start_is_reported_with_its_log(data_dir, monkeyp
     fake = Path(tempfile.mkdtemp(prefix="trem", dir="/tmp"), "redis-server")
     fake.write_text("#!/bin/sh\necho 'FATAL CONFIG FILE ERROR' >&2\nexit 1\n")
     fake.chmod(0o755)
-    monkeypatch.setattr("django_taskrunner.embedded.server_binary", lambda: str(fake))
+    monkeypatch.setattr("django_taskrunner.store.embedded.server_binary", lambda: str(fake))
 
     try:
         with pytest.raises(EmbeddedRedisUnavailable, match="FATAL CONFIG FILE ERROR"):

@@ -10,10 +10,10 @@ from dataclasses import replace
 import pytest
 
 from django_taskrunner import TaskExecutionError, TaskMessage, dispatch
-from django_taskrunner.broker import get_broker
 from django_taskrunner.exceptions import TimeLimitExceeded
-from django_taskrunner.failures import record_failure
 from django_taskrunner.models import FailedTask
+from django_taskrunner.store.broker import get_broker
+from django_taskrunner.worker.failures import record_failure
 from tests.testapp.tasks import always_fails, expiring, stops_when_cancelled
 
 pytestmark = pytest.mark.django_db(transaction=True)

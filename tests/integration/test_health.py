@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 import redis
 
-from django_taskrunner import clock, health, keys
-from django_taskrunner.broker import Broker, get_broker
-from django_taskrunner.election import LeaderElection
-from django_taskrunner.stats_store import Heartbeat, write
+from django_taskrunner.core import clock
+from django_taskrunner.scheduling.election import LeaderElection
+from django_taskrunner.stats import health
+from django_taskrunner.stats.store import Heartbeat, write
+from django_taskrunner.store import keys
+from django_taskrunner.store.broker import Broker, get_broker
 from tests.conftest import start_private_redis
 from tests.testapp.tasks import always_fails, noop
 

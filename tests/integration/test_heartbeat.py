@@ -8,11 +8,11 @@ import time
 import pytest
 import redis
 
-from django_taskrunner.broker import Broker, get_broker
-from django_taskrunner.heartbeat import Heartbeat, heartbeat_interval
-from django_taskrunner.message import TaskMessage
-from django_taskrunner.outage import RedisStatus
-from django_taskrunner.running import RunningSet
+from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.store.broker import Broker, get_broker
+from django_taskrunner.worker.keepalive import Heartbeat, heartbeat_interval
+from django_taskrunner.worker.outage import RedisStatus
+from django_taskrunner.worker.running import RunningSet
 from tests.testapp.tasks import beats_by_hand, noop, runs_key, short_lease, sleeper
 from tests.worker_helpers import wait_for, worker_thread
 

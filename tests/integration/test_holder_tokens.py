@@ -9,9 +9,10 @@ import signal
 
 import pytest
 
-from django_taskrunner import TaskAlreadyDispatched, TaskIdConflict, TaskMessage, dispatch, locks
-from django_taskrunner.broker import get_broker
-from django_taskrunner.executor import Executor
+from django_taskrunner import TaskAlreadyDispatched, TaskIdConflict, TaskMessage, dispatch
+from django_taskrunner.core import unique as locks
+from django_taskrunner.store.broker import get_broker
+from django_taskrunner.worker.executor import Executor
 from tests.testapp.tasks import runs_key
 from tests.worker_helpers import wait_for
 

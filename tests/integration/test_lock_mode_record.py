@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from django_taskrunner import TaskAlreadyDispatched, keys, locks
-from django_taskrunner.broker import get_broker
-from django_taskrunner.message import TaskMessage
+from django_taskrunner import TaskAlreadyDispatched
+from django_taskrunner.core import unique as locks
+from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.store import keys
+from django_taskrunner.store.broker import get_broker
 from tests.testapp.tasks import unique_order
 
 pytestmark = pytest.mark.django_db(transaction=True)

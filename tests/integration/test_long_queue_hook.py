@@ -10,10 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-from django_taskrunner.broker import get_broker
-from django_taskrunner.long_queue import LongQueueHook
-from django_taskrunner.stats import QueueStats
-from django_taskrunner.worker import Worker
+from django_taskrunner.stats.figures import QueueStats
+from django_taskrunner.stats.long_queue import LongQueueHook
+from django_taskrunner.store.broker import get_broker
+from django_taskrunner.worker.worker import Worker
 from tests.testapp.tasks import runs_key, sleep_50ms
 
 pytestmark = pytest.mark.django_db(transaction=True)

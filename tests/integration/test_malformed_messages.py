@@ -8,9 +8,9 @@ import logging
 
 import pytest
 
-from django_taskrunner import keys
-from django_taskrunner.broker import get_broker
 from django_taskrunner.models import FailedTask
+from django_taskrunner.store import keys
+from django_taskrunner.store.broker import get_broker
 from tests.testapp.tasks import noop, runs_key, unique_order
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -130,7 +130,7 @@ def test_any_other_field_that_cannot_be_used_is_a_failed_row(r, run_burst, field
 
 
 def test_a_body_over_the_size_limit_is_a_failed_row_keeping_its_start(r, run_burst):
-    from django_taskrunner.message import MESSAGE_MAX_BYTES
+    from django_taskrunner.core.message import MESSAGE_MAX_BYTES
 
     add(r, body(payload="x" * MESSAGE_MAX_BYTES))
 
@@ -151,7 +151,7 @@ def test_an_error_freeing_the_lock_after_a_success_is_logged_and_the_entry_acked
     r.hset(message.lock_key, "not", "a string")  # GET on it answers WRONGTYPE
 
     # When it runs
-    with caplog.at_level(logging.ERROR, logger="django_taskrunner.executor"):
+    with caplog.at_level(logging.ERROR, logger="django_taskrunner.worker.executor"):
         run_burst("--queue", "default")
 
     # Then it ran once, is acked (not run again), and the release error was logged
@@ -163,8 +163,8 @@ def test_an_error_freeing_the_lock_after_a_success_is_logged_and_the_entry_acked
 
 def test_the_row_of_an_entry_too_deep_to_parse_can_be_shown_and_is_kept_by_retry(r, run_burst):
     # The row keeps the raw body: the admin's detail page and its retry parse it again
-    from django_taskrunner.failed_admin import pretty_json
-    from django_taskrunner.retry import RetryReport, retry_rows
+    from django_taskrunner.admin.failed import pretty_json
+    from django_taskrunner.admin.redispatch import RetryReport, retry_rows
 
     add(r, b'{"v": 1, "id": "deep", "task": "t", "payload": ' + b"[" * 5000 + b"]" * 5000
         + b"}")

@@ -10,11 +10,12 @@ from datetime import UTC, datetime
 import pytest
 from django.core.exceptions import ValidationError
 
-from django_taskrunner import InvalidTaskOptions, keys, task
-from django_taskrunner.broker import Broker, get_broker
+from django_taskrunner import InvalidTaskOptions, task
+from django_taskrunner.core.registry import registry
 from django_taskrunner.models import PeriodicTask
-from django_taskrunner.periodic import PeriodicRunner
-from django_taskrunner.registry import registry
+from django_taskrunner.scheduling.periodic import PeriodicRunner
+from django_taskrunner.store import keys
+from django_taskrunner.store.broker import Broker, get_broker
 from tests.integration.scheduling_helpers import leads, running_worker, wait_for
 from tests.testapp.tasks import runs_key
 
@@ -31,7 +32,7 @@ def temporary_task():
 
     def declare(name: str, **options):
         def record(ctx, payload):
-            from django_taskrunner.connection import get_redis
+            from django_taskrunner.store.connection import get_redis
 
             get_redis().hincrby(runs_key(), f"{name}:{ctx.id}", 1)
 

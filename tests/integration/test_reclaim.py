@@ -9,10 +9,10 @@ import time
 import pytest
 
 from django_taskrunner import dispatch
-from django_taskrunner.broker import Entry, get_broker
 from django_taskrunner.models import FailedTask
-from django_taskrunner.outage import RedisStatus
-from django_taskrunner.reclaim import Reclaimer, reclaim_interval, shortest_timeout
+from django_taskrunner.store.broker import Entry, get_broker
+from django_taskrunner.worker.outage import RedisStatus
+from django_taskrunner.worker.reclaim import Reclaimer, reclaim_interval, shortest_timeout
 from tests.testapp.tasks import noop, patient, runs_key, sleeper
 from tests.worker_helpers import wait_for, worker_thread
 

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from django_taskrunner import RedisUnavailable, TaskRunnerError, dispatch
-from django_taskrunner.outage import RedisStatus, backoff
+from django_taskrunner.worker.outage import RedisStatus, backoff
 from tests.conftest import _free_port, start_private_redis
 from tests.testapp.tasks import noop
 
@@ -47,7 +47,7 @@ def test_dispatch_to_a_hung_redis_fails_after_the_socket_timeout(taskrunner_sett
 
 def test_an_outage_is_logged_once_when_it_starts_and_once_when_it_ends(caplog):
     status = RedisStatus()
-    with caplog.at_level(logging.WARNING, logger="django_taskrunner.outage"):
+    with caplog.at_level(logging.WARNING, logger="django_taskrunner.worker.outage"):
         for doing in ("reading queue default", "acking finished tasks", "sending heartbeats"):
             status.failed(ConnectionError("refused"), doing)
         status.succeeded()

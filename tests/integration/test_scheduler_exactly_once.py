@@ -8,10 +8,11 @@ import time
 
 import pytest
 
-from django_taskrunner import clock, keys
-from django_taskrunner.broker import Broker, get_broker
-from django_taskrunner.dispatch import new_message
-from django_taskrunner.scheduler import Scheduler, promote_all_due
+from django_taskrunner.core import clock
+from django_taskrunner.core.dispatch import new_message
+from django_taskrunner.scheduling.scheduler import Scheduler, promote_all_due
+from django_taskrunner.store import keys
+from django_taskrunner.store.broker import Broker, get_broker
 from tests.integration.scheduling_helpers import wait_for
 from tests.testapp.tasks import noop, runs_key
 

@@ -21,14 +21,14 @@ from django_taskrunner import (
     dispatch_delayed,
     dispatch_many,
 )
-from django_taskrunner import delayed as delayed_sets
-from django_taskrunner.broker import get_broker
-from django_taskrunner.keys import delayed_key, queue_of, stream_key
-from django_taskrunner.locks import holder_value
+from django_taskrunner.admin import delayed_sets
+from django_taskrunner.admin.redispatch import RetryReport, retry_rows
+from django_taskrunner.core.unique import holder_value
 from django_taskrunner.models import FailedTask
-from django_taskrunner.retry import RetryReport, retry_rows
-from django_taskrunner.sharding import shard_for, shards
-from django_taskrunner.stats import get_stats
+from django_taskrunner.stats.figures import get_stats
+from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store.keys import delayed_key, queue_of, stream_key
+from django_taskrunner.store.sharding import shard_for, shards
 from tests.integration.scheduling_helpers import wait_for
 from tests.testapp.tasks import runs_key
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from django_taskrunner.broker import get_broker
+from django_taskrunner.store.broker import get_broker
 from tests.testapp.tasks import noop, runs_key, sleeper
 from tests.worker_helpers import wait_for, worker_thread
 
@@ -85,7 +85,7 @@ def test_sigterm_logs_what_the_shutdown_waits_for(spawn_worker):
 def test_a_shutdown_that_times_out_warns_what_it_leaves(caplog, r):
     # Given an in-process worker running a task longer than its shutdown timeout
     sleeper.dispatch({"n": "slow", "seconds": 3})
-    with caplog.at_level(logging.INFO, logger="django_taskrunner.worker"):
+    with caplog.at_level(logging.INFO, logger="django_taskrunner.worker.worker"):
         with worker_thread(concurrency=1, shutdown_timeout=0.5) as worker:
             wait_for(lambda: worker.running.snapshot())
         # When the worker is stopped (the block's end) and the timeout passes
@@ -102,7 +102,7 @@ def test_a_shutdown_that_times_out_warns_what_it_leaves(caplog, r):
 
 def test_a_burst_worker_says_it_stops_with_nothing_running(run_burst, caplog):
     noop.dispatch({"n": 1})
-    with caplog.at_level(logging.INFO, logger="django_taskrunner.worker"):
+    with caplog.at_level(logging.INFO, logger="django_taskrunner.worker.worker"):
         run_burst()
     messages = [record.getMessage() for record in caplog.records]
     assert "burst: every queue is empty, stopping" in messages
@@ -111,7 +111,7 @@ def test_a_burst_worker_says_it_stops_with_nothing_running(run_burst, caplog):
 
 def test_a_second_signal_ends_the_wait_and_says_so(caplog, r):
     sleeper.dispatch({"n": "slow", "seconds": 3})
-    with caplog.at_level(logging.INFO, logger="django_taskrunner.worker"):
+    with caplog.at_level(logging.INFO, logger="django_taskrunner.worker.worker"):
         with worker_thread(concurrency=1, shutdown_timeout=30) as worker:
             wait_for(lambda: worker.running.snapshot())
             worker.request_stop()

@@ -7,12 +7,13 @@ import time
 
 import pytest
 
-from django_taskrunner import keys, stats_store
-from django_taskrunner.broker import get_broker
 from django_taskrunner.conf import get_settings
-from django_taskrunner.executor import Executor
-from django_taskrunner.recorder import PICKUP_LABELS, StatsRecorder
-from django_taskrunner.stats import get_stats, minute_counts, percentile, predict_wait
+from django_taskrunner.stats import store as stats_store
+from django_taskrunner.stats.figures import get_stats, minute_counts, percentile, predict_wait
+from django_taskrunner.stats.recorder import PICKUP_LABELS, StatsRecorder
+from django_taskrunner.store import keys
+from django_taskrunner.store.broker import get_broker
+from django_taskrunner.worker.executor import Executor
 from tests.testapp.tasks import always_fails, noop, sleep_50ms, sleep_100ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -199,8 +200,8 @@ def test_figures_are_kept_while_redis_is_unreachable_and_written_once_it_is_back
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    from django_taskrunner.broker import Broker
-    from django_taskrunner.worker import Worker
+    from django_taskrunner.store.broker import Broker
+    from django_taskrunner.worker.worker import Worker
 
     # Given a worker whose Redis cannot be reached
     with socket.socket() as sock:

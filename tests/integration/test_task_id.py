@@ -14,9 +14,9 @@ from django_taskrunner import (
     TaskMessage,
     dispatch,
 )
-from django_taskrunner.broker import get_broker
-from django_taskrunner.locks import TASK_ID_TTL_MS, holder_value
+from django_taskrunner.core.unique import TASK_ID_TTL_MS, holder_value
 from django_taskrunner.models import FailedTask
+from django_taskrunner.store.broker import get_broker
 from tests.testapp.tasks import runs_key
 
 pytestmark = pytest.mark.django_db(transaction=True)

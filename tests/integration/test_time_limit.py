@@ -9,13 +9,13 @@ import time
 import pytest
 
 from django_taskrunner import dispatch
-from django_taskrunner.broker import get_broker
-from django_taskrunner.executor import Executor
+from django_taskrunner.core.registry import registry
+from django_taskrunner.core.task import Task
 from django_taskrunner.models import FailedTask
-from django_taskrunner.pool import Pool
-from django_taskrunner.registry import registry
-from django_taskrunner.running import RunningSet
-from django_taskrunner.task import Task
+from django_taskrunner.store.broker import get_broker
+from django_taskrunner.worker.executor import Executor
+from django_taskrunner.worker.pool import Pool
+from django_taskrunner.worker.running import RunningSet
 from tests.testapp.tasks import blocks_in_c, noop, runs_key, spins_in_python, stops_when_cancelled
 from tests.worker_helpers import wait_for, worker_thread
 

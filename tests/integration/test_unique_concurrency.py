@@ -13,8 +13,8 @@ from collections import Counter, defaultdict
 import pytest
 
 from django_taskrunner import TaskAlreadyDispatched, TaskMessage, dispatch
-from django_taskrunner.broker import get_broker
-from django_taskrunner.locks import holder_value
+from django_taskrunner.core.unique import holder_value
+from django_taskrunner.store.broker import get_broker
 from tests.conftest import ROOT, RedisTarget, worker_env
 
 pytestmark = pytest.mark.django_db(transaction=True)

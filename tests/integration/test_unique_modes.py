@@ -11,9 +11,10 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_taskrunner import TaskAlreadyDispatched, TaskMessage, dispatch, locks
-from django_taskrunner.broker import get_broker
+from django_taskrunner import TaskAlreadyDispatched, TaskMessage, dispatch
+from django_taskrunner.core import unique as locks
 from django_taskrunner.models import FailedTask
+from django_taskrunner.store.broker import get_broker
 from tests.testapp.tasks import runs_key, unique_order
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -248,7 +249,7 @@ def test_a_message_for_an_unknown_task_frees_its_lock(r, run_burst, prefix):
 def test_a_release_that_finds_the_lock_gone_or_taken_or_redis_down_logs_and_goes_on(
     r, prefix, caplog, monkeypatch
 ):
-    caplog.set_level(logging.DEBUG, logger="django_taskrunner.locks")
+    caplog.set_level(logging.DEBUG, logger="django_taskrunner.core.unique")
     gone = TaskMessage(id="m-gone", task_name="t", queue="default", payload=None,
                        lock_key=f"{prefix}:{{default}}:unique:t:a", unique_mode="until_finished")
     taken = TaskMessage(id="m-old", task_name="t", queue="default", payload=None,

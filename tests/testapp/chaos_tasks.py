@@ -14,8 +14,7 @@ import redis
 
 from django_taskrunner import task
 from django_taskrunner.conf import get_settings
-from django_taskrunner.connection import get_redis
-
+from django_taskrunner.store.connection import get_redis
 
 _lock = threading.Lock()
 _counter: list[Any] = []

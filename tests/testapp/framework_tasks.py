@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django_taskrunner.compat import task
-from django_taskrunner.connection import get_redis
+from django_taskrunner.store.connection import get_redis
 from tests.testapp.tasks import runs_key
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from django_taskrunner import task
 from django_taskrunner.conf import get_settings
-from django_taskrunner.connection import get_redis
+from django_taskrunner.store.connection import get_redis
 
 
 def runs_key() -> str:
@@ -72,7 +72,7 @@ def nothing(payload: Any) -> None:
 @task
 def timed_noop(payload: Any) -> None:
     """Counts its runs and records when it last started, in one hash (bench/cluster.py)."""
-    from django_taskrunner import clock
+    from django_taskrunner.core import clock
 
     pipe = get_redis().pipeline(transaction=False)
     pipe.hincrby(runs_key(), f"timed_noop:{payload['n']}", 1)
@@ -135,7 +135,7 @@ def id_probe(ctx: Any, payload: Any) -> None:
     if payload.get("inner"):
         redis.hincrby(runs_key(), f"id_probe:inner:{ctx.id}", 1)
         return
-    from django_taskrunner.keys import task_id_key
+    from django_taskrunner.store.keys import task_id_key
 
     id_ttl = redis.pttl(task_id_key(get_settings().PREFIX, ctx.queue, ctx.id))
     redis.hset(runs_key(), f"idttl:{ctx.id}:{ctx.attempt}", id_ttl)
@@ -195,7 +195,7 @@ def stamps_key() -> str:
 @task
 def stamp(payload: Any) -> None:
     """Counts its runs and records when each started (epoch ms), keyed by payload["n"]."""
-    from django_taskrunner import clock
+    from django_taskrunner.core import clock
 
     client = get_redis()
     client.rpush(f"{stamps_key()}:{payload['n']}", clock.now_ms())
@@ -205,7 +205,7 @@ def stamp(payload: Any) -> None:
 @task(max_retry=1, retry_backoff=0.6)
 def fails_once_with_backoff(payload: Any) -> None:
     """Fails its first attempt; retried after 0.6 s. Records each attempt's start."""
-    from django_taskrunner import clock
+    from django_taskrunner.core import clock
 
     client = get_redis()
     client.rpush(f"{stamps_key()}:backoff:{payload['n']}", clock.now_ms())

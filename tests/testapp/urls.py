@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.urls import path
 
-from django_taskrunner.metrics import metrics_view
+from django_taskrunner.stats.metrics import metrics_view
 from django_taskrunner.views import dispatch_view
 
 urlpatterns = [

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from django_taskrunner.chart import throughput_chart
-from django_taskrunner.stats import MinuteCounts
+from django_taskrunner.admin.chart import throughput_chart
+from django_taskrunner.stats.figures import MinuteCounts
 
 
 def minutes(*counts: tuple[int, int]) -> list[MinuteCounts]:

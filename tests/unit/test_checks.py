@@ -210,7 +210,7 @@ def test_a_process_without_system_checks_fails_loudly_on_a_non_dict_taskrunner(t
 
 def _stop_embedded_redis(data_dir: Path) -> None:
     """Shut down an embedded Redis the script may have started (the code before the fix)."""
-    from django_taskrunner import embedded
+    from django_taskrunner.store import embedded
 
     if data_dir.exists():
         embedded.stop_server(data_dir)

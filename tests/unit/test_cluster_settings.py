@@ -6,9 +6,9 @@ import zlib
 
 import pytest
 
-from django_taskrunner import keys, sharding
 from django_taskrunner.checks import check_taskrunner_settings
-from django_taskrunner.connection import parse_node
+from django_taskrunner.store import keys, sharding
+from django_taskrunner.store.nodes import parse_node
 
 
 def errors(settings, value):

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from django_taskrunner import InvalidTaskPayload, TaskMessage
-from django_taskrunner.locks import holder_id, holder_value, new_dispatch_token
+from django_taskrunner.core.unique import holder_id, holder_value, new_dispatch_token
 
 
 def message(**fields) -> TaskMessage:

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import random
 
-from django_taskrunner import keys
-from django_taskrunner.backoff import CAP_SECONDS, default_backoff
+from django_taskrunner.store import keys
+from django_taskrunner.worker.backoff import CAP_SECONDS, default_backoff
 
 
 def test_every_queue_key_carries_the_queue_as_hash_tag():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from django_taskrunner.dispatch import new_message_id
+from django_taskrunner.core.dispatch import new_message_id
 
 
 def test_message_ids_are_random_uuid4_hex() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django_taskrunner.recorder import BUCKET_LABELS, RUN_TIME_BUCKETS, StatsRecorder
+from django_taskrunner.stats.recorder import BUCKET_LABELS, RUN_TIME_BUCKETS, StatsRecorder
 
 
 def test_attempts_and_outcomes_are_counted_per_queue_and_task():
@@ -61,8 +61,8 @@ def test_a_batch_put_back_after_a_failed_write_merges_with_newer_figures_in_orde
 
 
 def test_a_pickup_delay_is_counted_from_the_stream_ids_milliseconds(monkeypatch):
-    from django_taskrunner import clock
-    from django_taskrunner.recorder import PICKUP_BUCKETS, PICKUP_LABELS
+    from django_taskrunner.core import clock
+    from django_taskrunner.stats.recorder import PICKUP_BUCKETS, PICKUP_LABELS
 
     monkeypatch.setattr(clock, "now_ms", lambda: 1_000_000)
     recorder = StatsRecorder()
@@ -90,7 +90,7 @@ def test_pickup_figures_are_folded_like_run_times():
 
 
 def test_a_histogram_quantile_interpolates_inside_its_bucket():
-    from django_taskrunner.stats import histogram_quantile
+    from django_taskrunner.stats.figures import histogram_quantile
 
     bounds = (1.0, 2.0, 4.0)
     assert histogram_quantile(bounds, (0, 0, 0, 0), 0.95) is None

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
-from django_taskrunner.broker import get_broker
 from django_taskrunner.checks import validate_settings
 from django_taskrunner.conf import get_settings
-from django_taskrunner.message import TaskMessage
-from django_taskrunner.reclaim import dead_consumer_timeout
-from django_taskrunner.worker import Worker
+from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.store.broker import get_broker
+from django_taskrunner.worker.reclaim import dead_consumer_timeout
+from django_taskrunner.worker.worker import Worker
 
 
 def test_dead_consumer_timeout_defaults_to_an_hour_or_ten_reservation_timeouts(

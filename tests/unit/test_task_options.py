@@ -8,7 +8,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from django_taskrunner import InvalidTaskOptions, Task, UniqueForRequired, register_task, task
-from django_taskrunner.registry import registry
+from django_taskrunner.core.registry import registry
 
 
 @pytest.fixture(autouse=True)

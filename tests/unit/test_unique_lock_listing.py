@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from django_taskrunner import keys
-from django_taskrunner.unique_locks import HeldLock, Position, parse_key, pattern
+from django_taskrunner.admin.held_locks import HeldLock, Position, parse_key, pattern
+from django_taskrunner.store import keys
 
 
 def test_a_lock_key_gives_back_its_queue_task_and_key():

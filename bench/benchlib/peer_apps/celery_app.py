@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 
-from celery import Celery
-
 from benchlib.job import job as run_job
+from celery import Celery
 
 app = Celery("bench", broker=os.environ["BENCH_REDIS_URL"])
 app.conf.update(

@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 
 import dramatiq
-from dramatiq.brokers.redis import RedisBroker
-
 from benchlib.job import job as run_job
+from dramatiq.brokers.redis import RedisBroker
 
 dramatiq.set_broker(RedisBroker(url=os.environ["BENCH_REDIS_URL"]))
 

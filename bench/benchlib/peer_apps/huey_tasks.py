@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 
-from huey import RedisHuey
-
 from benchlib.job import job as run_job
+from huey import RedisHuey
 
 huey = RedisHuey("bench", url=os.environ["BENCH_REDIS_URL"], results=False)
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 
 import redis
+from benchlib.job import job as run_job
 from rq import Queue
 from rq.worker import SimpleWorker
-
-from benchlib.job import job as run_job
 
 QUEUE = "bench"
 

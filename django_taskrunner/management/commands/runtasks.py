@@ -14,13 +14,17 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_taskrunner.autoscale import ScalingPolicy, default_tolerance
-from django_taskrunner.broker import get_broker
 from django_taskrunner.checks import MAX_BATCH, MAX_POOL
 from django_taskrunner.conf import Settings, get_settings
+from django_taskrunner.core.options import check_queue_name
+from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import InvalidTaskOptions
-from django_taskrunner.task import check_queue_name
-from django_taskrunner.worker import Worker
+from django_taskrunner.stats.metrics import serve_metrics
+from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.worker.autoscale import ScalingPolicy, default_tolerance
+from django_taskrunner.worker.outage import backoff
+from django_taskrunner.worker.worker import Worker
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -163,8 +167,6 @@ class Command(BaseCommand):
             return lambda: None
         from django.core.exceptions import ImproperlyConfigured
 
-        from django_taskrunner.metrics import serve_metrics
-
         try:
             return serve_metrics(port, addr)
         except (ImproperlyConfigured, OSError) as exc:
@@ -175,9 +177,6 @@ class Command(BaseCommand):
         """The broker. While Redis cannot be reached a worker waits for it (one started
         before its Redis, or during an outage, starts once Redis is up) instead of exiting;
         `--burst`, meant for scripts, fails at once with a clear error instead."""
-        from django_taskrunner.outage import backoff
-        from django_taskrunner.redis_errors import REDIS_DOWN
-
         failures = 0
         while True:
             try:
@@ -187,7 +186,7 @@ class Command(BaseCommand):
                     raise CommandError(f"cannot connect to Redis: {exc}") from exc
                 failures += 1
                 if failures == 1:
-                    logging.getLogger("django_taskrunner.worker").error(
+                    logging.getLogger("django_taskrunner.worker.worker").error(
                         "Redis is unreachable (%s); waiting for it", exc)
                 time.sleep(backoff(failures))
             except Exception as exc:  # a configuration error: say what to fix
@@ -198,8 +197,6 @@ class Command(BaseCommand):
         """Queues that registered tasks name, DEFAULT_QUEUE, and the QUEUES of every
         Django Tasks framework backend of ours in TASKS."""
         from django.conf import settings
-
-        from django_taskrunner.registry import registry
 
         queues = registry.queues() | {default_queue}
         for params in getattr(settings, "TASKS", {}).values():

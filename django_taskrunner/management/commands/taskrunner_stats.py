@@ -10,15 +10,15 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_taskrunner.health import (
+from django_taskrunner.management.commands.runtasks import queue_name
+from django_taskrunner.stats.health import (
     LeaderInfo,
     QueueHealth,
     dashboard_queues,
     get_health,
     get_leader,
 )
-from django_taskrunner.management.commands.runtasks import queue_name
-from django_taskrunner.recorder import PICKUP_BUCKETS, PICKUP_LABELS
+from django_taskrunner.stats.recorder import PICKUP_BUCKETS, PICKUP_LABELS
 
 QUEUE_COLUMNS = ("queue", "length", "waiting", "pending", "lag", "workers", "threads", "busy",
                  "tasks/s", "avg", "p95", "wait", "pickup-avg", "pickup-p95", "failed/1h",

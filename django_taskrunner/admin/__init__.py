@@ -1,0 +1,17 @@
+"""Admin registrations; each page lives in its own module."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from django_taskrunner.admin import (
+    delayed,  # noqa: F401 - registers the delayed-tasks page
+    locks,  # noqa: F401 - registers the unique-locks page
+    queues,  # noqa: F401 - registers the queues dashboard
+)
+from django_taskrunner.admin.failed import FailedTaskAdmin
+from django_taskrunner.admin.periodic import PeriodicTaskAdmin
+from django_taskrunner.models import FailedTask, PeriodicTask
+
+admin.site.register(FailedTask, FailedTaskAdmin)
+admin.site.register(PeriodicTask, PeriodicTaskAdmin)

@@ -1,0 +1,241 @@
+"""Reading and editing the Redis-held delayed sets, for the admin's "Delayed tasks" page.
+
+Nothing here loads a whole set: a page is one ZRANGE by index, a search walks the set
+with ZSCAN and keeps at most `SEARCH_LIMIT` matches, and an action finds its entry by
+due time (ZRANGEBYSCORE on one score) and message id inside one script.
+
+A queue split into shards has one delayed set per shard; every function here shows the
+queue as one: counts add up, a page merges the shards' first entries by due time, and an
+action looks for its entry in each shard.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import logging
+import math
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from django.utils import timezone
+
+from django_taskrunner.core import unique as locks
+from django_taskrunner.core.message import MAX_EPOCH_MS, TaskMessage
+from django_taskrunner.exceptions import InvalidTaskPayload
+from django_taskrunner.store import keys, scripts, sharding
+from django_taskrunner.store.broker import Broker
+
+logger = logging.getLogger(__name__)
+
+SEARCH_LIMIT = 1000
+PAYLOAD_PREVIEW = 2000  # characters of payload JSON shown per entry
+# An entry reference as the admin posts it: "<due ms>:<message id>".
+REF = re.compile(r"^(-?\d{1,17}):([^\s:]{1,255})$")
+
+
+@dataclass(frozen=True)
+class DelayedEntry:
+    """One waiting message as the admin shows it."""
+
+    queue: str
+    due_ms: int
+    body: str
+    message: TaskMessage | None  # None when the body does not decode
+
+    @property
+    def ref(self) -> str:
+        return f"{self.due_ms}:{self.message.id if self.message else ''}"
+
+    @property
+    def due(self) -> datetime:
+        return datetime.fromtimestamp(self.due_ms / 1000, tz=UTC)
+
+    @property
+    def due_display(self) -> str:
+        """The due time in the current time zone, to the millisecond."""
+        local = timezone.localtime(self.due)
+        return f"{local:%Y-%m-%d %H:%M:%S}.{self.due_ms % 1000:03d} {local.tzname()}"
+
+    @property
+    def task_name(self) -> str:
+        return self.message.task_name if self.message else "(undecodable message)"
+
+    @property
+    def attempt(self) -> int | None:
+        return self.message.attempt if self.message else None
+
+    @property
+    def payload_preview(self) -> str:
+        if self.message is None:
+            text = self.body
+        else:
+            text = json.dumps(self.message.payload, indent=2, ensure_ascii=False, sort_keys=True)
+        return text if len(text) <= PAYLOAD_PREVIEW else text[:PAYLOAD_PREVIEW] + "\n..."
+
+
+def _entry(queue: str, body: bytes | str, score: float) -> DelayedEntry:
+    """An entry to show; one that is not a usable message is shown as undecodable."""
+    text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
+    try:
+        message: TaskMessage | None = TaskMessage.from_json(body)
+    except InvalidTaskPayload:
+        message = None
+    return DelayedEntry(queue=queue, due_ms=_score_ms(score), body=text, message=message)
+
+
+def _score_ms(score: float) -> int:
+    """A due time to show from a score; a score no dispatch writes (inf, 1e300) is clamped
+    to the range a datetime can show, so it cannot break the page."""
+    if math.isnan(score):
+        return 0
+    return int(min(max(score, 0), MAX_EPOCH_MS))
+
+
+class DelayedSet:
+    """A sequence view of one queue's delayed set(s), ordered by due time (for Paginator)."""
+
+    def __init__(self, broker: Broker, queue: str) -> None:
+        self.broker = broker
+        self.queue = queue
+        self.keys = [keys.delayed_key(broker.prefix, shard) for shard in sharding.shards(queue)]
+
+    def count(self) -> int:
+        pipe = self.broker.client.pipeline(transaction=False)
+        for key in self.keys:
+            pipe.zcard(key)
+        return sum(int(n) for n in pipe.execute())
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def __getitem__(self, index: slice) -> list[DelayedEntry]:
+        if not isinstance(index, slice) or index.step not in (None, 1):
+            raise TypeError("DelayedSet supports plain slices only")
+        start = index.start or 0
+        stop = index.stop if index.stop is not None else start + 100
+        if stop <= start:
+            return []
+        if len(self.keys) == 1:
+            rows = self.broker.client.zrange(self.keys[0], start, stop - 1, withscores=True)
+        else:  # the first `stop` of the merged order are among each shard's first `stop`
+            pipe = self.broker.client.pipeline(transaction=False)
+            for key in self.keys:
+                pipe.zrange(key, 0, stop - 1, withscores=True)
+            merged = heapq.merge(*pipe.execute(), key=lambda row: (row[1], row[0]))
+            rows = list(itertools.islice(merged, start, stop))
+        return [_entry(self.queue, body, score) for body, score in rows]
+
+
+def _glob_escape(text: str) -> str:
+    """A case-insensitive glob matching `text` literally."""
+    out = []
+    for ch in text:
+        if ch.isalpha() and ch.lower() != ch.upper():
+            out.append(f"[{ch.lower()}{ch.upper()}]")
+        elif ch in "*?[]\\":
+            out.append("\\" + ch)
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def search(broker: Broker, queue: str, text: str, limit: int = SEARCH_LIMIT) -> list[DelayedEntry]:
+    """Entries whose task name contains `text` (any case), by due time; at most `limit`."""
+    literal = json.dumps(text, ensure_ascii=False)[1:-1]  # as it appears in the JSON
+    pattern = f'*"task":"*{_glob_escape(literal)}*'
+    needle = text.lower()
+    found: list[DelayedEntry] = []
+    for shard in sharding.shards(queue):
+        key = keys.delayed_key(broker.prefix, shard)
+        for body, score in broker.client.zscan_iter(key, match=pattern, count=1000):
+            entry = _entry(queue, body, score)
+            if entry.message is not None and needle in entry.message.task_name.lower():
+                found.append(entry)
+                if len(found) >= limit:
+                    break
+        if len(found) >= limit:
+            break
+    found.sort(key=lambda entry: entry.due_ms)
+    return found
+
+
+def parse_ref(ref: str) -> tuple[int, str] | None:
+    """(due ms, message id) from a posted reference, or None when malformed."""
+    match = REF.match(ref)
+    return (int(match.group(1)), match.group(2)) if match else None
+
+
+def find(broker: Broker, queue: str, ref: str) -> DelayedEntry | None:
+    """The waiting entry a reference points to, if it is still there."""
+    parsed = parse_ref(ref)
+    if parsed is None:
+        return None
+    due_ms, message_id = parsed
+    for shard in sharding.shards(queue):
+        rows = broker.client.zrangebyscore(keys.delayed_key(broker.prefix, shard), due_ms,
+                                           due_ms, withscores=True)
+        for body, score in rows:
+            entry = _entry(queue, body, score)
+            if entry.message is not None and entry.message.id == message_id:
+                return entry
+    return None
+
+
+def take(broker: Broker, queue: str, ref: str, *, run: bool) -> TaskMessage | None:
+    """Atomically remove an entry; onto the stream at once when `run`. None if gone."""
+    parsed = parse_ref(ref)
+    if parsed is None:
+        return None
+    due_ms, message_id = parsed
+    for shard in sharding.shards(queue):
+        body = scripts.run(
+            broker.client, "take_delayed",
+            [keys.delayed_key(broker.prefix, shard), broker.stream(shard)],
+            [str(due_ms), message_id, "run" if run else "cancel"],
+        )
+        if body is None:
+            continue
+        try:
+            message = TaskMessage.from_json(body)
+            message.check_lock_key(broker.prefix, shard)
+        except InvalidTaskPayload as exc:
+            # Taken all the same: run, the worker records it as failed; cancelled, it is
+            # gone, and a lock it may name is not released (it is not a usable key).
+            logger.warning("delayed entry %s of queue %s is not a usable message (%s); %s",
+                           ref, queue, exc, "moved to the stream" if run else "dropped")
+            return TaskMessage(id=message_id, task_name="", queue=queue, payload=None)
+        message.queue = shard  # where its lock and task_id live (as in the worker)
+        if not run:
+            release_unique_lock_on_cancel(broker, message)
+        message.queue = queue
+        return message
+    return None
+
+
+def release_unique_lock_on_cancel(broker: Broker, message: TaskMessage) -> None:
+    """Free the unique lock (in every mode) and the task_id a cancelled task holds,
+    only where this task still holds them (a newer holder is left alone).
+
+    The entry is gone already: an error here is logged, and the lock frees at its TTL.
+    """
+    if not (message.lock_key or message.has_task_id):
+        return
+    try:
+        locks.release(broker.client, broker.prefix, message, locks.CANCELLED)
+    except Exception:
+        logger.exception("task=%s id=%s: cancelled, but its unique lock or task id could "
+                         "not be freed; it frees at its TTL", message.task_name, message.id)
+
+
+def queues_with_counts(broker: Broker, queues: list[str]) -> list[tuple[str, int]]:
+    """Each queue with the number of messages in its delayed set(s), in one round trip."""
+    pipe = broker.client.pipeline(transaction=False)
+    shards = [sharding.shards(queue) for queue in queues]
+    for shard in itertools.chain.from_iterable(shards):
+        pipe.zcard(keys.delayed_key(broker.prefix, shard))
+    counts = iter(int(n) for n in pipe.execute())
+    return [(queue, sum(next(counts) for _ in names))
+            for queue, names in zip(queues, shards, strict=True)]

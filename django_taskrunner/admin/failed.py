@@ -1,0 +1,136 @@
+"""Admin for `FailedTask`: read-only rows, a detail page with the payload and traceback,
+and retry actions that ask for confirmation (selected rows, one row, or every row
+matching the current filter)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from django_taskrunner.admin.redispatch import RetryReport, retry_queryset
+from django_taskrunner.models import FailedTask
+
+
+def pretty_json(text: str) -> str:
+    """Indented JSON, or the text unchanged when it is not JSON."""
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=True)
+    except (ValueError, RecursionError):  # the raw body of an undecodable message
+        return text
+
+
+class FailedTaskAdmin(admin.ModelAdmin):
+    list_display = ("task_name", "queue", "error_class", "short_error", "attempts", "failed_at")
+    list_filter = ("task_name", "queue", "error_class", "failed_at")
+    search_fields = ("payload", "error", "task_name", "message_id")
+    # No date_hierarchy: its SELECT DISTINCT over a date function reads every row (1.3 s
+    # at 100,000 rows on SQLite); the failed_at filter (today, past 7 days...) costs nothing.
+    actions = ["retry_selected", "delete_selected"]
+    fields = ("task_name", "queue", "message_id", "dispatch_token", "attempts", "worker",
+              "failed_at",
+              "error_class", "error", "payload_pretty", "traceback_pre")
+    readonly_fields = fields
+    change_list_template = "admin/django_taskrunner/failedtask/change_list.html"
+    change_form_template = "admin/django_taskrunner/failedtask/change_form.html"
+    show_full_result_count = False  # no COUNT(*) over 100,000 rows on every page
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        """Retrying deletes the row, so it takes the delete permission."""
+        return self.has_delete_permission(request)
+
+    @admin.display(description="error message")
+    def short_error(self, obj: FailedTask) -> str:
+        """The message without the class name the error column already shows."""
+        text = obj.error
+        class_name = obj.error_class.rpartition(".")[2]
+        if class_name and text.startswith(f"{class_name}: "):
+            text = text[len(class_name) + 2:]
+        return text if len(text) <= 120 else text[:117] + "..."
+
+    @admin.display(description="payload")
+    def payload_pretty(self, obj: FailedTask) -> str:
+        return format_html("<pre>{}</pre>", pretty_json(obj.payload))
+
+    @admin.display(description="traceback")
+    def traceback_pre(self, obj: FailedTask) -> str:
+        return format_html("<pre>{}</pre>", obj.traceback)
+
+    def get_urls(self) -> list[Any]:
+        view = self.admin_site.admin_view
+        return [
+            path("retry-matching/", view(self.retry_matching_view),
+                 name="django_taskrunner_failedtask_retry_matching"),
+            path("<int:pk>/retry/", view(self.retry_one_view),
+                 name="django_taskrunner_failedtask_retry_one"),
+            *super().get_urls(),
+        ]
+
+    @admin.action(description="Retry selected failed tasks", permissions=["retry"])
+    def retry_selected(self, request: HttpRequest, queryset: QuerySet[FailedTask]) -> Any:
+        """Ask first; on the confirming POST dispatch each task again and delete its row."""
+        if request.POST.get("confirm") == "yes":
+            self._report(request, retry_queryset(queryset))
+            return None
+        across = request.POST.get("select_across") == "1"
+        selected = [] if across else [str(pk) for pk in queryset.values_list("pk", flat=True)]
+        return self._confirm(request, count=queryset.count(), action="retry_selected",
+                             selected=selected, select_across=across)
+
+    def retry_one_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        row = get_object_or_404(FailedTask, pk=pk)
+        if not self.has_retry_permission(request):
+            raise PermissionDenied
+        if request.method == "POST" and request.POST.get("confirm") == "yes":
+            self._report(request, retry_queryset(FailedTask.objects.filter(pk=row.pk)))
+            return HttpResponseRedirect(reverse("admin:django_taskrunner_failedtask_changelist"))
+        return self._confirm(request, count=1, rows=[row])
+
+    def retry_matching_view(self, request: HttpRequest) -> HttpResponse:
+        """Retry every row the changelist shows with the filters and search in the URL."""
+        if not self.has_retry_permission(request):
+            raise PermissionDenied
+        changelist = self.get_changelist_instance(request)
+        queryset = changelist.get_queryset(request)
+        back = reverse("admin:django_taskrunner_failedtask_changelist")
+        if request.method == "POST" and request.POST.get("confirm") == "yes":
+            self._report(request, retry_queryset(queryset))
+            return HttpResponseRedirect(f"{back}?{request.GET.urlencode()}")
+        return self._confirm(request, count=queryset.count(), matching=True,
+                             query=request.GET.urlencode())
+
+    def _confirm(self, request: HttpRequest, **context: Any) -> TemplateResponse:
+        return TemplateResponse(request, "admin/django_taskrunner/failedtask/retry_confirm.html", {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Retry failed tasks?",
+            "action_checkbox_name": ACTION_CHECKBOX_NAME,
+            **context,
+        })
+
+    def _report(self, request: HttpRequest, report: RetryReport) -> None:
+        if report.retried:
+            self.message_user(request, f"Dispatched {report.retried} task(s) again; their "
+                              f"failed-task rows were deleted.", messages.SUCCESS)
+        if report.kept:
+            self.message_user(request, f"{report.kept} row(s) were not retried and are kept.",
+                              messages.WARNING)
+        for problem in report.problems:
+            self.message_user(request, f"Not retried: {problem}", messages.ERROR)
+
+

@@ -1,0 +1,356 @@
+"""`TaskMessage`: what travels on a stream, and its versioned JSON wire format.
+
+A stream entry has one field, `m`, holding a JSON object. Readers tolerate unknown
+fields and fill missing optional ones with defaults, so messages written by an older
+or newer release still decode. Only `v`, `id` and `task` are required.
+
+Whatever an entry holds, `from_json` returns a message whose every field has the type
+and range the worker relies on, or raises `InvalidTaskPayload`: never another error, so
+no entry can stop the worker or the reclaimer. The same limits apply when a message is
+encoded (`to_json`, on every dispatch path): a payload nested more than
+`PAYLOAD_MAX_DEPTH` levels, a message over `MESSAGE_MAX_BYTES` of UTF-8 JSON, or text
+that is not valid Unicode (a lone surrogate) is refused before it reaches Redis.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django_taskrunner.core.options import UNIQUE_MODES
+from django_taskrunner.exceptions import InvalidTaskPayload
+from django_taskrunner.store import keys
+
+WIRE_VERSION = 1
+FIELD = b"m"
+# Largest wire version this release reads; newer ones are refused clearly.
+_READABLE_VERSIONS = frozenset({1})
+# One encoder for every message: json.dumps() with options builds a new one per call.
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+# A dispatch token (wire key "tok"): letters and digits, so it never contains the "#" that
+# joins it to the id in a lock's value (locks.holder_value).
+DISPATCH_TOKEN = re.compile(r"[A-Za-z0-9]{1,64}")
+
+# Limits of what a message may carry (docs/tasks.md, "Payload limits"). Lists and objects
+# nested deeper than this are refused: far below the depth at which Python's JSON
+# functions raise RecursionError (about 990), and deeper than any real payload.
+PAYLOAD_MAX_DEPTH = 100
+# The whole message (payload plus a small envelope) as UTF-8 JSON. Redis holds every
+# queued message in memory: pass large data by reference (a key, a path, a URL).
+MESSAGE_MAX_BYTES = 4 * 1024 * 1024
+# Bounds of the numbers a message carries: epoch ms up to 9999-12-30 UTC (a datetime
+# shows it in any time zone), and attempt counts no task reaches.
+MAX_EPOCH_MS = 253_402_128_000_000
+MAX_ATTEMPT = 1_000_000_000
+MESSAGE_ID_MAX_LENGTH = 255  # FailedTask.message_id
+# A JSON escape of a UTF-16 surrogate: the only way valid UTF-8 can decode to one.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_CONTAINERS = (dict, list, tuple)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} is out of range")
+    return value
+
+
+# Rejects NaN, Infinity and numbers too large for a float (1e400), which JSON cannot
+# carry on: the worker could not encode them again for a retry.
+_decoder = json.JSONDecoder(parse_float=_finite_float, parse_constant=_refuse_constant)
+
+
+def nested_too_deep(value: Any, limit: int = PAYLOAD_MAX_DEPTH) -> bool:
+    """True when lists/objects in `value` nest more than `limit` levels (or form a cycle).
+
+    Iterative and depth first, so neither a deep value nor a cycle can exhaust the stack.
+    """
+    if not isinstance(value, _CONTAINERS):
+        return False
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        for child in node.values() if isinstance(node, dict) else node:
+            if isinstance(child, _CONTAINERS):
+                stack.append((child, depth + 1))
+    return False
+
+
+def check_payload(payload: Any, task_name: str) -> None:
+    """Raise `InvalidTaskPayload` for a payload nested past `PAYLOAD_MAX_DEPTH`."""
+    if nested_too_deep(payload):
+        raise InvalidTaskPayload(
+            f"payload of task {task_name!r} is nested more than {PAYLOAD_MAX_DEPTH} levels "
+            f"deep (or contains itself)", task_name=task_name)
+
+
+@dataclass(slots=True)
+class TaskMessage:
+    """One dispatched task: its id stays the same across retries."""
+
+    id: str
+    task_name: str
+    queue: str
+    payload: Any
+    attempt: int = 1
+    dispatched_at_ms: int = 0
+    # Unique lock held by this message: its Redis key and release mode (or None).
+    lock_key: str | None = None
+    unique_mode: str | None = None
+    # True when `id` is a caller-chosen task_id reserved in Redis.
+    has_task_id: bool = False
+    # Epoch ms after which the task must not start (None: never expires).
+    expires_at_ms: int | None = None
+    # The task's own reservation timeout in ms (None: the worker's RESERVATION_TIMEOUT).
+    reservation_timeout_ms: int | None = None
+    # Random per dispatch of a message that holds a lock or a task_id, kept across its
+    # retries: tells two dispatches of one task_id apart (None: holding nothing, or
+    # queued by an earlier version, whose lock and task_id hold the id alone).
+    dispatch_token: str | None = None
+    # Stream entry id, set by the worker for the delivery it is processing.
+    stream_id: str | None = field(default=None, compare=False)
+
+    @property
+    def dispatched_at(self) -> datetime:
+        """When the task was first dispatched, as an aware UTC datetime."""
+        return datetime.fromtimestamp(self.dispatched_at_ms / 1000, tz=UTC)
+
+    def to_json(self) -> str:
+        """The wire form; optional fields are left out when unset to keep entries small.
+
+        Raises `InvalidTaskPayload` (naming the task) when the payload is not JSON.
+        """
+        data: dict[str, Any] = {
+            "v": WIRE_VERSION,
+            "id": self.id,
+            "task": self.task_name,
+            "queue": self.queue,
+            "payload": self.payload,
+            "attempt": self.attempt,
+            "ts": self.dispatched_at_ms,
+        }
+        if self.lock_key is not None:
+            data["lock"] = self.lock_key
+            data["mode"] = self.unique_mode
+        if self.has_task_id:
+            data["tid"] = True
+        if self.expires_at_ms is not None:
+            data["exp"] = self.expires_at_ms
+        if self.reservation_timeout_ms is not None:
+            data["rt"] = self.reservation_timeout_ms
+        if self.dispatch_token is not None:
+            data["tok"] = self.dispatch_token
+        check_payload(self.payload, self.task_name)
+        try:
+            text = _encode(data)
+        except (TypeError, ValueError) as exc:
+            raise InvalidTaskPayload(
+                f"payload of task {self.task_name!r} is not JSON-serialisable: {exc}",
+                task_name=self.task_name,
+            ) from exc
+        self._check_size(text)
+        return text
+
+    def _check_size(self, text: str) -> None:
+        """Refuse text that is not valid Unicode, or over MESSAGE_MAX_BYTES as UTF-8."""
+        if text.isascii():  # constant time: CPython knows it of every string
+            size = len(text)
+        else:
+            try:
+                size = len(text.encode("utf-8"))
+            except UnicodeEncodeError as exc:
+                bad = exc.object[exc.start:exc.end]
+                raise InvalidTaskPayload(
+                    f"payload of task {self.task_name!r} holds a lone surrogate {bad!r}, "
+                    f"which is not text and cannot be sent", task_name=self.task_name,
+                ) from None
+        if size > MESSAGE_MAX_BYTES:
+            raise InvalidTaskPayload(
+                f"message of task {self.task_name!r} is {size} bytes of JSON, over the limit "
+                f"of {MESSAGE_MAX_BYTES}: pass large data by reference",
+                task_name=self.task_name)
+
+    def check_lock_key(self, prefix: str, queue: str) -> None:
+        """Raise `InvalidTaskPayload` unless the lock this message names (if any) is a
+        unique lock of `queue`, the queue or shard the message was read from.
+
+        The worker deletes and renews that key: any other key (the stream, another
+        queue's lock) must not be touched, nor can a key of another type be released.
+        """
+        if self.lock_key is None:
+            return
+        space = keys.unique_key_space(prefix, queue)
+        if not self.lock_key.startswith(space) or len(self.lock_key) == len(space):
+            raise InvalidTaskPayload(
+                f"message of task {self.task_name!r} names lock {_short(self.lock_key)}, "
+                f"which is not a unique lock of queue {queue!r}", task_name=self.task_name)
+
+    @classmethod
+    def from_json(cls, raw: bytes | str, *, stream_id: str | None = None) -> TaskMessage:
+        """Decode a wire message; anything malformed raises `InvalidTaskPayload`.
+
+        Checks every field the worker uses (type, range, finite numbers), the payload's
+        depth, the size, and that the text is valid Unicode.
+        """
+        data = _load(raw)
+        version = data.get("v")
+        if type(version) is not int or version not in _READABLE_VERSIONS:
+            raise InvalidTaskPayload(
+                f"message has wire version {_short(version)}; this release reads 1")
+        task_name = _text(data, "task", None)
+        message = cls(
+            id=_text(data, "id", task_name, max_length=MESSAGE_ID_MAX_LENGTH),
+            task_name=task_name,
+            queue=_optional(data, "queue", str, "a string", task_name) or "",
+            payload=data.get("payload"),
+            attempt=_number(data, "attempt", task_name, 1, MAX_ATTEMPT, default=1),
+            dispatched_at_ms=_number(data, "ts", task_name, 0, MAX_EPOCH_MS, default=0),
+            lock_key=_lock(data, task_name),
+            unique_mode=_mode(data, task_name),
+            has_task_id=_flag(data, "tid", task_name),
+            expires_at_ms=_number(data, "exp", task_name, 0, MAX_EPOCH_MS),
+            reservation_timeout_ms=_advisory_ms(data.get("rt")),
+            dispatch_token=_dispatch_token(data.get("tok"), task_name),
+            stream_id=stream_id,
+        )
+        if nested_too_deep(message.payload):
+            raise InvalidTaskPayload(
+                f"payload of task {task_name!r} is nested more than {PAYLOAD_MAX_DEPTH} "
+                f"levels deep", task_name=task_name)
+        return message
+
+
+def _load(raw: bytes | str) -> dict[str, Any]:
+    """The JSON object of a body: size, UTF-8, syntax, nesting and Unicode checked."""
+    if isinstance(raw, str):
+        text = raw
+        try:
+            size = len(raw) if raw.isascii() else len(raw.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise InvalidTaskPayload("message holds a lone surrogate, which is not text"
+                                     ) from None
+    else:
+        size = len(raw)
+    if size > MESSAGE_MAX_BYTES:
+        raise InvalidTaskPayload(
+            f"message is {size} bytes, over the limit of {MESSAGE_MAX_BYTES}")
+    if not isinstance(raw, str):
+        try:
+            text = bytes(raw).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidTaskPayload(f"message is not UTF-8 text: {exc}") from None
+    try:
+        data = _decoder.decode(text)
+    except RecursionError:
+        raise InvalidTaskPayload("message is nested too deeply to decode") from None
+    except ValueError as exc:
+        raise InvalidTaskPayload(f"message is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidTaskPayload(f"message is JSON {type(data).__name__}, not an object")
+    if _has_lone_surrogate(text, data):
+        raise InvalidTaskPayload("message holds a lone surrogate, which is not text")
+    return data
+
+
+def _has_lone_surrogate(text: str, data: dict[str, Any]) -> bool:
+    """Strict UTF-8 has no surrogates, but a JSON escape (\\udcff) makes one."""
+    if not _SURROGATE_ESCAPE.search(text):  # rare: then check what the escapes made
+        return False
+    if nested_too_deep(data, PAYLOAD_MAX_DEPTH + 1):
+        return False  # refused for its depth; encoding it again could exhaust the stack
+    try:
+        _encode(data).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _short(value: Any) -> str:
+    """A repr short enough for an error message, whatever the value."""
+    text = repr(value) if not isinstance(value, _CONTAINERS) else type(value).__name__
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _wrong(key: str, what: str, value: Any, task_name: str | None) -> InvalidTaskPayload:
+    task = f" of task {task_name!r}" if task_name else ""
+    return InvalidTaskPayload(f"message{task}: field {key!r} must be {what}, not {_short(value)}",
+                              task_name=task_name)
+
+
+def _text(data: dict[str, Any], key: str, task_name: str | None, *,
+          max_length: int | None = None) -> str:
+    value = data.get(key)
+    if not isinstance(value, str) or not value or (max_length and len(value) > max_length):
+        limit = f" of at most {max_length} characters" if max_length else ""
+        raise _wrong(key, f"a non-empty string{limit}", value, task_name)
+    return value
+
+
+def _optional(data: dict[str, Any], key: str, kind: type, what: str,
+              task_name: str | None) -> Any:
+    value = data.get(key)
+    if value is not None and not isinstance(value, kind):
+        raise _wrong(key, what, value, task_name)
+    return value
+
+
+def _number(data: dict[str, Any], key: str, task_name: str | None, low: int, high: int,
+            default: int | None = None) -> Any:
+    """An integer field within [low, high]; a float with an integral value is accepted."""
+    value = data.get(key)
+    if value is None:
+        return default
+    number = value
+    if isinstance(value, float) and value.is_integer():
+        number = int(value)
+    if type(number) is not int or not low <= number <= high:
+        raise _wrong(key, f"an integer from {low} to {high}", value, task_name)
+    return number
+
+
+def _advisory_ms(value: Any) -> int | None:
+    """An advisory number (`rt`): a bad one is ignored and the worker's default applies,
+    since the task can run all the same; a fraction of a millisecond is dropped."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value) if 1 <= value <= MAX_EPOCH_MS else None
+
+
+def _flag(data: dict[str, Any], key: str, task_name: str | None) -> bool:
+    value = data.get(key, False)
+    if type(value) is not bool:
+        raise _wrong(key, "true or false", value, task_name)
+    return value
+
+
+def _lock(data: dict[str, Any], task_name: str | None) -> str | None:
+    value = data.get("lock")
+    if value is not None and (not isinstance(value, str) or not value):
+        raise _wrong("lock", "a lock key (a non-empty string)", value, task_name)
+    return value
+
+
+def _mode(data: dict[str, Any], task_name: str | None) -> str | None:
+    value = data.get("mode")
+    if value is not None and value not in UNIQUE_MODES:
+        raise _wrong("mode", f"one of {', '.join(UNIQUE_MODES)}", value, task_name)
+    return value
+
+
+def _dispatch_token(value: Any, task_name: str | None) -> str | None:
+    """The dispatch token, or None when absent; anything but letters and digits is refused."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not DISPATCH_TOKEN.fullmatch(value):
+        raise _wrong("tok", "1 to 64 letters or digits", value, task_name)
+    return value

@@ -1,0 +1,95 @@
+"""Task options and the checks they share: what `@task(...)` accepts.
+
+The checks live apart from `Task` because dispatch (per-call overrides) and the
+unique locks (modes, lock TTL) use them too, and `Task` itself uses dispatch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django_taskrunner.checks import MAX_SECONDS, QUEUE_NAME
+from django_taskrunner.exceptions import InvalidTaskOptions, UniqueForRequired
+
+UNIQUE_MODES = ("until_finished", "until_executed", "until_executing", "while_locked")
+UNIQUE_FOR_MAX = 7 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """Everything `@task(...)` accepts; see docs/tasks.md for each option."""
+
+    queue: str | None = None  # None: TASKRUNNER["DEFAULT_QUEUE"], read at dispatch
+    max_retry: int = 0
+    retry_backoff: float | Callable[[int], float] | None = None  # None: default_backoff
+    reservation_timeout: float | None = None
+    time_limit: float | None = None
+    expires: float | None = None
+    cron: str | None = None
+    schedule: float | None = None
+    unique: bool = False
+    unique_for: float | None = None
+    unique_key: Callable[[Any], str] | None = None
+    unique_mode: str = "until_finished"
+    takes_context: bool = False
+
+
+def check_queue_name(queue: Any) -> str:
+    """Return `queue` if it is a valid queue name, else raise `InvalidTaskOptions`."""
+    if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
+        raise InvalidTaskOptions(
+            f"queue name must be 1-100 letters, digits, '.', '_' or '-' (no ':', '{{', '}}'), "
+            f"not {queue!r}"
+        )
+    return queue
+
+
+def is_finite(value: Any) -> bool:
+    """An int or a finite float, not a bool: NaN and infinity are no number of seconds."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return isinstance(value, int) or math.isfinite(value)
+
+
+def check_seconds(name: str, value: Any, *, allow_none: bool = True) -> None:
+    """Refuse anything but a finite number of seconds > 0 and at most `MAX_SECONDS`.
+
+    Past a year the value is a mistake, and far larger ones overflow Redis millisecond
+    arguments and thread timeouts when the task runs, long after it was declared.
+    """
+    if value is None and allow_none:
+        return
+    if not is_finite(value) or not 0 < value <= MAX_SECONDS:
+        raise InvalidTaskOptions(
+            f"{name} must be a positive, finite number of seconds (at most {MAX_SECONDS:,}, "
+            f"a year), not {value!r}"
+        )
+
+
+def check_unique_for(unique_for: Any, task_name: str) -> float:
+    """The lock TTL, required for unique tasks and bounded to 1 s .. 7 days."""
+    if unique_for is None:
+        raise UniqueForRequired(
+            f"task {task_name!r} is unique but has no unique_for: give the lock's TTL in seconds"
+        )
+    if isinstance(unique_for, timedelta):
+        unique_for = unique_for.total_seconds()
+    if isinstance(unique_for, bool) or not isinstance(unique_for, int | float):
+        raise InvalidTaskOptions(f"unique_for must be a number of seconds, not {unique_for!r}")
+    if not 1 <= unique_for <= UNIQUE_FOR_MAX:
+        raise InvalidTaskOptions(
+            f"unique_for of task {task_name!r} must lie between 1 second and 7 days, "
+            f"not {unique_for!r}"
+        )
+    return float(unique_for)
+
+
+def check_unique_mode(mode: Any) -> str:
+    if mode not in UNIQUE_MODES:
+        raise InvalidTaskOptions(
+            f"unique_mode must be one of {', '.join(UNIQUE_MODES)}, not {mode!r}")
+    return str(mode)

@@ -1,0 +1,1 @@
+"""Time-driven work: the leader's scheduler, its election, and periodic tasks."""

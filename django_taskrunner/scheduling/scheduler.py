@@ -1,0 +1,240 @@
+"""The scheduler: moves due messages from each queue's delayed set onto its stream and
+fires periodic tasks, in its own thread, in the one worker that leads (`election.py`).
+
+It sleeps until the earliest due time it knows of, not on a fixed cycle. A dispatch
+whose entry is due before every other of its queue PUBLISHes the due time on the
+queue's wake channel in the same script as its ZADD; the scheduler is subscribed and
+wakes for it. Every `RESYNC_SECONDS` it rereads every delayed set anyway, in case a
+wake-up was lost (a dropped connection).
+
+Every move is one `promote_due.lua` call on a small batch: atomic, so two schedulers
+(a lease hand-over) never move a message twice, and short, so Redis and the worker's
+other threads are never held up, even when 100,000 messages fall due at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from django_taskrunner.core import clock
+from django_taskrunner.scheduling.election import LeaderElection
+from django_taskrunner.scheduling.periodic import RELOAD_SECONDS, PeriodicRunner
+from django_taskrunner.store import keys, sharding
+from django_taskrunner.store.broker import Broker
+from django_taskrunner.store.errors import REDIS_DOWN
+
+logger = logging.getLogger(__name__)
+
+PROMOTE_BATCH = 500  # messages per script call: ~1 ms of Redis time
+BATCHES_PER_TURN = 20  # then look at the other queues and the periodic tasks
+RESYNC_SECONDS = 5.0
+WAIT_SLICE_SECONDS = 0.25  # how quickly stop() is noticed while idle
+NEVER = 2**62
+
+
+def promote_all_due(broker: Broker, queues: Iterable[str], now_ms: int,
+                    batch: int = PROMOTE_BATCH) -> int:
+    """Move every message due at `now_ms` onto its stream; returns how many moved.
+
+    Used by burst mode, which must run what is due before deciding queues are empty.
+    """
+    total = 0
+    for shard in sharding.all_shards(queues):
+        while True:
+            moved, _ = broker.promote_due(shard, now_ms, batch)
+            total += moved
+            if moved < batch:
+                break
+    return total
+
+
+def register_queues(broker: Broker, queues: Iterable[str]) -> None:
+    """Record the queues a worker consumes, so the leader promotes their delayed sets."""
+    names = list(queues)
+    if names:
+        broker.client.sadd(keys.known_queues_key(broker.prefix), *names)
+
+
+class Scheduler(threading.Thread):
+    """Promotes due delayed messages and fires periodic tasks until `stop()`."""
+
+    def __init__(
+        self, broker: Broker, queues: Iterable[str], *, periodic: PeriodicRunner | None = None,
+        batch: int = PROMOTE_BATCH, now_ms: Callable[[], int] = clock.now_ms,
+    ) -> None:
+        super().__init__(name="taskrunner-scheduler", daemon=True)
+        self.broker = broker
+        self.queues = set(queues)
+        self.periodic = periodic
+        self.batch = batch
+        self.now_ms = now_ms
+        self.moved = 0  # messages promoted so far
+        self._stopping = threading.Event()
+        # Per delayed set: a queue's, or each of its shards' when it is split.
+        self._next_due: dict[str, int] = {}  # queue or shard -> earliest due time known (ms)
+        self._channels: dict[str, str] = {}  # wake channel -> queue or shard
+        self._periodic_channel = keys.periodic_channel(broker.prefix)
+        self._resync_at = 0
+        self._reload_at = 0
+        self._reload = True
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Finish the current batch and end the thread."""
+        self._stopping.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout)
+
+    def run(self) -> None:
+        failures = 0
+        pubsub: Any = None
+        while not self._stopping.is_set():
+            try:
+                if pubsub is None:
+                    pubsub = self.broker.client.pubsub()
+                    self._channels = {}
+                    self._subscribe(pubsub, [self._periodic_channel])
+                self.turn(pubsub)
+                failures = 0
+            except REDIS_DOWN as exc:
+                failures += 1
+                if failures == 1:
+                    logger.error("scheduler: Redis is unreachable (%s); retrying", exc)
+                _close(pubsub)
+                pubsub = None
+                self._resync_at = 0
+                self._stopping.wait(min(5.0, 0.1 * 2**failures))
+            except Exception:
+                logger.exception("scheduler: unexpected error; going on in 1 s")
+                self._resync_at = 0
+                self._stopping.wait(1.0)
+        _close(pubsub)
+
+    def turn(self, pubsub: Any) -> None:
+        """Promote what is due, fire periodic tasks, then sleep until the next due time."""
+        now = self.now_ms()
+        if now >= self._resync_at:
+            self._resync(pubsub, now)
+        if self.periodic is not None and (self._reload or now >= self._reload_at):
+            self.periodic.load(now)
+            self._reload, self._reload_at = False, now + round(RELOAD_SECONDS * 1000)
+        wake_at = min(self.promote(now), self._resync_at)
+        if self.periodic is not None:
+            next_periodic = self.periodic.run_due(self.now_ms())
+            wake_at = min(wake_at, self._reload_at, next_periodic or NEVER)
+        self.wait(pubsub, wake_at)
+
+    def promote(self, now: int) -> int:
+        """Move due messages of every delayed set due at `now`; returns the next due time."""
+        for shard, due in list(self._next_due.items()):
+            if due > now or self._stopping.is_set():
+                continue
+            next_ms: int | None = None
+            for _ in range(BATCHES_PER_TURN):
+                moved, next_ms = self.broker.promote_due(shard, now, self.batch)
+                self.moved += moved
+                if moved < self.batch:
+                    break
+            self._next_due[shard] = NEVER if next_ms is None else next_ms
+        return min(self._next_due.values(), default=NEVER)
+
+    def wait(self, pubsub: Any, wake_at: int) -> None:
+        """Sleep until `wake_at` (ms), or until told of an earlier due time."""
+        while not self._stopping.is_set():
+            remaining = wake_at - self.now_ms()
+            if remaining <= 0:
+                return
+            message = pubsub.get_message(timeout=min(remaining / 1000, WAIT_SLICE_SECONDS))
+            if message is None or message.get("type") != "message":
+                continue
+            channel = _text(message["channel"])
+            if channel == self._periodic_channel:
+                self._reload = True
+                return
+            shard = self._channels.get(channel)
+            if shard is None:
+                continue
+            try:
+                due = int(message["data"])
+            except (TypeError, ValueError):
+                continue  # not ours: wake-ups carry a due time in ms
+            self._next_due[shard] = min(self._next_due.get(shard, NEVER), due)
+            wake_at = min(wake_at, due)
+
+    def _resync(self, pubsub: Any, now: int) -> None:
+        """Learn new queues, subscribe to their wake channels, and recheck every set."""
+        known = self.broker.client.smembers(keys.known_queues_key(self.broker.prefix))
+        self.queues |= {_text(queue) for queue in known}
+        shards = sharding.all_shards(sorted(self.queues))
+        new = {keys.wake_channel(self.broker.prefix, s): s for s in shards
+               if keys.wake_channel(self.broker.prefix, s) not in self._channels}
+        if new:
+            # Subscribed before the sets are read, so no wake-up can fall in between.
+            self._subscribe(pubsub, list(new))
+            self._channels.update(new)
+        self._next_due = {shard: 0 for shard in shards}
+        self._resync_at = now + round(RESYNC_SECONDS * 1000)
+
+    @staticmethod
+    def _subscribe(pubsub: Any, channels: list[str]) -> None:
+        """SUBSCRIBE and wait for Redis to confirm each channel."""
+        pubsub.subscribe(*channels)
+        pending = set(channels)
+        deadline = clock.monotonic() + 5.0
+        while pending and clock.monotonic() < deadline:
+            message = pubsub.get_message(timeout=0.5)
+            if message is not None and message.get("type") == "subscribe":
+                pending.discard(_text(message["channel"]))
+        if pending:
+            raise RedisTimeoutError(f"no confirmation of SUBSCRIBE {sorted(pending)}")
+
+
+class LeaderScheduler:
+    """A worker's scheduling part: the election, and a `Scheduler` while it leads."""
+
+    def __init__(self, broker: Broker, queues: Iterable[str], *, lease: float,
+                 identity: str | None = None) -> None:
+        self.broker = broker
+        self.queues = set(queues)
+        self.election = LeaderElection(
+            broker.client, keys.leader_key(broker.prefix, broker.group), lease=lease,
+            identity=identity, on_promote=self._start_scheduler, on_demote=self._stop_scheduler,
+        )
+        self.scheduler: Scheduler | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        self.election.start()
+
+    def stop(self) -> None:
+        """Stop scheduling and resign the lease, so another worker takes over at once."""
+        self.election.stop()
+
+    def _start_scheduler(self) -> None:
+        with self._lock:
+            if self.scheduler is None:
+                self.scheduler = Scheduler(self.broker, self.queues,
+                                           periodic=PeriodicRunner(self.broker))
+                self.scheduler.start()
+
+    def _stop_scheduler(self) -> None:
+        with self._lock:
+            scheduler, self.scheduler = self.scheduler, None
+        if scheduler is not None:
+            scheduler.stop()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _close(pubsub: Any) -> None:
+    if pubsub is not None:
+        try:
+            pubsub.close()
+        except Exception:  # noqa: S110 - closing a broken connection may fail again
+            pass

@@ -1,0 +1,1 @@
+"""Figures about queues and workers: recording, storing, reading, health, metrics."""

@@ -1,0 +1,144 @@
+"""The figures of the queues dashboard and of `manage.py taskrunner_stats`: each queue's
+`QueueStats` (stats.py) plus its consumer-group lag, its consumers with their idle
+times, its failures of the last hour and its per-minute counts; and the consumer
+group's leader. Both read them here, so both show the same numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from django_taskrunner.conf import get_settings
+from django_taskrunner.core import clock
+from django_taskrunner.core.registry import registry
+from django_taskrunner.stats.figures import MinuteCounts, QueueStats, get_stats, minute_counts
+from django_taskrunner.store import keys
+from django_taskrunner.store.broker import Broker, get_broker
+
+MAX_CONSUMERS = 20  # shown per queue: the live ones first, then the most recently active
+HOUR_MINUTES = 60
+
+
+@dataclass(frozen=True)
+class ConsumerInfo:
+    """One consumer of a queue's group, as XINFO CONSUMERS and its heartbeat tell."""
+
+    name: str
+    pending: int  # messages delivered to it and not acknowledged
+    idle: float  # seconds since it last read or claimed a message
+    inactive: float | None  # seconds since its last successful read (Redis 7.2+), else None
+    live: bool  # its worker's heartbeat is fresh
+    threads: int | None  # pool threads of its worker, when live
+    busy: int | None  # of which running a task now
+
+
+@dataclass(frozen=True)
+class LeaderInfo:
+    """Who holds the consumer group's leader lease (runs the scheduler), and for how long."""
+
+    group: str
+    holder: str | None  # None: nobody leads (no worker runs the scheduler)
+    lease_left: float | None  # seconds until the lease expires unless renewed
+
+
+@dataclass(frozen=True)
+class QueueHealth:
+    """Everything the dashboard shows for one queue."""
+
+    stats: QueueStats
+    lag: int | None  # messages not yet delivered to the group; None when unknown
+    consumers: tuple[ConsumerInfo, ...]  # at most MAX_CONSUMERS
+    consumer_count: int  # every consumer the group knows, live or not
+    failed_last_hour: int  # tasks that failed for good in the last 60 minutes
+    minutes: tuple[MinuteCounts, ...]  # the last 60 minutes, oldest first
+
+    @property
+    def queue(self) -> str:
+        return self.stats.queue
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `QueueStats` figures plus this page's own, as plain JSON-ready values."""
+        return {
+            **self.stats.as_dict(), "lag": self.lag,
+            "failed_last_hour": self.failed_last_hour,
+            "consumer_count": self.consumer_count,
+            "consumers": [asdict(consumer) for consumer in self.consumers],
+            "minutes": [asdict(minute) for minute in self.minutes],
+        }
+
+
+def get_leader(broker: Broker | None = None) -> LeaderInfo:
+    """The holder of the group's leader lease (`keys.leader_key`) and its time left."""
+    broker = broker or get_broker()
+    pipe = broker.client.pipeline(transaction=False)
+    key = keys.leader_key(broker.prefix, broker.group)
+    pipe.get(key)
+    pipe.pttl(key)
+    holder, ttl_ms = pipe.execute()
+    return LeaderInfo(group=broker.group, holder=None if holder is None else _text(holder),
+                      lease_left=int(ttl_ms) / 1000 if holder is not None and ttl_ms >= 0
+                      else None)
+
+
+def get_health(queue: str, *, broker: Broker | None = None,
+               now_ms: int | None = None) -> QueueHealth:
+    """The dashboard's figures of `queue`, in five pipelined round trips."""
+    broker = broker or get_broker()
+    now_ms = clock.now_ms() if now_ms is None else now_ms
+    stats = get_stats(queue, broker=broker, now_ms=now_ms)
+    minutes = minute_counts(queue, HOUR_MINUTES, broker=broker, now_ms=now_ms)
+    consumers, total = _consumers(broker, queue, now_ms)
+    return QueueHealth(
+        stats=stats, lag=None if stats.lag_source == "estimate" else stats.waiting,
+        consumers=consumers, consumer_count=total,
+        failed_last_hour=sum(minute.failed for minute in minutes), minutes=tuple(minutes),
+    )
+
+
+def dashboard_queues(broker: Broker | None = None) -> list[str]:
+    """Queues workers consume, queues registered tasks name, and DEFAULT_QUEUE."""
+    return known_queues(broker or get_broker(), [get_settings().DEFAULT_QUEUE])
+
+
+def known_queues(broker: Broker, extra: Any = ()) -> list[str]:
+    """Queues workers consume, queues tasks declare, and `extra`, sorted."""
+    recorded = broker.client.smembers(keys.known_queues_key(broker.prefix))
+    names = {q.decode() if isinstance(q, bytes) else q for q in recorded}
+    return sorted(names | registry.queues() | set(extra))
+
+
+def _consumers(broker: Broker, queue: str, now_ms: int) -> tuple[tuple[ConsumerInfo, ...], int]:
+    """The group's consumers, live ones first, then by idle time; and how many there are."""
+    pipe = broker.client.pipeline(transaction=False)
+    pipe.xinfo_consumers(broker.stream(queue), broker.group)
+    pipe.zrangebyscore(keys.queue_workers_key(broker.prefix, queue), now_ms, "+inf")
+    listed, live = pipe.execute(raise_on_error=False)
+    if isinstance(listed, Exception):  # no stream or no group yet
+        listed = []
+    live_names = {_text(name) for name in live}
+    rows = sorted(listed, key=lambda c: (_text(c["name"]) not in live_names, int(c["idle"])))
+    shown = rows[:MAX_CONSUMERS]
+    pipe = broker.client.pipeline(transaction=False)
+    for consumer in shown:
+        pipe.hmget(keys.worker_key(broker.prefix, _text(consumer["name"])), "threads", "busy")
+    beats = pipe.execute() if shown else []
+    return tuple(
+        ConsumerInfo(
+            name=_text(consumer["name"]), pending=int(consumer["pending"]),
+            idle=int(consumer["idle"]) / 1000,
+            inactive=None if consumer.get("inactive") in (None, -1)
+            else int(consumer["inactive"]) / 1000,
+            live=_text(consumer["name"]) in live_names,
+            threads=_int_or_none(threads), busy=_int_or_none(busy),
+        )
+        for consumer, (threads, busy) in zip(shown, beats, strict=True)
+    ), len(rows)
+
+
+def _int_or_none(value: bytes | str | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

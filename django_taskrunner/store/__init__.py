@@ -1,0 +1,1 @@
+"""Redis: connection, embedded server, broker and its Lua scripts, key names, sharding."""

@@ -1,0 +1,274 @@
+"""A thin Redis Streams adapter: keys and commands, no knowledge of tasks.
+
+Each method is one round trip. Bodies are opaque strings (the wire JSON); the stream
+entry holds them in a single field, `m`.
+
+A `queue` argument names one stream with its delayed set: a queue, or one shard of a
+queue split into several (`"emails#2"`, see sharding.py); the broker does not care which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from django_taskrunner.conf import get_settings, on_reset
+from django_taskrunner.core.message import FIELD
+from django_taskrunner.store import keys, scripts
+from django_taskrunner.store.connection import get_redis
+
+# An entry as read: (stream id, body or None when the entry was deleted meanwhile).
+Entry = tuple[str, bytes | None]
+
+
+@dataclass(frozen=True)
+class Pending:
+    """One row of XPENDING: who holds an entry, for how long, delivered how often."""
+
+    stream_id: str
+    consumer: str
+    idle_ms: int
+    deliveries: int
+
+
+@dataclass(frozen=True)
+class Claim:
+    """An entry to reclaim if still idle for `min_idle_ms`, keeping its delivery counter."""
+
+    stream_id: str
+    min_idle_ms: int
+    deliveries: int
+
+
+class Broker:
+    """Streams operations for one Redis client, key prefix and consumer group."""
+
+    def __init__(self, client: Any, prefix: str, group: str, delete_on_ack: bool = True) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.group = group
+        self.delete_on_ack = delete_on_ack
+
+    def stream(self, queue: str) -> str:
+        return keys.stream_key(self.prefix, queue)
+
+    def add(self, queue: str, body: str) -> str:
+        """XADD one message; returns its stream id."""
+        return _text(self.client.xadd(self.stream(queue), {FIELD: body}))
+
+    def add_many(self, queue: str, bodies: Sequence[str]) -> list[str]:
+        """XADD many messages in one pipelined round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        stream = self.stream(queue)
+        # execute_command, not pipe.xadd(): skips building and checking xadd's options
+        # for every message of the batch.
+        command = pipe.execute_command
+        for body in bodies:
+            command("XADD", stream, "*", FIELD, body)
+        return [_text(stream_id) for stream_id in pipe.execute()]
+
+    def add_each(self, entries: Sequence[tuple[str, str]]) -> list[str]:
+        """XADD each (queue or shard, body) in one pipelined round trip (any slots)."""
+        pipe = self.client.pipeline(transaction=False)
+        for queue, body in entries:
+            pipe.xadd(self.stream(queue), {FIELD: body})
+        return [_text(stream_id) for stream_id in pipe.execute()]
+
+    def ensure_group(self, queue: str) -> None:
+        """Create the consumer group (and the stream) unless they exist.
+
+        The group starts at id 0, so messages dispatched before any worker ran are read.
+        """
+        try:
+            self.client.xgroup_create(self.stream(queue), self.group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    def read(self, queue: str, consumer: str, count: int, block_ms: int | None) -> list[Entry]:
+        """New messages for `consumer` (XREADGROUP ... >), blocking up to `block_ms`."""
+        stream = self.stream(queue)
+        try:
+            reply = self.client.xreadgroup(
+                self.group, consumer, {stream: ">"}, count=count, block=block_ms
+            )
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            # The stream was deleted (by hand, or a Redis restart without persistence).
+            self.ensure_group(queue)
+            return []
+        if not reply:
+            return []
+        entries = reply[0][1] if isinstance(reply, list) else next(iter(reply.values()))[0]
+        return [(_text(stream_id), _body(fields)) for stream_id, fields in entries]
+
+    def ack(self, queue: str, stream_ids: Sequence[str], pipe: Any = None) -> None:
+        """XACK (and XDEL when DELETE_ON_ACK) the given entries, in one round trip."""
+        if not stream_ids:
+            return
+        own = pipe is None
+        pipe = self.client.pipeline(transaction=False) if own else pipe
+        stream = self.stream(queue)
+        pipe.xack(stream, self.group, *stream_ids)
+        if self.delete_on_ack:
+            pipe.xdel(stream, *stream_ids)
+        if own:
+            pipe.execute()
+
+    def requeue(
+        self, queue: str, consumer: str, stream_id: str, body: str | bytes, due_ms: int = 0
+    ) -> str | None:
+        """Move a held entry back, with `body`, to the stream (or the delayed set).
+
+        Returns None when the entry is no longer ours (another worker reclaimed it).
+        """
+        result = scripts.run(
+            self.client,
+            "requeue",
+            [self.stream(queue), keys.delayed_key(self.prefix, queue)],
+            [self.group, consumer, stream_id, body, str(due_ms), "1" if self.delete_on_ack else "0",
+             keys.wake_channel(self.prefix, queue)],
+        )
+        return None if result is None else _text(result)
+
+    def add_delayed(self, queue: str, body: str, due_ms: int) -> bool:
+        """ZADD a message to the delayed set; True when it woke the scheduler."""
+        woke = scripts.run(
+            self.client, "add_delayed", [keys.delayed_key(self.prefix, queue)],
+            [str(due_ms), body, keys.wake_channel(self.prefix, queue)],
+        )
+        return bool(woke)
+
+    def promote_due(self, queue: str, now_ms: int, batch: int) -> tuple[int, int | None]:
+        """Move up to `batch` due delayed messages to the stream, atomically.
+
+        Returns how many moved and the due time of the earliest one left (None: empty).
+        """
+        moved, next_ms = scripts.run(
+            self.client, "promote_due",
+            [keys.delayed_key(self.prefix, queue), self.stream(queue)], [str(now_ms), str(batch)],
+        )
+        return int(moved), None if int(next_ms) < 0 else int(next_ms)
+
+    def heartbeat(self, queue: str, consumer: str, stream_id: str) -> bool:
+        """Reset the idle time of an entry `consumer` holds; False if it is no longer its."""
+        return not self.hold(queue, consumer, [stream_id])
+
+    def hold(
+        self, queue: str, consumer: str, stream_ids: Sequence[str], runs: int | None = None,
+        pipe: Any = None,
+    ) -> list[str]:
+        """Heartbeat entries `consumer` still holds (never stealing); returns the lost ids.
+
+        `runs` also sets their delivery counter. With `pipe`, the call is only queued
+        and [] returned: the lost ids come with the pipeline's results.
+        """
+        args = [self.group, consumer, "" if runs is None else str(runs), *stream_ids]
+        result = scripts.run(pipe if pipe is not None else self.client, "hold",
+                             [self.stream(queue)], args)
+        return [] if pipe is not None else [_text(lost) for lost in result]
+
+    def pending_idle(
+        self, queue: str, min_idle_ms: int, start: str, count: int, consumer: str | None = None
+    ) -> list[Pending]:
+        """Pending entries idle for at least `min_idle_ms`, from `start` on (XPENDING IDLE)."""
+        rows = self.client.xpending_range(
+            self.stream(queue), self.group, start, "+", count, consumername=consumer,
+            idle=min_idle_ms,
+        )
+        return [Pending(_text(row["message_id"]), _text(row["consumer"]),
+                        int(row["time_since_delivered"]), int(row["times_delivered"]))
+                for row in rows]
+
+    def bodies(self, queue: str, stream_ids: Sequence[str]) -> dict[str, bytes | None]:
+        """The body of each entry, None for one deleted from the stream (one round trip)."""
+        pipe = self.client.pipeline(transaction=False)
+        for stream_id in stream_ids:
+            pipe.xrange(self.stream(queue), stream_id, stream_id)
+        found: dict[str, bytes | None] = {}
+        for stream_id, entries in zip(stream_ids, pipe.execute(), strict=True):
+            found[stream_id] = _body(entries[0][1]) if entries else None
+        return found
+
+    def claim(self, queue: str, consumer: str, claims: Sequence[Claim]) -> list[Entry]:
+        """XCLAIM entries idle for at least their own timeout, keeping their delivery counter.
+
+        An entry refreshed by its holder meanwhile is not idle enough and is skipped.
+        """
+        pipe = self.client.pipeline(transaction=False)
+        for claim in claims:
+            pipe.xclaim(self.stream(queue), self.group, consumer, claim.min_idle_ms,
+                        [claim.stream_id], retrycount=claim.deliveries)
+        claimed: list[Entry] = []
+        for entries in pipe.execute():
+            claimed.extend((_text(stream_id), _body(fields)) for stream_id, fields in entries
+                           if stream_id is not None)
+        return claimed
+
+    def forget(self, queue: str, stream_ids: Sequence[str]) -> None:
+        """XACK entries deleted from the stream while pending: there is nothing to run."""
+        if stream_ids:
+            self.client.xack(self.stream(queue), self.group, *stream_ids)
+
+    def delete_idle_consumers(self, queue: str, min_idle_ms: int, keep: str) -> list[str]:
+        """Remove consumers holding nothing and idle for `min_idle_ms`; returns their names."""
+        try:
+            removed = scripts.run(self.client, "delete_idle_consumers", [self.stream(queue)],
+                                  [self.group, str(min_idle_ms), keep])
+        except ResponseError as exc:
+            if "NOGROUP" in str(exc) or "no such key" in str(exc):
+                return []
+            raise
+        return [_text(name) for name in removed]
+
+    def length(self, queue: str) -> int:
+        return int(self.client.xlen(self.stream(queue)))
+
+    def pending(self, queue: str) -> int:
+        """Messages delivered to some worker and not yet acked."""
+        try:
+            summary = self.client.xpending(self.stream(queue), self.group)
+        except ResponseError:
+            return 0
+        return int(summary["pending"])
+
+
+def _body(fields: dict[bytes, bytes] | None) -> bytes | None:
+    """The message body of an entry; None for an entry deleted while pending.
+
+    An entry written by something else (no `m` field) yields its fields as text, which
+    the worker then records as an undecodable message.
+    """
+    if not fields:
+        return None
+    body = fields.get(FIELD)
+    return body if body is not None else repr(fields).encode()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+_broker: Broker | None = None
+
+
+def get_broker() -> Broker:
+    """The broker for the current settings and client (rebuilt after `conf.reset()`)."""
+    global _broker
+    broker = _broker
+    if broker is None:
+        settings = get_settings()
+        broker = _broker = Broker(
+            get_redis(), settings.PREFIX, settings.CONSUMER_GROUP, settings.DELETE_ON_ACK
+        )
+    return broker
+
+
+@on_reset
+def reset() -> None:
+    global _broker
+    _broker = None

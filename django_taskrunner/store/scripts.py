@@ -1,0 +1,48 @@
+"""Loads the Lua scripts in `lua/` once and runs them by EVALSHA.
+
+Each script gets every key through KEYS (never builds one) and touches one queue's
+keys only, so it runs unchanged on Redis Cluster.
+
+On a cluster, redis-py's `Script` sends EVALSHA to the node owning the keys' slot and, on
+NOSCRIPT (a node that never saw it, such as a replica promoted by a failover), loads it
+on every master and tries again. A cluster *pipeline* refuses EVALSHA (it could not
+load a missing script half way through), so there the script text goes with the call
+(EVAL), without its comments: a few hundred bytes, and nothing to be missing.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+from redis.cluster import ClusterPipeline
+from redis.commands.core import Script
+
+SCRIPT_DIR = Path(__file__).with_name("lua")
+
+
+@functools.cache
+def source(name: str) -> str:
+    """The text of `lua/<name>.lua`."""
+    return (SCRIPT_DIR / f"{name}.lua").read_text(encoding="utf-8")
+
+
+@functools.cache
+def compact_source(name: str) -> str:
+    """The script without its comment lines and blank lines (what EVAL sends)."""
+    lines = source(name).splitlines()
+    return "\n".join(line for line in lines if line.strip() and not line.lstrip().startswith("--"))
+
+
+@functools.cache
+def _script(name: str) -> Script:
+    # A Script keeps its SHA; redis-py sends EVALSHA and loads it on NOSCRIPT.
+    return Script(None, source(name).encode("utf-8"))
+
+
+def run(client: Any, name: str, keys: list[Any], args: list[Any]) -> Any:
+    """Run script `name` on `client` (a client or a pipeline, plain or cluster)."""
+    if isinstance(client, ClusterPipeline):
+        return client.execute_command("EVAL", compact_source(name), len(keys), *keys, *args)
+    return _script(name)(keys=keys, args=args, client=client)

@@ -1,0 +1,1 @@
+"""The worker process: fetch, run and acknowledge messages, and the policies of a run."""

@@ -1,0 +1,157 @@
+"""Heartbeats: while a worker holds messages, keep them reserved for it.
+
+A message un-acked for longer than its reservation timeout may be reclaimed by another
+worker; the heartbeat resets the idle time of every message the worker holds, running
+or fetched and waiting in its buffer (XCLAIM ... JUSTID by its own consumer, through
+`store/lua/hold.lua`, which never steals a message another worker has reclaimed), all
+queues in one pipelined round trip, `BEATS_PER_TIMEOUT` times per shortest timeout.
+
+The shortest timeout is the smallest of RESERVATION_TIMEOUT, the per-task timeouts of
+the tasks registered for the worker's queues (what a buffered message may have), and
+the timeouts of the running attempts; an attempt that starts with a shorter one than the
+current wait was planned for wakes the thread at once. A 10-minute task with a 2-second
+timeout is therefore never reclaimed while its worker lives and is not stalled; if the
+worker dies, the heartbeats stop with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+
+from django_taskrunner.core import clock
+from django_taskrunner.store.broker import Broker
+from django_taskrunner.worker.outage import REDIS_DOWN, RedisStatus
+from django_taskrunner.worker.running import Attempt, RunningSet
+
+logger = logging.getLogger(__name__)
+
+BEATS_PER_TIMEOUT = 4
+MIN_INTERVAL = 0.05
+MAX_INTERVAL = 10.0
+
+
+def heartbeat_interval(reservation_timeout: float) -> float:
+    """Seconds between heartbeats: well under the timeout, never busy, never rare."""
+    return min(MAX_INTERVAL, max(MIN_INTERVAL, reservation_timeout / BEATS_PER_TIMEOUT))
+
+
+class Heartbeat(threading.Thread):
+    """Beats for every message the worker holds, every `heartbeat_interval` of the shortest
+    timeout any of them may have.
+
+    `held()` lists the (queue, stream id) of every message fetched and not finished,
+    running or still waiting in the buffer; without it, only running attempts are held.
+    A buffered message's own timeout is unknown until it is decoded, so `floor` (the
+    shortest timeout a message of the worker's queues may have) counts for it. An attempt
+    that starts with a shorter timeout than the one the wait was planned for wakes the
+    thread, which then beats within that attempt's own interval.
+    """
+
+    def __init__(
+        self, broker: Broker, consumer: str, running: RunningSet, reservation_timeout: float,
+        status: RedisStatus, *, held: Callable[[], list[tuple[str, str]]] | None = None,
+        floor: float | None = None,
+    ) -> None:
+        super().__init__(name="taskrunner-heartbeat", daemon=True)
+        self.broker = broker
+        self.consumer = consumer
+        self.running = running
+        self.reservation_timeout = reservation_timeout
+        self.floor = reservation_timeout if floor is None else min(floor, reservation_timeout)
+        self.status = status
+        self.held = held
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._planned_for = self.floor  # the timeout the current wait was computed from
+        self._last_beat = clock.monotonic()
+        self._lost: set[tuple[str, str]] = set()
+        running.on_start(self._attempt_started)
+
+    def run(self) -> None:
+        while self._wait_for_next_beat():
+            self.beat()
+
+    def _wait_for_next_beat(self) -> bool:
+        """Sleep until one interval after the last beat (shortened by any attempt that
+        starts meanwhile); False once stopping."""
+        with self._cond:
+            while not self._stopping:
+                shortest = self.shortest_timeout()
+                self._planned_for = shortest
+                left = self._last_beat + heartbeat_interval(shortest) - clock.monotonic()
+                if left <= 0:
+                    self._last_beat = clock.monotonic()
+                    return True
+                self._cond.wait(left)
+            return False
+
+    def _attempt_started(self, attempt: Attempt) -> None:
+        """Wake the thread if this attempt needs beats sooner than planned (called on the
+        task thread for every attempt: one uncontended lock unless it must wake)."""
+        with self._cond:
+            if attempt.reservation_timeout < self._planned_for:
+                self._cond.notify()
+
+    def shortest_timeout(self) -> float:
+        """The shortest reservation timeout of what the worker holds now, or may soon."""
+        timeouts = [attempt.reservation_timeout for attempt in self.running.snapshot()]
+        return min([self.floor, *timeouts])
+
+    def interval(self) -> float:
+        return heartbeat_interval(self.shortest_timeout())
+
+    def _held_by_queue(self) -> tuple[dict[str, list[str]], set[tuple[str, str]]]:
+        """Stream ids to beat per queue, and the (queue, id) of the running ones."""
+        running = {(attempt.queue, attempt.stream_id) for attempt in self.running.snapshot()}
+        held = set(self.held()) | running if self.held is not None else running
+        by_queue: dict[str, list[str]] = defaultdict(list)
+        for queue, stream_id in held:
+            if stream_id:
+                by_queue[queue].append(stream_id)
+        return by_queue, running
+
+    def beat(self) -> None:
+        """One pipelined heartbeat for every held message; never raises."""
+        by_queue, running = self._held_by_queue()
+        if not by_queue:
+            return
+        pipe = self.broker.client.pipeline(transaction=False)
+        for queue, stream_ids in by_queue.items():
+            self.broker.hold(queue, self.consumer, stream_ids, pipe=pipe)
+        try:
+            results = pipe.execute()
+        except REDIS_DOWN as exc:
+            self.status.failed(exc, "sending heartbeats")
+            return
+        except Exception:
+            logger.exception("heartbeat failed; trying again in %.1fs", self.interval())
+            return
+        self.status.succeeded()
+        self._lost &= running
+        for queue, lost_ids in zip(by_queue, results, strict=True):
+            for lost in lost_ids:
+                stream_id = lost.decode() if isinstance(lost, bytes) else lost
+                if (queue, stream_id) in running:
+                    self._report_lost(queue, stream_id)
+                else:  # still in the buffer: the worker checks it before it runs
+                    logger.debug("buffered message %s of queue %s was reclaimed by another "
+                                 "worker", stream_id, queue)
+
+    def _report_lost(self, queue: str, stream_id: str) -> None:
+        """Warn once per running message that another worker took it over."""
+        if (queue, stream_id) in self._lost:
+            return
+        self._lost.add((queue, stream_id))
+        logger.warning("message %s of queue %s is running here but another worker reclaimed "
+                       "it (this worker was stalled past the reservation timeout?); it may "
+                       "run twice", stream_id, queue)
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self.is_alive():
+            self.join()

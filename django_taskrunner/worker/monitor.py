@@ -1,0 +1,156 @@
+"""The worker's monitor thread: every STATS_INTERVAL seconds it
+
+1. writes the figures the executor recorded, and this worker's heartbeat, in one pipeline;
+2. if the pool is autoscaled or LONG_QUEUE_HOOK is set, reads the figures of the
+   worker's queues (`stats.get_stats`), resizes the pool (`autoscale.decide`) and checks
+   the long-queue hook.
+
+Resizing goes through `Pool.resize`, whose retiring threads finish their current task
+first: a shrink never interrupts a running task.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+from django_taskrunner.conf import get_settings
+from django_taskrunner.core import clock
+from django_taskrunner.stats import store as stats_store
+from django_taskrunner.stats.figures import QueueStats, get_stats
+from django_taskrunner.stats.long_queue import LongQueueHook
+from django_taskrunner.stats.recorder import StatsRecorder
+from django_taskrunner.store.broker import Broker
+from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.worker.autoscale import ScalingPolicy, decide
+from django_taskrunner.worker.pool import Pool
+
+logger = logging.getLogger(__name__)
+
+
+class Monitored(Protocol):
+    """What the monitor reads of its worker (the `Worker`, which starts the monitor)."""
+
+    broker: Broker
+    consumer: str
+    queues: list[str]
+    pool: Pool
+    stopping: threading.Event
+
+
+class Monitor(threading.Thread):
+    """Flushes statistics, keeps the heartbeat, autoscales the pool, fires the hook."""
+
+    def __init__(
+        self, worker: Monitored, *, scaling: ScalingPolicy | None = None,
+        now: Callable[[], float] = clock.monotonic,
+    ) -> None:
+        super().__init__(name="taskrunner-monitor", daemon=True)
+        settings = get_settings()
+        self.worker = worker
+        self.window = settings.STATS_WINDOW
+        self.recorder = StatsRecorder(window=self.window)  # the executor records into it
+        self.scaling = scaling
+        self.now = now  # the autoscaler's clock; tests may pass their own
+        self.interval = settings.STATS_INTERVAL
+        self.ttl = stats_store.heartbeat_ttl(self.interval)
+        self.max_workers = scaling.max_workers if scaling else settings.MAX_WORKERS
+        self.long_queue = LongQueueHook(
+            settings.LONG_QUEUE_HOOK, threshold=settings.LONG_QUEUE_THRESHOLD,
+            cooldown=settings.LONG_QUEUE_COOLDOWN, client=worker.broker.client,
+            prefix=worker.broker.prefix, holder=worker.consumer,
+        ) if settings.LONG_QUEUE_HOOK else None
+        self.last_change: float | None = None
+        self.started_ms = clock.now_ms()
+        self._stop_event = threading.Event()
+        self._failures = 0
+
+    def run(self) -> None:
+        if self.scaling is not None:
+            logger.info("autoscale: pool of %d to %d threads, desired wait %.2fs +/- %.2fs, "
+                        "cooldown %.1fs", self.scaling.min_workers, self.scaling.max_workers,
+                        self.scaling.desired_wait, self.scaling.tolerance, self.scaling.cooldown)
+        while not self._stop_event.wait(self.interval):
+            try:
+                self.tick()
+            except Exception:  # the monitor must outlive any surprise
+                logger.exception("monitor: tick failed")
+
+    def tick(self) -> None:
+        """One round: flush, then tune and check the hook if either is on."""
+        if not self.flush() or (self.scaling is None and self.long_queue is None):
+            return
+        try:
+            figures = [get_stats(queue, tasks=False, broker=self.worker.broker)
+                       for queue in self.worker.queues]
+        except REDIS_DOWN as exc:
+            logger.warning("monitor: cannot read the queues' figures (%s)", exc)
+            return
+        if self.long_queue is not None:
+            self.long_queue.check(figures)
+        if self.scaling is not None and not self.worker.stopping.is_set():
+            self.tune(figures)
+
+    def flush(self) -> bool:
+        """Write the recorded figures and the heartbeat; False if Redis is unreachable."""
+        batch = self.recorder.drain()
+        pool, broker = self.worker.pool, self.worker.broker
+        heartbeat = stats_store.Heartbeat(
+            consumer=self.worker.consumer, queues=self.worker.queues, threads=pool.size,
+            busy=len(pool.running_items()),
+            min_workers=self.scaling.min_workers if self.scaling else None,
+            max_workers=self.max_workers, started_ms=self.started_ms,
+        )
+        pipe = broker.client.pipeline(transaction=False)
+        stats_store.write(pipe, broker.prefix, batch, heartbeat, now_ms=clock.now_ms(),
+                          window=self.window, ttl=self.ttl)
+        try:
+            pipe.execute()
+        except REDIS_DOWN as exc:
+            self.recorder.restore(batch)
+            self._failures += 1
+            if self._failures == 1:
+                logger.error("monitor: cannot write statistics, Redis is unreachable (%s); "
+                             "keeping them until it is back", exc)
+            return False
+        self._failures = 0
+        return True
+
+    def tune(self, figures: list[QueueStats]) -> int | None:
+        """Resize the pool if the longest predicted wait of our queues calls for it."""
+        assert self.scaling is not None
+        known = [stats for stats in figures if stats.predicted_wait is not None]
+        worst = max(known, key=lambda stats: stats.predicted_wait or 0.0, default=None)
+        size, now = self.worker.pool.size, self.now()
+        wanted = decide(self.scaling, size, worst.predicted_wait if worst else None,
+                        last_change=self.last_change, now=now)
+        if wanted is None or worst is None:
+            return None
+        logger.info(
+            "autoscale: pool %s from %d to %d threads: queue=%s predicted_wait=%.2fs "
+            "(length=%d x average=%s / threads=%d) desired=%.2fs +/- %.2fs",
+            "grows" if wanted > size else "shrinks", size, wanted, worst.queue,
+            worst.predicted_wait, worst.length,
+            "-" if worst.average is None else f"{worst.average:.4f}s", worst.threads,
+            self.scaling.desired_wait, self.scaling.tolerance,
+        )
+        self.worker.pool.resize(wanted)
+        self.last_change = now
+        return wanted
+
+    def stop(self) -> None:
+        """End the loop, write what is left and withdraw the heartbeat."""
+        self._stop_event.set()
+        if self.is_alive():
+            self.join()
+        broker = self.worker.broker
+        try:
+            self.flush()
+            stats_store.remove_heartbeat(broker.client, broker.prefix, self.worker.consumer,
+                                         self.worker.queues)
+        except REDIS_DOWN as exc:
+            logger.warning("monitor: could not write the last statistics (%s)", exc)
+        except Exception:  # statistics must never turn a clean stop into a crash
+            logger.exception("monitor: could not write the last statistics")

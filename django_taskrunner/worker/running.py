@@ -1,0 +1,93 @@
+"""The attempts a worker is running right now, shared by the threads that watch them.
+
+The heartbeat keeps their messages reserved, the time-limit watchdog cancels them, and
+exactly one party settles each attempt: the thread that ran it, when the task returns,
+or the watchdog, when it gives up on a thread stuck past its time limit. Whoever comes
+second does nothing, so a stuck thread's late result is ignored.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from django_taskrunner.core import clock
+from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.core.task import Task
+
+
+@dataclass(eq=False)
+class Attempt:
+    """One run of a message, on one thread."""
+
+    task: Task
+    message: TaskMessage
+    thread: threading.Thread
+    reservation_timeout: float
+    started: float = field(default_factory=clock.monotonic)
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def queue(self) -> str:
+        return self.message.queue
+
+    @property
+    def stream_id(self) -> str:
+        return self.message.stream_id or ""
+
+    @property
+    def time_limit(self) -> float | None:
+        return self.task.options.time_limit
+
+    @property
+    def deadline(self) -> float | None:
+        """Monotonic time at which the attempt passes its time limit (None: no limit)."""
+        limit = self.time_limit
+        return None if limit is None else self.started + limit
+
+    def elapsed(self) -> float:
+        return clock.monotonic() - self.started
+
+    def over_time_limit(self) -> bool:
+        limit = self.time_limit
+        return limit is not None and self.elapsed() > limit
+
+
+class RunningSet:
+    """Thread-safe set of running attempts; `on_change` hears of each new time-limited one,
+    and every listener added with `on_start()` hears of each new attempt (the heartbeat,
+    which must beat a short-timeout attempt sooner than it planned)."""
+
+    def __init__(self, on_change: Callable[[], None] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._attempts: set[Attempt] = set()
+        self._on_change = on_change
+        self._listeners: list[Callable[[Attempt], None]] = []
+
+    def on_start(self, listener: Callable[[Attempt], None]) -> None:
+        """Call `listener(attempt)` on the starting thread each time an attempt starts."""
+        self._listeners.append(listener)
+
+    def start(self, task: Task, message: TaskMessage, reservation_timeout: float) -> Attempt:
+        """Register the attempt the current thread is about to run."""
+        attempt = Attempt(task, message, threading.current_thread(), reservation_timeout)
+        with self._lock:
+            self._attempts.add(attempt)
+        if attempt.time_limit is not None and self._on_change is not None:
+            self._on_change()
+        for listener in self._listeners:
+            listener(attempt)
+        return attempt
+
+    def settle(self, attempt: Attempt) -> bool:
+        """Take the attempt out; True for the first caller only, who decides its outcome."""
+        with self._lock:
+            if attempt not in self._attempts:
+                return False
+            self._attempts.discard(attempt)
+            return True
+
+    def snapshot(self) -> list[Attempt]:
+        with self._lock:
+            return list(self._attempts)

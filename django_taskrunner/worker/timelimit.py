@@ -1,0 +1,99 @@
+"""Time limits on a thread-based worker.
+
+Python cannot kill a thread. So past a task's `time_limit` the watchdog sets
+`ctx.cancelled` (a task that checks it can stop cleanly), and the attempt counts as
+failed whatever it returns. If the thread is still running `TIME_LIMIT_GRACE` seconds
+later, the worker gives up on it: the attempt is settled as failed (retried per
+`max_retry`), the pool starts a replacement thread so capacity is kept, and whatever
+the stuck thread returns later is ignored. The watchdog also raises `TaskInterrupted`
+inside the stuck thread: pure-Python code stops at its next bytecode, but a thread
+blocked in C (a socket read without timeout, `time.sleep`, a database query, an
+extension that holds the GIL) only sees it when that call returns.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from collections.abc import Callable
+
+from django_taskrunner.core import clock
+from django_taskrunner.worker.running import Attempt, RunningSet
+
+logger = logging.getLogger(__name__)
+
+MAX_SLEEP = 1.0
+
+
+class TaskInterrupted(BaseException):
+    """Raised inside a task thread the worker gave up on (a BaseException, so a task's
+    `except Exception:` does not swallow it)."""
+
+
+def interrupt(thread: threading.Thread) -> bool:
+    """Ask `thread` to raise `TaskInterrupted` at its next bytecode; False if it is gone."""
+    if thread.ident is None or not thread.is_alive():
+        return False
+    done = ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread.ident), ctypes.py_object(TaskInterrupted))
+    return bool(done == 1)
+
+
+class TimeLimitWatchdog(threading.Thread):
+    """Cancels attempts past their time limit and gives up on those stuck past the grace."""
+
+    def __init__(
+        self, running: RunningSet, grace: float, give_up: Callable[[Attempt], None]
+    ) -> None:
+        super().__init__(name="taskrunner-timelimit", daemon=True)
+        self.running = running
+        self.grace = grace
+        self.give_up = give_up
+        self._wake = threading.Event()
+        self._stopping = False
+
+    def wake(self) -> None:
+        """A time-limited attempt started: recompute the next deadline."""
+        self._wake.set()
+
+    def run(self) -> None:
+        while not self._stopping:
+            self._wake.clear()  # before the check: a wake-up during it is not missed
+            self._wake.wait(self.check())
+
+    def check(self) -> float:
+        """Act on every attempt that is due; returns seconds until the next one is."""
+        now = clock.monotonic()
+        next_due = now + MAX_SLEEP
+        for attempt in self.running.snapshot():
+            deadline = attempt.deadline
+            if deadline is None:
+                continue
+            if now >= deadline and not attempt.cancel.is_set():
+                attempt.cancel.set()
+                logger.warning("task=%s id=%s passed its time limit of %gs; ctx.cancelled is "
+                               "set", attempt.task.name, attempt.message.id, attempt.time_limit)
+            if now >= deadline + self.grace:
+                self._abandon(attempt)
+                continue
+            next_due = min(next_due, deadline if now < deadline else deadline + self.grace)
+        return max(0.01, next_due - now)
+
+    def _abandon(self, attempt: Attempt) -> None:
+        if not self.running.settle(attempt):
+            return  # it returned just now; its own thread settles it
+        logger.error("task=%s id=%s ignored its time limit for %gs more; its thread is "
+                     "replaced and its result will be ignored", attempt.task.name,
+                     attempt.message.id, self.grace)
+        try:
+            self.give_up(attempt)
+        except Exception:
+            logger.exception("could not settle task=%s id=%s after its time limit",
+                             attempt.task.name, attempt.message.id)
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self.is_alive():
+            self.join()

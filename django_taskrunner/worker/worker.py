@@ -1,0 +1,498 @@
+"""The worker: fetchers read streams into a bounded buffer, a pool runs the tasks,
+an acker acks finished ones in batches. No argparse here; `runtasks` builds a Worker.
+
+Beside them: a heartbeat keeps every message the worker holds (running or buffered)
+reserved, the fetchers take over messages of dead workers into the same buffer first,
+and a watchdog enforces time limits (see heartbeat.py, reclaim.py, timelimit.py). A Redis
+outage stops none of them: each retries with capped backoff and the outage is logged
+once (outage.py).
+
+Shutdown (`request_stop()`, from SIGTERM/SIGINT): fetchers stop reading, running tasks
+get `shutdown_timeout` seconds to finish, and every message this worker holds but did
+not finish is put back on its stream for another worker. Nothing is lost.
+
+Unless told not to, a worker also stands for election as its consumer group's leader;
+while it leads, a scheduler thread moves due delayed tasks onto their streams and fires
+periodic tasks (`scheduler.py`). Burst mode moves what is already due instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from django_taskrunner.conf import get_settings
+from django_taskrunner.core import clock
+from django_taskrunner.scheduling.scheduler import LeaderScheduler, promote_all_due, register_queues
+from django_taskrunner.store import sharding
+from django_taskrunner.store.broker import Broker, Entry
+from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.worker import reclaim
+from django_taskrunner.worker.autoscale import ScalingPolicy
+from django_taskrunner.worker.executor import Executor
+from django_taskrunner.worker.keepalive import Heartbeat
+from django_taskrunner.worker.monitor import Monitor
+from django_taskrunner.worker.outage import RedisStatus, backoff
+from django_taskrunner.worker.pool import Pool
+from django_taskrunner.worker.reclaim import Reclaimer, shortest_timeout
+from django_taskrunner.worker.running import Attempt, RunningSet
+from django_taskrunner.worker.timelimit import TimeLimitWatchdog, interrupt
+
+logger = logging.getLogger(__name__)
+
+# Acks wait at most this long (or until this many finished) to share a round trip.
+ACK_LINGER_S = 0.010
+ACK_BATCH = 100
+
+def default_consumer_name() -> str:
+    """Unique per process: host, pid and a random suffix."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    queue: str
+    stream_id: str
+    body: bytes | None
+    runs: int | None = None  # delivery counter of a reclaimed entry; None when fresh
+    accepted: float = 0.0  # monotonic time it entered the buffer
+
+
+class Acker(threading.Thread):
+    """Acks finished messages in batches: all that finished meanwhile, one round trip.
+
+    The first ack of a batch wakes the acker, which then lingers `ACK_LINGER_S` to
+    collect more (or until `ACK_BATCH` wait): one round trip and one thread switch for
+    many tasks instead of one per task, for at most 10 ms of delay.
+    """
+
+    def __init__(self, broker: Broker, status: RedisStatus) -> None:
+        super().__init__(name="taskrunner-acker", daemon=True)
+        self.broker = broker
+        self.status = status
+        self._waiting: dict[str, list[str]] = defaultdict(list)
+        self._count = 0
+        self._cond = threading.Condition()
+        self._stopping = False
+
+    def add(self, queue: str, stream_id: str) -> None:
+        with self._cond:
+            self._waiting[queue].append(stream_id)
+            self._count += 1
+            if self._count == 1 or self._count == ACK_BATCH:
+                self._cond.notify()
+
+    def _take(self) -> dict[str, list[str]] | None:
+        """The next batch to ack; None once stopping with nothing left."""
+        with self._cond:
+            while not self._waiting and not self._stopping:
+                self._cond.wait()
+            if not self._waiting and self._stopping:
+                return None
+            if self._count < ACK_BATCH and not self._stopping:
+                self._cond.wait(ACK_LINGER_S)
+            batch, self._waiting, self._count = self._waiting, defaultdict(list), 0
+            return batch
+
+    def run(self) -> None:
+        failures = 0
+        while True:
+            batch = self._take()
+            if batch is None:
+                return
+            try:
+                self.flush(batch)
+                failures = 0
+                self.status.succeeded()
+            except REDIS_DOWN as exc:
+                failures += 1
+                self.status.failed(exc, "acking finished tasks")
+                with self._cond:
+                    for queue, ids in batch.items():
+                        self._waiting[queue][:0] = ids
+                        self._count += len(ids)
+                    self._cond.wait(backoff(failures))
+                    if self._stopping and failures > 3:
+                        logger.error("giving up on %d acks at exit; those tasks will be "
+                                     "delivered again", sum(map(len, self._waiting.values())))
+                        return
+
+    def flush(self, batch: dict[str, list[str]]) -> None:
+        pipe = self.broker.client.pipeline(transaction=False)
+        for queue, ids in batch.items():
+            self.broker.ack(queue, ids, pipe=pipe)
+        pipe.execute()
+
+    def stop(self) -> None:
+        """Ack what is waiting, then end."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self.join()
+
+
+class Fetcher(threading.Thread):
+    """Reads one stream (a queue, or one shard of it) into the worker's buffer while there
+    is room; `queue` is then the shard name, which the executor and acker use as is."""
+
+    def __init__(self, worker: Worker, queue: str) -> None:
+        super().__init__(name=f"taskrunner-fetch-{queue}", daemon=True)
+        self.worker = worker
+        self.queue = queue
+        # Burst mode: the worker's generation seen when a read found the stream empty.
+        self.idle_at: tuple[int, int] | None = None
+
+    def run(self) -> None:
+        worker, broker = self.worker, self.worker.broker
+        self._with_retries(lambda: broker.ensure_group(self.queue))
+        reclaimer = worker.reclaimer
+        # Messages this consumer name held before a restart come first.
+        while not worker.stopping.is_set() and self._with_retries(
+                lambda: reclaimer.take_back_own(self.queue, worker.wait_for_room())):
+            pass
+        while not worker.stopping.is_set():
+            room = worker.wait_for_room()
+            if room > 0:  # messages of dead workers go before new ones
+                room -= reclaimer.reclaim_due(self.queue, room)
+            if room <= 0:
+                continue
+            generation = worker.generation()
+            count = min(room, worker.batch_size)
+            block = None if worker.burst else worker.block_ms
+            entries = self._with_retries(
+                lambda: broker.read(self.queue, worker.consumer, count, block))  # noqa: B023
+            if entries:
+                self.idle_at = None
+                worker.accept(self.queue, entries)
+            elif entries is not None and worker.burst:
+                self.idle_at = generation
+                worker.wait_for_change(0.05)
+
+    def _with_retries(self, call):  # type: ignore[no-untyped-def]
+        """Run `call`, retrying with capped backoff while Redis is down; None if stopping."""
+        failures = 0
+        while True:
+            try:
+                result = call()
+            except REDIS_DOWN as exc:
+                failures += 1
+                self.worker.status.failed(exc, f"reading queue {self.queue}")
+                if self.worker.stopping.wait(backoff(failures)):
+                    return None
+                continue
+            self.worker.status.succeeded()
+            return result
+
+
+class Worker:
+    """Runs tasks from `queues` until stopped (or, in burst mode, until all are empty)."""
+
+    def __init__(
+        self, broker: Broker, queues: Sequence[str], *, concurrency: int, batch_size: int,
+        block_ms: int, shutdown_timeout: float, consumer: str | None = None, burst: bool = False,
+        scaling: ScalingPolicy | None = None,
+        scheduler: bool = True, leader_lease: float = 10.0,
+        reservation_timeout: float | None = None, time_limit_grace: float | None = None,
+        dead_consumer_timeout: float | None = None,
+    ) -> None:
+        self.broker = broker
+        self.queues = list(dict.fromkeys(queues))
+        self.batch_size = batch_size
+        self.block_ms = block_ms
+        self.shutdown_timeout = shutdown_timeout
+        self.consumer = consumer or default_consumer_name()
+        self.burst = burst
+        self.stopping = threading.Event()
+        self.forced = threading.Event()
+        self.status = RedisStatus()
+        self.acker = Acker(broker, self.status)
+        # Writes statistics and the heartbeat; resizes the pool when `scaling` is given.
+        self.monitor = Monitor(self, scaling=scaling)
+        self._build_guards(reservation_timeout, time_limit_grace, dead_consumer_timeout)
+        self.pool = Pool(0, self._run_item)
+        self._initial_size = concurrency
+        self._cond = threading.Condition()
+        self.outstanding = 0  # fetched and not yet finished
+        self.completed = 0  # finished so far; tells burst mode that work may have appeared
+        self.promotions = 0  # burst mode: passes that moved due delayed tasks to the streams
+        self.scheduling = (
+            LeaderScheduler(broker, self.queues, lease=leader_lease,
+                            identity=f"{self.consumer}:{secrets.token_hex(3)}")
+            if scheduler and not burst else None
+        )
+        self._leftovers: list[WorkItem] = []
+        self._held: set[tuple[str, str]] = set()  # (queue, stream id) fetched, not finished
+        # One reader per stream: a queue split into shards has one stream per shard.
+        self.fetchers = [Fetcher(self, shard) for shard in sharding.all_shards(self.queues)]
+
+    def _build_guards(
+        self, reservation_timeout: float | None, time_limit_grace: float | None,
+        dead_consumer_timeout: float | None,
+    ) -> None:
+        """The executor and what keeps messages safe: heartbeat, watchdog, reclaimer."""
+        settings = get_settings()
+        timeout = self.reservation_timeout = (
+            settings.RESERVATION_TIMEOUT if reservation_timeout is None else reservation_timeout)
+        grace = settings.TIME_LIMIT_GRACE if time_limit_grace is None else time_limit_grace
+        if dead_consumer_timeout is None:
+            dead_consumer_timeout = reclaim.dead_consumer_timeout(
+                settings.DEAD_CONSUMER_TIMEOUT, timeout)
+        self.running = RunningSet(on_change=lambda: self.watchdog.wake())
+        self.watchdog = TimeLimitWatchdog(self.running, grace, self._give_up)
+        self.executor = Executor(self.broker, self.consumer, self.acker.add,
+                                 stats=self.monitor.recorder, running=self.running,
+                                 reservation_timeout=timeout)
+        shortest = {shard: shortest_timeout(shard, timeout)
+                    for shard in sharding.all_shards(self.queues)}
+        floor = min(shortest.values(), default=timeout)
+        self.heartbeat = Heartbeat(self.broker, self.consumer, self.running, timeout,
+                                   self.status, held=self.held_messages, floor=floor)
+        self.reclaimer = Reclaimer(
+            self.broker, self.consumer, sharding.all_shards(self.queues), self,
+            reservation_timeout=timeout,
+            dead_consumer_timeout=dead_consumer_timeout, status=self.status,
+        )
+        # A message that waited this long in the buffer is checked to be ours before it runs.
+        self._recheck_after = {shard: seconds / 2 for shard, seconds in shortest.items()}
+
+    # -- the buffer -----------------------------------------------------------------
+
+    def limit(self) -> int:
+        """Messages held at most: what the pool runs now plus one batch waiting."""
+        return self.pool.size + self.batch_size
+
+    def holds(self, queue: str, stream_id: str) -> bool:
+        """True while `stream_id` is in this worker's buffer or running."""
+        with self._cond:
+            return (queue, stream_id) in self._held
+
+    def held_messages(self) -> list[tuple[str, str]]:
+        """(queue, stream id) of every message fetched and not finished, for the heartbeat."""
+        with self._cond:
+            return list(self._held)
+
+    def low_water(self) -> int:
+        """Room to wait for before the next read: a whole batch, so reads stay batched.
+
+        Reading as soon as one slot frees makes every read (and every wake-up of the
+        fetcher) carry one message. With room for a batch, only the running tasks are
+        left, and they keep the threads busy while the read is in flight.
+        """
+        return max(1, self.batch_size)
+
+    def wait_for_room(self) -> int:
+        with self._cond:
+            needed = min(self.low_water(), self.limit())
+            while self.limit() - self.outstanding < needed and not self.stopping.is_set():
+                self._cond.wait(0.5)
+            return self.limit() - self.outstanding
+
+    def generation(self) -> tuple[int, int]:
+        """Changes whenever work may have appeared: a task finished, or due ones were moved."""
+        return self.completed, self.promotions
+
+    def wait_for_change(self, timeout: float) -> None:
+        with self._cond:
+            self._cond.wait(timeout)
+
+    def accept(
+        self, queue: str, entries: list[Entry], runs: dict[str, int] | None = None
+    ) -> None:
+        """Hand read (or reclaimed) entries to the pool, or keep them for requeue if stopping."""
+        now = clock.monotonic()
+        items = [WorkItem(queue, stream_id, body, (runs or {}).get(stream_id), now)
+                 for stream_id, body in entries]
+        with self._cond:
+            self.outstanding += len(items)
+            self._held.update((queue, item.stream_id) for item in items)
+            if self.stopping.is_set():
+                self._leftovers.extend(items)
+                return
+        for item in items:
+            self.pool.submit(item)
+
+    def _run_item(self, item: WorkItem) -> None:
+        if self.stopping.is_set():
+            with self._cond:
+                self._leftovers.append(item)
+            return
+        try:
+            if self._still_ours(item):
+                self.executor.handle(item.queue, item.stream_id, item.body, item.runs)
+        finally:
+            self._release(item.queue, item.stream_id)
+
+    def _release(self, queue: str, stream_id: str) -> None:
+        """The message is finished here (or given up on); counted once."""
+        with self._cond:
+            if (queue, stream_id) not in self._held:
+                return
+            self._held.discard((queue, stream_id))
+            self.outstanding -= 1
+            self.completed += 1
+            # Wake the fetcher only once there is room for a batch read.
+            if self.limit() - self.outstanding >= self.low_water() or not self.outstanding:
+                self._cond.notify_all()
+
+    def _still_ours(self, item: WorkItem) -> bool:
+        """A message that sat long in the buffer may have been reclaimed by another worker."""
+        waited = clock.monotonic() - item.accepted
+        if item.runs is not None or waited < self._recheck_after.get(item.queue, 0.0):
+            return True  # fresh, or a reclaimed one, which the executor checks as it starts
+        try:
+            return not self.broker.hold(item.queue, self.consumer, [item.stream_id])
+        except REDIS_DOWN:
+            return True  # at least once: better run it twice than not at all
+
+    def _give_up(self, attempt: Attempt) -> None:
+        """A task thread is stuck past its time limit: replace it, fail the attempt."""
+        self.pool.abandon(attempt.thread)
+        interrupt(attempt.thread)
+        try:
+            self.executor.give_up(attempt)
+        finally:
+            self._release(attempt.queue, attempt.stream_id)
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Begin a graceful stop (safe to call from a signal handler)."""
+        self.stopping.set()
+
+    def force_stop(self) -> None:
+        """Stop waiting for running tasks (a second SIGINT)."""
+        self.stopping.set()
+        self.forced.set()
+
+    def run(self) -> int:
+        """Run until stopped; returns the process exit code."""
+        logger.info("worker %s started: queues=%s concurrency=%d batch=%d", self.consumer,
+                    ",".join(self.queues), self._initial_size, self.batch_size)
+        self.acker.start()
+        self.pool.resize(self._initial_size)
+        self.monitor.start()
+        self._register_queues()
+        self.heartbeat.start()
+        self.watchdog.start()
+        for fetcher in self.fetchers:
+            fetcher.start()
+        if self.scheduling is not None:
+            self.scheduling.start()
+        while not self.stopping.is_set():
+            if self.burst and self._burst_done():
+                logger.info("burst: every queue is empty, stopping")
+                break
+            self.stopping.wait(0.02 if self.burst else 0.5)
+        return self._shutdown()
+
+    def _register_queues(self) -> None:
+        try:
+            register_queues(self.broker, self.queues)
+        except REDIS_DOWN as exc:
+            logger.warning("could not record this worker's queues (%s)", exc)
+
+    def _burst_done(self) -> bool:
+        """Every stream was read empty since the last change, and nothing is due."""
+        with self._cond:
+            generation = self.generation()
+            idle = self.outstanding == 0 and all(
+                fetcher.idle_at == generation for fetcher in self.fetchers)
+        if not idle:
+            return False
+        try:
+            moved = promote_all_due(self.broker, self.queues, clock.now_ms())
+        except REDIS_DOWN as exc:
+            logger.error("burst: cannot move due delayed tasks (%s); retrying", exc)
+            return False
+        if moved:
+            # Fetchers must read again after this: only a read that started later counts.
+            with self._cond:
+                self.promotions += 1
+                self._cond.notify_all()
+            return False
+        return True
+
+    def _shutdown(self) -> int:
+        self.stopping.set()
+        started = clock.monotonic()
+        self._log_stopping(self.shutdown_timeout)
+        if self.scheduling is not None:
+            self.scheduling.stop()  # resigns the lease: another worker takes over at once
+        for fetcher in self.fetchers:
+            fetcher.join(self.block_ms / 1000 + 1)
+        remaining = max(0.0, self.shutdown_timeout - (clock.monotonic() - started))
+        finished = self._wait_for_pool(remaining)
+        unfinished = self.pool.drain_inbox() + (self.pool.running_items() if not finished else [])
+        with self._cond:
+            unfinished += self._leftovers
+            self._leftovers = []
+        if not finished:
+            self._log_given_up(self.shutdown_timeout)
+        requeued = self._requeue(unfinished)
+        if requeued:
+            logger.info("put %d message(s) this worker held but did not finish back on their "
+                        "queue", requeued)
+        self.watchdog.stop()
+        self.heartbeat.stop()
+        self.acker.stop()
+        self.monitor.stop()
+        logger.info("worker %s stopped", self.consumer)
+        return 0
+
+    def _log_stopping(self, timeout: float) -> None:
+        """Say what the shutdown waits for, so a slow stop can be told from a stalled one."""
+        attempts = self.running.snapshot()
+        with self._cond:
+            buffered = max(0, self.outstanding - len(attempts))
+        if not attempts:
+            logger.info("stopping: no task running; %d fetched and not started go back to "
+                        "their queue", buffered)
+            return
+        logger.info("stopping: waiting up to %gs for %d running task(s) (%s); %d fetched "
+                    "and not started go back to their queue; a second SIGINT/SIGTERM stops "
+                    "waiting", timeout, len(attempts), describe(attempts), buffered)
+
+    def _log_given_up(self, timeout: float) -> None:
+        attempts = self.running.snapshot()
+        why = ("a second signal" if self.forced.is_set()
+               else f"the shutdown timeout ({timeout:g}s)")
+        logger.warning("stopping: gave up waiting at %s; %d task(s) still running (%s) are "
+                       "put back on their queue and will run again, here or on another worker",
+                       why, len(attempts), describe(attempts))
+
+    def _wait_for_pool(self, timeout: float) -> bool:
+        deadline = clock.monotonic() + timeout
+        self.pool.resize(0)
+        while clock.monotonic() < deadline and not self.forced.is_set():
+            if self.pool.join(min(0.1, max(0.0, deadline - clock.monotonic()))):
+                return True
+        return self.pool.join(0)
+
+    def _requeue(self, items: list[WorkItem]) -> int:
+        """Put held, unfinished messages back at the end of their stream, unchanged;
+        returns how many went back (the others stay pending, for reclaim)."""
+        requeued = 0
+        for item in items:
+            if item.body is None:
+                continue
+            try:
+                self.broker.requeue(item.queue, self.consumer, item.stream_id, item.body)
+                requeued += 1
+            except REDIS_DOWN as exc:
+                logger.error("could not requeue %s (%s); it stays pending for reclaim",
+                             item.stream_id, exc)
+        return requeued
+
+
+def describe(attempts: Sequence[Attempt], most: int = 5) -> str:
+    """'name id=... running 12s, ...' for the first `most` attempts, for a log line."""
+    shown = [f"{a.task.name} id={a.message.id} running {a.elapsed():.0f}s"
+             for a in sorted(attempts, key=lambda a: a.started)[:most]]
+    more = len(attempts) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
