@@ -57,7 +57,7 @@ class Broker:
 
     def add(self, queue: str, body: str) -> str:
         """XADD one message; returns its stream id."""
-        return _text(self.client.xadd(self.stream(queue), {FIELD: body}))
+        return text(self.client.xadd(self.stream(queue), {FIELD: body}))
 
     def add_many(self, queue: str, bodies: Sequence[str]) -> list[str]:
         """XADD many messages in one pipelined round trip."""
@@ -68,14 +68,14 @@ class Broker:
         command = pipe.execute_command
         for body in bodies:
             command("XADD", stream, "*", FIELD, body)
-        return [_text(stream_id) for stream_id in pipe.execute()]
+        return [text(stream_id) for stream_id in pipe.execute()]
 
     def add_each(self, entries: Sequence[tuple[str, str]]) -> list[str]:
         """XADD each (queue or shard, body) in one pipelined round trip (any slots)."""
         pipe = self.client.pipeline(transaction=False)
         for queue, body in entries:
             pipe.xadd(self.stream(queue), {FIELD: body})
-        return [_text(stream_id) for stream_id in pipe.execute()]
+        return [text(stream_id) for stream_id in pipe.execute()]
 
     def ensure_group(self, queue: str) -> None:
         """Create the consumer group (and the stream) unless they exist.
@@ -104,7 +104,7 @@ class Broker:
         if not reply:
             return []
         entries = reply[0][1] if isinstance(reply, list) else next(iter(reply.values()))[0]
-        return [(_text(stream_id), _body(fields)) for stream_id, fields in entries]
+        return [(text(stream_id), _body(fields)) for stream_id, fields in entries]
 
     def ack(self, queue: str, stream_ids: Sequence[str], pipe: Any = None) -> None:
         """XACK (and XDEL when DELETE_ON_ACK) the given entries, in one round trip."""
@@ -133,7 +133,7 @@ class Broker:
             [self.group, consumer, stream_id, body, str(due_ms), "1" if self.delete_on_ack else "0",
              keys.wake_channel(self.prefix, queue)],
         )
-        return None if result is None else _text(result)
+        return None if result is None else text(result)
 
     def add_delayed(self, queue: str, body: str, due_ms: int) -> bool:
         """ZADD a message to the delayed set; True when it woke the scheduler."""
@@ -170,7 +170,7 @@ class Broker:
         args = [self.group, consumer, "" if runs is None else str(runs), *stream_ids]
         result = scripts.run(pipe if pipe is not None else self.client, "hold",
                              [self.stream(queue)], args)
-        return [] if pipe is not None else [_text(lost) for lost in result]
+        return [] if pipe is not None else [text(lost) for lost in result]
 
     def pending_idle(
         self, queue: str, min_idle_ms: int, start: str, count: int, consumer: str | None = None
@@ -180,7 +180,7 @@ class Broker:
             self.stream(queue), self.group, start, "+", count, consumername=consumer,
             idle=min_idle_ms,
         )
-        return [Pending(_text(row["message_id"]), _text(row["consumer"]),
+        return [Pending(text(row["message_id"]), text(row["consumer"]),
                         int(row["time_since_delivered"]), int(row["times_delivered"]))
                 for row in rows]
 
@@ -205,7 +205,7 @@ class Broker:
                         [claim.stream_id], retrycount=claim.deliveries)
         claimed: list[Entry] = []
         for entries in pipe.execute():
-            claimed.extend((_text(stream_id), _body(fields)) for stream_id, fields in entries
+            claimed.extend((text(stream_id), _body(fields)) for stream_id, fields in entries
                            if stream_id is not None)
         return claimed
 
@@ -223,7 +223,7 @@ class Broker:
             if "NOGROUP" in str(exc) or "no such key" in str(exc):
                 return []
             raise
-        return [_text(name) for name in removed]
+        return [text(name) for name in removed]
 
     def length(self, queue: str) -> int:
         return int(self.client.xlen(self.stream(queue)))
@@ -247,10 +247,6 @@ def _body(fields: dict[bytes, bytes] | None) -> bytes | None:
         return None
     body = fields.get(FIELD)
     return body if body is not None else repr(fields).encode()
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 _broker: Broker | None = None
