@@ -41,9 +41,10 @@ from django_taskrunner.compat import (
     task_enqueued,
 )
 from django_taskrunner.conf import get_settings
-from django_taskrunner.connection import get_redis
+from django_taskrunner.connection import built_client, get_redis
 from django_taskrunner.dispatch import REDIS_DOWN, add_delayed, new_message
-from django_taskrunner.exceptions import InvalidTaskPayload, RedisUnavailable
+from django_taskrunner.exceptions import InvalidTaskPayload
+from django_taskrunner.redis_errors import unavailable
 
 SHIM_TASK = "django_taskrunner.run_django_task"
 DEFAULT_RESULT_TTL = 24 * 3600
@@ -103,8 +104,8 @@ class TaskRunnerBackend(BaseTaskBackend):
                 save_record(result_id, record, self.result_ttl + _seconds_until(due_ms))
                 add_delayed(message, due_ms)
         except REDIS_DOWN as exc:
-            raise RedisUnavailable(
-                f"cannot enqueue {task.module_path!r}: Redis is unreachable: {exc}") from exc
+            raise unavailable(f"cannot enqueue {task.module_path!r}", exc,
+                              built_client()) from exc
         result = to_task_result(result_id, record, task)
         task_enqueued.send(type(self), task_result=result)
         return result

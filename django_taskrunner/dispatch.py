@@ -20,6 +20,7 @@ from django.db import transaction
 from django_taskrunner import clock, due, keys, locks, sharding
 from django_taskrunner.broker import Broker, get_broker
 from django_taskrunner.conf import get_settings
+from django_taskrunner.connection import built_client
 from django_taskrunner.exceptions import (
     InvalidTaskOptions,
     RedisUnavailable,
@@ -28,7 +29,7 @@ from django_taskrunner.exceptions import (
 )
 from django_taskrunner.locks import Claim, KeySource
 from django_taskrunner.message import TaskMessage
-from django_taskrunner.redis_errors import REDIS_DOWN
+from django_taskrunner.redis_errors import REDIS_DOWN, unavailable
 from django_taskrunner.registry import registry
 from django_taskrunner.task import Task, check_queue_name
 
@@ -116,7 +117,7 @@ def prepare(
 
 
 def _redis_down(task: Task, exc: Exception) -> RedisUnavailable:
-    return RedisUnavailable(f"cannot dispatch {task.name!r}: Redis is unreachable: {exc}")
+    return unavailable(f"cannot dispatch {task.name!r}", exc, built_client())
 
 
 def dispatch(
@@ -144,7 +145,8 @@ def dispatch(
         UniqueForRequired: the dispatch is unique but no `unique_for` is known.
         TaskAlreadyDispatched: the unique lock is held (`.holder_id`, `.lock_key`).
         TaskIdConflict: another queued or running task has this `task_id`.
-        RedisUnavailable: Redis could not be reached.
+        RedisUnavailable: Redis could not be reached; `.maybe_queued` says whether the
+            task may have been queued all the same (retry with a `task_id` to be safe).
     """
     task = resolve_task(name_or_task)
     message, claim = prepare(task, payload, queue=queue, task_id=task_id, unique_key=unique_key,
@@ -228,9 +230,8 @@ def add_delayed(message: TaskMessage, due_ms: int, claim: Claim | None = None) -
                           body, due_ms=due_ms,
                           wake_channel=keys.wake_channel(broker.prefix, claim.shard))
     except REDIS_DOWN as exc:
-        raise RedisUnavailable(
-            f"cannot dispatch {message.task_name!r}: Redis is unreachable: {exc}"
-        ) from exc
+        raise unavailable(f"cannot dispatch {message.task_name!r}", exc,
+                          built_client()) from exc
 
 
 def dispatch_many(

@@ -3,17 +3,20 @@ worker's threads log the outage once. (Workers riding out a real outage: tests/c
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import tempfile
 import time
 
 import pytest
+import redis
 
-from django_taskrunner import RedisUnavailable, TaskRunnerError, dispatch
+from django_taskrunner import RedisUnavailable, TaskIdConflict, TaskRunnerError, dispatch, keys
 from django_taskrunner.outage import RedisStatus, backoff
 from tests.conftest import _free_port, start_private_redis
 from tests.testapp.tasks import noop
+from tests.worker_helpers import wait_for
 
 
 def test_dispatch_with_nothing_listening_raises_redis_unavailable_at_once(taskrunner_settings):
@@ -24,6 +27,8 @@ def test_dispatch_with_nothing_listening_raises_redis_unavailable_at_once(taskru
     assert time.monotonic() - started < 3  # a refused connection is not retried for minutes
     assert isinstance(caught.value, TaskRunnerError)
     assert "tests.testapp.tasks.noop" in str(caught.value)
+    assert caught.value.maybe_queued is False  # refused: nothing was sent
+    assert "it was not queued: the command was never sent" in str(caught.value)
 
 
 def test_dispatch_to_a_hung_redis_fails_after_the_socket_timeout(taskrunner_settings):
@@ -61,3 +66,72 @@ def test_an_outage_is_logged_once_when_it_starts_and_once_when_it_ends(caplog):
 
 def test_retries_back_off_doubling_up_to_two_seconds():
     assert [backoff(n) for n in (1, 2, 3, 4, 5, 6, 10)] == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
+
+
+# -- RedisUnavailable.maybe_queued: "certainly not queued" or "unknown" ----------------------
+
+
+@pytest.fixture
+def own_redis(taskrunner_settings):
+    """A private redis-server the test may stop; the app points at it (1 s timeouts)."""
+    workdir = tempfile.mkdtemp(prefix="trtest-own-")
+    proc, url = start_private_redis(workdir)
+    taskrunner_settings(REDIS_URL=url, SOCKET_TIMEOUT=1, CONNECT_TIMEOUT=1)
+    yield proc, url
+    proc.send_signal(signal.SIGCONT)
+    proc.terminate()
+    proc.wait(10)
+
+
+def queued_ids(url: str, prefix: str) -> set[str]:
+    client = redis.Redis.from_url(url)
+    try:
+        return {json.loads(fields[b"m"])["id"]
+                for _id, fields in client.xrange(keys.stream_key(prefix, "default"))}
+    finally:
+        client.close()
+
+
+def test_a_timeout_after_sending_says_the_task_may_be_queued_and_a_task_id_retry_is_safe(
+    own_redis, prefix
+):
+    proc, url = own_redis
+    dispatch(noop, {"n": 0}, task_id="warm-up")  # a connection is open, the script loaded
+    proc.send_signal(signal.SIGSTOP)
+    raised: dict[str, RedisUnavailable] = {}
+    try:
+        for n in range(4):
+            with pytest.raises(RedisUnavailable) as caught:
+                dispatch(noop, {"n": n}, task_id=f"t{n}")
+            raised[f"t{n}"] = caught.value
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    # The first went out on the open connection: Redis got it, only the reply was lost.
+    assert raised["t0"].maybe_queued is True
+    assert "it may have been queued" in str(raised["t0"])
+    wait_for(lambda: "t0" in queued_ids(url, prefix))
+    # Every dispatch that said "not queued" was indeed not queued.
+    queued = queued_ids(url, prefix) - {"warm-up"}
+    assert queued <= {task_id for task_id, exc in raised.items() if exc.maybe_queued}
+    # Retrying with the same task_id is safe: a conflict means the first attempt was queued.
+    for task_id in raised:
+        if task_id in queued:
+            with pytest.raises(TaskIdConflict):
+                dispatch(noop, {"retry": task_id}, task_id=task_id)
+        else:
+            dispatch(noop, {"retry": task_id}, task_id=task_id)
+    assert queued_ids(url, prefix) == {"warm-up", "t0", "t1", "t2", "t3"}
+
+
+def test_a_stopped_server_says_the_task_was_not_queued(own_redis):
+    proc, _url = own_redis
+    dispatch(noop, {"n": 0})  # a pooled connection to the server that goes away
+    proc.terminate()
+    proc.wait(10)
+    for _ in range(2):
+        with pytest.raises(RedisUnavailable) as caught:
+            dispatch(noop, {"n": 1})
+        assert caught.value.maybe_queued is False
+        with pytest.raises(RedisUnavailable) as caught:
+            dispatch(noop, {"n": 2}, task_id="after-stop")  # the script path too
+        assert caught.value.maybe_queued is False
