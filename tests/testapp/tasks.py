@@ -48,6 +48,14 @@ def sleeper(payload: Any) -> None:
     record("sleeper", payload)
 
 
+@task
+def marked_sleeper(payload: Any) -> None:
+    """Like `sleeper`, and says when it starts: a test waits for that, not for a guess."""
+    record("marked_sleeper:start", payload)
+    time.sleep(float(payload.get("seconds", 1)))
+    record("marked_sleeper", payload)
+
+
 @task(queue="other")
 def on_other_queue(payload: Any) -> None:
     record("on_other_queue", payload)
