@@ -188,6 +188,20 @@ def taskrunner_settings(settings: Any, taskrunner: dict[str, Any]) -> Any:
 
 
 @pytest.fixture
+def virtual_run_time(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Run times measured exactly: `sleep_50ms` and `sleep_100ms` spend virtual time that
+    the app's clock (`clock.monotonic`) counts, instead of sleeping. For in-process
+    workers (`run_burst`, `worker_thread`) only."""
+    from django_taskrunner import clock
+    from tests.testapp import tasks
+
+    run_time = tasks.VirtualRunTime()
+    monkeypatch.setattr(tasks, "virtual_run_time", run_time)
+    monkeypatch.setattr(clock, "monotonic", run_time.monotonic)
+    return run_time
+
+
+@pytest.fixture
 def r(redis_target: RedisTarget) -> Iterator[Any]:
     """A client of the test Redis (of the cluster under tests/cluster/)."""
     client = redis_target.client()
