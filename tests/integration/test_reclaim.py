@@ -242,6 +242,22 @@ def test_a_worker_restarted_under_the_same_name_takes_back_its_messages_at_once(
     assert pending_rows(r) == []
 
 
+def test_a_leftover_is_taken_back_once_though_it_ran_before_its_ack_was_sent(r):
+    # Given three messages w1 held when it was killed
+    for n in range(3):
+        noop.dispatch({"n": n})
+    read_as(r, "me")
+    # When the restarted w1 takes them back, and they run and leave its buffer (FakeBuffer
+    # holds nothing) while their acks are still on the way
+    buffer = FakeBuffer()
+    claimer = reclaimer(buffer, timeout=300)
+    assert claimer.take_back_own("default", room=10) == 3
+
+    # Then the next call of the start-up loop does not take them back a second time
+    assert claimer.take_back_own("default", room=10) == 0
+    assert len(buffer.accepted) == 1
+
+
 def test_dead_consumers_holding_nothing_are_removed_from_the_group(r):
     broker = get_broker()
     noop.dispatch({"n": 1})
