@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
+import sys
 import uuid
 from datetime import datetime
 from typing import Any
 
+from django.apps import apps
 from django.core import checks
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from django_taskrunner.checks import QUEUE_NAME
 from django_taskrunner.compat import (
@@ -31,19 +35,22 @@ from django_taskrunner.compat import (
     TaskResult,
     TaskResultDoesNotExist,
     TaskResultStatus,
+    task_backends,
     task_enqueued,
 )
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock, due
 from django_taskrunner.core.dispatch import REDIS_DOWN, add_delayed, new_message
 from django_taskrunner.core.registry import registry
-from django_taskrunner.exceptions import RedisUnavailable
+from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import get_broker
-from django_taskrunner.store.connection import get_redis
+from django_taskrunner.store.connection import built_client, get_redis
+from django_taskrunner.store.errors import unavailable
 
 SHIM_TASK = "django_taskrunner.run_django_task"
 DEFAULT_RESULT_TTL = 24 * 3600
+TASK_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -97,8 +104,8 @@ class TaskRunnerBackend(BaseTaskBackend):
                 save_record(result_id, record, self.result_ttl + _seconds_until(due_ms))
                 add_delayed(message, due_ms)
         except REDIS_DOWN as exc:
-            raise RedisUnavailable(
-                f"cannot enqueue {task.module_path!r}: Redis is unreachable: {exc}") from exc
+            raise unavailable(f"cannot enqueue {task.module_path!r}", exc,
+                              built_client()) from exc
         result = to_task_result(result_id, record, task)
         task_enqueued.send(type(self), task_result=result)
         return result
@@ -115,9 +122,7 @@ class TaskRunnerBackend(BaseTaskBackend):
         record = load_record(result_id)
         if record is None:
             raise TaskResultDoesNotExist(result_id)
-        from django.utils.module_loading import import_string
-
-        task = import_string(record["func"])
+        task = resolve_task(record["func"])
         return to_task_result(result_id, record, task)
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
@@ -133,6 +138,47 @@ class TaskRunnerBackend(BaseTaskBackend):
                     f"TASKS[{self.alias!r}] queue {queue!r} is not a valid queue name",
                     id="taskrunner.E010"))
         return errors
+
+
+def backend_named(alias: Any) -> TaskRunnerBackend:
+    """The `TASKS` backend a message names, refused unless it is one of ours."""
+    known = isinstance(alias, str) and alias in task_backends.settings
+    if not known or not isinstance(task_backends[alias], TaskRunnerBackend):
+        raise InvalidTaskPayload(
+            f"refusing to run a framework task for backend {alias!r}: it is not a "
+            f"TaskRunnerBackend in TASKS", task_name=SHIM_TASK)
+    return task_backends[alias]
+
+
+def resolve_task(path: Any) -> Task:
+    """The framework task at `path`, or `InvalidTaskPayload`; never imports a stranger.
+
+    A message or a result record is data anyone who can write to Redis can forge, so a
+    path is imported only when its module is already imported (the autodiscovered tasks
+    modules) or lies inside an installed app; what it names must then be a framework task.
+    """
+    if not isinstance(path, str) or not TASK_PATH.fullmatch(path):
+        raise _refused(path, "it is not a dotted module path")
+    module_name = path.rpartition(".")[0]
+    if module_name not in sys.modules and not _in_installed_app(module_name):
+        raise _refused(path, "its module is neither imported nor inside an installed app")
+    try:
+        framework_task = import_string(path)
+    except ImportError as exc:
+        raise _refused(path, f"it cannot be imported: {exc}") from exc
+    if not isinstance(framework_task, Task):
+        raise _refused(path, "it is not a Django Tasks framework task")
+    return framework_task
+
+
+def _in_installed_app(module_name: str) -> bool:
+    return any(module_name == config.name or module_name.startswith(config.name + ".")
+               for config in apps.get_app_configs())
+
+
+def _refused(path: Any, reason: str) -> InvalidTaskPayload:
+    return InvalidTaskPayload(f"refusing to run framework task {path!r}: {reason}",
+                              task_name=SHIM_TASK)
 
 
 def _seconds_until(due_ms: int) -> int:

@@ -84,7 +84,18 @@ class TaskExecutionError(TaskRunnerError):
 
 
 class RedisUnavailable(TaskRunnerError, ConnectionError):
-    """Redis could not be reached (connect or socket timeout, refused connection)."""
+    """Redis could not be reached (connect or socket timeout, refused connection).
+
+    `maybe_queued` is False when the task was certainly not queued (the connection was
+    refused or never made, so nothing was sent), and True when that is unknown (a socket
+    timeout or a lost connection after the command was sent: Redis may have queued it).
+    Retry with the same `task_id` to be safe either way: `TaskIdConflict` then means the
+    first attempt was queued.
+    """
+
+    def __init__(self, message: str, *, maybe_queued: bool = True) -> None:
+        super().__init__(message)
+        self.maybe_queued = maybe_queued
 
 
 class TimeLimitExceeded(TaskRunnerError):

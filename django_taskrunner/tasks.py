@@ -6,7 +6,6 @@ import traceback
 from typing import Any
 
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from django_taskrunner.core.task import task
 
@@ -19,13 +18,12 @@ def run_django_task(payload: dict[str, Any]) -> None:
         TaskContext,
         TaskResultStatus,
         normalize_json,
-        task_backends,
         task_finished,
         task_started,
     )
 
-    backend = task_backends[payload["backend"]]
-    framework_task = import_string(payload["func"])
+    backend = backends.backend_named(payload.get("backend"))
+    framework_task = backends.resolve_task(payload.get("func"))  # checked before any import
     result_id = payload["result_id"]
     record = backends.load_record(result_id) or backends.new_record(
         framework_task, payload["backend"], payload["args"], payload["kwargs"])

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -105,9 +106,17 @@ class FailedTaskAdmin(admin.ModelAdmin):
         """Retry every row the changelist shows with the filters and search in the URL."""
         if not self.has_retry_permission(request):
             raise PermissionDenied
-        changelist = self.get_changelist_instance(request)
-        queryset = changelist.get_queryset(request)
         back = reverse("admin:django_taskrunner_failedtask_changelist")
+        try:
+            queryset = self.get_changelist_instance(request).get_queryset(request)
+        except IncorrectLookupParameters as exc:
+            # An unknown parameter or a bad filter value: retrying with it ignored could
+            # retry far more rows than the operator chose, so retry nothing.
+            self.message_user(request, f"Nothing was retried: the address has a parameter "
+                              f"that is not a filter of this list, or a bad filter value "
+                              f"({exc}). Choose the rows with the list's filters.",
+                              messages.ERROR)
+            return HttpResponseRedirect(back)
         if request.method == "POST" and request.POST.get("confirm") == "yes":
             self._report(request, retry_queryset(queryset))
             return HttpResponseRedirect(f"{back}?{request.GET.urlencode()}")

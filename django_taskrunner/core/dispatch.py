@@ -31,7 +31,8 @@ from django_taskrunner.exceptions import (
 )
 from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import Broker, get_broker
-from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.store.connection import built_client
+from django_taskrunner.store.errors import REDIS_DOWN, unavailable
 
 if TYPE_CHECKING:
     from django_taskrunner.core.task import Task
@@ -121,7 +122,7 @@ def prepare(
 
 
 def _redis_down(task: Task, exc: Exception) -> RedisUnavailable:
-    return RedisUnavailable(f"cannot dispatch {task.name!r}: Redis is unreachable: {exc}")
+    return unavailable(f"cannot dispatch {task.name!r}", exc, built_client())
 
 
 def dispatch(
@@ -151,7 +152,8 @@ def dispatch(
         UniqueForRequired: the dispatch is unique but no `unique_for` is known.
         TaskAlreadyDispatched: the unique lock is held (`.holder_id`, `.lock_key`).
         TaskIdConflict: another queued or running task has this `task_id`.
-        RedisUnavailable: Redis could not be reached.
+        RedisUnavailable: Redis could not be reached; `.maybe_queued` says whether the
+            task may have been queued all the same (retry with a `task_id` to be safe).
     """
     task = resolve_task(name_or_task)
     message, claim = prepare(task, payload, queue=queue, task_id=task_id, unique_key=unique_key,
@@ -235,9 +237,8 @@ def add_delayed(message: TaskMessage, due_ms: int, claim: Claim | None = None) -
                           body, due_ms=due_ms,
                           wake_channel=keys.wake_channel(broker.prefix, claim.shard))
     except REDIS_DOWN as exc:
-        raise RedisUnavailable(
-            f"cannot dispatch {message.task_name!r}: Redis is unreachable: {exc}"
-        ) from exc
+        raise unavailable(f"cannot dispatch {message.task_name!r}", exc,
+                          built_client()) from exc
 
 
 def dispatch_many(

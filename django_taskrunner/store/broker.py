@@ -19,6 +19,7 @@ from django_taskrunner.conf import get_settings, on_reset
 from django_taskrunner.core.message import FIELD
 from django_taskrunner.store import keys, scripts
 from django_taskrunner.store.connection import get_redis
+from django_taskrunner.store.values import text
 
 # An entry as read: (stream id, body or None when the entry was deleted meanwhile).
 Entry = tuple[str, bytes | None]

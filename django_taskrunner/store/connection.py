@@ -135,6 +135,11 @@ def get_redis() -> Any:
     return client
 
 
+def built_client() -> Any:
+    """The process's client if it was built already, else None (without building it)."""
+    return _client
+
+
 @on_reset
 def reset() -> None:
     """Drop the cached client, e.g. after the settings changed.

@@ -13,9 +13,14 @@ failover takes longer than its retries are the cluster errors below:
 
 Programming errors (a cross-slot script, a wrong type) are not in the tuple: they are
 bugs, and retrying would hide them.
+
+`unavailable()` turns one of them into the `RedisUnavailable` a dispatch raises, with
+`maybe_queued` saying whether the write may have reached Redis (see `may_have_run`).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from redis.exceptions import (
     ClusterDownError,
@@ -25,6 +30,8 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from django_taskrunner.exceptions import RedisUnavailable
+
 REDIS_DOWN: tuple[type[Exception], ...] = (
     RedisConnectionError,
     RedisTimeoutError,
@@ -32,3 +39,74 @@ REDIS_DOWN: tuple[type[Exception], ...] = (
     TryAgainError,
     SlotNotCoveredError,
 )
+
+
+# Where redis-py opens a connection (socket connect, handshake, the health-check PING):
+# an error raised inside one of these came before the command was written.
+_CONNECTING = frozenset({"connect", "connect_check_health", "_connect", "on_connect",
+                         "on_connect_check_health", "check_health", "get_connection"})
+# Errors the server sends instead of running the command, or the client raises before
+# choosing a node: the command did not run.
+_REFUSED_BY_CLUSTER: tuple[type[Exception], ...] = (ClusterDownError, TryAgainError,
+                                                     SlotNotCoveredError)
+
+
+def may_have_run(exc: BaseException, client: Any) -> bool:
+    """Whether the command that raised `exc` may have run on Redis anyway.
+
+    False only when it certainly did not: the client was never built (`client` None), or
+    it makes a single attempt and the error came before the command was sent (refused or
+    timed-out connect, handshake) or is the cluster refusing it. A socket timeout or a
+    connection lost after sending leaves it unknown: Redis may have run the command and
+    the reply was lost. A client that retries by itself (a cluster client, a django-redis
+    one) hides its earlier attempts, so with one the answer is always "maybe".
+    """
+    if client is None:
+        return False
+    if _retries(client) != 0:
+        return True
+    if isinstance(exc, _REFUSED_BY_CLUSTER):
+        return False
+    return not _raised_while_connecting(exc)
+
+
+def _retries(client: Any) -> int | None:
+    """How often the client retries a failed command by itself; None when unknown.
+
+    A cluster client keeps its policy in `.retry`; a plain one's connections take it
+    from the pool's connection kwargs, as redis-py's `AbstractConnection` does.
+    """
+    retry = getattr(client, "retry", None)
+    if retry is None:
+        kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", None)
+        if kwargs is None:
+            return None
+        retry = kwargs.get("retry")
+        if retry is None:
+            return 1 if kwargs.get("retry_on_timeout") else 0
+    get_retries = getattr(retry, "get_retries", None)
+    return get_retries() if callable(get_retries) else None
+
+
+def _raised_while_connecting(exc: BaseException) -> bool:
+    frame = exc.__traceback__
+    while frame is not None:
+        code = frame.tb_frame.f_code
+        if code.co_name in _CONNECTING and _is_redis_py(frame.tb_frame.f_globals):
+            return True
+        frame = frame.tb_next
+    return False
+
+
+def _is_redis_py(module_globals: dict[str, Any]) -> bool:
+    name = module_globals.get("__name__", "")
+    return name == "redis" or name.startswith("redis.")
+
+
+def unavailable(what: str, exc: Exception, client: Any) -> RedisUnavailable:
+    """The `RedisUnavailable` for `exc`, saying whether the write may have happened."""
+    maybe = may_have_run(exc, client)
+    outcome = ("it may have been queued: the connection failed after the command was sent"
+               if maybe else "it was not queued: the command was never sent")
+    return RedisUnavailable(f"{what}: Redis is unreachable: {exc}; {outcome}",
+                            maybe_queued=maybe)

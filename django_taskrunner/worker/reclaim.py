@@ -119,6 +119,7 @@ class Reclaimer:
         self.sweep_interval = min(300.0, max(1.0, dead_consumer_timeout / 10))
         self.status = status
         self._cursor = dict.fromkeys(queues, "-")
+        self._own_cursor = dict.fromkeys(queues, "-")
         now = clock.monotonic()
         self._next_pass = dict.fromkeys(queues, now + self.interval)
         self._next_sweep = dict.fromkeys(queues, now + self.sweep_interval)
@@ -162,8 +163,13 @@ class Reclaimer:
         """
         if room <= 0:
             return 0
-        rows = [row for row in self.broker.pending_idle(queue, 0, "-", room, self.consumer)
-                if not self.buffer.holds(queue, row.stream_id)]
+        rows = self.broker.pending_idle(queue, 0, self._own_cursor[queue], room, self.consumer)
+        if not rows:
+            return 0
+        # Page forward: an entry taken back may run and leave the buffer before its ack is
+        # sent, and must not look like a leftover on the next call.
+        self._own_cursor[queue] = f"({rows[-1].stream_id}"
+        rows = [row for row in rows if not self.buffer.holds(queue, row.stream_id)]
         claims = [Claim(row.stream_id, 0, row.deliveries) for row in rows]
         return self._claim(queue, claims, "held by this consumer before a restart")
 

@@ -99,12 +99,9 @@ class LocalCluster:
         if binaries is None:
             raise FileNotFoundError("redis-server and redis-cli are needed")
         server, cli = binaries
-        self.ports = free_cluster_ports(self.masters * (1 + self.replicas))
         try:
-            for port in self.ports:
-                self.start_node(server, port)
-            for port in self.ports:
-                _wait(lambda p=port: self.node(p).ping(), 10, f"node {port} did not start")
+            for _node in range(self.masters * (1 + self.replicas)):
+                self.ports.append(self.start_own_node(server))
             subprocess.run(  # noqa: S603 - our own arguments
                 [cli, "--cluster", "create", *self.nodes, "--cluster-replicas",
                  str(self.replicas), "--cluster-yes"],
@@ -114,6 +111,39 @@ class LocalCluster:
             self.stop()  # no server left behind by a start that failed half way
             raise
         return self
+
+    def start_own_node(self, server: str, attempts: int = 5) -> int:
+        """Start a node on a free port and return the port once it answers as ours.
+
+        A port found free can be taken by another process before the server binds it
+        (other test runs pick ports too); then that node fails to start, or another
+        server answers there, and a new port is tried.
+        """
+        for _attempt in range(attempts):
+            port = self._unused_port()
+            self.start_node(server, port)
+            if self._answers_as_ours(port):
+                return port
+            proc = self.procs.pop(port)
+            proc.kill()
+            proc.wait(10)
+        raise RuntimeError(f"local Redis Cluster: no node started in {attempts} attempts")
+
+    def _unused_port(self) -> int:
+        while True:
+            [port] = free_cluster_ports(1)
+            if port not in self.procs:
+                return port
+
+    def _answers_as_ours(self, port: int, timeout: float = 10) -> bool:
+        proc = self.procs[port]
+        deadline = time.monotonic() + timeout
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                return int(self.node(port).info("server")["process_id"]) == proc.pid
+            except (redis.RedisError, OSError):
+                time.sleep(0.05)
+        return False
 
     def start_node(self, server: str, port: int) -> None:
         """Start one cluster-enabled redis-server, without persistence, in its own folder."""

@@ -188,3 +188,20 @@ def test_search_looks_in_payload_and_error(staff_client):
             'name="_selected_action"')
 
     assert (shown("ada@example"), shown("quota"), shown("nothing-like-this")) == (1, 1, 0)
+
+
+@pytest.mark.parametrize("query", ["confirm=yes", "next=/admin/", "failed_at__gte=not-a-date",
+                                   "queue=default&confirm=yes"])
+def test_retry_matching_with_a_parameter_that_is_not_a_filter_retries_nothing(
+    staff_client, query
+):
+    make_row(1)
+    url = f"{CHANGELIST}retry-matching/?{query}"
+    for response in (staff_client.get(url, follow=True),
+                     staff_client.post(url, {"confirm": "yes"}, follow=True)):
+        assert response.status_code == 200
+        assert response.redirect_chain == [(CHANGELIST, 302)]
+        [message] = [str(m) for m in response.context["messages"]]
+        assert message.startswith("Nothing was retried: the address has a parameter")
+    assert FailedTask.objects.count() == 1
+    assert queued_payloads() == []

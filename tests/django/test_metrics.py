@@ -38,7 +38,7 @@ def value(samples, name: str, **labels: str) -> float:
 
 
 @pytest.fixture
-def workload(run_burst):
+def workload(run_burst, virtual_run_time):
     """Ten 50 ms tasks and one task failing after two retries ran; 7 more wait."""
     sleep_50ms.dispatch_many({"n": n} for n in range(10))
     always_fails.dispatch({"n": 1})

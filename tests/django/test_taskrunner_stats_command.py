@@ -20,7 +20,7 @@ def run(*args: str) -> str:
 
 
 @pytest.fixture
-def workload(run_burst):
+def workload(run_burst, virtual_run_time):
     sleep_50ms.dispatch_many({"n": n} for n in range(4))
     run_burst("--queue", "default", "--concurrency", "2")
     noop.dispatch_many({"n": n} for n in range(3))

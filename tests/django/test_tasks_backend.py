@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from datetime import timedelta
 
@@ -179,3 +180,79 @@ def test_a_deferred_enqueue_sends_task_enqueued_and_keeps_the_queue(r, prefix):
 def test_a_naive_run_after_is_refused_by_the_framework():
     with pytest.raises(InvalidTask):
         framework_tasks.add.using(run_after=timezone.now().replace(tzinfo=None))
+
+
+# -- the shim runs only this project's framework tasks (a message is data, not code) ---------
+
+SIDE_EFFECT_MODULE = "tests.django.import_side_effect"
+
+
+def forged(func, backend="default"):
+    """What anyone who can write to the stream could queue for the shim."""
+    return {"result_id": "forged", "backend": backend, "func": func, "args": [], "kwargs": {}}
+
+
+@pytest.mark.parametrize("func", [
+    f"{SIDE_EFFECT_MODULE}.anything",  # outside every installed app, not imported
+    "this.s",  # the Zen of Python, printed at import
+    "os.system",  # an imported module, but not a framework task
+    "tests.testapp.tasks.runs_key",  # inside an installed app, but not a framework task
+    "tests.testapp.no_such_module.task",
+    ".relative.path",
+    ["not", "a", "string"],
+])
+def test_the_shim_refuses_a_path_that_is_not_a_framework_task_and_never_imports_it(
+    run_burst, tmp_path, monkeypatch, func
+):
+    from django_taskrunner.core.dispatch import dispatch
+
+    flag = tmp_path / "imported"
+    monkeypatch.setenv("TASKRUNNER_TEST_SIDE_EFFECT_FILE", str(flag))
+    dispatch("django_taskrunner.run_django_task", forged(func))
+
+    run_burst()
+
+    assert not flag.exists()
+    assert SIDE_EFFECT_MODULE not in sys.modules and "this" not in sys.modules
+    row = FailedTask.objects.get()
+    assert row.task_name == "django_taskrunner.run_django_task"
+    assert row.error_class.endswith("InvalidTaskPayload")
+    assert f"refusing to run framework task {func!r}" in row.error
+
+
+def test_the_shim_refuses_a_backend_that_is_not_ours(run_burst):
+    from django_taskrunner.core.dispatch import dispatch
+
+    dispatch("django_taskrunner.run_django_task",
+             forged("tests.testapp.framework_tasks.add", backend="nope"))
+    run_burst()
+    assert "backend 'nope'" in FailedTask.objects.get().error
+
+
+def test_a_framework_task_in_a_module_no_worker_imported_yet_still_runs(
+    run_burst, r, monkeypatch
+):
+    """Inside an installed app, a module is imported on demand, as before."""
+    from django_taskrunner.core.dispatch import dispatch
+    from tests.testapp.tasks import runs_key
+
+    module = "tests.testapp.lazy_framework_tasks"
+    monkeypatch.delitem(sys.modules, module, raising=False)  # as in a fresh worker
+    dispatch("django_taskrunner.run_django_task", forged(f"{module}.count"))
+    run_burst()
+    assert r.hget(runs_key(), "framework:lazy") == b"1"
+    assert not FailedTask.objects.exists()
+
+
+def test_get_result_refuses_a_forged_record(r, prefix, tmp_path, monkeypatch):
+    import json
+
+    flag = tmp_path / "imported"
+    monkeypatch.setenv("TASKRUNNER_TEST_SIDE_EFFECT_FILE", str(flag))
+    result = framework_tasks.add.enqueue(1, 2)
+    record_key = keys.result_key(prefix, result.id)
+    record = json.loads(r.get(record_key))
+    r.set(record_key, json.dumps({**record, "func": f"{SIDE_EFFECT_MODULE}.add"}))
+    with pytest.raises(ValueError, match="refusing to run framework task"):
+        task_backends["default"].get_result(result.id)
+    assert not flag.exists()

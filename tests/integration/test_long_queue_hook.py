@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from dataclasses import replace
 
 import pytest
 
 from django_taskrunner.stats.figures import QueueStats
 from django_taskrunner.stats.long_queue import LongQueueHook
+from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.worker.worker import Worker
 from tests.testapp.tasks import runs_key, sleep_50ms
@@ -46,13 +46,15 @@ def check(long_queue: LongQueueHook, *stats: QueueStats) -> None:
 
 
 def test_the_hook_fires_once_per_cooldown_however_often_it_is_checked(r):
-    long_queue = hook(cooldown=0.3)
+    long_queue = hook(cooldown=60)
+    gate = keys.long_queue_gate_key(get_broker().prefix, "default")
 
     for _ in range(10):
         check(long_queue, figures())
     assert calls(r) == 1
+    assert 59_000 < r.pttl(gate) <= 60_000  # the cooldown is the gate key's TTL
 
-    time.sleep(0.35)  # the cooldown passes
+    r.delete(gate)  # the cooldown passes: Redis expires the gate (no sleep to race with)
     for _ in range(10):
         check(long_queue, figures())
     assert calls(r) == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -11,13 +12,17 @@ import time
 import pytest
 import redis
 
-from tests.conftest import ROOT, _free_port, start_private_redis, worker_env
+from tests.conftest import ROOT, start_private_redis, worker_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_runtasks_waits_for_redis_then_runs_what_is_dispatched(prefix):
-    port = _free_port()
+    # The port stays bound (never listening: connections are refused) while the worker
+    # waits, so no other process can take it; it is freed just before Redis binds it.
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    port = held.getsockname()[1]
     url = f"redis://127.0.0.1:{port}/0"
     worker = subprocess.Popen(
         [sys.executable, "-m", "django", "runtasks", "--queue", "default"],
@@ -27,6 +32,7 @@ def test_runtasks_waits_for_redis_then_runs_what_is_dispatched(prefix):
     try:
         time.sleep(2)
         assert worker.poll() is None, worker.communicate()[0].decode()[-2000:]
+        held.close()
         server, _url = start_private_redis(workdir, port=port)
         client = redis.Redis.from_url(url)
         stream = f"{prefix}:{{default}}:stream"
@@ -37,6 +43,7 @@ def test_runtasks_waits_for_redis_then_runs_what_is_dispatched(prefix):
             assert time.monotonic() < deadline, "the worker never ran the task"
             time.sleep(0.1)
     finally:
+        held.close()
         worker.terminate()
         output = worker.communicate(timeout=20)[0].decode()
         if server is not None:

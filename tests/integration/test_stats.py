@@ -35,7 +35,7 @@ def beat(consumer: str, queues: list[str], threads: int, *, now_ms: int, ttl: fl
     pipe.execute()
 
 
-def test_tasks_sleeping_50_and_100_ms_show_those_run_times(run_burst):
+def test_tasks_sleeping_50_and_100_ms_show_those_run_times(run_burst, virtual_run_time):
     # Given 20 tasks sleeping 50 ms and 20 sleeping 100 ms
     sleep_50ms.dispatch_many({"n": n} for n in range(20))
     sleep_100ms.dispatch_many({"n": n} for n in range(20))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from django_taskrunner import dispatch, dispatch_many
+from django_taskrunner import dispatch
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store.broker import get_broker
 from tests.testapp.tasks import always_fails, fails_twice, noop, runs_key, with_context

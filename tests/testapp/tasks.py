@@ -6,6 +6,7 @@ made by worker threads or by other processes.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -46,6 +47,14 @@ def fails_twice(payload: Any) -> None:
 def sleeper(payload: Any) -> None:
     time.sleep(float(payload.get("seconds", 1)))
     record("sleeper", payload)
+
+
+@task
+def marked_sleeper(payload: Any) -> None:
+    """Like `sleeper`, and says when it starts: a test waits for that, not for a guess."""
+    record("marked_sleeper:start", payload)
+    time.sleep(float(payload.get("seconds", 1)))
+    record("marked_sleeper", payload)
 
 
 @task(queue="other")
@@ -171,15 +180,42 @@ def unique_whole(payload: Any) -> None:
     """No unique_key: one lock for the whole task name (warned about once)."""
 
 
+class VirtualRunTime:
+    """`clock.monotonic()` for tests of measured run times: real time, plus the time the
+    current thread's tasks spent. A task then takes exactly what it spends, however busy
+    the machine: no sleep whose wake-up a loaded machine delays (see `virtual_run_time`
+    in tests/conftest.py)."""
+
+    def __init__(self) -> None:
+        self._spent = threading.local()
+
+    def monotonic(self) -> float:
+        return time.monotonic() + getattr(self._spent, "seconds", 0.0)
+
+    def spend(self, seconds: float) -> None:
+        self._spent.seconds = getattr(self._spent, "seconds", 0.0) + seconds
+
+
+virtual_run_time: VirtualRunTime | None = None  # set by the `virtual_run_time` fixture
+
+
+def spend(seconds: float) -> None:
+    """Take `seconds`: a real sleep, or virtual time when a test asked for it."""
+    if virtual_run_time is None:
+        time.sleep(seconds)
+    else:
+        virtual_run_time.spend(seconds)
+
+
 @task
 def sleep_50ms(payload: Any) -> None:
     """Known run time for the statistics tests."""
-    time.sleep(0.05)
+    spend(0.05)
 
 
 @task
 def sleep_100ms(payload: Any) -> None:
-    time.sleep(0.1)
+    spend(0.1)
 
 
 @task
