@@ -13,7 +13,7 @@ from django_taskrunner.stats.figures import get_stats, minute_counts, percentile
 from django_taskrunner.stats.recorder import PICKUP_LABELS, StatsRecorder
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
-from django_taskrunner.store.stats import StatsStore
+from django_taskrunner.store.stats import stats_store_for
 from django_taskrunner.worker.executor import Executor
 from tests.testapp.tasks import always_fails, noop, sleep_50ms, sleep_100ms
 
@@ -240,7 +240,7 @@ def test_flush_writes_a_batch_and_the_heartbeat_as_write_does_in_one_round_trip(
                                       min_workers=None, max_workers=2, started_ms=now_ms)
 
     # When the monitor's call writes them
-    stats_store.flush(StatsStore(broker.client, broker.prefix), recorder.drain(), heartbeat,
+    stats_store.flush(stats_store_for(broker), recorder.drain(), heartbeat,
                       now_ms=now_ms, window=200, ttl=10)
 
     # Then the queue's figures add both shards up, and the worker counts as live
