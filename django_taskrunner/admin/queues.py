@@ -19,7 +19,6 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.http import urlencode
-from redis.exceptions import RedisError
 
 from django_taskrunner.admin.base import RedisPageAdmin
 from django_taskrunner.admin.chart import throughput_chart
@@ -28,6 +27,7 @@ from django_taskrunner.stats import health
 from django_taskrunner.stats.figures import QueueStats
 from django_taskrunner.stats.recorder import PICKUP_BUCKETS, PICKUP_LABELS
 from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store.errors import RedisError
 
 
 def seconds(value: float | None) -> str:
