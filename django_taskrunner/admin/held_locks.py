@@ -118,14 +118,16 @@ def pattern(prefix: str, queue: str = "", text: str = "") -> str:
 
 def scan_page(client: Any, prefix: str, at: Position | None = None, *, queue: str = "",
               text: str = "", size: int = PAGE_SIZE) -> LockPage:
-    """At most `size` held locks from `at` on, found with at most MAX_SCAN_CALLS SCANs.
+    """`scan_locks` on the locks of `client` (only handed to the store) and `prefix`."""
+    return scan_locks(UniqueLocks(client, prefix), at, queue=queue, text=text, size=size)
 
-    `client` is only handed to the store (`store.locks.UniqueLocks`).
-    """
-    store = UniqueLocks(client, prefix)
+
+def scan_locks(store: UniqueLocks, at: Position | None = None, *, queue: str = "",
+               text: str = "", size: int = PAGE_SIZE) -> LockPage:
+    """At most `size` held locks from `at` on, found with at most MAX_SCAN_CALLS SCANs."""
     at = at or Position()
     nodes = store.scan_nodes()
-    match = pattern(prefix, queue, text)
+    match = pattern(store.prefix, queue, text)
     node, cursor, skip = at.node, at.cursor, at.skip
     found: list[str] = []
     calls = 0
@@ -146,16 +148,15 @@ def scan_page(client: Any, prefix: str, at: Position | None = None, *, queue: st
         cursor, skip = next_cursor, 0
         if cursor == 0:
             node += 1
-    return LockPage(read_locks(client, prefix, found), following, calls)
+    return LockPage(read_locks(store, found), following, calls)
 
 
-def read_locks(client: Any, prefix: str, lock_keys: list[str]) -> list[HeldLock]:
+def read_locks(store: UniqueLocks, lock_keys: list[str]) -> list[HeldLock]:
     """The holder, TTL and mode of each key, in one pipelined round trip; keys that are
-    not locks of `prefix`, or were freed meanwhile, are left out."""
+    not locks of the store's prefix, or were freed meanwhile, are left out."""
     parsed = [(key, found) for key in dict.fromkeys(lock_keys)
-              if (found := parse_key(prefix, key)) is not None]
-    states = UniqueLocks(client, prefix).inspect_many(
-        [(queue, key) for key, (queue, _task, _key) in parsed])
+              if (found := parse_key(store.prefix, key)) is not None]
+    states = store.inspect_many([(queue, key) for key, (queue, _task, _key) in parsed])
     held = []
     for (key, (queue, task_name, unique_key)), state in zip(parsed, states, strict=True):
         if state is None:
@@ -171,13 +172,13 @@ def read_locks(client: Any, prefix: str, lock_keys: list[str]) -> list[HeldLock]
     return held
 
 
-def release(client: Any, prefix: str, lock_key: str, holder: str) -> str:
+def release(store: UniqueLocks, lock_key: str, holder: str) -> str:
     """Free the lock only while it still holds `holder` (a `HeldLock.holder_value`):
     "released", "gone", or "retaken" (a newer dispatch holds it now and keeps it)."""
-    parsed = parse_key(prefix, lock_key)
+    parsed = parse_key(store.prefix, lock_key)
     if parsed is None:
         raise ValueError(f"{lock_key!r} is not a unique lock")
-    reply = locks.release_held(client, prefix, parsed[0], lock_key, holder)
+    reply = store.release_lock(parsed[0], lock_key, holder)
     if reply == 1:
         return "released"
     return "gone" if reply == 0 else "retaken"

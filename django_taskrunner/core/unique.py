@@ -323,16 +323,21 @@ def _actions(prefix: str, message: TaskMessage, event: str) -> list[tuple[str, s
 
 
 def release(client: Any, prefix: str, message: TaskMessage, event: str) -> None:
+    """`release_with` on the locks of `client` (only handed to the store) and `prefix`."""
+    release_with(UniqueLocks(client, prefix), message, event)
+
+
+def release_with(store: UniqueLocks, message: TaskMessage, event: str) -> None:
     """Free (or renew) what `message` holds at `event`; only if this dispatch of it is
     still the holder (its id and dispatch token, `holder_value`).
 
     A key already gone or held by another task is logged, never raised; so is Redis
-    being down (the lock then frees at its TTL). `client` is only handed to the store.
+    being down (the lock then frees at its TTL).
     """
-    actions = _actions(prefix, message, event)
+    actions = _actions(store.prefix, message, event)
     if not actions:
         return
-    replies = _release_retrying(UniqueLocks(client, prefix), message, actions)
+    replies = _release_retrying(store, message, actions)
     if replies is None:
         return
     for (key, action), reply in zip(actions, replies, strict=True):

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django_taskrunner.conf import on_reset
 from django_taskrunner.store import keys, scripts
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.values import text
+
+if TYPE_CHECKING:
+    from django_taskrunner.store.broker import Broker
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,11 @@ def _add_reply(reply: Any) -> AddReply:
     return text(reply[0]), text(reply[1])
 
 
+def for_broker(broker: Broker) -> UniqueLocks:
+    """The locks on a broker's client and prefix."""
+    return UniqueLocks(broker.client, broker.prefix)
+
+
 _locks: UniqueLocks | None = None
 
 
@@ -180,8 +188,7 @@ def get_locks() -> UniqueLocks:
     global _locks
     found = _locks
     if found is None:
-        broker = get_broker()
-        found = _locks = UniqueLocks(broker.client, broker.prefix)
+        found = _locks = for_broker(get_broker())
     return found
 
 
