@@ -13,6 +13,9 @@ finished it) would free the second's lock and reservation. The worker frees what
 message holds at the point its mode names (`RELEASE_ON`), comparing the whole value first,
 so an older task never frees what a newer dispatch took. Errors and the admin show the id
 alone (`holder_id`).
+
+This module decides (which key, which TTL and mode, what to free when); the commands are
+`store/locks.py`'s (`UniqueLocks`), which this module hands plain values.
 """
 
 from __future__ import annotations
