@@ -29,7 +29,6 @@ from redis.exceptions import (
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError as RedisError  # re-exported for the admin pages
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_taskrunner.exceptions import RedisUnavailable
