@@ -29,6 +29,8 @@ logger = logging.getLogger(__name__)
 MAX_SOCKET_PATH = 103 if sys.platform == "darwin" else 107
 START_TIMEOUT = 10.0
 POLL_INTERVAL = 0.05
+# Data folders this process has said it uses (the start-up line is logged once each).
+_announced: set[str] = set()
 
 
 def server_binary() -> str:
@@ -59,6 +61,7 @@ def ensure_server(data_dir: str | os.PathLike[str]) -> str:
     sock = _socket_path(data_dir)
     url = "unix://" + quote(sock)
     if _state(sock) == "up":  # fast path: no lock, no mkdir
+        _announce(data_dir)
         return url
     os.makedirs(data_dir, mode=0o700, exist_ok=True)
     with _locked(data_dir):
@@ -76,7 +79,22 @@ def ensure_server(data_dir: str | os.PathLike[str]) -> str:
             state = _state(sock)
     if started:
         logger.info("Started embedded Redis in %s", data_dir)
+    _announce(data_dir)
     return url
+
+
+def _announce(data_dir: str) -> None:
+    """One line per process and folder: which binary, and where the data lives (a site
+    that meant to use its own Redis sees at once that it does not)."""
+    if data_dir in _announced:
+        return
+    _announced.add(data_dir)
+    try:
+        binary = server_binary()
+    except EmbeddedRedisUnavailable:  # started by another process, binary since removed
+        binary = "redis-server (not found now)"
+    logger.info("Embedded Redis: %s, data in %s (no REDIS_URL, CONNECTION or "
+                "CLUSTER_NODES is set)", binary, data_dir)
 
 
 def stop_server(data_dir: str | os.PathLike[str]) -> bool:
