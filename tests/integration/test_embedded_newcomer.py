@@ -38,9 +38,19 @@ def test_the_first_use_logs_the_binary_and_the_data_folder_once(data_dir, caplog
     with caplog.at_level(logging.INFO, logger="django_taskrunner.store.embedded"):
         embedded.ensure_server(data_dir)
         embedded.ensure_server(data_dir)  # the fast path: already up
-    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Embedded")]
-    assert lines == [f"Embedded Redis: {embedded.server_binary()}, data in {data_dir} "
-                     f"(no REDIS_URL, CONNECTION or CLUSTER_NODES is set)"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"Embedded Redis: {embedded.server_binary()}, data in {data_dir} (started now; "
+        f"no REDIS_URL, CONNECTION or CLUSTER_NODES is set)"]
+
+
+def test_a_process_that_finds_it_running_says_so(data_dir, caplog):
+    embedded.ensure_server(data_dir)
+    embedded._announced.discard(data_dir)  # as in another process of the site
+    with caplog.at_level(logging.INFO, logger="django_taskrunner.store.embedded"):
+        embedded.ensure_server(data_dir)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"Embedded Redis: {embedded.server_binary()}, data in {data_dir} (already running; "
+        f"no REDIS_URL, CONNECTION or CLUSTER_NODES is set)"]
 
 
 def _deploy_output(**taskrunner):
