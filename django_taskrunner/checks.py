@@ -342,3 +342,47 @@ def check_taskrunner_settings(app_configs: Any = None, **kwargs: Any) -> list[Ch
         raw = dict(raw)
         errors += check_connection_alias(raw) + _check_handler_paths(raw)
     return errors
+
+
+@register(Tags.compatibility)
+def check_connection_needs_django_redis(app_configs: Any = None,
+                                        **kwargs: Any) -> list[CheckMessage]:
+    """`CONNECTION` borrows a django-redis cache's client: an optional dependency (the
+    `django-redis` extra), so say so at start-up rather than fail at the first dispatch."""
+    from django_taskrunner.conf import user_settings
+
+    if not user_settings().get("CONNECTION"):
+        return []
+    try:
+        import django_redis  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        return []
+    return [_error("TASKRUNNER['CONNECTION'] needs the django-redis package, which is not "
+                   "installed", "taskrunner.E007",
+                   hint='pip install "django-taskrunner[django-redis]", or set REDIS_URL')]
+
+
+@register(Tags.compatibility, deploy=True)
+def check_embedded_redis_in_production(app_configs: Any = None,
+                                       **kwargs: Any) -> list[CheckMessage]:
+    """`check --deploy`: with DEBUG off and no Redis configured, the site runs on the
+    embedded server, private to this machine; fine for a demo, rarely what production
+    meant (one machine only, no replica, data in the project folder)."""
+    from django.conf import settings
+    from django.core.checks import Warning
+
+    from django_taskrunner.conf import default_embedded_dir, user_settings
+
+    raw = user_settings()
+    if settings.DEBUG or any(raw.get(key) for key in ("REDIS_URL", "CONNECTION",
+                                                       "CLUSTER_NODES")):
+        return []
+    data_dir = raw.get("EMBEDDED_DIR") or default_embedded_dir()
+    return [Warning(
+        f"django-taskrunner runs on the embedded Redis (data in {data_dir}): no REDIS_URL, "
+        f"CONNECTION or CLUSTER_NODES is set in TASKRUNNER",
+        hint="point TASKRUNNER['REDIS_URL'] at your Redis server; the embedded one serves "
+             "only this machine and keeps its data in the project folder",
+        id="taskrunner.W001")]
