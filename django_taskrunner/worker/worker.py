@@ -23,7 +23,6 @@ import os
 import secrets
 import socket
 import threading
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,11 +33,13 @@ from django_taskrunner.store import sharding
 from django_taskrunner.store.broker import Broker, Entry
 from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.worker import reclaim
+from django_taskrunner.worker.acker import Acker
 from django_taskrunner.worker.autoscale import ScalingPolicy
 from django_taskrunner.worker.executor import Executor
+from django_taskrunner.worker.fetcher import Fetcher
 from django_taskrunner.worker.keepalive import Heartbeat
 from django_taskrunner.worker.monitor import Monitor
-from django_taskrunner.worker.outage import RedisStatus, backoff
+from django_taskrunner.worker.outage import RedisStatus
 from django_taskrunner.worker.pool import Pool
 from django_taskrunner.worker.reclaim import Reclaimer, shortest_timeout
 from django_taskrunner.worker.running import Attempt, RunningSet
@@ -46,9 +47,6 @@ from django_taskrunner.worker.timelimit import TimeLimitWatchdog, interrupt
 
 logger = logging.getLogger(__name__)
 
-# Acks wait at most this long (or until this many finished) to share a round trip.
-ACK_LINGER_S = 0.010
-ACK_BATCH = 100
 
 def default_consumer_name() -> str:
     """Unique per process: host, pid and a random suffix."""
@@ -62,132 +60,6 @@ class WorkItem:
     body: bytes | None
     runs: int | None = None  # delivery counter of a reclaimed entry; None when fresh
     accepted: float = 0.0  # monotonic time it entered the buffer
-
-
-class Acker(threading.Thread):
-    """Acks finished messages in batches: all that finished meanwhile, one round trip.
-
-    The first ack of a batch wakes the acker, which then lingers `ACK_LINGER_S` to
-    collect more (or until `ACK_BATCH` wait): one round trip and one thread switch for
-    many tasks instead of one per task, for at most 10 ms of delay.
-    """
-
-    def __init__(self, broker: Broker, status: RedisStatus) -> None:
-        super().__init__(name="taskrunner-acker", daemon=True)
-        self.broker = broker
-        self.status = status
-        self._waiting: dict[str, list[str]] = defaultdict(list)
-        self._count = 0
-        self._cond = threading.Condition()
-        self._stopping = False
-
-    def add(self, queue: str, stream_id: str) -> None:
-        with self._cond:
-            self._waiting[queue].append(stream_id)
-            self._count += 1
-            if self._count == 1 or self._count == ACK_BATCH:
-                self._cond.notify()
-
-    def _take(self) -> dict[str, list[str]] | None:
-        """The next batch to ack; None once stopping with nothing left."""
-        with self._cond:
-            while not self._waiting and not self._stopping:
-                self._cond.wait()
-            if not self._waiting and self._stopping:
-                return None
-            if self._count < ACK_BATCH and not self._stopping:
-                self._cond.wait(ACK_LINGER_S)
-            batch, self._waiting, self._count = self._waiting, defaultdict(list), 0
-            return batch
-
-    def run(self) -> None:
-        failures = 0
-        while True:
-            batch = self._take()
-            if batch is None:
-                return
-            try:
-                self.flush(batch)
-                failures = 0
-                self.status.succeeded()
-            except REDIS_DOWN as exc:
-                failures += 1
-                self.status.failed(exc, "acking finished tasks")
-                with self._cond:
-                    for queue, ids in batch.items():
-                        self._waiting[queue][:0] = ids
-                        self._count += len(ids)
-                    self._cond.wait(backoff(failures))
-                    if self._stopping and failures > 3:
-                        logger.error("giving up on %d acks at exit; those tasks will be "
-                                     "delivered again", sum(map(len, self._waiting.values())))
-                        return
-
-    def flush(self, batch: dict[str, list[str]]) -> None:
-        pipe = self.broker.client.pipeline(transaction=False)
-        for queue, ids in batch.items():
-            self.broker.ack(queue, ids, pipe=pipe)
-        pipe.execute()
-
-    def stop(self) -> None:
-        """Ack what is waiting, then end."""
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
-        self.join()
-
-
-class Fetcher(threading.Thread):
-    """Reads one stream (a queue, or one shard of it) into the worker's buffer while there
-    is room; `queue` is then the shard name, which the executor and acker use as is."""
-
-    def __init__(self, worker: Worker, queue: str) -> None:
-        super().__init__(name=f"taskrunner-fetch-{queue}", daemon=True)
-        self.worker = worker
-        self.queue = queue
-        # Burst mode: the worker's generation seen when a read found the stream empty.
-        self.idle_at: tuple[int, int] | None = None
-
-    def run(self) -> None:
-        worker, broker = self.worker, self.worker.broker
-        self._with_retries(lambda: broker.ensure_group(self.queue))
-        reclaimer = worker.reclaimer
-        # Messages this consumer name held before a restart come first.
-        while not worker.stopping.is_set() and self._with_retries(
-                lambda: reclaimer.take_back_own(self.queue, worker.wait_for_room())):
-            pass
-        while not worker.stopping.is_set():
-            room = worker.wait_for_room()
-            if room > 0:  # messages of dead workers go before new ones
-                room -= reclaimer.reclaim_due(self.queue, room)
-            if room <= 0:
-                continue
-            generation = worker.generation()
-            count = min(room, worker.batch_size)
-            block = None if worker.burst else worker.block_ms
-            entries = self._with_retries(
-                lambda: broker.read(self.queue, worker.consumer, count, block))  # noqa: B023
-            if entries:
-                self.idle_at = None
-                worker.accept(self.queue, entries)
-            elif entries is not None and worker.burst:
-                self.idle_at = generation
-                worker.wait_for_change(0.05)
-
-    def _with_retries(self, call):  # type: ignore[no-untyped-def]
-        """Run `call`, retrying with capped backoff while Redis is down; None if stopping."""
-        failures = 0
-        while True:
-            try:
-                result = call()
-            except REDIS_DOWN as exc:
-                failures += 1
-                self.worker.status.failed(exc, f"reading queue {self.queue}")
-                if self.worker.stopping.wait(backoff(failures)):
-                    return None
-                continue
-            self.worker.status.succeeded()
-            return result
 
 
 class Worker:
