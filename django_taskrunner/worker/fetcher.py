@@ -38,14 +38,14 @@ class Fetcher(threading.Thread):
             if room <= 0:
                 continue
             generation = worker.generation()
-            count = min(room, worker.batch_size)
-            block = None if worker.burst else worker.block_ms
+            count = min(room, worker.settings.batch_size)
+            block = None if worker.settings.burst else worker.settings.block_ms
             entries = self._with_retries(
                 lambda: broker.read(self.queue, worker.consumer, count, block))  # noqa: B023
             if entries:
                 self.idle_at = None
                 worker.accept(self.queue, entries)
-            elif entries is not None and worker.burst:
+            elif entries is not None and worker.settings.burst:
                 self.idle_at = generation
                 worker.wait_for_change(0.05)
 

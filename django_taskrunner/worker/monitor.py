@@ -24,8 +24,9 @@ from django_taskrunner.stats.long_queue import LongQueueHook
 from django_taskrunner.stats.recorder import StatsRecorder
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_DOWN
-from django_taskrunner.worker.autoscale import ScalingPolicy, decide
+from django_taskrunner.worker.autoscale import decide
 from django_taskrunner.worker.pool import Pool
+from django_taskrunner.worker.settings import WorkerSettings
 
 logger = logging.getLogger(__name__)
 
@@ -44,19 +45,19 @@ class Monitor(threading.Thread):
     """Flushes statistics, keeps the heartbeat, autoscales the pool, fires the hook."""
 
     def __init__(
-        self, worker: Monitored, *, scaling: ScalingPolicy | None = None,
+        self, worker: Monitored, worker_settings: WorkerSettings, *,
         now: Callable[[], float] = clock.monotonic,
     ) -> None:
         super().__init__(name="taskrunner-monitor", daemon=True)
-        settings = get_settings()
+        settings = get_settings()  # the long-queue hook's own settings
         self.worker = worker
-        self.window = settings.STATS_WINDOW
+        self.window = worker_settings.stats_window
         self.recorder = StatsRecorder(window=self.window)  # the executor records into it
-        self.scaling = scaling
+        self.scaling = worker_settings.scaling
         self.now = now  # the autoscaler's clock; tests may pass their own
-        self.interval = settings.STATS_INTERVAL
+        self.interval = worker_settings.stats_interval
         self.ttl = stats_store.heartbeat_ttl(self.interval)
-        self.max_workers = scaling.max_workers if scaling else settings.MAX_WORKERS
+        self.max_workers = worker_settings.max_workers
         self.long_queue = LongQueueHook(
             settings.LONG_QUEUE_HOOK, threshold=settings.LONG_QUEUE_THRESHOLD,
             cooldown=settings.LONG_QUEUE_COOLDOWN, client=worker.broker.client,

@@ -19,22 +19,17 @@ periodic tasks (`scheduler.py`). Burst mode moves what is already due instead.
 from __future__ import annotations
 
 import logging
-import os
 import secrets
-import socket
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
 from django_taskrunner.scheduling.scheduler import LeaderScheduler, promote_all_due, register_queues
 from django_taskrunner.store import sharding
 from django_taskrunner.store.broker import Broker, Entry
 from django_taskrunner.store.errors import REDIS_DOWN
-from django_taskrunner.worker import reclaim
 from django_taskrunner.worker.acker import Acker
-from django_taskrunner.worker.autoscale import ScalingPolicy
 from django_taskrunner.worker.executor import Executor
 from django_taskrunner.worker.fetcher import Fetcher
 from django_taskrunner.worker.keepalive import Heartbeat
@@ -43,14 +38,10 @@ from django_taskrunner.worker.outage import RedisStatus
 from django_taskrunner.worker.pool import Pool
 from django_taskrunner.worker.reclaim import Reclaimer, shortest_timeout
 from django_taskrunner.worker.running import Attempt, RunningSet
+from django_taskrunner.worker.settings import WorkerSettings
 from django_taskrunner.worker.timelimit import TimeLimitWatchdog, interrupt
 
 logger = logging.getLogger(__name__)
-
-
-def default_consumer_name() -> str:
-    """Unique per process: host, pid and a random suffix."""
-    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
 @dataclass(frozen=True)
@@ -65,58 +56,39 @@ class WorkItem:
 class Worker:
     """Runs tasks from `queues` until stopped (or, in burst mode, until all are empty)."""
 
-    def __init__(
-        self, broker: Broker, queues: Sequence[str], *, concurrency: int, batch_size: int,
-        block_ms: int, shutdown_timeout: float, consumer: str | None = None, burst: bool = False,
-        scaling: ScalingPolicy | None = None,
-        scheduler: bool = True, leader_lease: float = 10.0,
-        reservation_timeout: float | None = None, time_limit_grace: float | None = None,
-        dead_consumer_timeout: float | None = None,
-    ) -> None:
+    def __init__(self, broker: Broker, settings: WorkerSettings) -> None:
         self.broker = broker
-        self.queues = list(dict.fromkeys(queues))
-        self.batch_size = batch_size
-        self.block_ms = block_ms
-        self.shutdown_timeout = shutdown_timeout
-        self.consumer = consumer or default_consumer_name()
-        self.burst = burst
+        self.settings = settings
+        self.queues = list(settings.queues)
+        self.consumer = settings.consumer
         self.stopping = threading.Event()
         self.forced = threading.Event()
         self.status = RedisStatus()
         self.acker = Acker(broker, self.status)
-        # Writes statistics and the heartbeat; resizes the pool when `scaling` is given.
-        self.monitor = Monitor(self, scaling=scaling)
-        self._build_guards(reservation_timeout, time_limit_grace, dead_consumer_timeout)
+        # Writes statistics and the heartbeat; resizes the pool when it autoscales.
+        self.monitor = Monitor(self, settings)
+        self._build_guards(settings)
         self.pool = Pool(0, self._run_item)
-        self._initial_size = concurrency
         self._cond = threading.Condition()
         self.outstanding = 0  # fetched and not yet finished
         self.completed = 0  # finished so far; tells burst mode that work may have appeared
         self.promotions = 0  # burst mode: passes that moved due delayed tasks to the streams
         self.scheduling = (
-            LeaderScheduler(broker, self.queues, lease=leader_lease,
+            LeaderScheduler(broker, self.queues, lease=settings.leader_lease,
                             identity=f"{self.consumer}:{secrets.token_hex(3)}")
-            if scheduler and not burst else None
+            if settings.scheduler and not settings.burst else None
         )
         self._leftovers: list[WorkItem] = []
         self._held: set[tuple[str, str]] = set()  # (queue, stream id) fetched, not finished
         # One reader per stream: a queue split into shards has one stream per shard.
         self.fetchers = [Fetcher(self, shard) for shard in sharding.all_shards(self.queues)]
 
-    def _build_guards(
-        self, reservation_timeout: float | None, time_limit_grace: float | None,
-        dead_consumer_timeout: float | None,
-    ) -> None:
+    def _build_guards(self, settings: WorkerSettings) -> None:
         """The executor and what keeps messages safe: heartbeat, watchdog, reclaimer."""
-        settings = get_settings()
-        timeout = self.reservation_timeout = (
-            settings.RESERVATION_TIMEOUT if reservation_timeout is None else reservation_timeout)
-        grace = settings.TIME_LIMIT_GRACE if time_limit_grace is None else time_limit_grace
-        if dead_consumer_timeout is None:
-            dead_consumer_timeout = reclaim.dead_consumer_timeout(
-                settings.DEAD_CONSUMER_TIMEOUT, timeout)
+        timeout = settings.reservation_timeout
         self.running = RunningSet(on_change=lambda: self.watchdog.wake())
-        self.watchdog = TimeLimitWatchdog(self.running, grace, self._give_up)
+        self.watchdog = TimeLimitWatchdog(self.running, settings.time_limit_grace,
+                                          self._give_up)
         self.executor = Executor(self.broker, self.consumer, self.acker.add,
                                  stats=self.monitor.recorder, running=self.running,
                                  reservation_timeout=timeout)
@@ -128,7 +100,7 @@ class Worker:
         self.reclaimer = Reclaimer(
             self.broker, self.consumer, sharding.all_shards(self.queues), self,
             reservation_timeout=timeout,
-            dead_consumer_timeout=dead_consumer_timeout, status=self.status,
+            dead_consumer_timeout=settings.dead_consumer_timeout, status=self.status,
         )
         # A message that waited this long in the buffer is checked to be ours before it runs.
         self._recheck_after = {shard: seconds / 2 for shard, seconds in shortest.items()}
@@ -137,7 +109,7 @@ class Worker:
 
     def limit(self) -> int:
         """Messages held at most: what the pool runs now plus one batch waiting."""
-        return self.pool.size + self.batch_size
+        return self.pool.size + self.settings.batch_size
 
     def holds(self, queue: str, stream_id: str) -> bool:
         """True while `stream_id` is in this worker's buffer or running."""
@@ -156,7 +128,7 @@ class Worker:
         fetcher) carry one message. With room for a batch, only the running tasks are
         left, and they keep the threads busy while the read is in flight.
         """
-        return max(1, self.batch_size)
+        return max(1, self.settings.batch_size)
 
     def wait_for_room(self) -> int:
         with self._cond:
@@ -245,9 +217,9 @@ class Worker:
     def run(self) -> int:
         """Run until stopped; returns the process exit code."""
         logger.info("worker %s started: queues=%s concurrency=%d batch=%d", self.consumer,
-                    ",".join(self.queues), self._initial_size, self.batch_size)
+                    ",".join(self.queues), self.settings.concurrency, self.settings.batch_size)
         self.acker.start()
-        self.pool.resize(self._initial_size)
+        self.pool.resize(self.settings.concurrency)
         self.monitor.start()
         self._register_queues()
         self.heartbeat.start()
@@ -257,10 +229,10 @@ class Worker:
         if self.scheduling is not None:
             self.scheduling.start()
         while not self.stopping.is_set():
-            if self.burst and self._burst_done():
+            if self.settings.burst and self._burst_done():
                 logger.info("burst: every queue is empty, stopping")
                 break
-            self.stopping.wait(0.02 if self.burst else 0.5)
+            self.stopping.wait(0.02 if self.settings.burst else 0.5)
         return self._shutdown()
 
     def _register_queues(self) -> None:
@@ -293,19 +265,19 @@ class Worker:
     def _shutdown(self) -> int:
         self.stopping.set()
         started = clock.monotonic()
-        self._log_stopping(self.shutdown_timeout)
+        self._log_stopping(self.settings.shutdown_timeout)
         if self.scheduling is not None:
             self.scheduling.stop()  # resigns the lease: another worker takes over at once
         for fetcher in self.fetchers:
-            fetcher.join(self.block_ms / 1000 + 1)
-        remaining = max(0.0, self.shutdown_timeout - (clock.monotonic() - started))
+            fetcher.join(self.settings.block_ms / 1000 + 1)
+        remaining = max(0.0, self.settings.shutdown_timeout - (clock.monotonic() - started))
         finished = self._wait_for_pool(remaining)
         unfinished = self.pool.drain_inbox() + (self.pool.running_items() if not finished else [])
         with self._cond:
             unfinished += self._leftovers
             self._leftovers = []
         if not finished:
-            self._log_given_up(self.shutdown_timeout)
+            self._log_given_up(self.settings.shutdown_timeout)
         requeued = self._requeue(unfinished)
         if requeued:
             logger.info("put %d message(s) this worker held but did not finish back on their "
