@@ -36,9 +36,9 @@ from django_taskrunner.exceptions import (
     WorkerLost,
 )
 from django_taskrunner.stats.recorder import StatsRecorder
-from django_taskrunner.store import keys
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.worker.backoff import default_backoff
+from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.failures import record_failure
 from django_taskrunner.worker.running import Attempt, RunningSet
 
@@ -90,53 +90,50 @@ class Executor:
         self.running = running if running is not None else RunningSet()
         self.reservation_timeout = reservation_timeout
 
-    def handle(
-        self, queue: str, stream_id: str, body: bytes | None, runs: int | None = None
-    ) -> None:
-        """Process one stream entry to the end; never raises.
-
-        `runs` is the delivery counter of a reclaimed entry (None for a first delivery).
-        """
+    def handle(self, delivery: Delivery) -> None:
+        """Process one stream entry to the end; never raises."""
         try:
-            self._handle(queue, stream_id, body, runs)
+            self._handle(delivery)
         except Exception:
             logger.exception("could not finish message %s of queue %s; it stays pending",
-                             stream_id, queue)
+                             delivery.stream_id, delivery.shard)
 
-    def _handle(self, queue: str, stream_id: str, body: bytes | None, runs: int | None) -> None:
-        if body is None:  # deleted from the stream while pending
-            self.ack(queue, stream_id)
+    def _handle(self, delivery: Delivery) -> None:
+        if delivery.body is None:  # deleted from the stream while pending
+            self.ack(delivery.shard, delivery.stream_id)
             return
-        message = self.decode(queue, stream_id, body)
+        message = self.decode(delivery, delivery.body)
         if message is None:
             return
-        task = self.lookup(message)
+        task = self.lookup(delivery, message)
         if task is None:
             return
-        if self.expired(message):
+        if self.expired(delivery, message):
             return
-        if runs is not None and not self.restart(task, message, runs):
+        if delivery.runs is not None and not self.restart(delivery, task, message):
             return
-        self.stats.picked_up(message.queue, task.name, stream_id, runs)
-        self.release(message, locks.STARTED)
+        self.stats.picked_up(message.queue, task.name, delivery.stream_id, delivery.runs)
+        self.release(delivery, message, locks.STARTED)
         started = clock.monotonic()
-        error = self.run(task, message)
+        error = self.run(delivery, task, message)
         if error is ABANDONED:
             return
         self.stats.ran(message.queue, task.name, clock.monotonic() - started, error)
         if error is None:
-            self.succeeded(task, message)
+            self.succeeded(delivery, task, message)
         else:
-            self.failed(task, message, error)
+            self.failed(delivery, task, message, error)
 
-    def failed(self, task: Task, message: TaskMessage, error: BaseException) -> None:
+    def failed(
+        self, delivery: Delivery, task: Task, message: TaskMessage, error: BaseException
+    ) -> None:
         """An attempt failed: retry it, or record the task as failed for good."""
         if message.attempt <= task.options.max_retry:
-            self.retry(task, message, error)
+            self.retry(delivery, task, message, error)
         else:
-            self.failed_for_good(message, error)
+            self.failed_for_good(delivery, message, error)
 
-    def decode(self, queue: str, stream_id: str, body: bytes) -> TaskMessage | None:
+    def decode(self, delivery: Delivery, body: bytes) -> TaskMessage | None:
         """The message, or None after recording an entry that cannot be used as failed.
 
         Any entry at all ends here as a message whose fields are all usable (a lock it
@@ -144,17 +141,17 @@ class Executor:
         an entry holds can make it stay pending, run twice or stop the worker.
         """
         try:
-            message = TaskMessage.from_json(body, stream_id=stream_id)
-            message.check_lock_key(self.broker.prefix, queue)
+            message = TaskMessage.from_json(body, stream_id=delivery.stream_id)
+            message.check_lock_key(self.broker.prefix, delivery.shard)
         except Exception as exc:  # noqa: BLE001 - bad input is a failed row, never a crash
-            self.undecodable(queue, stream_id, body, exc)
+            self.undecodable(delivery, body, exc)
             return None
-        # The stream it was read from is authoritative: for a queue split into shards,
-        # this is the shard name, so the retry, the ack and the lock release stay there.
-        message.queue = queue
+        # The stream it was read from is authoritative for the queue; the shard stays
+        # on the delivery, where the retry, the ack and the lock release find it.
+        message.queue = delivery.queue
         return message
 
-    def undecodable(self, queue: str, stream_id: str, body: bytes, exc: Exception) -> None:
+    def undecodable(self, delivery: Delivery, body: bytes, exc: Exception) -> None:
         """Record an entry that is not a usable message, under a placeholder id, and ack it.
 
         The row keeps the start of the raw body. Its task name stays empty even when the
@@ -164,26 +161,28 @@ class Executor:
         if not isinstance(exc, InvalidTaskPayload):
             exc = InvalidTaskPayload(f"message cannot be decoded: {type(exc).__name__}: {exc}")
         raw = body[:RAW_BODY_LIMIT].decode("utf-8", errors="replace").replace("\x00", "\ufffd")
-        placeholder = TaskMessage(id=f"{stream_id}@{queue}", task_name="", queue=queue,
-                                  payload=None, stream_id=stream_id)
-        self._record_and_ack(placeholder, exc, attempts=0, payload=raw)
+        placeholder = TaskMessage(id=f"{delivery.stream_id}@{delivery.shard}", task_name="",
+                                  queue=delivery.queue, payload=None,
+                                  stream_id=delivery.stream_id)
+        self._record_and_ack(delivery, placeholder, exc, attempts=0, payload=raw)
 
-    def lookup(self, message: TaskMessage) -> Task | None:
+    def lookup(self, delivery: Delivery, message: TaskMessage) -> Task | None:
         task = registry.find(message.task_name)
         if task is None:
-            self._record_and_ack(message, TaskNotFound(message.task_name), attempts=0,
-                                 event=locks.DROPPED)
+            self._record_and_ack(delivery, message, TaskNotFound(message.task_name),
+                                 attempts=0, event=locks.DROPPED)
         return task
 
-    def expired(self, message: TaskMessage) -> bool:
+    def expired(self, delivery: Delivery, message: TaskMessage) -> bool:
         """Record and ack a message that was not started before its expiry time."""
         if message.expires_at_ms is None or clock.now_ms() <= message.expires_at_ms:
             return False
         error = TaskExpired(f"task {message.task_name!r} expired before it started")
-        self._record_and_ack(message, error, attempts=message.attempt - 1, event=locks.DROPPED)
+        self._record_and_ack(delivery, message, error, attempts=message.attempt - 1,
+                             event=locks.DROPPED)
         return True
 
-    def restart(self, task: Task, message: TaskMessage, runs: int) -> bool:
+    def restart(self, delivery: Delivery, task: Task, message: TaskMessage) -> bool:
         """Before re-running a reclaimed message: False if it is given up or no longer ours.
 
         `runs` counts its deliveries that may have started (the first one, and each
@@ -191,22 +190,24 @@ class Executor:
         died count as failed attempts, so a message that kills every worker running it
         stops after `max_retry + 1` sure deaths: recorded as failed and acked.
         """
+        runs = delivery.runs or 1
         died = (message.attempt - 1) + (runs - 1)
         if died >= task.options.max_retry + 1:
-            self._record_and_ack(message, WorkerLost(task.name, runs),
+            self._record_and_ack(delivery, message, WorkerLost(task.name, runs),
                                  attempts=message.attempt - 1 + runs, event=locks.FAILED)
             return False
-        lost = self.broker.hold(message.queue, self.consumer, [message.stream_id or ""],
+        lost = self.broker.hold(delivery.shard, self.consumer, [delivery.stream_id],
                                 runs=runs + 1)
         return not lost
 
-    def run(self, task: Task, message: TaskMessage) -> BaseException | None:
+    def run(self, delivery: Delivery, task: Task, message: TaskMessage) -> BaseException | None:
         """Call the task function; return what it raised, None on success, or ABANDONED."""
         logger.debug("running task=%s id=%s queue=%s attempt=%d", task.name, message.id,
                      message.queue, message.attempt)
         timeout = message.reservation_timeout_ms
         attempt = self.running.start(
-            task, message, self.reservation_timeout if timeout is None else timeout / 1000)
+            task, message, self.reservation_timeout if timeout is None else timeout / 1000,
+            delivery.shard)
         try:
             error = self.call(task, message, attempt)
         finally:
@@ -242,20 +243,19 @@ class Executor:
         error = self.time_limit_error(attempt)
         self.stats.ran(attempt.queue, attempt.task.name, clock.monotonic() - attempt.started,
                        error)
-        self.failed(attempt.task, attempt.message, error)
+        delivery = Delivery(attempt.shard, attempt.stream_id, None)
+        self.failed(delivery, attempt.task, attempt.message, error)
 
     def context(self, message: TaskMessage, attempt: Attempt) -> TaskContext:
-        stream_id = message.stream_id or ""
-
         def heartbeat() -> bool:
-            return self.broker.heartbeat(message.queue, self.consumer, stream_id)
+            return self.broker.heartbeat(attempt.shard, self.consumer, attempt.stream_id)
 
         return TaskContext(
-            id=message.id, task_name=message.task_name, queue=keys.queue_of(message.queue),
+            id=message.id, task_name=message.task_name, queue=message.queue,
             attempt=message.attempt, _heartbeat=heartbeat, _cancel=attempt.cancel,
         )
 
-    def release(self, message: TaskMessage, event: str) -> None:
+    def release(self, delivery: Delivery, message: TaskMessage, event: str) -> None:
         """Free (or renew) the unique lock and task_id the message holds, per its mode.
 
         Retries call nothing here: the lock and the task_id are kept across retries.
@@ -263,28 +263,32 @@ class Executor:
         if message.lock_key is None and not message.has_task_id:
             return
         try:
-            locks.release(self.broker.client, self.broker.prefix, message, event)
+            # The lock and task_id live in the shard's slot: core.unique finds their keys
+            # by the message's queue, so it gets a copy naming the shard.
+            stored = message if delivery.shard == message.queue else replace(
+                message, queue=delivery.shard)
+            locks.release(self.broker.client, self.broker.prefix, stored, event)
         except Exception:
             # Never let a release undo the outcome: an entry left pending would run again.
             logger.exception("task=%s id=%s: could not free its unique lock or task id at "
                              "%s; it frees at its TTL", message.task_name, message.id, event)
 
-    def succeeded(self, task: Task, message: TaskMessage) -> None:
-        self.release(message, locks.SUCCEEDED)
-        self.ack(message.queue, message.stream_id or "")
+    def succeeded(self, delivery: Delivery, task: Task, message: TaskMessage) -> None:
+        self.release(delivery, message, locks.SUCCEEDED)
+        self.ack(delivery.shard, delivery.stream_id)
         self.stats.succeeded(message.queue, task.name)
 
-    def retry(self, task: Task, message: TaskMessage, error: BaseException) -> None:
+    def retry(
+        self, delivery: Delivery, task: Task, message: TaskMessage, error: BaseException
+    ) -> None:
         """Queue the next attempt and ack this one, in one atomic script."""
         delay = retry_delay(task, message.attempt)
         logger.warning("task=%s id=%s attempt=%d raised %s: %s; retry %d of %d in %.2fs",
                        task.name, message.id, message.attempt, type(error).__name__, error,
                        message.attempt, task.options.max_retry, delay)
-        # On the wire a message names its queue; the shard is where it is stored.
-        next_attempt = replace(message, queue=keys.queue_of(message.queue),
-                               attempt=message.attempt + 1, stream_id=None)
+        next_attempt = replace(message, attempt=message.attempt + 1, stream_id=None)
         due_ms = self.retry_due_ms(delay)
-        self.broker.requeue(message.queue, self.consumer, message.stream_id or "",
+        self.broker.requeue(delivery.shard, self.consumer, delivery.stream_id,
                             next_attempt.to_json(), due_ms)
         self.stats.retried(message.queue, task.name)
 
@@ -296,12 +300,14 @@ class Executor:
         """
         return clock.now_ms() + round(delay * 1000) if delay > 0 else 0
 
-    def failed_for_good(self, message: TaskMessage, error: BaseException) -> None:
-        self._record_and_ack(message, error, attempts=message.attempt, event=locks.FAILED,
-                             task_raised=True)
+    def failed_for_good(
+        self, delivery: Delivery, message: TaskMessage, error: BaseException
+    ) -> None:
+        self._record_and_ack(delivery, message, error, attempts=message.attempt,
+                             event=locks.FAILED, task_raised=True)
 
     def _record_and_ack(
-        self, message: TaskMessage, error: BaseException, *, attempts: int,
+        self, delivery: Delivery, message: TaskMessage, error: BaseException, *, attempts: int,
         payload: str | None = None, event: str | None = None, task_raised: bool = False,
     ) -> None:
         """Write the failure, then free what the message holds at `event`, then ack.
@@ -319,7 +325,7 @@ class Executor:
         finally:
             close_old_connections()
         if event is not None:
-            self.release(message, event)
-        self.ack(message.queue, message.stream_id or "")
+            self.release(delivery, message, event)
+        self.ack(delivery.shard, delivery.stream_id)
         self.stats.failed(message.queue, message.task_name)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import traceback as tb
-from dataclasses import replace
 from typing import Any
 
 from django.db import IntegrityError
@@ -16,7 +15,6 @@ from django_taskrunner.conf import get_settings
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.exceptions import TaskExecutionError
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store.keys import SHARD_MARK, queue_of
 
 logger = logging.getLogger(__name__)
 
@@ -51,8 +49,6 @@ def record_failure(
     after a crash) is kept as is, and the handler is not called again. A `task_id`
     dispatched again has another token, so its failure gets a row of its own.
     """
-    if SHARD_MARK in message.queue:  # read from a shard: the row and the handler name the queue
-        message = replace(message, queue=queue_of(message.queue))
     error_class, error_text = describe_error(error)
     if traceback is None:
         traceback = "".join(tb.format_exception(error))

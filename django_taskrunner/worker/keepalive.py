@@ -105,7 +105,7 @@ class Heartbeat(threading.Thread):
 
     def _held_by_queue(self) -> tuple[dict[str, list[str]], set[tuple[str, str]]]:
         """Stream ids to beat per queue, and the (queue, id) of the running ones."""
-        running = {(attempt.queue, attempt.stream_id) for attempt in self.running.snapshot()}
+        running = {(attempt.shard, attempt.stream_id) for attempt in self.running.snapshot()}
         held = set(self.held()) | running if self.held is not None else running
         by_queue: dict[str, list[str]] = defaultdict(list)
         for queue, stream_id in held:

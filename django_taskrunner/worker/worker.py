@@ -22,7 +22,6 @@ import logging
 import secrets
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from django_taskrunner.core import clock
 from django_taskrunner.scheduling.scheduler import LeaderScheduler, promote_all_due, register_queues
@@ -30,6 +29,7 @@ from django_taskrunner.store import sharding
 from django_taskrunner.store.broker import Broker, Entry
 from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.worker.acker import Acker
+from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
 from django_taskrunner.worker.fetcher import Fetcher
 from django_taskrunner.worker.keepalive import Heartbeat
@@ -42,15 +42,6 @@ from django_taskrunner.worker.settings import WorkerSettings
 from django_taskrunner.worker.timelimit import TimeLimitWatchdog, interrupt
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class WorkItem:
-    queue: str
-    stream_id: str
-    body: bytes | None
-    runs: int | None = None  # delivery counter of a reclaimed entry; None when fresh
-    accepted: float = 0.0  # monotonic time it entered the buffer
 
 
 class Worker:
@@ -78,7 +69,7 @@ class Worker:
                             identity=f"{self.consumer}:{secrets.token_hex(3)}")
             if settings.scheduler and not settings.burst else None
         )
-        self._leftovers: list[WorkItem] = []
+        self._leftovers: list[Delivery] = []
         self._held: set[tuple[str, str]] = set()  # (queue, stream id) fetched, not finished
         # One reader per stream: a queue split into shards has one stream per shard.
         self.fetchers = [Fetcher(self, shard) for shard in sharding.all_shards(self.queues)]
@@ -150,8 +141,8 @@ class Worker:
     ) -> None:
         """Hand read (or reclaimed) entries to the pool, or keep them for requeue if stopping."""
         now = clock.monotonic()
-        items = [WorkItem(queue, stream_id, body, (runs or {}).get(stream_id), now)
-                 for stream_id, body in entries]
+        items = [Delivery(queue, stream_id, body, (runs or {}).get(stream_id), now)
+                 for stream_id, body in entries]  # `queue`: the stream, a queue or a shard
         with self._cond:
             self.outstanding += len(items)
             self._held.update((queue, item.stream_id) for item in items)
@@ -161,16 +152,16 @@ class Worker:
         for item in items:
             self.pool.submit(item)
 
-    def _run_item(self, item: WorkItem) -> None:
+    def _run_item(self, item: Delivery) -> None:
         if self.stopping.is_set():
             with self._cond:
                 self._leftovers.append(item)
             return
         try:
             if self._still_ours(item):
-                self.executor.handle(item.queue, item.stream_id, item.body, item.runs)
+                self.executor.handle(item)
         finally:
-            self._release(item.queue, item.stream_id)
+            self._release(item.shard, item.stream_id)
 
     def _release(self, queue: str, stream_id: str) -> None:
         """The message is finished here (or given up on); counted once."""
@@ -184,13 +175,13 @@ class Worker:
             if self.limit() - self.outstanding >= self.low_water() or not self.outstanding:
                 self._cond.notify_all()
 
-    def _still_ours(self, item: WorkItem) -> bool:
+    def _still_ours(self, item: Delivery) -> bool:
         """A message that sat long in the buffer may have been reclaimed by another worker."""
         waited = clock.monotonic() - item.accepted
-        if item.runs is not None or waited < self._recheck_after.get(item.queue, 0.0):
+        if item.runs is not None or waited < self._recheck_after.get(item.shard, 0.0):
             return True  # fresh, or a reclaimed one, which the executor checks as it starts
         try:
-            return not self.broker.hold(item.queue, self.consumer, [item.stream_id])
+            return not self.broker.hold(item.shard, self.consumer, [item.stream_id])
         except REDIS_DOWN:
             return True  # at least once: better run it twice than not at all
 
@@ -201,7 +192,7 @@ class Worker:
         try:
             self.executor.give_up(attempt)
         finally:
-            self._release(attempt.queue, attempt.stream_id)
+            self._release(attempt.shard, attempt.stream_id)
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -318,7 +309,7 @@ class Worker:
                 return True
         return self.pool.join(0)
 
-    def _requeue(self, items: list[WorkItem]) -> int:
+    def _requeue(self, items: list[Delivery]) -> int:
         """Put held, unfinished messages back at the end of their stream, unchanged;
         returns how many went back (the others stay pending, for reclaim)."""
         requeued = 0
@@ -326,7 +317,7 @@ class Worker:
             if item.body is None:
                 continue
             try:
-                self.broker.requeue(item.queue, self.consumer, item.stream_id, item.body)
+                self.broker.requeue(item.shard, self.consumer, item.stream_id, item.body)
                 requeued += 1
             except REDIS_DOWN as exc:
                 logger.error("could not requeue %s (%s); it stays pending for reclaim",

@@ -13,6 +13,7 @@ from django_taskrunner.stats.figures import get_stats, minute_counts, percentile
 from django_taskrunner.stats.recorder import PICKUP_LABELS, StatsRecorder
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
+from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
 from tests.testapp.tasks import always_fails, noop, sleep_50ms, sleep_100ms
 
@@ -124,7 +125,7 @@ def test_figures_reach_redis_only_when_flushed_in_one_batch(r):
     noop.dispatch_many({"n": n} for n in range(50))
     broker.ensure_group("default")
     for stream_id, body in broker.read("default", "c1", 50, None):
-        executor.handle("default", stream_id, body)
+        executor.handle(Delivery("default", stream_id, body))
     assert len(acked) == 50
 
     # Then nothing was written per task...
