@@ -75,16 +75,20 @@ def retry_delay(task: Task, retry: int) -> float:
 
 
 class Executor:
-    """Runs messages of one worker; `ack(queue, stream_id)` is called once each is done."""
+    """Runs messages of one worker. Each ends in exactly one call: `ack(shard, stream_id)`
+    or, for a retry, `requeue(shard, stream_id, body, due_ms)` (the worker's acker, which
+    sends both in batches; without `requeue`, the broker's own, at once)."""
 
     def __init__(
         self, broker: Broker, consumer: str, ack: Callable[[str, str], None],
         stats: StatsRecorder | None = None,
         running: RunningSet | None = None, reservation_timeout: float = 300.0,
+        requeue: Callable[[str, str, str, int], None] | None = None,
     ) -> None:
         self.broker = broker
         self.consumer = consumer
         self.ack = ack
+        self.requeue = requeue if requeue is not None else self._requeue_now
         # Run times and outcomes, in memory; the worker's monitor writes them in batches.
         self.stats = stats if stats is not None else StatsRecorder()
         self.running = running if running is not None else RunningSet()
@@ -281,16 +285,18 @@ class Executor:
     def retry(
         self, delivery: Delivery, task: Task, message: TaskMessage, error: BaseException
     ) -> None:
-        """Queue the next attempt and ack this one, in one atomic script."""
+        """Queue the next attempt and ack this one (one atomic script, sent by the acker)."""
         delay = retry_delay(task, message.attempt)
         logger.warning("task=%s id=%s attempt=%d raised %s: %s; retry %d of %d in %.2fs",
                        task.name, message.id, message.attempt, type(error).__name__, error,
                        message.attempt, task.options.max_retry, delay)
         next_attempt = replace(message, attempt=message.attempt + 1, stream_id=None)
         due_ms = self.retry_due_ms(delay)
-        self.broker.requeue(delivery.shard, self.consumer, delivery.stream_id,
-                            next_attempt.to_json(), due_ms)
+        self.requeue(delivery.shard, delivery.stream_id, next_attempt.to_json(), due_ms)
         self.stats.retried(message.queue, task.name)
+
+    def _requeue_now(self, shard: str, stream_id: str, body: str, due_ms: int) -> None:
+        self.broker.requeue(shard, self.consumer, stream_id, body, due_ms)
 
     def retry_due_ms(self, delay: float) -> int:
         """When the retry may run: 0 puts it straight back on the stream.

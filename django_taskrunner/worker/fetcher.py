@@ -21,7 +21,7 @@ class Fetcher(threading.Thread):
         self.worker = worker
         self.queue = queue
         # Burst mode: the worker's generation seen when a read found the stream empty.
-        self.idle_at: tuple[int, int] | None = None
+        self.idle_at: tuple[int, int, int] | None = None
 
     def run(self) -> None:
         worker, broker = self.worker, self.worker.broker

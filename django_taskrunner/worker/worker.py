@@ -55,7 +55,7 @@ class Worker:
         self.stopping = threading.Event()
         self.forced = threading.Event()
         self.status = RedisStatus()
-        self.acker = Acker(broker, self.status)
+        self.acker = Acker(broker, self.consumer, self.status, on_requeued=self._work_appeared)
         # Writes statistics and the heartbeat; resizes the pool when it autoscales.
         self.monitor = Monitor(self, settings)
         self._build_guards(settings)
@@ -64,6 +64,7 @@ class Worker:
         self.outstanding = 0  # fetched and not yet finished
         self.completed = 0  # finished so far; tells burst mode that work may have appeared
         self.promotions = 0  # burst mode: passes that moved due delayed tasks to the streams
+        self.requeues = 0  # batches of retries the acker has put back on the streams
         self.scheduling = (
             LeaderScheduler(broker, self.queues, lease=settings.leader_lease,
                             identity=f"{self.consumer}:{secrets.token_hex(3)}")
@@ -81,8 +82,8 @@ class Worker:
         self.watchdog = TimeLimitWatchdog(self.running, settings.time_limit_grace,
                                           self._give_up)
         self.executor = Executor(self.broker, self.consumer, self.acker.add,
-                                 stats=self.monitor.recorder, running=self.running,
-                                 reservation_timeout=timeout)
+                                 requeue=self.acker.requeue, stats=self.monitor.recorder,
+                                 running=self.running, reservation_timeout=timeout)
         shortest = {shard: shortest_timeout(shard, timeout)
                     for shard in sharding.all_shards(self.queues)}
         floor = min(shortest.values(), default=timeout)
@@ -128,9 +129,16 @@ class Worker:
                 self._cond.wait(0.5)
             return self.limit() - self.outstanding
 
-    def generation(self) -> tuple[int, int]:
-        """Changes whenever work may have appeared: a task finished, or due ones were moved."""
-        return self.completed, self.promotions
+    def generation(self) -> tuple[int, int, int]:
+        """Changes whenever work may have appeared: a task finished, due ones were moved,
+        or retries were put back."""
+        return self.completed, self.promotions, self.requeues
+
+    def _work_appeared(self) -> None:
+        """The acker put retries back on their streams: fetchers must read again."""
+        with self._cond:
+            self.requeues += 1
+            self._cond.notify_all()
 
     def wait_for_change(self, timeout: float) -> None:
         with self._cond:
@@ -234,6 +242,9 @@ class Worker:
 
     def _burst_done(self) -> bool:
         """Every stream was read empty since the last change, and nothing is due."""
+        # The acker first: retries it sent changed the generation before it became idle.
+        if not self.acker.idle():
+            return False
         with self._cond:
             generation = self.generation()
             idle = self.outstanding == 0 and all(
@@ -310,18 +321,14 @@ class Worker:
         return self.pool.join(0)
 
     def _requeue(self, items: list[Delivery]) -> int:
-        """Put held, unfinished messages back at the end of their stream, unchanged;
-        returns how many went back (the others stay pending, for reclaim)."""
+        """Put held, unfinished messages back at the end of their stream, unchanged,
+        through the acker (sent before it stops); returns how many go back. One that is
+        no longer ours, or that cannot be sent, stays pending for reclaim."""
         requeued = 0
         for item in items:
-            if item.body is None:
-                continue
-            try:
-                self.broker.requeue(item.shard, self.consumer, item.stream_id, item.body)
+            if item.body is not None:
+                self.acker.requeue(item.shard, item.stream_id, item.body)
                 requeued += 1
-            except REDIS_DOWN as exc:
-                logger.error("could not requeue %s (%s); it stays pending for reclaim",
-                             item.stream_id, exc)
         return requeued
 
 
