@@ -26,7 +26,7 @@ class Attempt:
     thread: threading.Thread
     reservation_timeout: float
     shard: str  # the stream the message was read from (its queue, or one shard of it)
-    started: float = field(default_factory=clock.monotonic)
+    started: float = field(default_factory=lambda: clock.monotonic())  # the clock of now
     cancel: threading.Event = field(default_factory=threading.Event)
 
     @property
