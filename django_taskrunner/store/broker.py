@@ -204,14 +204,31 @@ class Broker:
                              [self.stream(queue)], args)
         return [] if pipe is not None else [text(lost) for lost in result]
 
+    def hold_many(
+        self, consumer: str, held: Mapping[str, Sequence[str]]
+    ) -> dict[str, list[str]]:
+        """`hold()` for every queue of `held` (`{queue: [stream id, ...]}`) in one pipelined
+        round trip (`hold.lua` per queue); returns the lost ids per queue."""
+        pipe = self.client.pipeline(transaction=False)
+        for queue, stream_ids in held.items():
+            self.hold(queue, consumer, stream_ids, pipe=pipe)
+        return {queue: [text(lost) for lost in lost_ids]
+                for queue, lost_ids in zip(held, pipe.execute(), strict=True)}
+
     def pending_idle(
         self, queue: str, min_idle_ms: int, start: str, count: int, consumer: str | None = None
     ) -> list[Pending]:
-        """Pending entries idle for at least `min_idle_ms`, from `start` on (XPENDING IDLE)."""
-        rows = self.client.xpending_range(
-            self.stream(queue), self.group, start, "+", count, consumername=consumer,
-            idle=min_idle_ms,
-        )
+        """Pending entries idle for at least `min_idle_ms`, from `start` on (XPENDING IDLE);
+        none while the group does not exist yet (NOGROUP)."""
+        try:
+            rows = self.client.xpending_range(
+                self.stream(queue), self.group, start, "+", count, consumername=consumer,
+                idle=min_idle_ms,
+            )
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            return []
         return [Pending(text(row["message_id"]), text(row["consumer"]),
                         int(row["time_since_delivered"]), int(row["times_delivered"]))
                 for row in rows]

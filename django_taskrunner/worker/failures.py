@@ -52,24 +52,17 @@ def record_failure(
     error_class, error_text = describe_error(error)
     if traceback is None:
         traceback = "".join(tb.format_exception(error))
-    try:
-        _row, created = FailedTask.objects.get_or_create(
-            message_id=message.id,
-            dispatch_token=message.dispatch_token or "",
-            defaults={
-                "task_name": message.task_name[:255],
-                "queue": message.queue[:100],
-                "payload": payload if payload is not None else payload_text(message),
-                "error_class": error_class[:255],
-                "error": error_text,
-                "traceback": traceback,
-                "attempts": attempts,
-                "worker": worker[:255],
-                "failed_at": timezone.now(),
-            },
-        )
-    except IntegrityError:  # another worker wrote it between our get and create
-        created = False
+    created = _write_row(message, {
+        "task_name": message.task_name[:255],
+        "queue": message.queue[:100],
+        "payload": payload if payload is not None else payload_text(message),
+        "error_class": error_class[:255],
+        "error": error_text,
+        "traceback": traceback,
+        "attempts": attempts,
+        "worker": worker[:255],
+        "failed_at": timezone.now(),
+    })
     logger.error(
         "task failed for good: task=%s id=%s queue=%s attempts=%d error=%s",
         message.task_name, message.id, message.queue, attempts, error_text,
@@ -77,6 +70,17 @@ def record_failure(
     if created:
         call_failed_task_handler(message, execution_error(message, error) if task_raised
                                  else error)
+
+
+def _write_row(message: TaskMessage, fields: dict[str, Any]) -> bool:
+    """Create the row of this dispatch unless it exists; True if this call created it."""
+    try:
+        _row, created = FailedTask.objects.get_or_create(
+            message_id=message.id, dispatch_token=message.dispatch_token or "",
+            defaults=fields)
+    except IntegrityError:  # another worker wrote it between our get and create
+        return False
+    return bool(created)
 
 
 def execution_error(message: TaskMessage, error: BaseException) -> TaskExecutionError:

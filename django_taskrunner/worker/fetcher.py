@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
-from django_taskrunner.store.errors import REDIS_DOWN
-from django_taskrunner.worker.outage import backoff
+from django_taskrunner.worker.outage import redis_call
 
 if TYPE_CHECKING:
     from django_taskrunner.worker.worker import Worker
+
+T = TypeVar("T")
 
 
 class Fetcher(threading.Thread):
@@ -49,17 +51,8 @@ class Fetcher(threading.Thread):
                 self.idle_at = generation
                 worker.wait_for_change(0.05)
 
-    def _with_retries(self, call):  # type: ignore[no-untyped-def]
+    def _with_retries(self, call: Callable[[], T]) -> T | None:
         """Run `call`, retrying with capped backoff while Redis is down; None if stopping."""
-        failures = 0
-        while True:
-            try:
-                result = call()
-            except REDIS_DOWN as exc:
-                failures += 1
-                self.worker.status.failed(exc, f"reading queue {self.queue}")
-                if self.worker.stopping.wait(backoff(failures)):
-                    return None
-                continue
-            self.worker.status.succeeded()
-            return result
+        stopping = self.worker.stopping
+        return redis_call(call, status=self.worker.status, doing=f"reading queue {self.queue}",
+                          wait=lambda seconds, _failures: stopping.wait(seconds))

@@ -20,9 +20,8 @@ from django_taskrunner.core.options import check_queue_name
 from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import InvalidTaskOptions
 from django_taskrunner.stats.metrics import serve_metrics
-from django_taskrunner.store.broker import get_broker
-from django_taskrunner.store.errors import REDIS_DOWN
-from django_taskrunner.worker.outage import backoff
+from django_taskrunner.store.broker import Broker, get_broker
+from django_taskrunner.worker.outage import RedisStatus, redis_call
 from django_taskrunner.worker.settings import PoolSizeConflict, WorkerSettings, worker_settings
 from django_taskrunner.worker.worker import Worker
 
@@ -148,24 +147,24 @@ class Command(BaseCommand):
             raise CommandError(f"cannot serve metrics on {addr}:{port}: {exc}") from exc
 
     @staticmethod
-    def _connect(wait: bool) -> Any:
+    def _connect(wait: bool) -> Broker:
         """The broker. While Redis cannot be reached a worker waits for it (one started
         before its Redis, or during an outage, starts once Redis is up) instead of exiting;
         `--burst`, meant for scripts, fails at once with a clear error instead."""
-        failures = 0
-        while True:
-            try:
+
+        def sleep(seconds: float, _failures: int) -> bool:
+            time.sleep(seconds)
+            return False  # never gives up
+
+        try:
+            if not wait:
                 return get_broker()
-            except REDIS_DOWN as exc:
-                if not wait:
-                    raise CommandError(f"cannot connect to Redis: {exc}") from exc
-                failures += 1
-                if failures == 1:
-                    logging.getLogger("django_taskrunner.worker.worker").error(
-                        "Redis is unreachable (%s); waiting for it", exc)
-                time.sleep(backoff(failures))
-            except Exception as exc:  # a configuration error: say what to fix
-                raise CommandError(f"cannot connect to Redis: {exc}") from exc
+            broker = redis_call(get_broker, status=RedisStatus(meanwhile="waiting for it"),
+                                doing="starting the worker", wait=sleep)
+        except Exception as exc:  # Redis down in burst mode, or a configuration error
+            raise CommandError(f"cannot connect to Redis: {exc}") from exc
+        assert broker is not None  # redis_call gives up only when `wait` does
+        return broker
 
     @staticmethod
     def _default_queues(default_queue: str) -> list[str]:
