@@ -14,6 +14,7 @@ from django_taskrunner.stats.recorder import PICKUP_LABELS, StatsRecorder
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.stats import stats_store_for
+from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
 from tests.testapp.tasks import always_fails, noop, sleep_50ms, sleep_100ms
 
@@ -127,7 +128,7 @@ def test_figures_reach_redis_only_when_flushed_in_one_batch(r):
     noop.dispatch_many({"n": n} for n in range(50))
     broker.ensure_group("default")
     for stream_id, body in broker.read("default", "c1", 50, None):
-        executor.handle("default", stream_id, body)
+        executor.handle(Delivery("default", stream_id, body))
     assert len(acked) == 50
 
     # Then nothing was written per task...
@@ -204,6 +205,7 @@ def test_figures_are_kept_while_redis_is_unreachable_and_written_once_it_is_back
     from redis.retry import Retry
 
     from django_taskrunner.store.broker import Broker
+    from django_taskrunner.worker.settings import worker_settings
     from django_taskrunner.worker.worker import Worker
 
     # Given a worker whose Redis cannot be reached
@@ -213,8 +215,8 @@ def test_figures_are_kept_while_redis_is_unreachable_and_written_once_it_is_back
     prefix = get_settings().PREFIX
     dead = redis.Redis(port=dead_port, socket_connect_timeout=0.2, socket_timeout=0.2,
                        retry=Retry(NoBackoff(), 0))
-    worker = Worker(Broker(dead, prefix, "taskrunner"), ["default"], concurrency=1,
-                    batch_size=1, block_ms=100, shutdown_timeout=1)
+    worker = Worker(Broker(dead, prefix, "taskrunner"), worker_settings(
+        ["default"], concurrency=1, batch_size=1, block_ms=100, shutdown_timeout=1))
     worker.monitor.recorder.ran("default", "t", 0.01, None)
     worker.monitor.recorder.succeeded("default", "t")
 
