@@ -20,13 +20,17 @@ from __future__ import annotations
 import logging
 import traceback as tb
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from django.db import close_old_connections
 
+from django_taskrunner.conf import get_settings
 from django_taskrunner.core.context import TaskContext
+from django_taskrunner.core.records import encode_value
 from django_taskrunner.exceptions import TaskExpired, TaskRunnerError
 from django_taskrunner.stats.recorder import StatsRecorder
 from django_taskrunner.store.broker import Broker
+from django_taskrunner.store.records import RecordWrite
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.failures import record_failure
 from django_taskrunner.worker.running import Attempt, RunningSet
@@ -38,19 +42,35 @@ from django_taskrunner.worker.steps.lookup import lookup
 from django_taskrunner.worker.steps.outcome import record_failure as record_for_good
 from django_taskrunner.worker.steps.outcome import succeed
 from django_taskrunner.worker.steps.reclaimed import check_reclaimed
+from django_taskrunner.worker.steps.record import (
+    record_ttl,
+    skip_cancelled,
+    stop_cancelled,
+    write_outcome,
+)
 from django_taskrunner.worker.steps.retry import retry, retry_delay
 from django_taskrunner.worker.steps.run import Run
 from django_taskrunner.worker.steps.time_limit import check_time_limit
 
 logger = logging.getLogger(__name__)
 
+
+def set_progress(attempt: Attempt, value: Any) -> None:
+    """`ctx.set_progress`: keep the JSON of `value` for the heartbeat, or refuse it."""
+    encoded, why = encode_value(value, "progress")
+    if encoded is None:
+        raise ValueError(why)
+    attempt.set_progress(encoded)
+
 __all__ = ["Executor", "TaskExpired", "retry_delay"]  # TaskExpired: where it was before
 
 Step = Callable[["Executor", Run], bool]
 
 # The order of the policies. A new one (a rate limit, a cancellation) is one line here.
-BEFORE_RUN: Sequence[Step] = (decode, lookup, check_expiry, check_reclaimed, release_on_start)
-AFTER_RUN: Sequence[Step] = (check_time_limit, count_run, retry, record_for_good, succeed)
+BEFORE_RUN: Sequence[Step] = (decode, skip_cancelled, lookup, check_expiry, check_reclaimed,
+                              release_on_start)
+AFTER_RUN: Sequence[Step] = (check_time_limit, count_run, stop_cancelled, retry,
+                             record_for_good, succeed)
 
 
 class AttemptAbandoned(TaskRunnerError):
@@ -70,6 +90,7 @@ class Executor:
         stats: StatsRecorder | None = None,
         running: RunningSet | None = None, reservation_timeout: float = 300.0,
         requeue: Callable[[str, str, str, int], None] | None = None,
+        record: Callable[[RecordWrite], None] | None = None, result_ttl: int | None = None,
     ) -> None:
         self.broker = broker
         self.consumer = consumer
@@ -79,6 +100,11 @@ class Executor:
         self.stats = stats if stats is not None else StatsRecorder()
         self.running = running if running is not None else RunningSet()
         self.reservation_timeout = reservation_timeout
+        # Task records: each outcome's write goes with its ack (the acker's batch); the
+        # ids each stream's last fetch found cancelled; the RESULT_TTL of the worker.
+        self.record = record if record is not None else self._record_now
+        self.cancelled: dict[str, set[str]] = {}
+        self.result_ttl = get_settings().RESULT_TTL if result_ttl is None else result_ttl
 
     def handle(self, delivery: Delivery) -> None:
         """Process one stream entry to the end; never raises."""
@@ -111,21 +137,24 @@ class Executor:
         timeout = message.reservation_timeout_ms
         run.attempt = attempt = self.running.start(
             task, message, self.reservation_timeout if timeout is None else timeout / 1000,
-            run.shard)
+            run.shard, record_ttl=record_ttl(self, run))
         try:
             error = self.call(attempt)
         finally:
             settled = self.running.settle(attempt)
         return error if settled else ABANDONED
 
+    def _record_now(self, write: RecordWrite) -> None:
+        self.broker.records.write([write])
+
     def call(self, attempt: Attempt) -> BaseException | None:
         task, message = attempt.task, attempt.message
         close_old_connections()
         try:
             if task.options.takes_context:
-                task.fn(self.context(attempt), message.payload)
+                attempt.result = task.fn(self.context(attempt), message.payload)
             else:
-                task.fn(message.payload)
+                attempt.result = task.fn(message.payload)
         except BaseException as exc:  # noqa: BLE001 - a task's SystemExit must not stop us
             return exc
         finally:
@@ -146,6 +175,7 @@ class Executor:
         return TaskContext(
             id=message.id, task_name=message.task_name, queue=message.queue,
             attempt=message.attempt, _heartbeat=heartbeat, _cancel=attempt.cancel,
+            _progress=lambda value: set_progress(attempt, value),
         )
 
     def _requeue_now(self, shard: str, stream_id: str, body: str, due_ms: int) -> None:
@@ -165,13 +195,15 @@ class Executor:
         message = run.message
         assert message is not None
         close_old_connections()
+        trace = "".join(tb.format_exception(error))
         try:
             record_failure(message, error, attempts=attempts, worker=self.consumer,
-                           traceback="".join(tb.format_exception(error)), payload=payload,
-                           task_raised=task_raised)
+                           traceback=trace, payload=payload, task_raised=task_raised)
         finally:
             close_old_connections()
         if event is not None:
             release(self, run, event)
+        write_outcome(self, run, "expired" if isinstance(error, TaskExpired) else "failed",
+                      error=error, traceback=trace)
         self.ack(run.shard, run.stream_id)
         self.stats.failed(message.queue, message.task_name)

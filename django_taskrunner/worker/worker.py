@@ -83,7 +83,8 @@ class Worker:
                                           self._give_up)
         self.executor = Executor(self.broker, self.consumer, self.acker.add,
                                  requeue=self.acker.requeue, stats=self.monitor.recorder,
-                                 running=self.running, reservation_timeout=timeout)
+                                 running=self.running, reservation_timeout=timeout,
+                                 record=self.acker.record, result_ttl=settings.result_ttl)
         shortest = {shard: shortest_timeout(shard, timeout)
                     for shard in sharding.all_shards(self.queues)}
         floor = min(shortest.values(), default=timeout)

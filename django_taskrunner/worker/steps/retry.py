@@ -16,6 +16,7 @@ from django_taskrunner.checks import MAX_SECONDS
 from django_taskrunner.core import clock
 from django_taskrunner.core.task import Task
 from django_taskrunner.worker.backoff import default_backoff
+from django_taskrunner.worker.steps.record import write_outcome
 from django_taskrunner.worker.steps.run import Run
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ def retry(executor: Executor, run: Run) -> bool:
                    task.name, message.id, message.attempt, type(error).__name__, error,
                    message.attempt, task.options.max_retry, delay)
     next_attempt = replace(message, attempt=message.attempt + 1, stream_id=None)
+    write_outcome(executor, run, "retrying", error=error)
     executor.requeue(run.shard, run.stream_id, next_attempt.to_json(), retry_due_ms(delay))
     executor.stats.retried(message.queue, task.name)
     return False
