@@ -16,7 +16,6 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from django_taskrunner.conf import get_settings, on_reset
-from django_taskrunner.core.message import FIELD
 from django_taskrunner.store import keys, scripts
 from django_taskrunner.store.connection import get_redis
 from django_taskrunner.store.values import text
@@ -68,7 +67,7 @@ class Broker:
 
     def add(self, queue: str, body: str) -> str:
         """XADD one message; returns its stream id."""
-        return text(self.client.xadd(self.stream(queue), {FIELD: body}))
+        return text(self.client.xadd(self.stream(queue), {keys.ENTRY_FIELD: body}))
 
     def add_many(self, queue: str, bodies: Sequence[str]) -> list[str]:
         """XADD many messages in one pipelined round trip."""
@@ -78,14 +77,14 @@ class Broker:
         # for every message of the batch.
         command = pipe.execute_command
         for body in bodies:
-            command("XADD", stream, "*", FIELD, body)
+            command("XADD", stream, "*", keys.ENTRY_FIELD, body)
         return [text(stream_id) for stream_id in pipe.execute()]
 
     def add_each(self, entries: Sequence[tuple[str, str]]) -> list[str]:
         """XADD each (queue or shard, body) in one pipelined round trip (any slots)."""
         pipe = self.client.pipeline(transaction=False)
         for queue, body in entries:
-            pipe.xadd(self.stream(queue), {FIELD: body})
+            pipe.xadd(self.stream(queue), {keys.ENTRY_FIELD: body})
         return [text(stream_id) for stream_id in pipe.execute()]
 
     def ensure_group(self, queue: str) -> None:
@@ -294,7 +293,7 @@ def _body(fields: dict[bytes, bytes] | None) -> bytes | None:
     """
     if not fields:
         return None
-    body = fields.get(FIELD)
+    body = fields.get(keys.ENTRY_FIELD)
     return body if body is not None else repr(fields).encode()
 
 
