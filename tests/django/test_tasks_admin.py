@@ -26,7 +26,7 @@ SCRIPT = "<script>alert('x')</script>"
 
 
 def make_user(username: str, *perms: str, staff: bool = True) -> User:
-    user = User.objects.create_user(username, password="pw", is_staff=staff)
+    user = User.objects.create_user(username, password="pw", is_staff=staff)  # noqa: S106
     for codename in perms:
         user.user_permissions.add(Permission.objects.get(
             codename=codename, content_type__app_label="django_taskrunner"))
@@ -41,7 +41,7 @@ def logged_in(user: User) -> Client:
 
 @pytest.fixture
 def root() -> Client:
-    return logged_in(User.objects.create_superuser("root", password="pw"))
+    return logged_in(User.objects.create_superuser("root", password="pw"))  # noqa: S106
 
 
 def stream_id_of(message_id: str, queue: str = "default") -> str:
