@@ -177,6 +177,15 @@ class StreamBrowser:
         return {stream_id: (_entry(rows[0]).body if rows else None)
                 for stream_id, rows in zip(stream_ids, pipe.execute(), strict=True)}
 
+    def find_in_stream(self, queue: str, after: str, count: int, needle: bytes
+                       ) -> tuple[list[str], str]:
+        """The ids of the `count` entries after `after` whose body holds `needle`, found
+        on the server (`lua/find_in_stream.lua`, one bounded XRANGE); and the cursor to
+        go on from ("" when the stream ends)."""
+        found, last = scripts.run(self.client, "find_in_stream", [self.stream(queue)],
+                                  [after, str(count), needle])
+        return [text(stream_id) for stream_id in found], text(last)
+
     def scan_delayed(self, queue: str, needle: str, limit: int) -> list[tuple[bytes, float]]:
         """Delayed-set members (body, due ms) holding `needle` literally (ZSCAN MATCH),
         at most `limit`."""

@@ -228,3 +228,13 @@ def test_a_delayed_entry_and_a_failed_row_open_the_task_page(root):
 
     assert f"{DETAIL}?queue=default&amp;id={delayed.id}".encode() in delayed_html
     assert f"{DETAIL}?queue=default&amp;id=m-1".encode() in failed_html
+
+
+def test_a_task_far_down_a_long_stream_is_found_by_its_id(root):
+    noop.dispatch_many([{"n": n} for n in range(4500)])  # more than two search batches
+    wanted = noop.dispatch({"n": "last", "id": "decoy"})
+
+    facts = root.get(DETAIL, {"queue": "default", "id": wanted.id}).context["facts"]
+
+    assert facts.status == "queued" and facts.message_id == wanted.id
+    assert root.get(DETAIL, {"queue": "default", "id": "decoy"}).status_code == 404
