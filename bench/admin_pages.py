@@ -75,7 +75,8 @@ def task_pages(queued: int) -> list[tuple[str, str]]:
     broker = get_broker()
     client = broker.client
     stream = broker.stream("default")
-    [(middle, _)] = client.xrange(stream, "-", "+", count=queued // 2)[-1:]
+    [(middle, middle_fields)] = client.xrange(stream, "-", "+", count=queued // 2)[-1:]
+    middle_id = json.loads(middle_fields[b"m"])["id"]
     [(last, fields)] = client.xrevrange(stream, "+", "-", count=1)
     message_id = json.loads(fields[b"m"])["id"]
     base = "/admin/django_taskrunner/task/"
@@ -87,8 +88,12 @@ def task_pages(queued: int) -> list[tuple[str, str]]:
         ("tasks, running", f"{base}?queue=default&status=running"),
         ("tasks, running, JSON refresh", f"{base}live/?queue=default"),
         ("task, detail by stream id", f"{base}task/?queue=default&stream={last.decode()}"),
+        ("task, detail by id, half-way down the stream (a lock's holder link)",
+         f"{base}task/?queue=default&id={middle_id}"),
         ("task, detail by id, the newest (the whole stream searched)",
          f"{base}task/?queue=default&id={message_id}"),
+        ("task, detail by id, from a failed row (nothing searched)",
+         f"{base}task/?queue=default&id=msg-78&from=failed"),
         ("queues dashboard, JSON refresh", "/admin/django_taskrunner/queue/live/"),
     ]
 

@@ -38,7 +38,7 @@ SEARCH_SCAN = 5000  # stream entries a search page walks at most
 # Stream entries a lookup by message id looks at, at most, in batches searched on the
 # server (a batch blocks Redis well under a millisecond).
 FIND_SCAN = 200_000
-FIND_BATCH = 2000
+FIND_BATCH = 1000
 PAYLOAD_PREVIEW = 300  # characters of payload shown per row of a list
 STATUSES = ("queued", "running", "delayed")
 
@@ -267,19 +267,22 @@ class TaskFacts:
 
 
 def gather(browser: StreamBrowser, queue: str, *, stream_id: str = "",
-           message_id: str = "") -> TaskFacts:
+           message_id: str = "", hint: str = "") -> TaskFacts:
     """The facts of the task at `stream_id` of stream `queue`, or of message `message_id`
     (looked for in the first FIND_SCAN entries of the stream, then in the delayed set).
 
-    Only `queue`'s keys under this site's prefix are read: an id of another queue or
-    prefix is not found. `facts.found` is False for an unknown id.
+    `hint` says where a link came from, so the likely place is read first: "delayed"
+    (the delayed set before the stream), "failed" (a failed row: its message left Redis,
+    nothing is searched). Only `queue`'s keys under this site's prefix are read: an id
+    of another queue or prefix is not found. `facts.found` is False for an unknown id.
     """
     facts = TaskFacts(queue=queue, message_id=message_id)
     if stream_id:
         if STREAM_ID.match(stream_id):
             _from_stream(browser, facts, stream_id)
-    elif message_id:
-        _find_by_id(browser, facts, message_id)
+    elif message_id and hint != "failed":
+        if hint != "delayed" or not _find_delayed(browser, facts, message_id):
+            _find_by_id(browser, facts, message_id)
     if facts.message is not None:
         facts.message_id = facts.message.id
         _held_keys(browser, facts)
@@ -319,13 +322,18 @@ def _find_by_id(browser: StreamBrowser, facts: TaskFacts, message_id: str) -> No
                 _from_stream(browser, facts, stream_id)
                 if facts.status:
                     return
+    _find_delayed(browser, facts, message_id)
+
+
+def _find_delayed(browser: StreamBrowser, facts: TaskFacts, message_id: str) -> bool:
     literal = json.dumps(message_id, ensure_ascii=False)
     for body, score in browser.scan_delayed(facts.queue, f'"id":{literal}', 10):
         message = decode(body)
         if message is not None and message.id == message_id:
             facts.status, facts.body, facts.message = "delayed", body, message
             facts.due_ms = int(min(max(score, 0), MAX_EPOCH_MS))
-            return
+            return True
+    return False
 
 
 def _held_keys(browser: StreamBrowser, facts: TaskFacts) -> None:

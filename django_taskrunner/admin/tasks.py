@@ -101,9 +101,10 @@ class TaskAdmin(RedisPageAdmin):
         stream = request.GET.get("queue", "")
         stream_id = request.GET.get("stream", "")
         message_id = request.GET.get("id", "")[:255]
+        hint = request.GET.get("from", "")
         browser = get_browser()
         try:
-            facts = self._gather(browser, stream, stream_id, message_id)
+            facts = self._gather(browser, stream, stream_id, message_id, hint)
         except REDIS_DOWN as exc:
             return self.render(request, "detail.html", {"redis_error": str(exc)})
         if not facts.found:
@@ -114,8 +115,8 @@ class TaskAdmin(RedisPageAdmin):
             "changelist_url": reverse(self.url_name("changelist")),
         })
 
-    def _gather(self, browser: Any, stream: str, stream_id: str, message_id: str
-                ) -> facts_of.TaskFacts:
+    def _gather(self, browser: Any, stream: str, stream_id: str, message_id: str,
+                hint: str) -> facts_of.TaskFacts:
         """The facts from one stream; a split queue's name looks in each of its shards."""
         queues = dashboard_queues()
         if stream in queues and stream not in facts_of.stream_names(queues):
@@ -125,7 +126,8 @@ class TaskAdmin(RedisPageAdmin):
         else:
             raise Http404("no such queue")
         for shard in candidates:
-            facts = facts_of.gather(browser, shard, stream_id=stream_id, message_id=message_id)
+            facts = facts_of.gather(browser, shard, stream_id=stream_id,
+                                    message_id=message_id, hint=hint)
             if facts.found:
                 return facts
         return facts

@@ -226,8 +226,11 @@ def test_a_delayed_entry_and_a_failed_row_open_the_task_page(root):
     delayed_html = root.get("/admin/django_taskrunner/delayedtask/?queue=default").content
     failed_html = root.get(f"/admin/django_taskrunner/failedtask/{row.pk}/change/").content
 
-    assert f"{DETAIL}?queue=default&amp;id={delayed.id}".encode() in delayed_html
-    assert f"{DETAIL}?queue=default&amp;id=m-1".encode() in failed_html
+    assert f"{DETAIL}?queue=default&amp;id={delayed.id}&amp;from=delayed".encode() in delayed_html
+    assert f"{DETAIL}?queue=default&amp;id=m-1&amp;from=failed".encode() in failed_html
+    page = root.get(DETAIL, {"queue": "default", "id": delayed.id, "from": "delayed"})
+    assert page.context["facts"].status == "delayed"
+    assert root.get(DETAIL, {"queue": "default", "id": "m-1", "from": "failed"}).status_code == 200
 
 
 def test_a_task_far_down_a_long_stream_is_found_by_its_id(root):
