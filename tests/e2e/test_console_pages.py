@@ -93,6 +93,10 @@ def test_every_console_page_fits_a_1280_px_screen(console, screenshot_dir):
     too_wide = {name: width for name, width in widths.items() if width > WIDTH}
     assert not too_wide, too_wide
 
+    open_page(browser, pages["queues"])
+    label_px = browser.execute_script(  # the chart's labels as tall as the page's text
+        "return document.querySelector('svg.tr-chart text').getBoundingClientRect().height")
+    assert label_px >= 11, label_px
     open_page(browser, pages["failed detail"])
     scrolls = browser.execute_script(
         "var pre = document.querySelector('.field-traceback_pre pre');"
