@@ -87,13 +87,13 @@ def task_pages(queued: int) -> list[tuple[str, str]]:
         ("tasks, queued, searched (5,000 scanned)", f"{base}?queue=default&q=no-such-name"),
         ("tasks, running", f"{base}?queue=default&status=running"),
         ("tasks, running, JSON refresh", f"{base}live/?queue=default"),
-        ("task, detail by stream id", f"{base}task/?queue=default&stream={last.decode()}"),
+        ("task, detail by stream id", f"{base}detail/?queue=default&stream={last.decode()}"),
         ("task, detail by id, half-way down the stream (a lock's holder link)",
-         f"{base}task/?queue=default&id={middle_id}"),
+         f"{base}detail/?queue=default&id={middle_id}"),
         ("task, detail by id, the newest (the whole stream searched)",
-         f"{base}task/?queue=default&id={message_id}"),
+         f"{base}detail/?queue=default&id={message_id}"),
         ("task, detail by id, from a failed row (nothing searched)",
-         f"{base}task/?queue=default&id=msg-78&from=failed"),
+         f"{base}detail/?queue=default&id=msg-78&from=failed"),
         ("queues dashboard, JSON refresh", "/admin/django_taskrunner/queue/live/"),
     ]
 

@@ -38,7 +38,7 @@ class TaskAdmin(RedisPageAdmin):
         view = self.admin_site.admin_view
         return [
             path("", view(self.changelist_view), name=self._name("changelist")),
-            path("task/", view(self.detail_view), name=self._name("detail")),
+            path("detail/", view(self.detail_view), name=self._name("detail")),
             path("live/", view(self.live_view), name=self._name("live")),
         ]
 

@@ -20,7 +20,7 @@ from tests.testapp.tasks import noop, unique_order
 pytestmark = pytest.mark.django_db(transaction=True)
 
 LIST = "/admin/django_taskrunner/task/"
-DETAIL = "/admin/django_taskrunner/task/task/"
+DETAIL = "/admin/django_taskrunner/task/detail/"
 LIVE = "/admin/django_taskrunner/task/live/"
 SCRIPT = "<script>alert('x')</script>"
 
