@@ -147,3 +147,33 @@ def test_the_dashboard_json_holds_each_queues_figures(root, full_queue):
 def test_the_dashboard_json_needs_the_view_permission():
     assert logged_in(make_user("staff")).get(LIVE).status_code == 403
     assert logged_in(make_user("viewer", "view_queue")).get(LIVE).status_code == 200
+
+
+def test_a_split_queue_is_purged_shard_by_shard_and_listed_per_shard(root, taskrunner_settings):
+    taskrunner_settings(SHARDS={"default": 2})
+    broker = get_broker()
+    noop.dispatch_many([{"n": n} for n in range(10)])
+    noop.dispatch_delayed({"n": 99}, delay=timedelta(hours=1))
+    assert broker.length("default#0") + broker.length("default#1") == 10
+
+    listing = root.get("/admin/django_taskrunner/task/", {"queue": "default"})
+    shard_page = root.get("/admin/django_taskrunner/task/", {"queue": "default#1"})
+    response = root.post(PURGE, {"queue": "default", "confirm": "yes"}, follow=True)
+
+    assert listing.context["queue"] == "default#0"
+    assert {row.queue for row in shard_page.context["page"].rows} == {"default#1"}
+    assert "removed 10 waiting message(s) and 1 delayed task(s)" in response.content.decode()
+    assert broker.length("default#0") + broker.length("default#1") == 0
+
+
+def test_undecodable_messages_are_purged_too_and_free_nothing(root):
+    broker = get_broker()
+    broker.add("default", "<not json>")
+    broker.add_delayed("default", "{\"lock\": \"elsewhere\"}", 10**12)
+    decoy = broker.prefix + ":{other}:unique:x"
+    broker.client.set(decoy, "someone")
+
+    response = root.post(PURGE, {"queue": "default", "confirm": "yes"}, follow=True)
+
+    assert "removed 1 waiting message(s) and 1 delayed task(s)" in response.content.decode()
+    assert broker.client.get(decoy) == b"someone"
