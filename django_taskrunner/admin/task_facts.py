@@ -200,10 +200,11 @@ def _queued(queue: str, entry: StreamEntry) -> TaskRow:
 
 
 def running_page(browser: StreamBrowser, queue: str, *, after: str = "", query: str = "",
-                 size: int = PER_PAGE) -> RowPage:
-    """Pending (delivered, not acked) entries of one stream with their holders."""
+                 consumer: str = "", size: int = PER_PAGE) -> RowPage:
+    """Pending (delivered, not acked) entries of one stream with their holders (of one
+    consumer only, when named)."""
     start = after if STREAM_ID.match(after) else "-"
-    held = browser.held(queue, start, size + 1)
+    held = browser.held(queue, start, size + 1, consumer or None)
     rows = [_running(queue, item) for item in held[:size]]
     if query:
         rows = [row for row in rows if matches(row.message, row.stream_id, query)]

@@ -67,9 +67,12 @@ class TaskAdmin(RedisPageAdmin):
             delayed = browser.delayed_count(stream)
         except REDIS_DOWN as exc:
             return self.render(request, "change_list.html", {"redis_error": str(exc)})
-        filters = {"queue": stream, "status": status, "q": query}
+        consumer = request.GET.get("consumer", "")[:200] if status == "running" else ""
+        filters = {"queue": stream, "status": status, "q": query,
+                   **({"consumer": consumer} if consumer else {})}
         return self.render(request, "change_list.html", {
             "streams": streams, "queue": stream, "status": status, "query": query,
+            "consumer": consumer,
             "page": page, "state": state, "delayed": delayed,
             "delayed_url": self._delayed_url(request, keys.queue_of(stream)),
             "filters": urlencode(filters),
@@ -79,7 +82,8 @@ class TaskAdmin(RedisPageAdmin):
             if page.previous_cursor and status == "queued" else "",
             "first_query": urlencode(filters) if page.previous_cursor else "",
             "live_url": f"{reverse(self.url_name('live'))}?{urlencode({'queue': stream})}"
-            if status == "running" and not query and not request.GET.get("after") else "",
+            if status == "running" and not (query or consumer or request.GET.get("after"))
+            else "",
             "refresh_seconds": REFRESH_SECONDS, "search_scan": facts_of.SEARCH_SCAN,
             "detail_url": reverse(self.url_name("detail")),
         })
@@ -89,7 +93,9 @@ class TaskAdmin(RedisPageAdmin):
         after = request.GET.get("after", "")
         before = request.GET.get("before", "")
         if status == "running":
-            return facts_of.running_page(browser, stream, after=after, query=query)
+            consumer = request.GET.get("consumer", "")[:200]
+            return facts_of.running_page(browser, stream, after=after, query=query,
+                                         consumer=consumer)
         if before and not facts_of.STREAM_ID.match(before) and before != "+":
             before = ""
         return facts_of.queued_page(browser, stream, after=after, before=before, query=query)

@@ -241,3 +241,16 @@ def test_a_task_far_down_a_long_stream_is_found_by_its_id(root):
 
     assert facts.status == "queued" and facts.message_id == wanted.id
     assert root.get(DETAIL, {"queue": "default", "id": "decoy"}).status_code == 404
+
+
+def test_the_running_list_shows_one_workers_tasks(root):
+    noop.dispatch_many([{"n": n} for n in range(3)])
+    broker = get_broker()
+    broker.ensure_group("default")
+    broker.read("default", "web-1-ab12", 1, None)
+    broker.read("default", "web-2-cd34", 2, None)
+
+    page = root.get(LIST, {"queue": "default", "status": "running",
+                           "consumer": "web-2-cd34"}).context["page"]
+
+    assert [row.consumer for row in page.rows] == ["web-2-cd34", "web-2-cd34"]
