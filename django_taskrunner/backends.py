@@ -38,15 +38,14 @@ from django_taskrunner.compat import (
     task_backends,
     task_enqueued,
 )
-from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock, due
 from django_taskrunner.core.dispatch import REDIS_DOWN, add_delayed, new_message
 from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import InvalidTaskPayload
-from django_taskrunner.store import keys, sharding
-from django_taskrunner.store.broker import get_broker
-from django_taskrunner.store.connection import built_client, get_redis
+from django_taskrunner.store import sharding
+from django_taskrunner.store.connection import built_client
 from django_taskrunner.store.errors import unavailable
+from django_taskrunner.store.results import get_results
 
 SHIM_TASK = "django_taskrunner.run_django_task"
 DEFAULT_RESULT_TTL = 24 * 3600
@@ -112,11 +111,8 @@ class TaskRunnerBackend(BaseTaskBackend):
 
     def _write_now(self, result_id: str, record: dict[str, Any], queue: str, body: str) -> None:
         """The record and the stream message in one round trip, the record first."""
-        broker = get_broker()
-        pipe = broker.client.pipeline(transaction=False)
-        pipe.set(result_key(result_id), json.dumps(record), ex=self.result_ttl)
-        pipe.xadd(broker.stream(sharding.next_shard(queue)), {b"m": body})
-        pipe.execute()
+        get_results().save_and_add(result_id, json.dumps(record), self.result_ttl,
+                                   sharding.next_shard(queue), body)
 
     def get_result(self, result_id: str) -> TaskResult:
         record = load_record(result_id)
@@ -186,10 +182,6 @@ def _seconds_until(due_ms: int) -> int:
     return max(0, -(-(due_ms - clock.now_ms()) // 1000))
 
 
-def result_key(result_id: str) -> str:
-    return keys.result_key(get_settings().PREFIX, result_id)
-
-
 def new_record(task: Task, alias: str, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     return {
         "func": task.module_path, "queue": task.queue_name, "backend": alias,
@@ -202,12 +194,12 @@ def new_record(task: Task, alias: str, args: list[Any], kwargs: dict[str, Any]) 
 
 
 def load_record(result_id: str) -> dict[str, Any] | None:
-    raw = get_redis().get(result_key(result_id))
+    raw = get_results().load(result_id)
     return json.loads(raw) if raw is not None else None
 
 
 def save_record(result_id: str, record: dict[str, Any], ttl: int) -> None:
-    get_redis().set(result_key(result_id), json.dumps(record), ex=ttl)
+    get_results().save(result_id, json.dumps(record), ttl)
 
 
 def to_task_result(result_id: str, record: dict[str, Any], task: Task) -> TaskResult:

@@ -4,6 +4,8 @@
 the same way at start-up (`manage.py check`, `runserver`, `runtasks`) and at first use
 in a process that runs no checks (gunicorn, a script calling `django.setup()`).
 Every key of `conf.DEFAULTS` has one entry in `KEY_CHECKS`; a test keeps it so.
+The table of keys lives in `defaults.py`, below both this module and `conf`, so `conf`
+imports this one and nothing here imports `conf` back.
 """
 
 from __future__ import annotations
@@ -16,7 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Tags, register
+
+from django_taskrunner.defaults import DEFAULTS
+from django_taskrunner.store.nodes import parse_node
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,99}$")
 PREFIX_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")
@@ -44,8 +50,6 @@ def _is_number(value: Any) -> bool:
 
 
 def _check_unknown(raw: dict[str, Any]) -> list[CheckMessage]:
-    from django_taskrunner.conf import DEFAULTS
-
     errors: list[CheckMessage] = []
     for key in raw:
         if key in DEFAULTS:
@@ -179,8 +183,6 @@ def _check_embedded_dir(value: Any) -> list[CheckMessage]:
 
 def _check_cluster_nodes(nodes: Any) -> list[CheckMessage]:
     """None, or a non-empty list of "host:port" strings."""
-    from django_taskrunner.store.nodes import parse_node
-
     if nodes is None:
         return []
     message = "TASKRUNNER['CLUSTER_NODES'] must be None or a non-empty list of \"host:port\""
@@ -285,13 +287,12 @@ def validate_settings(raw: Any) -> list[CheckMessage]:
     return _check_unknown(raw) + _check_keys(raw) + _check_combinations(raw)
 
 
-def _check_connection_alias(raw: dict[str, Any]) -> list[CheckMessage]:
+def check_connection_alias(raw: dict[str, Any]) -> list[CheckMessage]:
+    """CONNECTION names a django-redis cache of CACHES (needs Django's settings)."""
     alias = raw.get("CONNECTION")
     if not isinstance(alias, str):
         return []
-    from django.conf import settings
-
-    caches = getattr(settings, "CACHES", {})
+    caches = getattr(django_settings, "CACHES", {})
     if alias not in caches:
         return [_error(f"TASKRUNNER['CONNECTION'] names cache {alias!r}, which is not in CACHES",
                        "taskrunner.E007")]
@@ -306,6 +307,10 @@ def _check_connection_alias(raw: dict[str, Any]) -> list[CheckMessage]:
             )
         ]
     return []
+
+
+# The name tests and docs examples imported before the function became public.
+_check_connection_alias = check_connection_alias
 
 
 def _check_handler_paths(raw: dict[str, Any]) -> list[CheckMessage]:
@@ -331,13 +336,53 @@ def _check_handler_paths(raw: dict[str, Any]) -> list[CheckMessage]:
 @register(Tags.compatibility)
 def check_taskrunner_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Django system check: report every bad `TASKRUNNER` value at start-up."""
-    from django.conf import settings
-
-    from django_taskrunner.conf import user_settings
-
-    raw = getattr(settings, "TASKRUNNER", {})
+    raw = getattr(django_settings, "TASKRUNNER", {})
     errors = validate_settings(raw)
     if isinstance(raw, dict):
-        raw = user_settings()
-        errors += _check_connection_alias(raw) + _check_handler_paths(raw)
+        raw = dict(raw)
+        errors += check_connection_alias(raw) + _check_handler_paths(raw)
     return errors
+
+
+@register(Tags.compatibility)
+def check_connection_needs_django_redis(app_configs: Any = None,
+                                        **kwargs: Any) -> list[CheckMessage]:
+    """`CONNECTION` borrows a django-redis cache's client: an optional dependency (the
+    `django-redis` extra), so say so at start-up rather than fail at the first dispatch."""
+    from django_taskrunner.conf import user_settings
+
+    if not user_settings().get("CONNECTION"):
+        return []
+    try:
+        import django_redis  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        return []
+    return [_error("TASKRUNNER['CONNECTION'] needs the django-redis package, which is not "
+                   "installed", "taskrunner.E007",
+                   hint='pip install "django-taskrunner[django-redis]", or set REDIS_URL')]
+
+
+@register(Tags.compatibility, deploy=True)
+def check_embedded_redis_in_production(app_configs: Any = None,
+                                       **kwargs: Any) -> list[CheckMessage]:
+    """`check --deploy`: with DEBUG off and no Redis configured, the site runs on the
+    embedded server, private to this machine; fine for a demo, rarely what production
+    meant (one machine only, no replica, data in the project folder)."""
+    from django.conf import settings
+    from django.core.checks import Warning
+
+    from django_taskrunner.conf import default_embedded_dir, user_settings
+
+    raw = user_settings()
+    if settings.DEBUG or any(raw.get(key) for key in ("REDIS_URL", "CONNECTION",
+                                                       "CLUSTER_NODES")):
+        return []
+    data_dir = raw.get("EMBEDDED_DIR") or default_embedded_dir()
+    return [Warning(
+        f"django-taskrunner runs on the embedded Redis (data in {data_dir}): no REDIS_URL, "
+        f"CONNECTION or CLUSTER_NODES is set in TASKRUNNER",
+        hint="point TASKRUNNER['REDIS_URL'] at your Redis server; the embedded one serves "
+             "only this machine and keeps its data in the project folder",
+        id="taskrunner.W001")]

@@ -109,6 +109,10 @@ class TimeLimitExceeded(TaskRunnerError):
         self.time_limit = time_limit
 
 
+class TaskExpired(TaskRunnerError):
+    """The task was not started before its `expires` time (the reason of its failed row)."""
+
+
 class WorkerLost(TaskRunnerError):
     """The worker running a task died each time it was delivered (a poison message)."""
 

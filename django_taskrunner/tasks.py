@@ -14,13 +14,7 @@ from django_taskrunner.core.task import task
 def run_django_task(payload: dict[str, Any]) -> None:
     """Run one framework task, keeping its result record and sending its signals."""
     from django_taskrunner import backends
-    from django_taskrunner.compat import (
-        TaskContext,
-        TaskResultStatus,
-        normalize_json,
-        task_finished,
-        task_started,
-    )
+    from django_taskrunner.compat import TaskResultStatus, normalize_json, task_started
 
     backend = backends.backend_named(payload.get("backend"))
     framework_task = backends.resolve_task(payload.get("func"))  # checked before any import
@@ -35,23 +29,34 @@ def run_django_task(payload: dict[str, Any]) -> None:
     result = backends.to_task_result(result_id, record, framework_task)
     task_started.send(type(backend), task_result=result)
     try:
-        if framework_task.takes_context:
-            value = framework_task.call(TaskContext(task_result=result), *payload["args"],
-                                        **payload["kwargs"])
-        else:
-            value = framework_task.call(*payload["args"], **payload["kwargs"])
-        return_value = normalize_json(value)
+        return_value = normalize_json(_call(framework_task, result, payload))
     except BaseException as exc:
-        record.update(status=str(TaskResultStatus.FAILED), finished_at=timezone.now().isoformat())
         cls = type(exc)
+        record.update(status=str(TaskResultStatus.FAILED), finished_at=timezone.now().isoformat())
         record["errors"].append({"exception_class_path": f"{cls.__module__}.{cls.__qualname__}",
                                  "traceback": "".join(traceback.format_exception(exc))})
-        backends.save_record(result_id, record, backend.result_ttl)
-        task_finished.send(type(backend),
-                           task_result=backends.to_task_result(result_id, record, framework_task))
+        _finish(backend, result_id, record, framework_task)
         raise
     record.update(status=str(TaskResultStatus.SUCCESSFUL), return_value=return_value,
                   finished_at=timezone.now().isoformat())
+    _finish(backend, result_id, record, framework_task)
+
+
+def _call(framework_task: Any, result: Any, payload: dict[str, Any]) -> Any:
+    """The framework task's return value, called with its context when it takes one."""
+    from django_taskrunner.compat import TaskContext
+
+    if framework_task.takes_context:
+        return framework_task.call(TaskContext(task_result=result), *payload["args"],
+                                   **payload["kwargs"])
+    return framework_task.call(*payload["args"], **payload["kwargs"])
+
+
+def _finish(backend: Any, result_id: str, record: dict[str, Any], framework_task: Any) -> None:
+    """Save the finished record and send `task_finished` with its result."""
+    from django_taskrunner import backends
+    from django_taskrunner.compat import task_finished
+
     backends.save_record(result_id, record, backend.result_ttl)
     task_finished.send(type(backend),
                        task_result=backends.to_task_result(result_id, record, framework_task))

@@ -20,15 +20,27 @@ find_python() {
   return 1
 }
 
-# make_venv PYTHON DIR EXTRAS: create DIR with PYTHON, install the project with EXTRAS
-# (again only when pyproject.toml changed), and set PY to its interpreter.
+# make_venv PYTHON DIR NAMES: create DIR with PYTHON, install the project with NAMES (comma-
+# separated: each a [dependency-groups] entry of pyproject.toml, such as test or bench, or
+# else an extra, such as embedded), again only when pyproject.toml changed; set PY.
 make_venv() {
-  local python=$1 dir=$2 extras=$3
+  local python=$1 dir=$2 names=$3
   [ -x "$dir/bin/python" ] || "$python" -m venv "$dir"
-  local stamp="$dir/.installed-$extras"
+  local stamp="$dir/.installed-$names"
   if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    "$dir/bin/python" -m pip install --quiet --upgrade pip
-    "$dir/bin/python" -m pip install --quiet -e ".[$extras]"
+    "$dir/bin/python" -m pip install --quiet --upgrade pip  # 25.1+: --group
+    local args
+    args=$("$dir/bin/python" - "$names" <<'PYTHON'
+import sys, tomllib
+groups = tomllib.load(open("pyproject.toml", "rb")).get("dependency-groups", {})
+names = [name for name in sys.argv[1].split(",") if name]
+extras = ",".join(name for name in names if name not in groups)
+print(f"-e .[{extras}]" if extras else "-e .",
+      *(f"--group {name}" for name in names if name in groups))
+PYTHON
+)
+    # shellcheck disable=SC2086 - $args is words: -e .[x] --group y
+    "$dir/bin/python" -m pip install --quiet $args
     touch "$stamp"
   fi
   PY="$dir/bin/python"

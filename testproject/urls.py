@@ -8,6 +8,9 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("orders/", views.place_order, name="place-order"),
     path("orders/<int:order_id>/report/", views.request_report, name="request-report"),
+    path("demo/unique-twice/", views.unique_twice, name="unique-twice"),
+    path("demo/delayed/", views.delayed, name="delayed"),
+    path("demo/failing/", views.failing, name="failing"),
     # A view made by dispatch_view: POST dispatches crunch_numbers and answers JSON 202
     # {"id": ...} (CSRF-protected like any other POST view of the site).
     path("api/crunch/", dispatch_view(

@@ -22,7 +22,6 @@ from django.http import (
 )
 from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
-from redis.exceptions import RedisError
 
 from django_taskrunner.admin import delayed_sets as delayed
 from django_taskrunner.admin.base import RedisPageAdmin
@@ -31,6 +30,7 @@ from django_taskrunner.conf import get_settings
 from django_taskrunner.models import DelayedTask
 from django_taskrunner.stats.health import dashboard_queues
 from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store.errors import REDIS_ERROR
 
 PER_PAGE = 50
 MAX_SELECTED = 500
@@ -63,7 +63,7 @@ class DelayedTaskAdmin(RedisPageAdmin):
         try:
             queues = delayed.queues_with_counts(
                 broker, dashboard_queues(broker))
-        except RedisError as exc:
+        except REDIS_ERROR as exc:
             return self.render(request, "change_list.html", {"redis_error": str(exc)})
         queue = self._chosen_queue(request.GET.get("queue", ""), queues)
         query = request.GET.get("q", "").strip()[:200]

@@ -25,8 +25,10 @@ from django.utils import timezone
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import MAX_EPOCH_MS, TaskMessage
 from django_taskrunner.exceptions import InvalidTaskPayload
-from django_taskrunner.store import keys, scripts, sharding
+from django_taskrunner.store import sharding, values
 from django_taskrunner.store.broker import Broker
+from django_taskrunner.store.locks import for_broker as lock_store
+from django_taskrunner.store.schedule import for_broker
 
 logger = logging.getLogger(__name__)
 
@@ -78,12 +80,12 @@ class DelayedEntry:
 
 def _entry(queue: str, body: bytes | str, score: float) -> DelayedEntry:
     """An entry to show; one that is not a usable message is shown as undecodable."""
-    text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
+    shown = values.text(body, errors="replace")
     try:
         message: TaskMessage | None = TaskMessage.from_json(body)
     except InvalidTaskPayload:
         message = None
-    return DelayedEntry(queue=queue, due_ms=_score_ms(score), body=text, message=message)
+    return DelayedEntry(queue=queue, due_ms=_score_ms(score), body=shown, message=message)
 
 
 def _score_ms(score: float) -> int:
@@ -99,14 +101,12 @@ class DelayedSet:
 
     def __init__(self, broker: Broker, queue: str) -> None:
         self.broker = broker
+        self.store = for_broker(broker)
         self.queue = queue
-        self.keys = [keys.delayed_key(broker.prefix, shard) for shard in sharding.shards(queue)]
+        self.shards = sharding.shards(queue)
 
     def count(self) -> int:
-        pipe = self.broker.client.pipeline(transaction=False)
-        for key in self.keys:
-            pipe.zcard(key)
-        return sum(int(n) for n in pipe.execute())
+        return sum(self.store.count_delayed(self.shards))
 
     def __len__(self) -> int:
         return self.count()
@@ -118,13 +118,11 @@ class DelayedSet:
         stop = index.stop if index.stop is not None else start + 100
         if stop <= start:
             return []
-        if len(self.keys) == 1:
-            rows = self.broker.client.zrange(self.keys[0], start, stop - 1, withscores=True)
+        if len(self.shards) == 1:
+            rows = self.store.delayed_range(self.shards[0], start, stop - 1)
         else:  # the first `stop` of the merged order are among each shard's first `stop`
-            pipe = self.broker.client.pipeline(transaction=False)
-            for key in self.keys:
-                pipe.zrange(key, 0, stop - 1, withscores=True)
-            merged = heapq.merge(*pipe.execute(), key=lambda row: (row[1], row[0]))
+            heads = self.store.delayed_heads(self.shards, stop)
+            merged = heapq.merge(*heads, key=lambda row: (row[1], row[0]))
             rows = list(itertools.islice(merged, start, stop))
         return [_entry(self.queue, body, score) for body, score in rows]
 
@@ -148,9 +146,9 @@ def search(broker: Broker, queue: str, text: str, limit: int = SEARCH_LIMIT) -> 
     pattern = f'*"task":"*{_glob_escape(literal)}*'
     needle = text.lower()
     found: list[DelayedEntry] = []
+    store = for_broker(broker)
     for shard in sharding.shards(queue):
-        key = keys.delayed_key(broker.prefix, shard)
-        for body, score in broker.client.zscan_iter(key, match=pattern, count=1000):
+        for body, score in store.scan_delayed(shard, pattern):
             entry = _entry(queue, body, score)
             if entry.message is not None and needle in entry.message.task_name.lower():
                 found.append(entry)
@@ -174,10 +172,9 @@ def find(broker: Broker, queue: str, ref: str) -> DelayedEntry | None:
     if parsed is None:
         return None
     due_ms, message_id = parsed
+    store = for_broker(broker)
     for shard in sharding.shards(queue):
-        rows = broker.client.zrangebyscore(keys.delayed_key(broker.prefix, shard), due_ms,
-                                           due_ms, withscores=True)
-        for body, score in rows:
+        for body, score in store.delayed_at(shard, due_ms):
             entry = _entry(queue, body, score)
             if entry.message is not None and entry.message.id == message_id:
                 return entry
@@ -190,12 +187,9 @@ def take(broker: Broker, queue: str, ref: str, *, run: bool) -> TaskMessage | No
     if parsed is None:
         return None
     due_ms, message_id = parsed
+    store = for_broker(broker)
     for shard in sharding.shards(queue):
-        body = scripts.run(
-            broker.client, "take_delayed",
-            [keys.delayed_key(broker.prefix, shard), broker.stream(shard)],
-            [str(due_ms), message_id, "run" if run else "cancel"],
-        )
+        body = store.take_delayed(shard, due_ms, message_id, run)
         if body is None:
             continue
         try:
@@ -224,7 +218,7 @@ def release_unique_lock_on_cancel(broker: Broker, message: TaskMessage) -> None:
     if not (message.lock_key or message.has_task_id):
         return
     try:
-        locks.release(broker.client, broker.prefix, message, locks.CANCELLED)
+        locks.release_with(lock_store(broker), message, locks.CANCELLED)
     except Exception:
         logger.exception("task=%s id=%s: cancelled, but its unique lock or task id could "
                          "not be freed; it frees at its TTL", message.task_name, message.id)
@@ -232,10 +226,7 @@ def release_unique_lock_on_cancel(broker: Broker, message: TaskMessage) -> None:
 
 def queues_with_counts(broker: Broker, queues: list[str]) -> list[tuple[str, int]]:
     """Each queue with the number of messages in its delayed set(s), in one round trip."""
-    pipe = broker.client.pipeline(transaction=False)
     shards = [sharding.shards(queue) for queue in queues]
-    for shard in itertools.chain.from_iterable(shards):
-        pipe.zcard(keys.delayed_key(broker.prefix, shard))
-    counts = iter(int(n) for n in pipe.execute())
+    counts = iter(for_broker(broker).count_delayed(list(itertools.chain.from_iterable(shards))))
     return [(queue, sum(next(counts) for _ in names))
             for queue, names in zip(queues, shards, strict=True)]

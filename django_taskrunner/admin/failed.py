@@ -19,15 +19,24 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from django_taskrunner.admin.redispatch import RetryReport, retry_queryset
+from django_taskrunner.core.message import nested_too_deep
 from django_taskrunner.models import FailedTask
 
 
 def pretty_json(text: str) -> str:
-    """Indented JSON, or the text unchanged when it is not JSON."""
+    """Indented JSON, or the text unchanged when it is not JSON or nested too deep.
+
+    How deep `json.loads` can go depends on the Python version (3.11 raises RecursionError
+    near 1,000 levels, 3.13 parses far deeper), and indenting thousands of levels would
+    make a page of megabytes: past the payload limit the raw text is shown.
+    """
     try:
-        return json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=True)
+        value = json.loads(text)
     except (ValueError, RecursionError):  # the raw body of an undecodable message
         return text
+    if nested_too_deep(value):
+        return text
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 
 
 class FailedTaskAdmin(admin.ModelAdmin):

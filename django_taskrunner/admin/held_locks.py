@@ -22,6 +22,7 @@ from django_taskrunner.checks import QUEUE_NAME
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.registry import registry
 from django_taskrunner.store import keys
+from django_taskrunner.store.locks import UniqueLocks
 
 PAGE_SIZE = 100
 SCAN_COUNT = 500  # keys Redis examines per SCAN call
@@ -117,19 +118,25 @@ def pattern(prefix: str, queue: str = "", text: str = "") -> str:
 
 def scan_page(client: Any, prefix: str, at: Position | None = None, *, queue: str = "",
               text: str = "", size: int = PAGE_SIZE) -> LockPage:
+    """`scan_locks` on the locks of `client` (only handed to the store) and `prefix`."""
+    return scan_locks(UniqueLocks(client, prefix), at, queue=queue, text=text, size=size)
+
+
+def scan_locks(store: UniqueLocks, at: Position | None = None, *, queue: str = "",
+               text: str = "", size: int = PAGE_SIZE) -> LockPage:
     """At most `size` held locks from `at` on, found with at most MAX_SCAN_CALLS SCANs."""
     at = at or Position()
-    nodes = _scan_nodes(client)
-    match = pattern(prefix, queue, text)
+    nodes = store.scan_nodes()
+    match = pattern(store.prefix, queue, text)
     node, cursor, skip = at.node, at.cursor, at.skip
     found: list[str] = []
     calls = 0
     following: Position | None = None
-    while node < len(nodes):
+    while node < nodes:
         if calls >= MAX_SCAN_CALLS or len(found) >= size:
             following = Position(node, cursor, 0)
             break
-        next_cursor, batch = _scan(client, nodes[node], cursor, match)
+        next_cursor, batch = store.scan_keys(node, cursor, match, SCAN_COUNT)
         calls += 1
         batch = batch[skip:]
         room = size - len(found)
@@ -141,44 +148,37 @@ def scan_page(client: Any, prefix: str, at: Position | None = None, *, queue: st
         cursor, skip = next_cursor, 0
         if cursor == 0:
             node += 1
-    return LockPage(read_locks(client, prefix, found), following, calls)
+    return LockPage(read_locks(store, found), following, calls)
 
 
-def read_locks(client: Any, prefix: str, lock_keys: list[str]) -> list[HeldLock]:
+def read_locks(store: UniqueLocks, lock_keys: list[str]) -> list[HeldLock]:
     """The holder, TTL and mode of each key, in one pipelined round trip; keys that are
-    not locks of `prefix`, or were freed meanwhile, are left out."""
+    not locks of the store's prefix, or were freed meanwhile, are left out."""
     parsed = [(key, found) for key in dict.fromkeys(lock_keys)
-              if (found := parse_key(prefix, key)) is not None]
-    pipe = client.pipeline(transaction=False)
-    for key, (queue, _task, _key) in parsed:
-        pipe.get(key)
-        pipe.pttl(key)
-        pipe.get(keys.unique_mode_key(prefix, queue, key))
-    replies = pipe.execute() if parsed else []
+              if (found := parse_key(store.prefix, key)) is not None]
+    states = store.inspect_many([(queue, key) for key, (queue, _task, _key) in parsed])
     held = []
-    for index, (key, (queue, task_name, unique_key)) in enumerate(parsed):
-        holder, ttl_ms, mode = replies[3 * index:3 * index + 3]
-        if holder is None:
+    for (key, (queue, task_name, unique_key)), state in zip(parsed, states, strict=True):
+        if state is None:
             continue
-        declared = _declared_mode(task_name)
         held.append(HeldLock(
             key=key, queue=queue, task_name=task_name, unique_key=unique_key,
-            holder_id=locks.holder_id(_text(holder)),
-            mode=_text(mode) if mode is not None else declared,
-            mode_recorded=mode is not None, ttl_ms=int(ttl_ms) if int(ttl_ms) >= 0 else None,
-            holder_value=_text(holder),
+            holder_id=locks.holder_id(state.holder),
+            mode=state.mode if state.mode is not None else _declared_mode(task_name),
+            mode_recorded=state.mode is not None, ttl_ms=state.ttl_ms,
+            holder_value=state.holder,
         ))
     held.sort(key=lambda lock: (lock.queue, lock.task_name, lock.unique_key))
     return held
 
 
-def release(client: Any, prefix: str, lock_key: str, holder: str) -> str:
+def release(store: UniqueLocks, lock_key: str, holder: str) -> str:
     """Free the lock only while it still holds `holder` (a `HeldLock.holder_value`):
     "released", "gone", or "retaken" (a newer dispatch holds it now and keeps it)."""
-    parsed = parse_key(prefix, lock_key)
+    parsed = parse_key(store.prefix, lock_key)
     if parsed is None:
         raise ValueError(f"{lock_key!r} is not a unique lock")
-    reply = locks.release_held(client, prefix, parsed[0], lock_key, holder)
+    reply = store.release_lock(parsed[0], lock_key, holder)
     if reply == 1:
         return "released"
     return "gone" if reply == 0 else "retaken"
@@ -187,24 +187,3 @@ def release(client: Any, prefix: str, lock_key: str, holder: str) -> str:
 def _declared_mode(task_name: str) -> str | None:
     task = registry.find(task_name)
     return task.options.unique_mode if task is not None else None
-
-
-def _scan_nodes(client: Any) -> list[Any]:
-    """[None] for one server; the primaries, in a stable order, on Redis Cluster."""
-    if hasattr(client, "get_primaries"):
-        return sorted(client.get_primaries(), key=lambda node: node.name)
-    return [None]
-
-
-def _scan(client: Any, node: Any, cursor: int, match: str) -> tuple[int, list[str]]:
-    if node is None:
-        next_cursor, batch = client.scan(cursor=cursor, match=match, count=SCAN_COUNT)
-    else:
-        cursors, batch = client.scan(cursor=cursor, match=match, count=SCAN_COUNT,
-                                     target_nodes=node)
-        next_cursor = cursors[node.name]
-    return int(next_cursor), [_text(key) for key in batch]
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value

@@ -24,7 +24,6 @@ from django.http import (
 )
 from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
-from redis.exceptions import RedisError
 
 from django_taskrunner.admin import held_locks as unique_locks
 from django_taskrunner.admin.base import RedisPageAdmin
@@ -33,6 +32,8 @@ from django_taskrunner.core import unique as locks
 from django_taskrunner.models import UniqueLock
 from django_taskrunner.stats.health import dashboard_queues
 from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store.errors import REDIS_ERROR
+from django_taskrunner.store.locks import for_broker as lock_store
 
 RELEASE_PERMISSION = "django_taskrunner.release_uniquelock"
 MAX_SELECTED = 500
@@ -91,10 +92,9 @@ class UniqueLockAdmin(RedisPageAdmin):
         at = unique_locks.Position.parse(request.GET.get("at"))
         broker = get_broker()
         try:
-            page = unique_locks.scan_page(broker.client, broker.prefix, at, queue=queue,
-                                          text=text)
+            page = unique_locks.scan_locks(lock_store(broker), at, queue=queue, text=text)
             queues = dashboard_queues(broker)
-        except RedisError as exc:
+        except REDIS_ERROR as exc:
             return self.render(request, "change_list.html", {"redis_error": str(exc)})
         filters = {"queue": queue, "q": text}
         return self.render(request, "change_list.html", {
@@ -128,7 +128,7 @@ class UniqueLockAdmin(RedisPageAdmin):
             return self._confirm(request, parsed, back, back_query)
         counts = {outcome: 0 for outcome in OUTCOMES}
         for key, holder in parsed:
-            counts[unique_locks.release(broker.client, broker.prefix, key, holder)] += 1
+            counts[unique_locks.release(lock_store(broker), key, holder)] += 1
         for outcome, count in counts.items():
             if count:
                 text, level = OUTCOMES[outcome]
@@ -139,7 +139,7 @@ class UniqueLockAdmin(RedisPageAdmin):
                  back_query: str) -> HttpResponse:
         broker = get_broker()
         now = {lock.key: lock for lock in unique_locks.read_locks(
-            broker.client, broker.prefix, [key for key, _ in parsed])}
+            lock_store(broker), [key for key, _ in parsed])}
         rows = []
         for key, holder in parsed:
             current = now.get(key)

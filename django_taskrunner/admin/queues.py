@@ -20,7 +20,6 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.http import urlencode
-from redis.exceptions import RedisError
 
 from django_taskrunner.admin import live, purge
 from django_taskrunner.admin.base import RedisPageAdmin
@@ -30,6 +29,7 @@ from django_taskrunner.stats import health
 from django_taskrunner.stats.figures import QueueStats
 from django_taskrunner.stats.recorder import PICKUP_BUCKETS, PICKUP_LABELS
 from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store.errors import REDIS_ERROR
 
 
 def seconds(value: float | None) -> str:
@@ -86,7 +86,7 @@ class QueueAdmin(RedisPageAdmin):
             shown = [chosen] if chosen in names else names
             leader = health.get_leader(broker)
             queues = [health.get_health(name, broker=broker) for name in shown]
-        except RedisError as exc:
+        except REDIS_ERROR as exc:
             return self.render(request, "dashboard.html", {"redis_error": str(exc)})
         failed_url = self._failed_url(request)
         return self.render(request, "dashboard.html", {

@@ -3,8 +3,9 @@
 
 A plain dispatch is one XADD: one round trip, nothing else on the hot path. A unique
 or `task_id` dispatch is one EVALSHA that takes the lock and adds the message together
-(see `locks.py`). A delayed one is one script too: ZADD, and a PUBLISH that wakes the
-scheduler when it is due before every waiting entry.
+(see `unique.py`, and `store/locks.py` for the commands). A delayed one is one script
+too: ZADD, and a PUBLISH that wakes the scheduler when it is due before every waiting
+entry.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import Broker, get_broker
 from django_taskrunner.store.connection import built_client
 from django_taskrunner.store.errors import REDIS_DOWN, unavailable
+from django_taskrunner.store.locks import get_locks
 
 if TYPE_CHECKING:
     from django_taskrunner.core.task import Task
@@ -110,8 +112,8 @@ def prepare(
 ) -> tuple[TaskMessage, Claim | None]:
     """The message and what it must reserve (lock, task_id), all checked, without Redis.
 
-    The delayed path calls this with `start_ms` = the due time, then `locks.enqueue`
-    with the delayed set as destination.
+    The delayed path calls this with `start_ms` = the due time, then adds the claim's
+    reservation with the delayed set as destination.
     """
     message = new_message(task, payload, queue=queue, expires=expires, start_ms=start_ms,
                           task_id=task_id)
@@ -164,8 +166,9 @@ def dispatch(
         if claim is None:
             message.stream_id = broker.add(sharding.next_shard(message.queue), body)
         else:
-            message.stream_id = locks.enqueue(broker.client, claim, broker.stream(claim.shard),
-                                              body)
+            reply = get_locks().add_reserved(
+                claim.reservation(broker.stream(claim.shard), body, None))
+            message.stream_id = claim.read_reply(reply)
     except REDIS_DOWN as exc:
         raise _redis_down(task, exc) from exc
     return message
@@ -233,9 +236,10 @@ def add_delayed(message: TaskMessage, due_ms: int, claim: Claim | None = None) -
         if claim is None:
             broker.add_delayed(sharding.next_shard(message.queue), body, due_ms)
         else:
-            locks.enqueue(broker.client, claim, keys.delayed_key(broker.prefix, claim.shard),
-                          body, due_ms=due_ms,
-                          wake_channel=keys.wake_channel(broker.prefix, claim.shard))
+            reservation = claim.reservation(
+                keys.delayed_key(broker.prefix, claim.shard), body, due_ms,
+                wake_channel=keys.wake_channel(broker.prefix, claim.shard))
+            claim.read_reply(get_locks().add_reserved(reservation))
     except REDIS_DOWN as exc:
         raise unavailable(f"cannot dispatch {message.task_name!r}", exc,
                           built_client()) from exc
@@ -311,11 +315,11 @@ def _add_claimed(
     broker: Broker, claimed: list[tuple[TaskMessage, Claim, str]]
 ) -> list[TaskMessage]:
     """One enqueue script per message, pipelined; the messages whose claim was free."""
-    pipe = broker.client.pipeline(transaction=False)
-    for _message, claim, body in claimed:
-        locks.enqueue_call(pipe, claim, broker.stream(claim.shard), body)
+    replies = get_locks().add_reserved_many(
+        [claim.reservation(broker.stream(claim.shard), body, None)
+         for _message, claim, body in claimed])
     queued = []
-    for (message, claim, _body), reply in zip(claimed, pipe.execute(), strict=True):
+    for (message, claim, _body), reply in zip(claimed, replies, strict=True):
         try:
             message.stream_id = claim.read_reply(reply)
         except TaskAlreadyDispatched as exc:

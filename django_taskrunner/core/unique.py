@@ -13,6 +13,9 @@ finished it) would free the second's lock and reservation. The worker frees what
 message holds at the point its mode names (`RELEASE_ON`), comparing the whole value first,
 so an older task never frees what a newer dispatch took. Errors and the admin show the id
 alone (`holder_id`).
+
+This module decides (which key, which TTL and mode, what to free when); the commands are
+`store/locks.py`'s (`UniqueLocks`), which this module hands plain values.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,8 +40,10 @@ from django_taskrunner.exceptions import (
     TaskIdConflict,
     UniqueForRequired,
 )
-from django_taskrunner.store import keys, scripts, sharding
+from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.store.locks import Reservation, UniqueLocks
+from django_taskrunner.store.values import text
 
 if TYPE_CHECKING:
     from django_taskrunner.core.task import Task
@@ -217,31 +222,32 @@ class Claim:
         """What the lock and the id key hold once this claim is taken."""
         return self.holder or self.holder_id
 
+    def reservation(
+        self, destination: str, body: str, due_ms: int | None, wake_channel: str = ""
+    ) -> Reservation:
+        """What the store writes for this claim: the message with its lock / task_id.
+
+        A task_id queued for later stays reserved `TASK_ID_TTL_MS` past its due time.
+        """
+        lock = self.lock
+        id_ttl_ms = 0
+        if self.id_key is not None:
+            id_ttl_ms = TASK_ID_TTL_MS + (0 if due_ms is None else max(0, due_ms - clock.now_ms()))
+        return Reservation(
+            destination=destination, body=body, holder=self.value, due_ms=due_ms,
+            wake_channel=wake_channel, lock_key=None if lock is None else lock.key,
+            lock_ttl_ms=0 if lock is None else lock.ttl_ms, mode_key=self.mode_key,
+            mode="" if lock is None else lock.mode, id_key=self.id_key, id_ttl_ms=id_ttl_ms)
+
     def script_call(
         self, destination: str, body: str, due_ms: int | None, wake_channel: str = ""
     ) -> tuple[list[str], list[str]]:
         """KEYS and ARGV of enqueue.lua for this claim."""
-        call_keys = [destination]
-        lock_value = lock_ttl = id_value = id_ttl = ""
-        if self.lock is not None:
-            call_keys.append(self.lock.key)
-            lock_value, lock_ttl = self.value, str(self.lock.ttl_ms)
-            if self.mode_key is not None:
-                call_keys.append(self.mode_key)
-        if self.id_key is not None:
-            call_keys.append(self.id_key)
-            wait_ms = 0 if due_ms is None else max(0, due_ms - clock.now_ms())
-            id_value, id_ttl = self.value, str(TASK_ID_TTL_MS + wait_ms)
-        where = "stream" if due_ms is None else "delayed"
-        score = "0" if due_ms is None else str(due_ms)
-        args = [where, body, score, lock_value, lock_ttl, id_value, id_ttl, wake_channel]
-        if self.lock is not None and self.mode_key is not None:
-            args.append(self.lock.mode)
-        return call_keys, args
+        return self.reservation(destination, body, due_ms, wake_channel).script_call()
 
-    def read_reply(self, reply: Any) -> str:
+    def read_reply(self, reply: Sequence[Any]) -> str:
         """The stream id (or "delayed") from the script's reply; raises on contention."""
-        status, value = _text(reply[0]), _text(reply[1])
+        status, value = text(reply[0]), text(reply[1])
         if status == "ok":
             return value
         if status == "id" and self.id_key is not None:
@@ -283,15 +289,6 @@ def claim_for(
                  holder=holder)
 
 
-def enqueue_call(
-    client: Any, claim: Claim, destination: str, body: str, due_ms: int | None = None,
-    wake_channel: str = "",
-) -> Any:
-    """Run enqueue.lua on a client or a pipeline; returns its raw reply (or the pipeline)."""
-    call_keys, args = claim.script_call(destination, body, due_ms, wake_channel)
-    return scripts.run(client, "enqueue", call_keys, args)
-
-
 def enqueue(
     client: Any, claim: Claim, destination: str, body: str, due_ms: int | None = None,
     wake_channel: str = "",
@@ -299,11 +296,13 @@ def enqueue(
     """Take the claim and add the message in one script: one round trip, all or nothing.
 
     `destination` is the queue's stream (`due_ms=None`: XADD now, returns the stream id)
-    or its delayed set (ZADD at `due_ms`, returns "delayed"). Raises
-    `TaskIdConflict` / `TaskAlreadyDispatched` (with the holder's id) on contention.
+    or its delayed set (ZADD at `due_ms`, returns "delayed"). `client` is only handed to
+    the store (`UniqueLocks`). Raises `TaskIdConflict` / `TaskAlreadyDispatched` (with the
+    holder's id) on contention.
     """
-    return claim.read_reply(enqueue_call(client, claim, destination, body, due_ms,
-                                         wake_channel))
+    store = UniqueLocks(client, "")
+    return claim.read_reply(store.add_reserved(claim.reservation(destination, body, due_ms,
+                                                                 wake_channel)))
 
 
 def _actions(prefix: str, message: TaskMessage, event: str) -> list[tuple[str, str]]:
@@ -327,28 +326,23 @@ def _actions(prefix: str, message: TaskMessage, event: str) -> list[tuple[str, s
 
 
 def release(client: Any, prefix: str, message: TaskMessage, event: str) -> None:
+    """`release_with` on the locks of `client` (only handed to the store) and `prefix`."""
+    release_with(UniqueLocks(client, prefix), message, event)
+
+
+def release_with(store: UniqueLocks, message: TaskMessage, event: str) -> None:
     """Free (or renew) what `message` holds at `event`; only if this dispatch of it is
     still the holder (its id and dispatch token, `holder_value`).
 
     A key already gone or held by another task is logged, never raised; so is Redis
     being down (the lock then frees at its TTL).
     """
-    actions = _actions(prefix, message, event)
+    actions = _actions(store.prefix, message, event)
     if not actions:
         return
-    call_keys = [key for key, _ in actions]
-    args = [holder_value(message), *(action for _, action in actions)]
-    for pause in RELEASE_RETRY_PAUSES:
-        try:
-            replies = scripts.run(client, "release_lock", call_keys, args)
-            break
-        except REDIS_DOWN as exc:
-            if pause is None:
-                logger.error("task=%s id=%s: cannot free %s, Redis is unreachable (%s); it "
-                             "frees at its TTL", message.task_name, message.id,
-                             ", ".join(call_keys), exc)
-                return
-            time.sleep(pause)
+    replies = _release_retrying(store, message, actions)
+    if replies is None:
+        return
     for (key, action), reply in zip(actions, replies, strict=True):
         if action == "follow":
             continue
@@ -357,7 +351,24 @@ def release(client: Any, prefix: str, message: TaskMessage, event: str) -> None:
                          message.task_name, message.id, key)
         elif reply != 1:
             logger.info("task=%s id=%s: %s is now held by %s; left alone", message.task_name,
-                        message.id, key, _text(reply))
+                        message.id, key, reply)
+
+
+def _release_retrying(
+    store: UniqueLocks, message: TaskMessage, actions: list[tuple[str, str]]
+) -> list[int | str] | None:
+    """The store's replies, retrying a short outage; None (logged) once it lasts."""
+    for pause in RELEASE_RETRY_PAUSES:
+        try:
+            return store.release(holder_value(message), actions)
+        except REDIS_DOWN as exc:
+            if pause is None:
+                logger.error("task=%s id=%s: cannot free %s, Redis is unreachable (%s); it "
+                             "frees at its TTL", message.task_name, message.id,
+                             ", ".join(key for key, _ in actions), exc)
+                return None
+            time.sleep(pause)
+    return None
 
 
 def _mode_key(prefix: str, message: TaskMessage) -> str | None:
@@ -368,15 +379,9 @@ def _mode_key(prefix: str, message: TaskMessage) -> str | None:
         return None
 
 
-def release_held(client: Any, prefix: str, queue: str, lock_key: str, holder: str) -> Any:
+def release_held(client: Any, prefix: str, queue: str, lock_key: str, holder: str) -> int | str:
     """Free `lock_key` (and its mode record) only while it still holds the value `holder`.
 
     Returns 1 when freed, 0 when it was already gone, else the value it holds now.
     """
-    mode_key = keys.unique_mode_key(prefix, queue, lock_key)
-    replies = scripts.run(client, "release_lock", [lock_key, mode_key], [holder, "0", "follow"])
-    return replies[0] if isinstance(replies[0], int) else _text(replies[0])
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return UniqueLocks(client, prefix).release_lock(queue, lock_key, holder)

@@ -1,10 +1,10 @@
 """Leader election on one Redis key, usable on its own.
 
-The lease is taken with `SET key identity NX PX lease`, extended only by its holder
-(a Lua compare-and-extend) and resigned only by its holder (compare-and-delete), so a
-process that lost the lease can never extend or delete its successor's. A process that
-does not lead waits until the lease would expire and tries again, so it takes over
-within one lease period after the leader dies, even by `kill -9`.
+The lease (`store/leases.py`) is taken with `SET key identity NX PX lease`, extended only
+by its holder (a Lua compare-and-extend) and resigned only by its holder
+(compare-and-delete), so a process that lost the lease can never extend or delete its
+successor's. A process that does not lead waits until the lease would expire and tries
+again, so it takes over within one lease period after the leader dies, even by `kill -9`.
 
     election = LeaderElection(client, "myapp:leader", lease=10,
                               on_promote=start_jobs, on_demote=stop_jobs)
@@ -28,8 +28,8 @@ from collections.abc import Callable
 from typing import Any
 
 from django_taskrunner.core import clock
-from django_taskrunner.store import scripts
 from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.store.leases import Lease
 
 logger = logging.getLogger(__name__)
 
@@ -50,11 +50,14 @@ class LeaderElection:
         self, client: Any, key: str, *, lease: float = 10.0, identity: str | None = None,
         on_promote: Callable[[], None] | None = None,
         on_demote: Callable[[], None] | None = None, poll_interval: float | None = None,
+        store: Lease | None = None,
     ) -> None:
+        """The lease `key` on redis `client`, or, with `store`, that lease (`client` and
+        `key` are then ignored): the client is only ever handed to `store.leases.Lease`."""
         if lease <= 0:
             raise ValueError(f"lease must be positive seconds, not {lease!r}")
-        self.client = client
-        self.key = key
+        self.lease_store = store if store is not None else Lease(client, key)
+        self.key = self.lease_store.key
         self.lease = float(lease)
         self.identity = identity or default_identity()
         self.on_promote = on_promote
@@ -84,7 +87,7 @@ class LeaderElection:
     def try_acquire(self) -> bool:
         """Take the lease if nobody holds it (SET NX PX)."""
         sent = clock.monotonic()
-        if self.client.set(self.key, self.identity, nx=True, px=self.lease_ms):
+        if self.lease_store.take(self.identity, self.lease_ms):
             self._valid_until = sent + self.lease * (1 - SAFETY_FRACTION)
             return True
         return False
@@ -92,7 +95,7 @@ class LeaderElection:
     def renew(self) -> bool:
         """Extend the lease if we still hold it; False when it was lost."""
         sent = clock.monotonic()
-        if scripts.run(self.client, "lease_renew", [self.key], [self.identity, self.lease_ms]):
+        if self.lease_store.renew(self.identity, self.lease_ms):
             self._valid_until = sent + self.lease * (1 - SAFETY_FRACTION)
             return True
         return False
@@ -100,12 +103,11 @@ class LeaderElection:
     def resign(self) -> bool:
         """Delete the lease if we hold it, so another process takes over at once."""
         self._valid_until = 0.0
-        return bool(scripts.run(self.client, "lease_release", [self.key], [self.identity]))
+        return self.lease_store.release(self.identity)
 
     def holder(self) -> str | None:
         """Identity of the current leader, if any."""
-        value = self.client.get(self.key)
-        return value.decode() if isinstance(value, bytes) else value
+        return self.lease_store.holder()
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -143,7 +145,7 @@ class LeaderElection:
             if self.try_acquire():
                 self._promote()
                 return self.renew_every
-            remaining_ms = int(self.client.pttl(self.key))
+            remaining_ms = self.lease_store.ttl_ms()
         except REDIS_DOWN as exc:
             if self._leading.is_set() and clock.monotonic() >= self._valid_until:
                 self._demote(f"cannot renew the lease: {exc}")

@@ -27,8 +27,9 @@ from django_taskrunner.core.dispatch import new_message, resolve_queue
 from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import TaskRunnerError
 from django_taskrunner.models import PeriodicTask
-from django_taskrunner.store import keys, scripts, sharding
+from django_taskrunner.store import sharding
 from django_taskrunner.store.broker import Broker, get_broker
+from django_taskrunner.store.schedule import for_broker
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +109,7 @@ class PeriodicRunner:
 
     def __init__(self, broker: Broker, *, with_rows: bool = True) -> None:
         self.broker = broker
+        self.store = for_broker(broker)
         self.with_rows = with_rows
         self._next: dict[str, tuple[Schedule, int]] = {}
 
@@ -119,14 +121,10 @@ class PeriodicRunner:
         schedules = code_schedules()
         if self.with_rows:
             schedules += self._rows()
-        pipe = self.broker.client.pipeline(transaction=False)
-        for schedule in schedules:
-            mark_key = keys.periodic_key(self.broker.prefix, schedule.shard())
-            pipe.hsetnx(mark_key, schedule.id, now_ms)
-            pipe.hget(mark_key, schedule.id)
-        marks = pipe.execute()[1::2] if schedules else []
+        marks = self.store.mark_schedules(
+            [(schedule.shard(), schedule.id) for schedule in schedules], now_ms)
         self._next = {
-            schedule.id: (schedule, schedule.next_after(int(mark)))
+            schedule.id: (schedule, schedule.next_after(mark))
             for schedule, mark in zip(schedules, marks, strict=True)
         }
 
@@ -161,18 +159,14 @@ class PeriodicRunner:
                               start_ms=occurrence_ms)
         occurrence_id = uuid.uuid5(_ID_NAMESPACE, f"{schedule.id}@{occurrence_ms}").hex
         message = replace(message, id=occurrence_id, dispatched_at_ms=now_ms)
-        shard = schedule.shard()
-        fired = scripts.run(
-            self.broker.client, "fire_periodic",
-            [keys.periodic_key(self.broker.prefix, shard), self.broker.stream(shard)],
-            [schedule.id, str(occurrence_ms), message.to_json()],
-        )
+        fired = self.store.fire_periodic(schedule.shard(), schedule.id, occurrence_ms,
+                                         message.to_json())
         if fired:
             logger.info("periodic task=%s id=%s queue=%s fired for %s", schedule.task_name,
                         message.id, schedule.queue, _iso(occurrence_ms))
             if schedule.row_pk is not None:
                 self._record_run(schedule, occurrence_ms, schedule.next_after(now_ms))
-        return bool(fired)
+        return fired
 
     def _record_run(self, schedule: Schedule, occurrence_ms: int, next_ms: int) -> None:
         close_old_connections()
@@ -196,8 +190,7 @@ def _iso(ms: int) -> str:
 def announce_change(**kwargs: Any) -> None:
     """Signal receiver: tell the leader's scheduler to reload the database schedules."""
     try:
-        broker = get_broker()
-        broker.client.publish(keys.periodic_channel(broker.prefix), clock.now_ms())
+        for_broker(get_broker()).announce_periodic_change(clock.now_ms())
     except Exception as exc:  # Redis down must not break an admin save
         logger.warning("could not announce a periodic task change (%s); the scheduler "
                        "rereads the table within %d seconds", exc, RELOAD_SECONDS)

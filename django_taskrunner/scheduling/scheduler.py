@@ -17,9 +17,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
-
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_taskrunner.core import clock
 from django_taskrunner.scheduling.election import LeaderElection
@@ -27,6 +24,8 @@ from django_taskrunner.scheduling.periodic import RELOAD_SECONDS, PeriodicRunner
 from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.store.leases import leader_lease
+from django_taskrunner.store.schedule import WakeSubscription, for_broker
 
 logger = logging.getLogger(__name__)
 
@@ -55,9 +54,7 @@ def promote_all_due(broker: Broker, queues: Iterable[str], now_ms: int,
 
 def register_queues(broker: Broker, queues: Iterable[str]) -> None:
     """Record the queues a worker consumes, so the leader promotes their delayed sets."""
-    names = list(queues)
-    if names:
-        broker.client.sadd(keys.known_queues_key(broker.prefix), *names)
+    for_broker(broker).add_known_queues(list(queues))
 
 
 class Scheduler(threading.Thread):
@@ -69,6 +66,7 @@ class Scheduler(threading.Thread):
     ) -> None:
         super().__init__(name="taskrunner-scheduler", daemon=True)
         self.broker = broker
+        self.store = for_broker(broker)
         self.queues = set(queues)
         self.periodic = periodic
         self.batch = batch
@@ -91,11 +89,11 @@ class Scheduler(threading.Thread):
 
     def run(self) -> None:
         failures = 0
-        pubsub: Any = None
+        pubsub: WakeSubscription | None = None
         while not self._stopping.is_set():
             try:
                 if pubsub is None:
-                    pubsub = self.broker.client.pubsub()
+                    pubsub = self.store.subscription()
                     self._channels = {}
                     self._subscribe(pubsub, [self._periodic_channel])
                 self.turn(pubsub)
@@ -114,7 +112,7 @@ class Scheduler(threading.Thread):
                 self._stopping.wait(1.0)
         _close(pubsub)
 
-    def turn(self, pubsub: Any) -> None:
+    def turn(self, pubsub: WakeSubscription) -> None:
         """Promote what is due, fire periodic tasks, then sleep until the next due time."""
         now = self.now_ms()
         if now >= self._resync_at:
@@ -142,16 +140,16 @@ class Scheduler(threading.Thread):
             self._next_due[shard] = NEVER if next_ms is None else next_ms
         return min(self._next_due.values(), default=NEVER)
 
-    def wait(self, pubsub: Any, wake_at: int) -> None:
+    def wait(self, pubsub: WakeSubscription, wake_at: int) -> None:
         """Sleep until `wake_at` (ms), or until told of an earlier due time."""
         while not self._stopping.is_set():
             remaining = wake_at - self.now_ms()
             if remaining <= 0:
                 return
-            message = pubsub.get_message(timeout=min(remaining / 1000, WAIT_SLICE_SECONDS))
-            if message is None or message.get("type") != "message":
+            message = pubsub.next_message(timeout=min(remaining / 1000, WAIT_SLICE_SECONDS))
+            if message is None:
                 continue
-            channel = _text(message["channel"])
+            channel, data = message
             if channel == self._periodic_channel:
                 self._reload = True
                 return
@@ -159,16 +157,15 @@ class Scheduler(threading.Thread):
             if shard is None:
                 continue
             try:
-                due = int(message["data"])
+                due = int(data)
             except (TypeError, ValueError):
                 continue  # not ours: wake-ups carry a due time in ms
             self._next_due[shard] = min(self._next_due.get(shard, NEVER), due)
             wake_at = min(wake_at, due)
 
-    def _resync(self, pubsub: Any, now: int) -> None:
+    def _resync(self, pubsub: WakeSubscription, now: int) -> None:
         """Learn new queues, subscribe to their wake channels, and recheck every set."""
-        known = self.broker.client.smembers(keys.known_queues_key(self.broker.prefix))
-        self.queues |= {_text(queue) for queue in known}
+        self.queues |= self.store.known_queues()
         shards = sharding.all_shards(sorted(self.queues))
         new = {keys.wake_channel(self.broker.prefix, s): s for s in shards
                if keys.wake_channel(self.broker.prefix, s) not in self._channels}
@@ -180,17 +177,9 @@ class Scheduler(threading.Thread):
         self._resync_at = now + round(RESYNC_SECONDS * 1000)
 
     @staticmethod
-    def _subscribe(pubsub: Any, channels: list[str]) -> None:
-        """SUBSCRIBE and wait for Redis to confirm each channel."""
-        pubsub.subscribe(*channels)
-        pending = set(channels)
-        deadline = clock.monotonic() + 5.0
-        while pending and clock.monotonic() < deadline:
-            message = pubsub.get_message(timeout=0.5)
-            if message is not None and message.get("type") == "subscribe":
-                pending.discard(_text(message["channel"]))
-        if pending:
-            raise RedisTimeoutError(f"no confirmation of SUBSCRIBE {sorted(pending)}")
+    def _subscribe(pubsub: WakeSubscription, channels: list[str]) -> None:
+        """SUBSCRIBE and wait (up to 5 s) for Redis to confirm each channel."""
+        pubsub.subscribe(channels, timeout=5.0, monotonic=clock.monotonic)
 
 
 class LeaderScheduler:
@@ -201,7 +190,7 @@ class LeaderScheduler:
         self.broker = broker
         self.queues = set(queues)
         self.election = LeaderElection(
-            broker.client, keys.leader_key(broker.prefix, broker.group), lease=lease,
+            None, "", store=leader_lease(broker), lease=lease,
             identity=identity, on_promote=self._start_scheduler, on_demote=self._stop_scheduler,
         )
         self.scheduler: Scheduler | None = None
@@ -228,13 +217,6 @@ class LeaderScheduler:
             scheduler.stop()
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _close(pubsub: Any) -> None:
+def _close(pubsub: WakeSubscription | None) -> None:
     if pubsub is not None:
-        try:
-            pubsub.close()
-        except Exception:  # noqa: S110 - closing a broken connection may fail again
-            pass
+        pubsub.close()

@@ -28,8 +28,9 @@ from django_taskrunner.core import clock
 from django_taskrunner.core.registry import registry
 from django_taskrunner.stats.recorder import BUCKET_LABELS, PICKUP_BUCKETS, PICKUP_LABELS
 from django_taskrunner.stats.store import COUNTERS
-from django_taskrunner.store import keys, sharding
+from django_taskrunner.store import sharding
 from django_taskrunner.store.broker import Broker, get_broker
+from django_taskrunner.store.inspect import GroupInfo, Inspector, inspector_for
 
 
 @dataclass(frozen=True)
@@ -135,23 +136,24 @@ def histogram_quantile(bounds: tuple[float, ...], counts: tuple[int, ...],
 
 def get_stats(queue: str, *, tasks: bool = True, broker: Broker | None = None,
               now_ms: int | None = None) -> QueueStats:
-    """The figures of `queue`, read in a few pipelined round trips.
+    """The figures of `queue`, read in two pipelined round trips (`Inspector.read_queue`,
+    `Inspector.read_details`).
 
     `tasks=False` skips the per-task figures (what the autoscaler reads each interval).
     """
     broker = broker or get_broker()
+    inspector = inspector_for(broker)
     now_ms = clock.now_ms() if now_ms is None else now_ms
-    first = _read_first(broker, queue, now_ms)
-    streams = [_stream_figures(broker, shard, groups, length)
-               for shard, groups, length in first["streams"]]
+    first = inspector.read_queue(queue, sharding.shards(queue), now_ms)
+    streams = [_stream_figures(group, broker.delete_on_ack) for group in first.groups]
     pending = sum(stream.pending for stream in streams)
     waiting = sum(stream.waiting for stream in streams)
     # Every stream's figure is exact only if each is; one estimate makes the sum one.
     lag_source = _combined_source([stream.lag_source for stream in streams])
-    totals = _decode_hash(first["stats"])
+    totals = first.stats
     task_names = _task_names(totals) if tasks else []
-    second = _read_second(broker, queue, streams, first["workers"], task_names)
-    window = [int(value) / 1e6 for value in first["window"]]
+    second = _read_second(inspector, queue, streams, first.live_workers, task_names)
+    window = [value / 1e6 for value in first.window]
     average = sum(window) / len(window) if window else None
     threads = sum(threads for threads, _busy in second["workers"])
     length = waiting + pending
@@ -161,7 +163,7 @@ def get_stats(queue: str, *, tasks: bool = True, broker: Broker | None = None,
         workers=len(second["workers"]), threads=threads,
         busy=sum(busy for _threads, busy in second["workers"]),
         average=average, p95=percentile(window, 0.95),
-        throughput=_throughput(first["minutes"], now_ms),
+        throughput=_throughput(first.minutes, now_ms),
         runs=_int(totals, "runs"), succeeded=_int(totals, "succeeded"),
         retried=_int(totals, "retried"), failed=_int(totals, "failed"),
         predicted_wait=predict_wait(length, average, threads),
@@ -194,15 +196,10 @@ class _StreamFigures:
     lag_source: str
 
 
-def _stream_figures(broker: Broker, shard: str, groups: Any, length: Any) -> _StreamFigures:
-    if isinstance(groups, Exception):  # no stream yet: nothing dispatched, no worker
-        groups = []
-    group = _group_info(groups, broker.group)
-    pending = int(group.get("pending") or 0)
-    waiting, lag_source = _waiting(group, int(length), pending, broker.delete_on_ack)
-    return _StreamFigures(
-        shard=shard, waiting=waiting, pending=pending, lag_source=lag_source,
-        last_delivered=_text(group.get("last-delivered-id") or b"0-0"))
+def _stream_figures(group: GroupInfo, delete_on_ack: bool) -> _StreamFigures:
+    waiting, lag_source = _waiting(group, delete_on_ack)
+    return _StreamFigures(shard=group.stream, waiting=waiting, pending=group.pending,
+                          lag_source=lag_source, last_delivered=group.last_delivered)
 
 
 def _combined_source(sources: list[str]) -> str:
@@ -212,54 +209,23 @@ def _combined_source(sources: list[str]) -> str:
     return "redis"
 
 
-def _read_first(broker: Broker, queue: str, now_ms: int) -> dict[str, Any]:
-    """Every stream's group and length (each shard's, for a split queue), and the
-    queue's counters, in one pipeline (any slots: it is not a transaction)."""
-    prefix, minute = broker.prefix, now_ms // 60_000
-    shards = sharding.shards(queue)
-    pipe = broker.client.pipeline(transaction=False)
-    for shard in shards:
-        pipe.xinfo_groups(broker.stream(shard))
-        pipe.xlen(broker.stream(shard))
-    pipe.hgetall(keys.stats_key(prefix, queue))
-    pipe.lrange(keys.window_key(prefix, queue), 0, -1)
-    pipe.hgetall(keys.minute_key(prefix, queue, minute))
-    pipe.hgetall(keys.minute_key(prefix, queue, minute - 1))
-    pipe.zrangebyscore(keys.queue_workers_key(prefix, queue), now_ms, "+inf")
-    replies = pipe.execute(raise_on_error=False)
-    per_stream, rest = replies[:2 * len(shards)], replies[2 * len(shards):]
-    for reply in rest:
-        if isinstance(reply, Exception):
-            raise reply
-    stats, window, current, previous, workers = rest
-    return {"streams": list(zip(shards, per_stream[0::2], per_stream[1::2], strict=True)),
-            "stats": stats, "window": window, "minutes": (current, previous),
-            "workers": workers}
+def _read_second(inspector: Inspector, queue: str, streams: list[_StreamFigures],
+                 workers: list[str], task_names: list[str]) -> dict[str, Any]:
+    """The first waiting entry of each stream, the live workers' threads and the tasks'
+    windows, in one round trip."""
+    details = inspector.read_details(
+        queue, [(stream.shard, stream.last_delivered) for stream in streams], workers,
+        task_names)
+    live = [(threads, busy or 0) for threads, busy in details.loads if threads is not None]
+    oldest = min((stream_id for stream_id in details.first_waiting if stream_id),
+                 key=_id_ms, default=None)
+    return {"oldest": oldest, "workers": live,
+            "windows": {name: [value / 1e6 for value in values]
+                        for name, values in zip(task_names, details.windows, strict=True)}}
 
 
-def _read_second(broker: Broker, queue: str, streams: list[_StreamFigures],
-                 workers: list[Any], task_names: list[str]) -> dict[str, Any]:
-    prefix = broker.prefix
-    pipe = broker.client.pipeline(transaction=False)
-    for stream in streams:  # the first waiting entry of each stream
-        pipe.xrange(broker.stream(stream.shard), f"({stream.last_delivered}", "+", count=1)
-    for consumer in workers:
-        pipe.hmget(keys.worker_key(prefix, _text(consumer)), "threads", "busy")
-    for name in task_names:
-        pipe.lrange(keys.window_key(prefix, queue, name), 0, -1)
-    replies = pipe.execute()
-    firsts, rest = replies[:len(streams)], replies[len(streams):]
-    beats, windows = rest[:len(workers)], rest[len(workers):]
-    live = [(int(threads), int(busy or 0)) for threads, busy in beats if threads is not None]
-    oldest = min((entries[0] for entries in firsts if entries),
-                 key=lambda entry: _id_ms(entry[0]), default=None)
-    return {"oldest": [oldest] if oldest is not None else [], "workers": live,
-            "windows": {name: [int(v) / 1e6 for v in values]
-                        for name, values in zip(task_names, windows, strict=True)}}
-
-
-def _id_ms(stream_id: bytes | str) -> int:
-    return int(_text(stream_id).split("-", 1)[0])
+def _id_ms(stream_id: str) -> int:
+    return int(stream_id.split("-", 1)[0])
 
 
 def _task_names(totals: dict[str, str]) -> list[str]:
@@ -273,43 +239,33 @@ def _task_names(totals: dict[str, str]) -> list[str]:
     return sorted(names)
 
 
-def _group_info(groups: list[dict[str, Any]], name: str) -> dict[str, Any]:
-    for group in groups:
-        if _text(group.get("name", b"")) == name:
-            return group
-    return {}
-
-
-def _waiting(group: dict[str, Any], length: int, pending: int,
-             delete_on_ack: bool) -> tuple[int, str]:
+def _waiting(group: GroupInfo, delete_on_ack: bool) -> tuple[int, str]:
     """Entries not yet delivered, and where the figure comes from (`QueueStats.lag_source`):
     the group's lag (Redis 7+), else what XLEN implies."""
-    lag = group.get("lag")
-    if lag is not None:
-        return int(lag), "redis"
-    if not group:
-        return length, "computed"
+    if group.lag is not None:
+        return group.lag, "redis"
+    if not group.found:
+        return group.length, "computed"
     # Redis < 7, or a lag Redis cannot compute: with DELETE_ON_ACK the stream holds exactly
     # the waiting and the pending entries.
     if delete_on_ack:
-        return max(0, length - pending), "computed"
-    return length, "estimate"
+        return max(0, group.length - group.pending), "computed"
+    return group.length, "estimate"
 
 
-def _oldest_wait(entries: list[Any], now_ms: int) -> float | None:
-    if not entries:
+def _oldest_wait(stream_id: str | None, now_ms: int) -> float | None:
+    if stream_id is None:
         return None
-    stream_id = _text(entries[0][0])
-    return max(0.0, (now_ms - int(stream_id.split("-", 1)[0])) / 1000)
+    return max(0.0, (now_ms - _id_ms(stream_id)) / 1000)
 
 
-def _throughput(minutes: tuple[dict[bytes, bytes], dict[bytes, bytes]], now_ms: int) -> float:
+def _throughput(minutes: tuple[dict[str, str], dict[str, str]], now_ms: int) -> float:
     """Finished tasks per second over the last 60 s (sliding-window estimate).
 
     This minute's count plus the previous minute's, weighted by the part of it that is
     still inside the last 60 seconds.
     """
-    current, previous = (_decode_hash(counts) for counts in minutes)
+    current, previous = minutes
     done_now = _int(current, "succeeded") + _int(current, "failed")
     done_before = _int(previous, "succeeded") + _int(previous, "failed")
     elapsed = (now_ms % 60_000) / 60_000
@@ -336,17 +292,16 @@ def _task_stats(name: str, totals: dict[str, str], window: list[float]) -> TaskS
 
 def minute_counts(queue: str, minutes: int = 60, *, broker: Broker | None = None,
                   now_ms: int | None = None) -> list[MinuteCounts]:
-    """Outcomes per minute over the last `minutes` minutes, oldest first (kept 2 hours)."""
+    """Outcomes per minute over the last `minutes` minutes, oldest first (kept 2 hours);
+    one round trip (`Inspector.minute_hashes`)."""
     broker = broker or get_broker()
     current = (clock.now_ms() if now_ms is None else now_ms) // 60_000
     starts = list(range(current - minutes + 1, current + 1))
-    pipe = broker.client.pipeline(transaction=False)
-    for minute in starts:
-        pipe.hgetall(keys.minute_key(broker.prefix, queue, minute))
+    hashes = inspector_for(broker).minute_hashes(queue, starts)
     return [
         MinuteCounts(start_ms=minute * 60_000, succeeded=_int(counts, "succeeded"),
                      failed=_int(counts, "failed"), retried=_int(counts, "retried"))
-        for minute, counts in zip(starts, map(_decode_hash, pipe.execute()), strict=True)
+        for minute, counts in zip(starts, hashes, strict=True)
     ]
 
 
@@ -355,13 +310,6 @@ def known_queues() -> list[str]:
     return sorted(registry.queues() | {get_settings().DEFAULT_QUEUE})
 
 
-def _decode_hash(raw: dict[Any, Any]) -> dict[str, str]:
-    return {_text(key): _text(value) for key, value in raw.items()}
-
-
 def _int(values: dict[str, str], name: str) -> int:
     return int(values.get(name) or 0)
 
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -13,8 +13,8 @@ from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
 from django_taskrunner.core.registry import registry
 from django_taskrunner.stats.figures import MinuteCounts, QueueStats, get_stats, minute_counts
-from django_taskrunner.store import keys
 from django_taskrunner.store.broker import Broker, get_broker
+from django_taskrunner.store.inspect import inspector_for
 
 MAX_CONSUMERS = 20  # shown per queue: the live ones first, then the most recently active
 HOUR_MINUTES = 60
@@ -71,13 +71,9 @@ class QueueHealth:
 def get_leader(broker: Broker | None = None) -> LeaderInfo:
     """The holder of the group's leader lease (`keys.leader_key`) and its time left."""
     broker = broker or get_broker()
-    pipe = broker.client.pipeline(transaction=False)
-    key = keys.leader_key(broker.prefix, broker.group)
-    pipe.get(key)
-    pipe.pttl(key)
-    holder, ttl_ms = pipe.execute()
-    return LeaderInfo(group=broker.group, holder=None if holder is None else _text(holder),
-                      lease_left=int(ttl_ms) / 1000 if holder is not None and ttl_ms >= 0
+    holder, ttl_ms = inspector_for(broker).leader()
+    return LeaderInfo(group=broker.group, holder=holder,
+                      lease_left=ttl_ms / 1000 if holder is not None and ttl_ms >= 0
                       else None)
 
 
@@ -103,42 +99,23 @@ def dashboard_queues(broker: Broker | None = None) -> list[str]:
 
 def known_queues(broker: Broker, extra: Any = ()) -> list[str]:
     """Queues workers consume, queues tasks declare, and `extra`, sorted."""
-    recorded = broker.client.smembers(keys.known_queues_key(broker.prefix))
-    names = {q.decode() if isinstance(q, bytes) else q for q in recorded}
-    return sorted(names | registry.queues() | set(extra))
+    recorded = inspector_for(broker).recorded_queues()
+    return sorted(recorded | registry.queues() | set(extra))
 
 
 def _consumers(broker: Broker, queue: str, now_ms: int) -> tuple[tuple[ConsumerInfo, ...], int]:
     """The group's consumers, live ones first, then by idle time; and how many there are."""
-    pipe = broker.client.pipeline(transaction=False)
-    pipe.xinfo_consumers(broker.stream(queue), broker.group)
-    pipe.zrangebyscore(keys.queue_workers_key(broker.prefix, queue), now_ms, "+inf")
-    listed, live = pipe.execute(raise_on_error=False)
-    if isinstance(listed, Exception):  # no stream or no group yet
-        listed = []
-    live_names = {_text(name) for name in live}
-    rows = sorted(listed, key=lambda c: (_text(c["name"]) not in live_names, int(c["idle"])))
+    inspector = inspector_for(broker)
+    listed, live = inspector.consumers(queue, now_ms)
+    live_names = set(live)
+    rows = sorted(listed, key=lambda row: (row.name not in live_names, row.idle_ms))
     shown = rows[:MAX_CONSUMERS]
-    pipe = broker.client.pipeline(transaction=False)
-    for consumer in shown:
-        pipe.hmget(keys.worker_key(broker.prefix, _text(consumer["name"])), "threads", "busy")
-    beats = pipe.execute() if shown else []
+    loads = inspector.worker_loads([row.name for row in shown])
     return tuple(
         ConsumerInfo(
-            name=_text(consumer["name"]), pending=int(consumer["pending"]),
-            idle=int(consumer["idle"]) / 1000,
-            inactive=None if consumer.get("inactive") in (None, -1)
-            else int(consumer["inactive"]) / 1000,
-            live=_text(consumer["name"]) in live_names,
-            threads=_int_or_none(threads), busy=_int_or_none(busy),
+            name=row.name, pending=row.pending, idle=row.idle_ms / 1000,
+            inactive=None if row.inactive_ms is None else row.inactive_ms / 1000,
+            live=row.name in live_names, threads=threads, busy=busy,
         )
-        for consumer, (threads, busy) in zip(shown, beats, strict=True)
+        for row, (threads, busy) in zip(shown, loads, strict=True)
     ), len(rows)
-
-
-def _int_or_none(value: bytes | str | None) -> int | None:
-    return None if value is None else int(value)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

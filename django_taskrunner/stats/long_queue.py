@@ -17,7 +17,7 @@ from typing import Any
 from django.utils.module_loading import import_string
 
 from django_taskrunner.stats.figures import QueueStats
-from django_taskrunner.store import keys
+from django_taskrunner.store.stats import StatsStore
 
 logger = logging.getLogger(__name__)
 
@@ -32,8 +32,7 @@ class LongQueueHook:
         self.hook = hook
         self.threshold = threshold
         self.cooldown_ms = max(1, round(cooldown * 1000))
-        self.client = client
-        self.prefix = prefix
+        self.gates = StatsStore(client, prefix)  # the client is only handed to the store
         self.holder = holder or "worker"
 
     def check(self, figures: Iterable[QueueStats]) -> list[threading.Thread]:
@@ -45,8 +44,7 @@ class LongQueueHook:
         for stats in figures:
             if stats.predicted_wait is None or stats.predicted_wait <= self.threshold:
                 continue
-            if not self.client.set(keys.long_queue_gate_key(self.prefix, stats.queue),
-                                   self.holder, nx=True, px=self.cooldown_ms):
+            if not self.gates.open_gate(stats.queue, self.holder, self.cooldown_ms):
                 continue  # fired (here or by another worker) less than a cooldown ago
             logger.warning("queue %s is long: predicted wait %.1fs > LONG_QUEUE_THRESHOLD "
                            "%.1fs (length=%d, average=%s, threads=%d); calling the hook",

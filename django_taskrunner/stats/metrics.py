@@ -25,9 +25,9 @@ from django.views.decorators.http import require_safe
 from django_taskrunner.conf import get_settings
 from django_taskrunner.stats.figures import QueueStats, TaskStats, get_stats, known_queues
 from django_taskrunner.stats.recorder import BUCKET_LABELS, PICKUP_LABELS
-from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.store.inspect import inspector_for
 
 INSTALL_HINT = 'install the "prometheus" extra: pip install "django-taskrunner[prometheus]"'
 
@@ -143,12 +143,11 @@ def _cumulative_counts(labels: tuple[str, ...], counts: tuple[int, ...]
 
 def _leader_metric(core: Any) -> Any:
     settings = get_settings()
-    holder = get_broker().client.get(keys.leader_key(settings.PREFIX, settings.CONSUMER_GROUP))
+    holder = inspector_for(get_broker()).leader_holder()
     family = core.GaugeMetricFamily(
         "taskrunner_leader", "1 while a worker holds the group's leader lease (holder label).",
         labels=["group", "holder"])
-    text = holder.decode() if isinstance(holder, bytes) else holder
-    family.add_metric([settings.CONSUMER_GROUP, text or ""], 1.0 if text else 0.0)
+    family.add_metric([settings.CONSUMER_GROUP, holder or ""], 1.0 if holder else 0.0)
     return family
 
 

@@ -1,4 +1,5 @@
-"""Writing a worker's figures and heartbeat to Redis: everything in one pipeline.
+"""A worker's figures and heartbeat as the statistics keys hold them (written in one
+round trip by `store.stats.StatsStore`).
 
 Per queue (all keys carry the queue's hash tag):
 
@@ -28,9 +29,16 @@ from typing import Any
 
 from django_taskrunner.stats.recorder import BUCKET_LABELS, PICKUP_LABELS, Batch, TaskFigures
 from django_taskrunner.store import keys
+from django_taskrunner.store.stats import (
+    MINUTE_TTL_SECONDS,
+    STATS_TTL_SECONDS,
+    QueueWrite,
+    StatsStore,
+    WorkerBeat,
+)
 
-STATS_TTL_SECONDS = 7 * 24 * 3600  # totals of a queue nobody used for a week go away
-MINUTE_TTL_SECONDS = 2 * 3600
+__all__ = ["COUNTERS", "MINUTE_TTL_SECONDS", "STATS_TTL_SECONDS", "Heartbeat", "flush",
+           "heartbeat_ttl", "queue_writes", "remove_heartbeat", "worker_beat", "write"]
 COUNTERS = ("runs", "errors", "succeeded", "retried", "failed", "run_us", "pickups",
             "pickup_us")
 
@@ -66,7 +74,29 @@ def write(
     pipe: Any, prefix: str, batch: Batch, heartbeat: Heartbeat, *, now_ms: int, window: int,
     ttl: float,
 ) -> None:
-    """Queue on `pipe` the commands that add `batch` and refresh `heartbeat`."""
+    """Queue on `pipe` the commands that add `batch` and refresh `heartbeat`
+    (`StatsStore.write_figures`); the caller executes the pipeline."""
+    # The pipeline is the caller's: the store only queues commands on it, no client needed.
+    StatsStore(None, prefix).write_figures(
+        queue_writes(batch), worker_beat(heartbeat, now_ms), now_ms=now_ms, window=window,
+        ttl=ttl, pipe=pipe)
+
+
+def flush(stats: StatsStore, batch: Batch, heartbeat: Heartbeat, *, now_ms: int, window: int,
+          ttl: float) -> None:
+    """Add `batch` and refresh `heartbeat` in one round trip (what the monitor writes)."""
+    stats.write_figures(queue_writes(batch), worker_beat(heartbeat, now_ms), now_ms=now_ms,
+                        window=window, ttl=ttl)
+
+
+def worker_beat(heartbeat: Heartbeat, now_ms: int) -> WorkerBeat:
+    """The heartbeat as the store writes it."""
+    return WorkerBeat(consumer=heartbeat.consumer, queues=heartbeat.queues,
+                      fields=heartbeat.fields(now_ms))
+
+
+def queue_writes(batch: Batch) -> list[QueueWrite]:
+    """The stats-hash increments and run-time windows of `batch`, per queue."""
     by_queue: dict[str, dict[str, TaskFigures]] = defaultdict(dict)
     for (source, task_name), figures in batch.items():
         # Figures describe the whole queue: the shards a task ran from are added up.
@@ -75,74 +105,32 @@ def write(
             tasks[task_name].add(figures)
         else:
             tasks[task_name] = figures
-    for queue, tasks in by_queue.items():
-        _write_queue(pipe, prefix, queue, tasks, now_ms=now_ms, window=window)
-    _write_heartbeat(pipe, prefix, heartbeat, now_ms=now_ms, ttl=ttl)
+    return [_queue_write(queue, tasks) for queue, tasks in by_queue.items()]
 
 
-def _write_queue(
-    pipe: Any, prefix: str, queue: str, tasks: dict[str, TaskFigures], *, now_ms: int,
-    window: int,
-) -> None:
-    stats = keys.stats_key(prefix, queue)
+def _queue_write(queue: str, tasks: dict[str, TaskFigures]) -> QueueWrite:
+    increments: list[tuple[str, int]] = []
+    windows: list[tuple[str | None, list[int]]] = []
     totals = TaskFigures()  # the queue's figures: every task's added up
     for task_name, figures in tasks.items():
-        _add_counters(pipe, stats, f"task:{task_name}:", figures)
-        for label, count in zip(BUCKET_LABELS, figures.buckets, strict=True):
-            if count:
-                pipe.hincrby(stats, f"task:{task_name}:le:{label}", count)
-        _push_window(pipe, keys.window_key(prefix, queue, task_name), list(figures.samples),
-                     window)
+        increments += _counters(f"task:{task_name}:", figures)
+        increments += [(f"task:{task_name}:le:{label}", count) for label, count
+                       in zip(BUCKET_LABELS, figures.buckets, strict=True) if count]
+        windows.append((task_name, list(figures.samples)))
         totals.add(figures)
-    _add_counters(pipe, stats, "", totals)
-    for label, count in zip(PICKUP_LABELS, totals.pickup_buckets, strict=True):
-        if count:
-            pipe.hincrby(stats, f"pickup:le:{label}", count)
-    pipe.expire(stats, STATS_TTL_SECONDS)
-    _push_window(pipe, keys.window_key(prefix, queue), list(totals.samples), window)
-    outcomes = {"succeeded": totals.succeeded, "failed": totals.failed,
-                "retried": totals.retried}
-    if any(outcomes.values()):
-        minute = keys.minute_key(prefix, queue, now_ms // 60_000)
-        for name, count in outcomes.items():
-            if count:
-                pipe.hincrby(minute, name, count)
-        pipe.expire(minute, MINUTE_TTL_SECONDS)
+    increments += _counters("", totals)
+    increments += [(f"pickup:le:{label}", count) for label, count
+                   in zip(PICKUP_LABELS, totals.pickup_buckets, strict=True) if count]
+    windows.append((None, list(totals.samples)))
+    return QueueWrite(queue=queue, increments=increments, windows=windows, outcomes={
+        "succeeded": totals.succeeded, "failed": totals.failed, "retried": totals.retried})
 
 
-def _add_counters(pipe: Any, key: str, field_prefix: str, figures: TaskFigures) -> None:
-    for name in COUNTERS:
-        value = getattr(figures, name)
-        if value:
-            pipe.hincrby(key, field_prefix + name, value)
-
-
-def _push_window(pipe: Any, key: str, samples: list[int], window: int) -> None:
-    """Newest first: LPUSH puts its last argument at the head."""
-    if not samples:
-        return
-    pipe.lpush(key, *samples[-window:])
-    pipe.ltrim(key, 0, window - 1)
-    pipe.expire(key, STATS_TTL_SECONDS)
-
-
-def _write_heartbeat(pipe: Any, prefix: str, heartbeat: Heartbeat, *, now_ms: int,
-                     ttl: float) -> None:
-    worker = keys.worker_key(prefix, heartbeat.consumer)
-    pipe.hset(worker, mapping=heartbeat.fields(now_ms))
-    pipe.expire(worker, max(1, round(ttl)))
-    expires_ms = now_ms + round(ttl * 1000)
-    for queue in heartbeat.queues:
-        index = keys.queue_workers_key(prefix, queue)
-        pipe.zadd(index, {heartbeat.consumer: expires_ms})
-        pipe.zremrangebyscore(index, "-inf", now_ms)
-        pipe.expire(index, max(1, round(ttl)))
+def _counters(field_prefix: str, figures: TaskFigures) -> list[tuple[str, int]]:
+    return [(field_prefix + name, getattr(figures, name)) for name in COUNTERS
+            if getattr(figures, name)]
 
 
 def remove_heartbeat(client: Any, prefix: str, consumer: str, queues: Sequence[str]) -> None:
     """A worker that stops cleanly stops counting at once (no wait for the TTL)."""
-    pipe = client.pipeline(transaction=False)
-    pipe.delete(keys.worker_key(prefix, consumer))
-    for queue in queues:
-        pipe.zrem(keys.queue_workers_key(prefix, queue), consumer)
-    pipe.execute()
+    StatsStore(client, prefix).remove_heartbeat(consumer, queues)

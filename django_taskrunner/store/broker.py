@@ -9,7 +9,7 @@ queue split into several (`"emails#2"`, see sharding.py); the broker does not ca
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,16 @@ class Claim:
     stream_id: str
     min_idle_ms: int
     deliveries: int
+
+
+@dataclass(frozen=True)
+class Requeue:
+    """A held entry to move back, with `body`, to its stream (`due_ms` 0) or delayed set."""
+
+    queue: str
+    stream_id: str
+    body: str | bytes
+    due_ms: int = 0
 
 
 class Broker:
@@ -127,14 +137,35 @@ class Broker:
 
         Returns None when the entry is no longer ours (another worker reclaimed it).
         """
-        result = scripts.run(
-            self.client,
-            "requeue",
-            [self.stream(queue), keys.delayed_key(self.prefix, queue)],
-            [self.group, consumer, stream_id, body, str(due_ms), "1" if self.delete_on_ack else "0",
-             keys.wake_channel(self.prefix, queue)],
-        )
+        result = self._requeue(self.client, consumer, Requeue(queue, stream_id, body, due_ms))
         return None if result is None else text(result)
+
+    def settle(
+        self, consumer: str, acks: Mapping[str, Sequence[str]], requeues: Sequence[Requeue],
+    ) -> None:
+        """Ack finished entries (`{queue: [stream id, ...]}`, as `ack()`) and requeue
+        others (`requeue.lua`, which acks each old entry in the same script), all in one
+        pipelined round trip. An entry that is no longer `consumer`'s is not requeued.
+
+        Redis outage errors pass through; nothing of the batch may have been applied,
+        or all of it: sending it again is safe (an ack is idempotent, a requeue of an
+        entry already acked finds it no longer pending and does nothing).
+        """
+        pipe = self.client.pipeline(transaction=False)
+        for queue, stream_ids in acks.items():
+            self.ack(queue, stream_ids, pipe=pipe)
+        for requeue in requeues:
+            self._requeue(pipe, consumer, requeue)
+        pipe.execute()
+
+    def _requeue(self, client: Any, consumer: str, requeue: Requeue) -> Any:
+        """Run (or, on a pipeline, queue) `requeue.lua` for one entry."""
+        queue = requeue.queue
+        return scripts.run(
+            client, "requeue", [self.stream(queue), keys.delayed_key(self.prefix, queue)],
+            [self.group, consumer, requeue.stream_id, requeue.body, str(requeue.due_ms),
+             "1" if self.delete_on_ack else "0", keys.wake_channel(self.prefix, queue)],
+        )
 
     def add_delayed(self, queue: str, body: str, due_ms: int) -> bool:
         """ZADD a message to the delayed set; True when it woke the scheduler."""
@@ -173,14 +204,31 @@ class Broker:
                              [self.stream(queue)], args)
         return [] if pipe is not None else [text(lost) for lost in result]
 
+    def hold_many(
+        self, consumer: str, held: Mapping[str, Sequence[str]]
+    ) -> dict[str, list[str]]:
+        """`hold()` for every queue of `held` (`{queue: [stream id, ...]}`) in one pipelined
+        round trip (`hold.lua` per queue); returns the lost ids per queue."""
+        pipe = self.client.pipeline(transaction=False)
+        for queue, stream_ids in held.items():
+            self.hold(queue, consumer, stream_ids, pipe=pipe)
+        return {queue: [text(lost) for lost in lost_ids]
+                for queue, lost_ids in zip(held, pipe.execute(), strict=True)}
+
     def pending_idle(
         self, queue: str, min_idle_ms: int, start: str, count: int, consumer: str | None = None
     ) -> list[Pending]:
-        """Pending entries idle for at least `min_idle_ms`, from `start` on (XPENDING IDLE)."""
-        rows = self.client.xpending_range(
-            self.stream(queue), self.group, start, "+", count, consumername=consumer,
-            idle=min_idle_ms,
-        )
+        """Pending entries idle for at least `min_idle_ms`, from `start` on (XPENDING IDLE);
+        none while the group does not exist yet (NOGROUP)."""
+        try:
+            rows = self.client.xpending_range(
+                self.stream(queue), self.group, start, "+", count, consumername=consumer,
+                idle=min_idle_ms,
+            )
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            return []
         return [Pending(text(row["message_id"]), text(row["consumer"]),
                         int(row["time_since_delivered"]), int(row["times_delivered"]))
                 for row in rows]

@@ -29,6 +29,8 @@ logger = logging.getLogger(__name__)
 MAX_SOCKET_PATH = 103 if sys.platform == "darwin" else 107
 START_TIMEOUT = 10.0
 POLL_INTERVAL = 0.05
+# Data folders this process has said it uses (the start-up line is logged once each).
+_announced: set[str] = set()
 
 
 def server_binary() -> str:
@@ -59,6 +61,7 @@ def ensure_server(data_dir: str | os.PathLike[str]) -> str:
     sock = _socket_path(data_dir)
     url = "unix://" + quote(sock)
     if _state(sock) == "up":  # fast path: no lock, no mkdir
+        _announce(data_dir, started=False)
         return url
     os.makedirs(data_dir, mode=0o700, exist_ok=True)
     with _locked(data_dir):
@@ -74,9 +77,23 @@ def ensure_server(data_dir: str | os.PathLike[str]) -> str:
                 raise _unavailable(data_dir, f"no answer within {START_TIMEOUT:.0f}s")
             time.sleep(POLL_INTERVAL)
             state = _state(sock)
-    if started:
-        logger.info("Started embedded Redis in %s", data_dir)
+    _announce(data_dir, started)
     return url
+
+
+def _announce(data_dir: str, started: bool) -> None:
+    """One line per process and folder: which binary, and where the data lives (a site
+    that meant to use its own Redis sees at once that it does not)."""
+    if data_dir in _announced and not started:
+        return
+    _announced.add(data_dir)
+    try:
+        binary = server_binary()
+    except EmbeddedRedisUnavailable:  # started by another process, binary since removed
+        binary = "redis-server (not found now)"
+    logger.info("Embedded Redis: %s, data in %s (%s; no REDIS_URL, CONNECTION or "
+                "CLUSTER_NODES is set)", binary, data_dir,
+                "started now" if started else "already running")
 
 
 def stop_server(data_dir: str | os.PathLike[str]) -> bool:

@@ -24,6 +24,7 @@ from typing import Any
 
 from redis.exceptions import (
     ClusterDownError,
+    RedisError,
     SlotNotCoveredError,
     TryAgainError,
 )
@@ -31,6 +32,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_taskrunner.exceptions import RedisUnavailable
+
+# Any error a Redis command raises (outage or not): what an admin page shows instead of
+# its data. Re-exported, so nothing outside store/ imports redis-py.
+REDIS_ERROR: type[Exception] = RedisError
 
 REDIS_DOWN: tuple[type[Exception], ...] = (
     RedisConnectionError,

@@ -1,10 +1,14 @@
-"""Running one message: small steps, called in order, each with one job.
+"""Running one delivery: the policies as small steps (worker/steps/), called in order.
 
-decode -> look up the task -> check expiry -> (a reclaimed message: give up if its
-worker died running it too often) -> start (free an `until_executing` lock) -> run
-(with Django's connection hygiene and the task's time limit) -> on success free the
-lock and ack; on failure retry (keeping the lock) or record the failure, free per
-mode, then ack.
+    BEFORE_RUN: decode -> look up the task -> expiry -> (a reclaimed message: give up if
+                its workers died running it too often) -> start (free an
+                `until_executing` lock)
+    run the function (Django's connection hygiene; the watchdog enforces time limits)
+    AFTER_RUN:  time limit -> count the run -> retry (keeping the lock) -> record the
+                failure for good -> success (free the lock)
+
+Each step returns True to go on, or False once it settled the delivery: acked, requeued
+or recorded. Every delivery ends in exactly one `ack()` or `requeue()`, both the acker's.
 
 `Executor.handle()` never raises: a bad message becomes a `FailedTask` row and the
 worker goes on. If even recording fails (the database is down), the message stays
@@ -14,42 +18,39 @@ un-acked, so it is delivered again later instead of being lost.
 from __future__ import annotations
 
 import logging
-import math
 import traceback as tb
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Sequence
 
 from django.db import close_old_connections
 
-from django_taskrunner.checks import MAX_SECONDS
-from django_taskrunner.core import clock
-from django_taskrunner.core import unique as locks
 from django_taskrunner.core.context import TaskContext
-from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.core.registry import registry
-from django_taskrunner.core.task import Task
-from django_taskrunner.exceptions import (
-    InvalidTaskPayload,
-    TaskNotFound,
-    TaskRunnerError,
-    TimeLimitExceeded,
-    WorkerLost,
-)
+from django_taskrunner.exceptions import TaskExpired, TaskRunnerError
 from django_taskrunner.stats.recorder import StatsRecorder
-from django_taskrunner.store import keys
 from django_taskrunner.store.broker import Broker
-from django_taskrunner.worker.backoff import default_backoff
+from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.failures import record_failure
 from django_taskrunner.worker.running import Attempt, RunningSet
+from django_taskrunner.worker.steps.decode import decode
+from django_taskrunner.worker.steps.expiry import check_expiry
+from django_taskrunner.worker.steps.figures import count_run
+from django_taskrunner.worker.steps.locks import release, release_on_start
+from django_taskrunner.worker.steps.lookup import lookup
+from django_taskrunner.worker.steps.outcome import record_failure as record_for_good
+from django_taskrunner.worker.steps.outcome import succeed
+from django_taskrunner.worker.steps.reclaimed import check_reclaimed
+from django_taskrunner.worker.steps.retry import retry, retry_delay
+from django_taskrunner.worker.steps.run import Run
+from django_taskrunner.worker.steps.time_limit import check_time_limit
 
 logger = logging.getLogger(__name__)
 
-# Raw bodies kept in a FailedTask row for a message that could not be decoded.
-RAW_BODY_LIMIT = 64 * 1024
+__all__ = ["Executor", "TaskExpired", "retry_delay"]  # TaskExpired: where it was before
 
+Step = Callable[["Executor", Run], bool]
 
-class TaskExpired(TaskRunnerError):
-    """The task was not started before its `expires` time."""
+# The order of the policies. A new one (a rate limit, a cancellation) is one line here.
+BEFORE_RUN: Sequence[Step] = (decode, lookup, check_expiry, check_reclaimed, release_on_start)
+AFTER_RUN: Sequence[Step] = (check_time_limit, count_run, retry, record_for_good, succeed)
 
 
 class AttemptAbandoned(TaskRunnerError):
@@ -59,169 +60,70 @@ class AttemptAbandoned(TaskRunnerError):
 ABANDONED = AttemptAbandoned()
 
 
-def retry_delay(task: Task, retry: int) -> float:
-    """Seconds before retry number `retry`, from the task's `retry_backoff`."""
-    backoff = task.options.retry_backoff
-    if backoff is None:
-        return default_backoff(retry)
-    if callable(backoff):
-        seconds = float(backoff(retry))
-        if not math.isfinite(seconds):  # inf * 1000 cannot be a due time: no retry at all
-            logger.warning("retry_backoff of task %s returned %r; using the default backoff",
-                           task.name, seconds)
-            return default_backoff(retry)
-        return min(max(0.0, seconds), float(MAX_SECONDS))
-    return float(backoff)
-
-
 class Executor:
-    """Runs messages of one worker; `ack(queue, stream_id)` is called once each is done."""
+    """Runs messages of one worker. Each ends in exactly one call: `ack(shard, stream_id)`
+    or, for a retry, `requeue(shard, stream_id, body, due_ms)` (the worker's acker, which
+    sends both in batches; without `requeue`, the broker's own, at once)."""
 
     def __init__(
         self, broker: Broker, consumer: str, ack: Callable[[str, str], None],
         stats: StatsRecorder | None = None,
         running: RunningSet | None = None, reservation_timeout: float = 300.0,
+        requeue: Callable[[str, str, str, int], None] | None = None,
     ) -> None:
         self.broker = broker
         self.consumer = consumer
         self.ack = ack
+        self.requeue = requeue if requeue is not None else self._requeue_now
         # Run times and outcomes, in memory; the worker's monitor writes them in batches.
         self.stats = stats if stats is not None else StatsRecorder()
         self.running = running if running is not None else RunningSet()
         self.reservation_timeout = reservation_timeout
 
-    def handle(
-        self, queue: str, stream_id: str, body: bytes | None, runs: int | None = None
-    ) -> None:
-        """Process one stream entry to the end; never raises.
-
-        `runs` is the delivery counter of a reclaimed entry (None for a first delivery).
-        """
+    def handle(self, delivery: Delivery) -> None:
+        """Process one stream entry to the end; never raises."""
         try:
-            self._handle(queue, stream_id, body, runs)
+            self._handle(Run(delivery))
         except Exception:
             logger.exception("could not finish message %s of queue %s; it stays pending",
-                             stream_id, queue)
+                             delivery.stream_id, delivery.shard)
 
-    def _handle(self, queue: str, stream_id: str, body: bytes | None, runs: int | None) -> None:
-        if body is None:  # deleted from the stream while pending
-            self.ack(queue, stream_id)
-            return
-        message = self.decode(queue, stream_id, body)
-        if message is None:
-            return
-        task = self.lookup(message)
-        if task is None:
-            return
-        if self.expired(message):
-            return
-        if runs is not None and not self.restart(task, message, runs):
-            return
-        self.stats.picked_up(message.queue, task.name, stream_id, runs)
-        self.release(message, locks.STARTED)
-        started = clock.monotonic()
-        error = self.run(task, message)
-        if error is ABANDONED:
-            return
-        self.stats.ran(message.queue, task.name, clock.monotonic() - started, error)
-        if error is None:
-            self.succeeded(task, message)
-        else:
-            self.failed(task, message, error)
+    def _handle(self, run: Run) -> None:
+        for step in BEFORE_RUN:
+            if not step(self, run):
+                return
+        run.error = self.run(run)
+        if run.error is not ABANDONED:
+            self.settle(run)
 
-    def failed(self, task: Task, message: TaskMessage, error: BaseException) -> None:
-        """An attempt failed: retry it, or record the task as failed for good."""
-        if message.attempt <= task.options.max_retry:
-            self.retry(task, message, error)
-        else:
-            self.failed_for_good(message, error)
+    def settle(self, run: Run) -> None:
+        """The outcome steps, in order, until one settles the delivery."""
+        for step in AFTER_RUN:
+            if not step(self, run):
+                return
 
-    def decode(self, queue: str, stream_id: str, body: bytes) -> TaskMessage | None:
-        """The message, or None after recording an entry that cannot be used as failed.
-
-        Any entry at all ends here as a message whose fields are all usable (a lock it
-        names is a unique lock of this queue) or as one failed row, and is acked: nothing
-        an entry holds can make it stay pending, run twice or stop the worker.
-        """
-        try:
-            message = TaskMessage.from_json(body, stream_id=stream_id)
-            message.check_lock_key(self.broker.prefix, queue)
-        except Exception as exc:  # noqa: BLE001 - bad input is a failed row, never a crash
-            self.undecodable(queue, stream_id, body, exc)
-            return None
-        # The stream it was read from is authoritative: for a queue split into shards,
-        # this is the shard name, so the retry, the ack and the lock release stay there.
-        message.queue = queue
-        return message
-
-    def undecodable(self, queue: str, stream_id: str, body: bytes, exc: Exception) -> None:
-        """Record an entry that is not a usable message, under a placeholder id, and ack it.
-
-        The row keeps the start of the raw body. Its task name stays empty even when the
-        body names one (the error says which): the body is not that task's payload, so
-        the admin's retry must not dispatch the task with it.
-        """
-        if not isinstance(exc, InvalidTaskPayload):
-            exc = InvalidTaskPayload(f"message cannot be decoded: {type(exc).__name__}: {exc}")
-        raw = body[:RAW_BODY_LIMIT].decode("utf-8", errors="replace").replace("\x00", "\ufffd")
-        placeholder = TaskMessage(id=f"{stream_id}@{queue}", task_name="", queue=queue,
-                                  payload=None, stream_id=stream_id)
-        self._record_and_ack(placeholder, exc, attempts=0, payload=raw)
-
-    def lookup(self, message: TaskMessage) -> Task | None:
-        task = registry.find(message.task_name)
-        if task is None:
-            self._record_and_ack(message, TaskNotFound(message.task_name), attempts=0,
-                                 event=locks.DROPPED)
-        return task
-
-    def expired(self, message: TaskMessage) -> bool:
-        """Record and ack a message that was not started before its expiry time."""
-        if message.expires_at_ms is None or clock.now_ms() <= message.expires_at_ms:
-            return False
-        error = TaskExpired(f"task {message.task_name!r} expired before it started")
-        self._record_and_ack(message, error, attempts=message.attempt - 1, event=locks.DROPPED)
-        return True
-
-    def restart(self, task: Task, message: TaskMessage, runs: int) -> bool:
-        """Before re-running a reclaimed message: False if it is given up or no longer ours.
-
-        `runs` counts its deliveries that may have started (the first one, and each
-        reclaimed run since); all but the first surely died with their worker. Runs that
-        died count as failed attempts, so a message that kills every worker running it
-        stops after `max_retry + 1` sure deaths: recorded as failed and acked.
-        """
-        died = (message.attempt - 1) + (runs - 1)
-        if died >= task.options.max_retry + 1:
-            self._record_and_ack(message, WorkerLost(task.name, runs),
-                                 attempts=message.attempt - 1 + runs, event=locks.FAILED)
-            return False
-        lost = self.broker.hold(message.queue, self.consumer, [message.stream_id or ""],
-                                runs=runs + 1)
-        return not lost
-
-    def run(self, task: Task, message: TaskMessage) -> BaseException | None:
+    def run(self, run: Run) -> BaseException | None:
         """Call the task function; return what it raised, None on success, or ABANDONED."""
+        task, message = run.task, run.message
+        assert task is not None and message is not None
         logger.debug("running task=%s id=%s queue=%s attempt=%d", task.name, message.id,
                      message.queue, message.attempt)
         timeout = message.reservation_timeout_ms
-        attempt = self.running.start(
-            task, message, self.reservation_timeout if timeout is None else timeout / 1000)
+        run.attempt = attempt = self.running.start(
+            task, message, self.reservation_timeout if timeout is None else timeout / 1000,
+            run.shard)
         try:
-            error = self.call(task, message, attempt)
+            error = self.call(attempt)
         finally:
             settled = self.running.settle(attempt)
-        if not settled:
-            return ABANDONED
-        if attempt.over_time_limit():
-            return self.time_limit_error(attempt, cause=error)
-        return error
+        return error if settled else ABANDONED
 
-    def call(self, task: Task, message: TaskMessage, attempt: Attempt) -> BaseException | None:
+    def call(self, attempt: Attempt) -> BaseException | None:
+        task, message = attempt.task, attempt.message
         close_old_connections()
         try:
             if task.options.takes_context:
-                task.fn(self.context(message, attempt), message.payload)
+                task.fn(self.context(attempt), message.payload)
             else:
                 task.fn(message.payload)
         except BaseException as exc:  # noqa: BLE001 - a task's SystemExit must not stop us
@@ -230,78 +132,27 @@ class Executor:
             close_old_connections()
         return None
 
-    def time_limit_error(
-        self, attempt: Attempt, cause: BaseException | None = None
-    ) -> TimeLimitExceeded:
-        error = TimeLimitExceeded(attempt.task.name, attempt.time_limit or 0, attempt.elapsed())
-        error.__cause__ = cause
-        return error
-
     def give_up(self, attempt: Attempt) -> None:
         """The watchdog settled an attempt stuck past its time limit: fail it like any other."""
-        error = self.time_limit_error(attempt)
-        self.stats.ran(attempt.queue, attempt.task.name, clock.monotonic() - attempt.started,
-                       error)
-        self.failed(attempt.task, attempt.message, error)
+        self.settle(Run(Delivery(attempt.shard, attempt.stream_id, None), attempt.message,
+                        attempt.task, attempt))
 
-    def context(self, message: TaskMessage, attempt: Attempt) -> TaskContext:
-        stream_id = message.stream_id or ""
+    def context(self, attempt: Attempt) -> TaskContext:
+        message = attempt.message
 
         def heartbeat() -> bool:
-            return self.broker.heartbeat(message.queue, self.consumer, stream_id)
+            return self.broker.heartbeat(attempt.shard, self.consumer, attempt.stream_id)
 
         return TaskContext(
-            id=message.id, task_name=message.task_name, queue=keys.queue_of(message.queue),
+            id=message.id, task_name=message.task_name, queue=message.queue,
             attempt=message.attempt, _heartbeat=heartbeat, _cancel=attempt.cancel,
         )
 
-    def release(self, message: TaskMessage, event: str) -> None:
-        """Free (or renew) the unique lock and task_id the message holds, per its mode.
+    def _requeue_now(self, shard: str, stream_id: str, body: str, due_ms: int) -> None:
+        self.broker.requeue(shard, self.consumer, stream_id, body, due_ms)
 
-        Retries call nothing here: the lock and the task_id are kept across retries.
-        """
-        if message.lock_key is None and not message.has_task_id:
-            return
-        try:
-            locks.release(self.broker.client, self.broker.prefix, message, event)
-        except Exception:
-            # Never let a release undo the outcome: an entry left pending would run again.
-            logger.exception("task=%s id=%s: could not free its unique lock or task id at "
-                             "%s; it frees at its TTL", message.task_name, message.id, event)
-
-    def succeeded(self, task: Task, message: TaskMessage) -> None:
-        self.release(message, locks.SUCCEEDED)
-        self.ack(message.queue, message.stream_id or "")
-        self.stats.succeeded(message.queue, task.name)
-
-    def retry(self, task: Task, message: TaskMessage, error: BaseException) -> None:
-        """Queue the next attempt and ack this one, in one atomic script."""
-        delay = retry_delay(task, message.attempt)
-        logger.warning("task=%s id=%s attempt=%d raised %s: %s; retry %d of %d in %.2fs",
-                       task.name, message.id, message.attempt, type(error).__name__, error,
-                       message.attempt, task.options.max_retry, delay)
-        # On the wire a message names its queue; the shard is where it is stored.
-        next_attempt = replace(message, queue=keys.queue_of(message.queue),
-                               attempt=message.attempt + 1, stream_id=None)
-        due_ms = self.retry_due_ms(delay)
-        self.broker.requeue(message.queue, self.consumer, message.stream_id or "",
-                            next_attempt.to_json(), due_ms)
-        self.stats.retried(message.queue, task.name)
-
-    def retry_due_ms(self, delay: float) -> int:
-        """When the retry may run: 0 puts it straight back on the stream.
-
-        A retry with a backoff waits in the delayed set, holding no worker thread; the
-        scheduler moves it back onto the stream when it falls due.
-        """
-        return clock.now_ms() + round(delay * 1000) if delay > 0 else 0
-
-    def failed_for_good(self, message: TaskMessage, error: BaseException) -> None:
-        self._record_and_ack(message, error, attempts=message.attempt, event=locks.FAILED,
-                             task_raised=True)
-
-    def _record_and_ack(
-        self, message: TaskMessage, error: BaseException, *, attempts: int,
+    def record_and_ack(
+        self, run: Run, error: BaseException, *, attempts: int,
         payload: str | None = None, event: str | None = None, task_raised: bool = False,
     ) -> None:
         """Write the failure, then free what the message holds at `event`, then ack.
@@ -311,6 +162,8 @@ class Executor:
 
         When the record cannot be written the message stays pending, and so does its lock.
         """
+        message = run.message
+        assert message is not None
         close_old_connections()
         try:
             record_failure(message, error, attempts=attempts, worker=self.consumer,
@@ -319,7 +172,6 @@ class Executor:
         finally:
             close_old_connections()
         if event is not None:
-            self.release(message, event)
-        self.ack(message.queue, message.stream_id or "")
+            release(self, run, event)
+        self.ack(run.shard, run.stream_id)
         self.stats.failed(message.queue, message.task_name)
-

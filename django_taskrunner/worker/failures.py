@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import traceback as tb
-from dataclasses import replace
 from typing import Any
 
 from django.db import IntegrityError
@@ -16,7 +15,6 @@ from django_taskrunner.conf import get_settings
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.exceptions import TaskExecutionError
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store.keys import SHARD_MARK, queue_of
 
 logger = logging.getLogger(__name__)
 
@@ -51,29 +49,20 @@ def record_failure(
     after a crash) is kept as is, and the handler is not called again. A `task_id`
     dispatched again has another token, so its failure gets a row of its own.
     """
-    if SHARD_MARK in message.queue:  # read from a shard: the row and the handler name the queue
-        message = replace(message, queue=queue_of(message.queue))
     error_class, error_text = describe_error(error)
     if traceback is None:
         traceback = "".join(tb.format_exception(error))
-    try:
-        _row, created = FailedTask.objects.get_or_create(
-            message_id=message.id,
-            dispatch_token=message.dispatch_token or "",
-            defaults={
-                "task_name": message.task_name[:255],
-                "queue": message.queue[:100],
-                "payload": payload if payload is not None else payload_text(message),
-                "error_class": error_class[:255],
-                "error": error_text,
-                "traceback": traceback,
-                "attempts": attempts,
-                "worker": worker[:255],
-                "failed_at": timezone.now(),
-            },
-        )
-    except IntegrityError:  # another worker wrote it between our get and create
-        created = False
+    created = _write_row(message, {
+        "task_name": message.task_name[:255],
+        "queue": message.queue[:100],
+        "payload": payload if payload is not None else payload_text(message),
+        "error_class": error_class[:255],
+        "error": error_text,
+        "traceback": traceback,
+        "attempts": attempts,
+        "worker": worker[:255],
+        "failed_at": timezone.now(),
+    })
     logger.error(
         "task failed for good: task=%s id=%s queue=%s attempts=%d error=%s",
         message.task_name, message.id, message.queue, attempts, error_text,
@@ -81,6 +70,17 @@ def record_failure(
     if created:
         call_failed_task_handler(message, execution_error(message, error) if task_raised
                                  else error)
+
+
+def _write_row(message: TaskMessage, fields: dict[str, Any]) -> bool:
+    """Create the row of this dispatch unless it exists; True if this call created it."""
+    try:
+        _row, created = FailedTask.objects.get_or_create(
+            message_id=message.id, dispatch_token=message.dispatch_token or "",
+            defaults=fields)
+    except IntegrityError:  # another worker wrote it between our get and create
+        return False
+    return bool(created)
 
 
 def execution_error(message: TaskMessage, error: BaseException) -> TaskExecutionError:

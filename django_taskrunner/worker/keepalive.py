@@ -4,7 +4,8 @@ A message un-acked for longer than its reservation timeout may be reclaimed by a
 worker; the heartbeat resets the idle time of every message the worker holds, running
 or fetched and waiting in its buffer (XCLAIM ... JUSTID by its own consumer, through
 `store/lua/hold.lua`, which never steals a message another worker has reclaimed), all
-queues in one pipelined round trip, `BEATS_PER_TIMEOUT` times per shortest timeout.
+queues in one pipelined round trip (`Broker.hold_many`), `BEATS_PER_TIMEOUT` times per
+shortest timeout.
 
 The shortest timeout is the smallest of RESERVATION_TIMEOUT, the per-task timeouts of
 the tasks registered for the worker's queues (what a buffered message may have), and
@@ -105,7 +106,7 @@ class Heartbeat(threading.Thread):
 
     def _held_by_queue(self) -> tuple[dict[str, list[str]], set[tuple[str, str]]]:
         """Stream ids to beat per queue, and the (queue, id) of the running ones."""
-        running = {(attempt.queue, attempt.stream_id) for attempt in self.running.snapshot()}
+        running = {(attempt.shard, attempt.stream_id) for attempt in self.running.snapshot()}
         held = set(self.held()) | running if self.held is not None else running
         by_queue: dict[str, list[str]] = defaultdict(list)
         for queue, stream_id in held:
@@ -118,11 +119,8 @@ class Heartbeat(threading.Thread):
         by_queue, running = self._held_by_queue()
         if not by_queue:
             return
-        pipe = self.broker.client.pipeline(transaction=False)
-        for queue, stream_ids in by_queue.items():
-            self.broker.hold(queue, self.consumer, stream_ids, pipe=pipe)
         try:
-            results = pipe.execute()
+            lost_by_queue = self.broker.hold_many(self.consumer, by_queue)
         except REDIS_DOWN as exc:
             self.status.failed(exc, "sending heartbeats")
             return
@@ -131,9 +129,8 @@ class Heartbeat(threading.Thread):
             return
         self.status.succeeded()
         self._lost &= running
-        for queue, lost_ids in zip(by_queue, results, strict=True):
-            for lost in lost_ids:
-                stream_id = lost.decode() if isinstance(lost, bytes) else lost
+        for queue, lost_ids in lost_by_queue.items():
+            for stream_id in lost_ids:
                 if (queue, stream_id) in running:
                     self._report_lost(queue, stream_id)
                 else:  # still in the buffer: the worker checks it before it runs

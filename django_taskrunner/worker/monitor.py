@@ -21,11 +21,13 @@ from django_taskrunner.core import clock
 from django_taskrunner.stats import store as stats_store
 from django_taskrunner.stats.figures import QueueStats, get_stats
 from django_taskrunner.stats.long_queue import LongQueueHook
-from django_taskrunner.stats.recorder import StatsRecorder
+from django_taskrunner.stats.recorder import Batch, StatsRecorder
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_DOWN
-from django_taskrunner.worker.autoscale import ScalingPolicy, decide
+from django_taskrunner.worker.autoscale import decide
+from django_taskrunner.worker.outage import RedisStatus, redis_call
 from django_taskrunner.worker.pool import Pool
+from django_taskrunner.worker.settings import WorkerSettings
 
 logger = logging.getLogger(__name__)
 
@@ -38,25 +40,26 @@ class Monitored(Protocol):
     queues: list[str]
     pool: Pool
     stopping: threading.Event
+    status: RedisStatus
 
 
 class Monitor(threading.Thread):
     """Flushes statistics, keeps the heartbeat, autoscales the pool, fires the hook."""
 
     def __init__(
-        self, worker: Monitored, *, scaling: ScalingPolicy | None = None,
+        self, worker: Monitored, worker_settings: WorkerSettings, *,
         now: Callable[[], float] = clock.monotonic,
     ) -> None:
         super().__init__(name="taskrunner-monitor", daemon=True)
-        settings = get_settings()
+        settings = get_settings()  # the long-queue hook's own settings
         self.worker = worker
-        self.window = settings.STATS_WINDOW
+        self.window = worker_settings.stats_window
         self.recorder = StatsRecorder(window=self.window)  # the executor records into it
-        self.scaling = scaling
+        self.scaling = worker_settings.scaling
         self.now = now  # the autoscaler's clock; tests may pass their own
-        self.interval = settings.STATS_INTERVAL
+        self.interval = worker_settings.stats_interval
         self.ttl = stats_store.heartbeat_ttl(self.interval)
-        self.max_workers = scaling.max_workers if scaling else settings.MAX_WORKERS
+        self.max_workers = worker_settings.max_workers
         self.long_queue = LongQueueHook(
             settings.LONG_QUEUE_HOOK, threshold=settings.LONG_QUEUE_THRESHOLD,
             cooldown=settings.LONG_QUEUE_COOLDOWN, client=worker.broker.client,
@@ -65,7 +68,6 @@ class Monitor(threading.Thread):
         self.last_change: float | None = None
         self.started_ms = clock.now_ms()
         self._stop_event = threading.Event()
-        self._failures = 0
 
     def run(self) -> None:
         if self.scaling is not None:
@@ -82,11 +84,11 @@ class Monitor(threading.Thread):
         """One round: flush, then tune and check the hook if either is on."""
         if not self.flush() or (self.scaling is None and self.long_queue is None):
             return
-        try:
-            figures = [get_stats(queue, tasks=False, broker=self.worker.broker)
-                       for queue in self.worker.queues]
-        except REDIS_DOWN as exc:
-            logger.warning("monitor: cannot read the queues' figures (%s)", exc)
+        broker = self.worker.broker
+        figures = redis_call(
+            lambda: [get_stats(queue, tasks=False, broker=broker) for queue in self.worker.queues],
+            status=self.worker.status, doing="reading the queues' figures")
+        if figures is None:
             return
         if self.long_queue is not None:
             self.long_queue.check(figures)
@@ -103,19 +105,21 @@ class Monitor(threading.Thread):
             min_workers=self.scaling.min_workers if self.scaling else None,
             max_workers=self.max_workers, started_ms=self.started_ms,
         )
+        written = redis_call(lambda: self._write(broker, batch, heartbeat),
+                             status=self.worker.status,
+                             doing="writing statistics (kept until it is back)")
+        if written is None:
+            self.recorder.restore(batch)
+            return False
+        return True
+
+    def _write(self, broker: Broker, batch: Batch, heartbeat: stats_store.Heartbeat) -> bool:
+        """The figures and the heartbeat in one pipelined round trip (stats/store.py's
+        commands; they move behind a stats store method with the rest of stats/)."""
         pipe = broker.client.pipeline(transaction=False)
         stats_store.write(pipe, broker.prefix, batch, heartbeat, now_ms=clock.now_ms(),
                           window=self.window, ttl=self.ttl)
-        try:
-            pipe.execute()
-        except REDIS_DOWN as exc:
-            self.recorder.restore(batch)
-            self._failures += 1
-            if self._failures == 1:
-                logger.error("monitor: cannot write statistics, Redis is unreachable (%s); "
-                             "keeping them until it is back", exc)
-            return False
-        self._failures = 0
+        pipe.execute()
         return True
 
     def tune(self, figures: list[QueueStats]) -> int | None:

@@ -1,20 +1,27 @@
 """Redis outages as the worker sees them: one log line when Redis goes away, one when it
-is back, however many threads (fetchers, acker, heartbeat, reclaimer) notice it.
+is back, however many threads (fetchers, acker, heartbeat, reclaimer, monitor) notice it.
 
-Each thread retries on its own with `backoff()`; none of them exits because of an outage.
+Each thread retries on its own with `backoff()`, through `redis_call()`, the one retry
+loop of the worker and of `runtasks` at start-up; none of them exits because of an outage.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 from django_taskrunner.core import clock
 from django_taskrunner.store.errors import REDIS_DOWN
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["REDIS_DOWN", "RedisStatus", "backoff"]  # REDIS_DOWN: one tuple, redis_errors.py
+__all__ = ["REDIS_DOWN", "RedisStatus", "backoff", "redis_call"]  # REDIS_DOWN: store/errors.py
+T = TypeVar("T")
+# What to wait for before the next try: `wait(seconds, failures)` sleeps (or waits on a
+# stop event) and returns True to give up.
+Wait = Callable[[float, int], bool]
 BACKOFF_START_SECONDS = 0.1
 BACKOFF_CAP_SECONDS = 2.0
 
@@ -27,7 +34,8 @@ def backoff(failures: int) -> float:
 class RedisStatus:
     """Whether the worker currently reaches Redis; logs only the changes."""
 
-    def __init__(self) -> None:
+    def __init__(self, meanwhile: str = "retrying with backoff, running tasks go on") -> None:
+        self.meanwhile = meanwhile  # what the first log line of an outage says happens next
         self._lock = threading.Lock()
         self._down_since: float | None = None
         self._back_at = float("-inf")
@@ -48,8 +56,8 @@ class RedisStatus:
             if self._down_since is not None:
                 return
             self._down_since = clock.monotonic()
-        logger.error("Redis is unreachable (%s: %s) while %s; retrying with backoff, running "
-                     "tasks go on", type(error).__name__, error, doing)
+        logger.error("Redis is unreachable (%s: %s) while %s; %s", type(error).__name__, error,
+                     doing, self.meanwhile)
 
     def succeeded(self) -> None:
         """A Redis call worked; the end of an outage is logged."""
@@ -60,3 +68,26 @@ class RedisStatus:
             self._back_at = clock.monotonic()
         if since is not None:
             logger.warning("Redis is reachable again after %.1fs", clock.monotonic() - since)
+
+
+def redis_call(
+    call: Callable[[], T], *, status: RedisStatus, doing: str, wait: Wait | None = None,
+) -> T | None:
+    """`call()`'s result; while Redis is down, try again after `backoff()` until `wait`
+    gives up (then None). Without `wait`, one try: None if Redis is down.
+
+    Outages go through `status` (logged once, `doing` saying what failed); other errors
+    pass through.
+    """
+    failures = 0
+    while True:
+        try:
+            result = call()
+        except REDIS_DOWN as exc:
+            failures += 1
+            status.failed(exc, doing)
+            if wait is None or wait(backoff(failures), failures):
+                return None
+            continue
+        status.succeeded()
+        return result

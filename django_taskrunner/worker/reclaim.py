@@ -33,8 +33,6 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from redis.exceptions import ResponseError
-
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
 from django_taskrunner.core.message import TaskMessage
@@ -145,9 +143,6 @@ class Reclaimer:
             result = call()
         except REDIS_DOWN as exc:
             self.status.failed(exc, doing)
-        except ResponseError as exc:
-            if "NOGROUP" not in str(exc):  # the fetcher has not created the group yet
-                logger.exception("error while %s", doing)
         except Exception:
             logger.exception("error while %s", doing)
         else:

@@ -25,7 +25,8 @@ class Attempt:
     message: TaskMessage
     thread: threading.Thread
     reservation_timeout: float
-    started: float = field(default_factory=clock.monotonic)
+    shard: str  # the stream the message was read from (its queue, or one shard of it)
+    started: float = field(default_factory=lambda: clock.monotonic())  # the clock of now
     cancel: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -69,9 +70,14 @@ class RunningSet:
         """Call `listener(attempt)` on the starting thread each time an attempt starts."""
         self._listeners.append(listener)
 
-    def start(self, task: Task, message: TaskMessage, reservation_timeout: float) -> Attempt:
-        """Register the attempt the current thread is about to run."""
-        attempt = Attempt(task, message, threading.current_thread(), reservation_timeout)
+    def start(
+        self, task: Task, message: TaskMessage, reservation_timeout: float,
+        shard: str | None = None,
+    ) -> Attempt:
+        """Register the attempt the current thread is about to run (read from `shard`,
+        by default the message's queue)."""
+        attempt = Attempt(task, message, threading.current_thread(), reservation_timeout,
+                          message.queue if shard is None else shard)
         with self._lock:
             self._attempts.add(attempt)
         if attempt.time_limit is not None and self._on_change is not None:

@@ -19,235 +19,71 @@ periodic tasks (`scheduler.py`). Burst mode moves what is already due instead.
 from __future__ import annotations
 
 import logging
-import os
 import secrets
-import socket
 import threading
-from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
 from django_taskrunner.scheduling.scheduler import LeaderScheduler, promote_all_due, register_queues
 from django_taskrunner.store import sharding
 from django_taskrunner.store.broker import Broker, Entry
 from django_taskrunner.store.errors import REDIS_DOWN
-from django_taskrunner.worker import reclaim
-from django_taskrunner.worker.autoscale import ScalingPolicy
+from django_taskrunner.worker.acker import Acker
+from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
+from django_taskrunner.worker.fetcher import Fetcher
 from django_taskrunner.worker.keepalive import Heartbeat
 from django_taskrunner.worker.monitor import Monitor
-from django_taskrunner.worker.outage import RedisStatus, backoff
+from django_taskrunner.worker.outage import RedisStatus
 from django_taskrunner.worker.pool import Pool
 from django_taskrunner.worker.reclaim import Reclaimer, shortest_timeout
 from django_taskrunner.worker.running import Attempt, RunningSet
+from django_taskrunner.worker.settings import WorkerSettings
 from django_taskrunner.worker.timelimit import TimeLimitWatchdog, interrupt
 
 logger = logging.getLogger(__name__)
-
-# Acks wait at most this long (or until this many finished) to share a round trip.
-ACK_LINGER_S = 0.010
-ACK_BATCH = 100
-
-def default_consumer_name() -> str:
-    """Unique per process: host, pid and a random suffix."""
-    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
-
-
-@dataclass(frozen=True)
-class WorkItem:
-    queue: str
-    stream_id: str
-    body: bytes | None
-    runs: int | None = None  # delivery counter of a reclaimed entry; None when fresh
-    accepted: float = 0.0  # monotonic time it entered the buffer
-
-
-class Acker(threading.Thread):
-    """Acks finished messages in batches: all that finished meanwhile, one round trip.
-
-    The first ack of a batch wakes the acker, which then lingers `ACK_LINGER_S` to
-    collect more (or until `ACK_BATCH` wait): one round trip and one thread switch for
-    many tasks instead of one per task, for at most 10 ms of delay.
-    """
-
-    def __init__(self, broker: Broker, status: RedisStatus) -> None:
-        super().__init__(name="taskrunner-acker", daemon=True)
-        self.broker = broker
-        self.status = status
-        self._waiting: dict[str, list[str]] = defaultdict(list)
-        self._count = 0
-        self._cond = threading.Condition()
-        self._stopping = False
-
-    def add(self, queue: str, stream_id: str) -> None:
-        with self._cond:
-            self._waiting[queue].append(stream_id)
-            self._count += 1
-            if self._count == 1 or self._count == ACK_BATCH:
-                self._cond.notify()
-
-    def _take(self) -> dict[str, list[str]] | None:
-        """The next batch to ack; None once stopping with nothing left."""
-        with self._cond:
-            while not self._waiting and not self._stopping:
-                self._cond.wait()
-            if not self._waiting and self._stopping:
-                return None
-            if self._count < ACK_BATCH and not self._stopping:
-                self._cond.wait(ACK_LINGER_S)
-            batch, self._waiting, self._count = self._waiting, defaultdict(list), 0
-            return batch
-
-    def run(self) -> None:
-        failures = 0
-        while True:
-            batch = self._take()
-            if batch is None:
-                return
-            try:
-                self.flush(batch)
-                failures = 0
-                self.status.succeeded()
-            except REDIS_DOWN as exc:
-                failures += 1
-                self.status.failed(exc, "acking finished tasks")
-                with self._cond:
-                    for queue, ids in batch.items():
-                        self._waiting[queue][:0] = ids
-                        self._count += len(ids)
-                    self._cond.wait(backoff(failures))
-                    if self._stopping and failures > 3:
-                        logger.error("giving up on %d acks at exit; those tasks will be "
-                                     "delivered again", sum(map(len, self._waiting.values())))
-                        return
-
-    def flush(self, batch: dict[str, list[str]]) -> None:
-        pipe = self.broker.client.pipeline(transaction=False)
-        for queue, ids in batch.items():
-            self.broker.ack(queue, ids, pipe=pipe)
-        pipe.execute()
-
-    def stop(self) -> None:
-        """Ack what is waiting, then end."""
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
-        self.join()
-
-
-class Fetcher(threading.Thread):
-    """Reads one stream (a queue, or one shard of it) into the worker's buffer while there
-    is room; `queue` is then the shard name, which the executor and acker use as is."""
-
-    def __init__(self, worker: Worker, queue: str) -> None:
-        super().__init__(name=f"taskrunner-fetch-{queue}", daemon=True)
-        self.worker = worker
-        self.queue = queue
-        # Burst mode: the worker's generation seen when a read found the stream empty.
-        self.idle_at: tuple[int, int] | None = None
-
-    def run(self) -> None:
-        worker, broker = self.worker, self.worker.broker
-        self._with_retries(lambda: broker.ensure_group(self.queue))
-        reclaimer = worker.reclaimer
-        # Messages this consumer name held before a restart come first.
-        while not worker.stopping.is_set() and self._with_retries(
-                lambda: reclaimer.take_back_own(self.queue, worker.wait_for_room())):
-            pass
-        while not worker.stopping.is_set():
-            room = worker.wait_for_room()
-            if room > 0:  # messages of dead workers go before new ones
-                room -= reclaimer.reclaim_due(self.queue, room)
-            if room <= 0:
-                continue
-            generation = worker.generation()
-            count = min(room, worker.batch_size)
-            block = None if worker.burst else worker.block_ms
-            entries = self._with_retries(
-                lambda: broker.read(self.queue, worker.consumer, count, block))  # noqa: B023
-            if entries:
-                self.idle_at = None
-                worker.accept(self.queue, entries)
-            elif entries is not None and worker.burst:
-                self.idle_at = generation
-                worker.wait_for_change(0.05)
-
-    def _with_retries(self, call):  # type: ignore[no-untyped-def]
-        """Run `call`, retrying with capped backoff while Redis is down; None if stopping."""
-        failures = 0
-        while True:
-            try:
-                result = call()
-            except REDIS_DOWN as exc:
-                failures += 1
-                self.worker.status.failed(exc, f"reading queue {self.queue}")
-                if self.worker.stopping.wait(backoff(failures)):
-                    return None
-                continue
-            self.worker.status.succeeded()
-            return result
 
 
 class Worker:
     """Runs tasks from `queues` until stopped (or, in burst mode, until all are empty)."""
 
-    def __init__(
-        self, broker: Broker, queues: Sequence[str], *, concurrency: int, batch_size: int,
-        block_ms: int, shutdown_timeout: float, consumer: str | None = None, burst: bool = False,
-        scaling: ScalingPolicy | None = None,
-        scheduler: bool = True, leader_lease: float = 10.0,
-        reservation_timeout: float | None = None, time_limit_grace: float | None = None,
-        dead_consumer_timeout: float | None = None,
-    ) -> None:
+    def __init__(self, broker: Broker, settings: WorkerSettings) -> None:
         self.broker = broker
-        self.queues = list(dict.fromkeys(queues))
-        self.batch_size = batch_size
-        self.block_ms = block_ms
-        self.shutdown_timeout = shutdown_timeout
-        self.consumer = consumer or default_consumer_name()
-        self.burst = burst
+        self.settings = settings
+        self.queues = list(settings.queues)
+        self.consumer = settings.consumer
         self.stopping = threading.Event()
         self.forced = threading.Event()
         self.status = RedisStatus()
-        self.acker = Acker(broker, self.status)
-        # Writes statistics and the heartbeat; resizes the pool when `scaling` is given.
-        self.monitor = Monitor(self, scaling=scaling)
-        self._build_guards(reservation_timeout, time_limit_grace, dead_consumer_timeout)
+        self.acker = Acker(broker, self.consumer, self.status, on_requeued=self._work_appeared)
+        # Writes statistics and the heartbeat; resizes the pool when it autoscales.
+        self.monitor = Monitor(self, settings)
+        self._build_guards(settings)
         self.pool = Pool(0, self._run_item)
-        self._initial_size = concurrency
         self._cond = threading.Condition()
         self.outstanding = 0  # fetched and not yet finished
         self.completed = 0  # finished so far; tells burst mode that work may have appeared
         self.promotions = 0  # burst mode: passes that moved due delayed tasks to the streams
+        self.requeues = 0  # batches of retries the acker has put back on the streams
         self.scheduling = (
-            LeaderScheduler(broker, self.queues, lease=leader_lease,
+            LeaderScheduler(broker, self.queues, lease=settings.leader_lease,
                             identity=f"{self.consumer}:{secrets.token_hex(3)}")
-            if scheduler and not burst else None
+            if settings.scheduler and not settings.burst else None
         )
-        self._leftovers: list[WorkItem] = []
+        self._leftovers: list[Delivery] = []
         self._held: set[tuple[str, str]] = set()  # (queue, stream id) fetched, not finished
         # One reader per stream: a queue split into shards has one stream per shard.
         self.fetchers = [Fetcher(self, shard) for shard in sharding.all_shards(self.queues)]
 
-    def _build_guards(
-        self, reservation_timeout: float | None, time_limit_grace: float | None,
-        dead_consumer_timeout: float | None,
-    ) -> None:
+    def _build_guards(self, settings: WorkerSettings) -> None:
         """The executor and what keeps messages safe: heartbeat, watchdog, reclaimer."""
-        settings = get_settings()
-        timeout = self.reservation_timeout = (
-            settings.RESERVATION_TIMEOUT if reservation_timeout is None else reservation_timeout)
-        grace = settings.TIME_LIMIT_GRACE if time_limit_grace is None else time_limit_grace
-        if dead_consumer_timeout is None:
-            dead_consumer_timeout = reclaim.dead_consumer_timeout(
-                settings.DEAD_CONSUMER_TIMEOUT, timeout)
+        timeout = settings.reservation_timeout
         self.running = RunningSet(on_change=lambda: self.watchdog.wake())
-        self.watchdog = TimeLimitWatchdog(self.running, grace, self._give_up)
+        self.watchdog = TimeLimitWatchdog(self.running, settings.time_limit_grace,
+                                          self._give_up)
         self.executor = Executor(self.broker, self.consumer, self.acker.add,
-                                 stats=self.monitor.recorder, running=self.running,
-                                 reservation_timeout=timeout)
+                                 requeue=self.acker.requeue, stats=self.monitor.recorder,
+                                 running=self.running, reservation_timeout=timeout)
         shortest = {shard: shortest_timeout(shard, timeout)
                     for shard in sharding.all_shards(self.queues)}
         floor = min(shortest.values(), default=timeout)
@@ -256,7 +92,7 @@ class Worker:
         self.reclaimer = Reclaimer(
             self.broker, self.consumer, sharding.all_shards(self.queues), self,
             reservation_timeout=timeout,
-            dead_consumer_timeout=dead_consumer_timeout, status=self.status,
+            dead_consumer_timeout=settings.dead_consumer_timeout, status=self.status,
         )
         # A message that waited this long in the buffer is checked to be ours before it runs.
         self._recheck_after = {shard: seconds / 2 for shard, seconds in shortest.items()}
@@ -265,7 +101,7 @@ class Worker:
 
     def limit(self) -> int:
         """Messages held at most: what the pool runs now plus one batch waiting."""
-        return self.pool.size + self.batch_size
+        return self.pool.size + self.settings.batch_size
 
     def holds(self, queue: str, stream_id: str) -> bool:
         """True while `stream_id` is in this worker's buffer or running."""
@@ -284,7 +120,7 @@ class Worker:
         fetcher) carry one message. With room for a batch, only the running tasks are
         left, and they keep the threads busy while the read is in flight.
         """
-        return max(1, self.batch_size)
+        return max(1, self.settings.batch_size)
 
     def wait_for_room(self) -> int:
         with self._cond:
@@ -293,9 +129,16 @@ class Worker:
                 self._cond.wait(0.5)
             return self.limit() - self.outstanding
 
-    def generation(self) -> tuple[int, int]:
-        """Changes whenever work may have appeared: a task finished, or due ones were moved."""
-        return self.completed, self.promotions
+    def generation(self) -> tuple[int, int, int]:
+        """Changes whenever work may have appeared: a task finished, due ones were moved,
+        or retries were put back."""
+        return self.completed, self.promotions, self.requeues
+
+    def _work_appeared(self) -> None:
+        """The acker put retries back on their streams: fetchers must read again."""
+        with self._cond:
+            self.requeues += 1
+            self._cond.notify_all()
 
     def wait_for_change(self, timeout: float) -> None:
         with self._cond:
@@ -306,8 +149,8 @@ class Worker:
     ) -> None:
         """Hand read (or reclaimed) entries to the pool, or keep them for requeue if stopping."""
         now = clock.monotonic()
-        items = [WorkItem(queue, stream_id, body, (runs or {}).get(stream_id), now)
-                 for stream_id, body in entries]
+        items = [Delivery(queue, stream_id, body, (runs or {}).get(stream_id), now)
+                 for stream_id, body in entries]  # `queue`: the stream, a queue or a shard
         with self._cond:
             self.outstanding += len(items)
             self._held.update((queue, item.stream_id) for item in items)
@@ -317,16 +160,16 @@ class Worker:
         for item in items:
             self.pool.submit(item)
 
-    def _run_item(self, item: WorkItem) -> None:
+    def _run_item(self, item: Delivery) -> None:
         if self.stopping.is_set():
             with self._cond:
                 self._leftovers.append(item)
             return
         try:
             if self._still_ours(item):
-                self.executor.handle(item.queue, item.stream_id, item.body, item.runs)
+                self.executor.handle(item)
         finally:
-            self._release(item.queue, item.stream_id)
+            self._release(item.shard, item.stream_id)
 
     def _release(self, queue: str, stream_id: str) -> None:
         """The message is finished here (or given up on); counted once."""
@@ -340,13 +183,13 @@ class Worker:
             if self.limit() - self.outstanding >= self.low_water() or not self.outstanding:
                 self._cond.notify_all()
 
-    def _still_ours(self, item: WorkItem) -> bool:
+    def _still_ours(self, item: Delivery) -> bool:
         """A message that sat long in the buffer may have been reclaimed by another worker."""
         waited = clock.monotonic() - item.accepted
-        if item.runs is not None or waited < self._recheck_after.get(item.queue, 0.0):
+        if item.runs is not None or waited < self._recheck_after.get(item.shard, 0.0):
             return True  # fresh, or a reclaimed one, which the executor checks as it starts
         try:
-            return not self.broker.hold(item.queue, self.consumer, [item.stream_id])
+            return not self.broker.hold(item.shard, self.consumer, [item.stream_id])
         except REDIS_DOWN:
             return True  # at least once: better run it twice than not at all
 
@@ -357,7 +200,7 @@ class Worker:
         try:
             self.executor.give_up(attempt)
         finally:
-            self._release(attempt.queue, attempt.stream_id)
+            self._release(attempt.shard, attempt.stream_id)
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -373,9 +216,9 @@ class Worker:
     def run(self) -> int:
         """Run until stopped; returns the process exit code."""
         logger.info("worker %s started: queues=%s concurrency=%d batch=%d", self.consumer,
-                    ",".join(self.queues), self._initial_size, self.batch_size)
+                    ",".join(self.queues), self.settings.concurrency, self.settings.batch_size)
         self.acker.start()
-        self.pool.resize(self._initial_size)
+        self.pool.resize(self.settings.concurrency)
         self.monitor.start()
         self._register_queues()
         self.heartbeat.start()
@@ -385,10 +228,10 @@ class Worker:
         if self.scheduling is not None:
             self.scheduling.start()
         while not self.stopping.is_set():
-            if self.burst and self._burst_done():
+            if self.settings.burst and self._burst_done():
                 logger.info("burst: every queue is empty, stopping")
                 break
-            self.stopping.wait(0.02 if self.burst else 0.5)
+            self.stopping.wait(0.02 if self.settings.burst else 0.5)
         return self._shutdown()
 
     def _register_queues(self) -> None:
@@ -399,6 +242,9 @@ class Worker:
 
     def _burst_done(self) -> bool:
         """Every stream was read empty since the last change, and nothing is due."""
+        # The acker first: retries it sent changed the generation before it became idle.
+        if not self.acker.idle():
+            return False
         with self._cond:
             generation = self.generation()
             idle = self.outstanding == 0 and all(
@@ -421,19 +267,19 @@ class Worker:
     def _shutdown(self) -> int:
         self.stopping.set()
         started = clock.monotonic()
-        self._log_stopping(self.shutdown_timeout)
+        self._log_stopping(self.settings.shutdown_timeout)
         if self.scheduling is not None:
             self.scheduling.stop()  # resigns the lease: another worker takes over at once
         for fetcher in self.fetchers:
-            fetcher.join(self.block_ms / 1000 + 1)
-        remaining = max(0.0, self.shutdown_timeout - (clock.monotonic() - started))
+            fetcher.join(self.settings.block_ms / 1000 + 1)
+        remaining = max(0.0, self.settings.shutdown_timeout - (clock.monotonic() - started))
         finished = self._wait_for_pool(remaining)
         unfinished = self.pool.drain_inbox() + (self.pool.running_items() if not finished else [])
         with self._cond:
             unfinished += self._leftovers
             self._leftovers = []
         if not finished:
-            self._log_given_up(self.shutdown_timeout)
+            self._log_given_up(self.settings.shutdown_timeout)
         requeued = self._requeue(unfinished)
         if requeued:
             logger.info("put %d message(s) this worker held but did not finish back on their "
@@ -474,19 +320,15 @@ class Worker:
                 return True
         return self.pool.join(0)
 
-    def _requeue(self, items: list[WorkItem]) -> int:
-        """Put held, unfinished messages back at the end of their stream, unchanged;
-        returns how many went back (the others stay pending, for reclaim)."""
+    def _requeue(self, items: list[Delivery]) -> int:
+        """Put held, unfinished messages back at the end of their stream, unchanged,
+        through the acker (sent before it stops); returns how many go back. One that is
+        no longer ours, or that cannot be sent, stays pending for reclaim."""
         requeued = 0
         for item in items:
-            if item.body is None:
-                continue
-            try:
-                self.broker.requeue(item.queue, self.consumer, item.stream_id, item.body)
+            if item.body is not None:
+                self.acker.requeue(item.shard, item.stream_id, item.body)
                 requeued += 1
-            except REDIS_DOWN as exc:
-                logger.error("could not requeue %s (%s); it stays pending for reclaim",
-                             item.stream_id, exc)
         return requeued
 
 

@@ -10,3 +10,13 @@ class Order(models.Model):
 
     def __str__(self) -> str:
         return f"Order {self.pk} for {self.email}"
+
+
+class Event(models.Model):
+    """What the demo's tasks did, newest first on the home page: the worker writes these."""
+
+    at = models.DateTimeField(auto_now_add=True)
+    text = models.CharField(max_length=300)
+
+    def __str__(self) -> str:
+        return self.text

@@ -21,6 +21,7 @@ def send_receipt(payload: dict) -> None:
     time.sleep(0.2)  # pretend to talk to a mail server
     Order.objects.filter(pk=order.pk).update(receipt_sent_at=timezone.now())
     logger.info("receipt sent for order %s to %s", order.pk, order.email)
+    record(f"send_receipt: receipt for order {order.pk} sent to {order.email}")
 
 
 @task(queue="reports", max_retry=2, retry_backoff=1)
@@ -28,7 +29,7 @@ def build_report(payload: dict) -> None:
     """Dispatched from a view; fails now and then to show retries and failed tasks."""
     from testproject.shop.models import Order
 
-    if random.random() < 0.3:
+    if random.random() < 0.3:  # noqa: S311 - a demo failure, not cryptography
         raise RuntimeError("the report service timed out (a demo failure)")
     order = Order.objects.get(pk=payload["order"])
     Order.objects.filter(pk=order.pk).update(report=f"{order.email} spent {order.total}")
@@ -54,3 +55,35 @@ def crunch_numbers(payload: dict) -> int:
     total = sum(range(int(payload.get("upto", 1000))))
     logger.info("crunched %s", total)
     return total
+
+
+def record(text: str) -> None:
+    """An event on the home page's list."""
+    from testproject.shop.models import Event
+
+    Event.objects.create(text=text)
+
+
+@task(unique=True, unique_for=60, unique_key=lambda payload: "every-order")
+def export_orders(payload: object) -> None:
+    """The "unique task twice" button: one export at a time. While this one is queued or
+    running (8 seconds), another dispatch is refused with TaskAlreadyDispatched."""
+    from testproject.shop.models import Order
+
+    time.sleep(8)  # pretend to write a large file
+    record(f"export_orders: exported {Order.objects.count()} orders; the lock is free again")
+
+
+@task
+def say_when(payload: dict) -> None:
+    """The "delayed task" button: dispatched with a delay, says how late it started."""
+    late = time.time() - payload["due"]
+    record(f"say_when: the delayed task {payload['label']} started {late:+.2f} s from its "
+           f"due time")
+
+
+@task(max_retry=1, retry_backoff=1)
+def always_fails(payload: dict) -> None:
+    """The "failing task" button: raises, is retried once, then becomes a failed task in
+    the admin (retry it there, or delete it)."""
+    raise ValueError(f"the payment service refused the card ({payload['card']})")

@@ -2,13 +2,15 @@
 
 1. `# settings.py` blocks are executed into a dict; their `TASKRUNNER` is validated and
    merged into the test's (connection keys and PREFIX stay the test's: a private Redis and
-   a prefix of its own), their `TASKS` replaces the test's.
+   a prefix of its own), their `TASKS` and e-mail settings replace the test's. E-mail
+   starts as in a fresh `django-admin startproject` (SMTP; console MAILERS on Django 6.1),
+   not as Django's test runner sets it: a page that sends mail says which backend to use.
 2. File blocks are written over the example app, its apps are installed (Django imports
    their apps.py, models.py and tasks.py), and Django's system checks must find no error.
 3. The blocks run in page order, in one namespace: a file block is imported there, code
    is executed, doctests are checked, `tests.py` / `test_*.py` files have their TestCases
    run, cheap `manage.py` lines of bash blocks go through `call_command`, JSON and YAML
-   blocks are parsed.
+   blocks are parsed. Warnings are errors, as a deprecation would be one release later.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ import io
 import json
 import shlex
 import unittest
+import warnings
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import django
 from django.conf import settings
 from django.core import checks
 from django.core.management import call_command
@@ -37,6 +41,25 @@ KEPT_KEYS = ("REDIS_URL", "CONNECTION", "CLUSTER_NODES", "EMBEDDED_DIR", "PREFIX
 DEFAULT_PREFIX = "taskrunner"
 # manage.py commands a bash block may show that are run for real: cheap and finite.
 RUN_COMMANDS = {"check", "migrate", "taskrunner_stats"}
+# Settings a page's settings block may set besides TASKRUNNER, as the reader's site would.
+PAGE_SETTINGS = ("TASKS", "EMAIL_BACKEND", "MAILERS", "DEFAULT_FROM_EMAIL", "SERVER_EMAIL")
+
+
+def fresh_project_mail() -> dict[str, Any]:
+    """E-mail as `django-admin startproject` leaves it: Django 6.1's template sets MAILERS
+    with the console backend; before it, EMAIL_BACKEND defaults to SMTP."""
+    if django.VERSION >= (6, 1):
+        console = "django.core.mail.backends.console.EmailBackend"
+        return {"MAILERS": {"default": {"BACKEND": console}}}
+    return {"EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend"}
+
+
+def test_runner_mail() -> dict[str, Any]:
+    """E-mail as `manage.py test` sets it: every mailer kept in memory (mail.outbox)."""
+    locmem = "django.core.mail.backends.locmem.EmailBackend"
+    if hasattr(settings, "MAILERS"):
+        return {"MAILERS": {alias: {"BACKEND": locmem} for alias in settings.MAILERS}}
+    return {"EMAIL_BACKEND": locmem}
 
 
 class ExampleFailed(AssertionError):
@@ -50,6 +73,15 @@ def run_page(page: Path, site_root: Path) -> None:
     for block in blocks:
         if block.kind == "settings":
             overrides.update(settings_overrides(block, site_root, overrides))
+    if not {"EMAIL_BACKEND", "MAILERS"} & overrides.keys():
+        overrides.update(fresh_project_mail())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _run_blocks(page, site_root, blocks, overrides)
+
+
+def _run_blocks(page: Path, site_root: Path, blocks: list[Block],
+                overrides: dict[str, Any]) -> None:
     with override_settings(**overrides), example_site(site_root, collect_files(blocks)):
         system_checks(page)
         namespace: dict[str, Any] = {"__name__": "__main__"}
@@ -78,7 +110,9 @@ def _compile(block: Block, text: str | None = None) -> Any:
 
 def settings_overrides(block: Block, site_root: Path, earlier: dict[str, Any]) -> dict[str, Any]:
     """Execute a settings block and validate it; what to apply to the test site."""
-    values: dict[str, Any] = {"__name__": "settings", "BASE_DIR": site_root}
+    # As in the project's settings.py: a block may extend the apps (INSTALLED_APPS += [...]).
+    values: dict[str, Any] = {"__name__": "settings", "BASE_DIR": site_root,
+                              "INSTALLED_APPS": list(settings.INSTALLED_APPS)}
     try:
         exec(_compile(block), values)  # noqa: S102 - the docs' own example
     except Exception as exc:
@@ -94,8 +128,7 @@ def settings_overrides(block: Block, site_root: Path, earlier: dict[str, Any]) -
         current = earlier.get("TASKRUNNER", settings.TASKRUNNER)
         kept = {key: value for key, value in runner.items() if key not in KEPT_KEYS}
         overrides["TASKRUNNER"] = {**current, **kept}
-    if "TASKS" in values:
-        overrides["TASKS"] = values["TASKS"]
+    overrides.update({name: values[name] for name in PAGE_SETTINGS if name in values})
     return overrides
 
 
@@ -153,7 +186,8 @@ def run_test_file(block: Block, namespace: dict[str, Any]) -> None:
     """Run the TestCases of a `tests.py` / `test_*.py` file block; they must pass."""
     suite = unittest.defaultTestLoader.loadTestsFromName(_module_name(block))
     stream = io.StringIO()
-    result = unittest.TextTestRunner(stream=stream, verbosity=2).run(suite)
+    with override_settings(**test_runner_mail()):  # a test module runs under manage.py test
+        result = unittest.TextTestRunner(stream=stream, verbosity=2).run(suite)
     if not result.wasSuccessful() or result.testsRun == 0:
         raise _fail(block, f"ran {result.testsRun} tests, not all passed:\n{stream.getvalue()}")
 

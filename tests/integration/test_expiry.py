@@ -36,7 +36,7 @@ def test_a_task_past_its_own_expires_is_recorded_expired_not_run(r, run_burst):
     # Then it is not run, but recorded as expired, and the queue is empty
     assert not ran(r, "expiring:1")
     row = FailedTask.objects.get(message_id=message.id)
-    assert row.error_class == "django_taskrunner.worker.executor.TaskExpired"
+    assert row.error_class == "django_taskrunner.exceptions.TaskExpired"
     assert "expired before it started" in row.error
     assert row.attempts == 0
     assert_queue_empty()

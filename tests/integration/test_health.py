@@ -145,3 +145,41 @@ def test_failures_of_the_last_hour_and_the_minutes(run_burst):
     assert sum(m.succeeded for m in figures.minutes) == 3
     assert sum(m.retried for m in figures.minutes) == 2
     assert figures.minutes[-1].start_ms == clock.now_ms() // 60_000 * 60_000
+
+
+@pytest.fixture
+def round_trips(monkeypatch):
+    """Counts what the app sends to Redis, one per command or pipeline sent."""
+    sent = []
+    send = redis.connection.AbstractConnection.send_packed_command
+
+    def counting(self, *args, **kwargs):
+        sent.append(1)
+        return send(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counting)
+    return sent
+
+
+def test_a_queue_with_a_consumer_is_read_in_five_round_trips_and_written_in_one(
+        prefix, round_trips):
+    # Given a queue with messages delivered to a live worker
+    broker = get_broker()
+    five_dispatched_two_delivered(broker)
+    now_ms = clock.now_ms()
+    heartbeat = Heartbeat(consumer="c1", queues=["default"], threads=2, busy=1,
+                          min_workers=None, max_workers=2, started_ms=now_ms)
+    pipe = broker.client.pipeline(transaction=False)
+    round_trips.clear()
+
+    # When the monitor writes its heartbeat and the dashboard reads the queue
+    write(pipe, broker.prefix, {}, heartbeat, now_ms=now_ms, window=200, ttl=10)
+    pipe.execute()
+    written = len(round_trips)
+    item = health.get_health("default", broker=broker, now_ms=now_ms)
+
+    # Then one round trip wrote, and five read: two for the figures, one for the minutes,
+    # two for the consumers and their heartbeats
+    assert written == 1
+    assert len(round_trips) - written == 5
+    assert [(c.name, c.live, c.threads) for c in item.consumers] == [("c1", True, 2)]

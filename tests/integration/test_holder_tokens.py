@@ -12,6 +12,7 @@ import pytest
 from django_taskrunner import TaskAlreadyDispatched, TaskIdConflict, TaskMessage, dispatch
 from django_taskrunner.core import unique as locks
 from django_taskrunner.store.broker import get_broker
+from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
 from tests.testapp.tasks import runs_key
 from tests.worker_helpers import wait_for
@@ -116,7 +117,7 @@ def test_a_message_queued_without_a_token_still_frees_its_lock_and_task_id(r, pr
     # When a worker runs it
     acked = []
     executor = Executor(broker, "w", lambda queue, entry: acked.append(entry))
-    executor.handle("default", stream_id, message.to_json().encode())
+    executor.handle(Delivery("default", stream_id, message.to_json().encode()))
 
     # Then it freed both, as before
     assert acked == [stream_id]

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import socket
-import time
 
 import pytest
 
 from django_taskrunner.conf import get_settings
+from django_taskrunner.core import clock
 from django_taskrunner.stats import store as stats_store
 from django_taskrunner.stats.figures import get_stats, minute_counts, percentile, predict_wait
 from django_taskrunner.stats.recorder import PICKUP_LABELS, StatsRecorder
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store.stats import stats_store_for
+from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
 from tests.testapp.tasks import always_fails, noop, sleep_50ms, sleep_100ms
 
@@ -66,10 +68,12 @@ def test_tasks_sleeping_50_and_100_ms_show_those_run_times(run_burst, virtual_ru
     assert (stats.workers, stats.threads) == (0, 0)
 
 
-def test_the_pickup_delay_is_the_wait_from_dispatch_to_start(run_burst):
-    # Given 4 tasks of 100 ms dispatched together, that wait 0.6 s for a worker
+def test_the_pickup_delay_is_the_wait_from_dispatch_to_start(run_burst, monkeypatch):
+    # Given 4 tasks of 100 ms dispatched together, that wait 0.6 s for a worker: the app's
+    # clock runs 0.6 s ahead of Redis's from now on (no sleep)
     sleep_100ms.dispatch_many({"n": n} for n in range(4))
-    time.sleep(0.6)
+    wall_ms = clock.now_ms
+    monkeypatch.setattr(clock, "now_ms", lambda: wall_ms() + 600)
 
     # When a worker with one thread runs them one after the other
     run_burst("--queue", "default", "--concurrency", "1")
@@ -124,7 +128,7 @@ def test_figures_reach_redis_only_when_flushed_in_one_batch(r):
     noop.dispatch_many({"n": n} for n in range(50))
     broker.ensure_group("default")
     for stream_id, body in broker.read("default", "c1", 50, None):
-        executor.handle("default", stream_id, body)
+        executor.handle(Delivery("default", stream_id, body))
     assert len(acked) == 50
 
     # Then nothing was written per task...
@@ -201,6 +205,7 @@ def test_figures_are_kept_while_redis_is_unreachable_and_written_once_it_is_back
     from redis.retry import Retry
 
     from django_taskrunner.store.broker import Broker
+    from django_taskrunner.worker.settings import worker_settings
     from django_taskrunner.worker.worker import Worker
 
     # Given a worker whose Redis cannot be reached
@@ -210,8 +215,8 @@ def test_figures_are_kept_while_redis_is_unreachable_and_written_once_it_is_back
     prefix = get_settings().PREFIX
     dead = redis.Redis(port=dead_port, socket_connect_timeout=0.2, socket_timeout=0.2,
                        retry=Retry(NoBackoff(), 0))
-    worker = Worker(Broker(dead, prefix, "taskrunner"), ["default"], concurrency=1,
-                    batch_size=1, block_ms=100, shutdown_timeout=1)
+    worker = Worker(Broker(dead, prefix, "taskrunner"), worker_settings(
+        ["default"], concurrency=1, batch_size=1, block_ms=100, shutdown_timeout=1))
     worker.monitor.recorder.ran("default", "t", 0.01, None)
     worker.monitor.recorder.succeeded("default", "t")
 
@@ -222,3 +227,29 @@ def test_figures_are_kept_while_redis_is_unreachable_and_written_once_it_is_back
     worker.broker.client = redis_target.client()
     assert worker.monitor.flush() is True
     assert get_stats("default").succeeded == 1
+
+
+def test_flush_writes_a_batch_and_the_heartbeat_as_write_does_in_one_round_trip(r):
+    # Given a batch of two attempts of one task on a shard of "default", and a heartbeat
+    broker = get_broker()
+    recorder = StatsRecorder()
+    recorder.ran("default#1", "t.a", 0.02, None)
+    recorder.succeeded("default#1", "t.a")
+    recorder.ran("default", "t.a", 0.04, ValueError("x"))
+    recorder.failed("default", "t.a")
+    now_ms = broker.client.time()[0] * 1000
+    heartbeat = stats_store.Heartbeat(consumer="c1", queues=["default"], threads=2, busy=1,
+                                      min_workers=None, max_workers=2, started_ms=now_ms)
+
+    # When the monitor's call writes them
+    stats_store.flush(stats_store_for(broker), recorder.drain(), heartbeat,
+                      now_ms=now_ms, window=200, ttl=10)
+
+    # Then the queue's figures add both shards up, and the worker counts as live
+    stats = get_stats("default", now_ms=now_ms)
+    assert (stats.runs, stats.succeeded, stats.failed, stats.workers, stats.threads) == (
+        2, 1, 1, 1, 2)
+    assert by_name(stats)["t.a"].errors == 1
+    assert r.lrange(keys.window_key(broker.prefix, "default", "t.a"), 0, -1) == [
+        b"40000", b"20000"]
+    assert r.ttl(keys.worker_key(broker.prefix, "c1")) == 10

@@ -13,6 +13,7 @@ from django_taskrunner.core.registry import registry
 from django_taskrunner.core.task import Task
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store.broker import get_broker
+from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
 from django_taskrunner.worker.pool import Pool
 from django_taskrunner.worker.running import RunningSet
@@ -97,7 +98,7 @@ def test_a_result_that_arrives_after_the_watchdog_gave_up_is_ignored(r):
         body = r.xrange(get_broker().stream("default"))[0][1][b"m"]
 
         # When the task then returns successfully
-        executor.handle("default", message.stream_id, body)
+        executor.handle(Delivery("default", message.stream_id, body))
     finally:
         registry.unregister("tests.late")
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter, defaultdict
+from typing import Any
 
 import pytest
 
@@ -64,13 +66,24 @@ class ThreadRacers:
             self.done.wait(30)
 
 
+def pop_within(client: Any, key: str, seconds: float) -> Any:
+    """BLPOP in one-second reads until `seconds` pass: a single long BLPOP can outlast the
+    client's socket read timeout on a loaded machine (racer processes starting Django)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        popped = client.blpop([key], timeout=1)
+        if popped:
+            return popped
+    return None
+
+
 def test_exactly_one_of_54_concurrent_dispatches_wins_each_of_200_rounds(r, prefix,
                                                                          redis_target):
     base = f"{prefix}:test"
     racers = start_racers(prefix, redis_target)
     try:
         for _ in range(PROCESSES):
-            assert r.blpop([f"{base}:ready"], timeout=60), "a racer process did not start"
+            assert pop_within(r, f"{base}:ready", 60), "a racer process did not start"
         threads = ThreadRacers()
         process_outcomes: dict[int, list[str]] = {}
         for round_no in range(ROUNDS):
@@ -89,7 +102,7 @@ def test_exactly_one_of_54_concurrent_dispatches_wins_each_of_200_rounds(r, pref
                 pipe.execute()
             threads.done.wait(30)
             process_outcomes[round_no] = [
-                r.blpop([f"{base}:results:{round_no}"], timeout=30)[1].decode()
+                pop_within(r, f"{base}:results:{round_no}", 30)[1].decode()
                 for _ in range(PROCESSES)
             ]
         for proc in racers:

@@ -16,18 +16,11 @@ import django_taskrunner
 PACKAGE = "django_taskrunner"
 ROOT = Path(django_taskrunner.__file__).parent
 
-# The one cycle left: `conf.get_settings()` validates through `checks`, and `checks`
-# reads `conf.DEFAULTS`. It goes once settings validation is reworked; remove it then.
-ALLOWED_CYCLES = [{"django_taskrunner.conf", "django_taskrunner.checks"}]
+# None left: keep it so.
+ALLOWED_CYCLES: list[set[str]] = []
 
 # Imports that must wait until a function runs, and why.
 ALLOWED_FUNCTION_IMPORTS = {
-    # The conf <-> checks cycle above, both ways.
-    ("django_taskrunner.conf", "django_taskrunner.checks"),
-    ("django_taskrunner.checks", "django_taskrunner.conf"),
-    # No cycle any more (store.nodes imports nothing); it moves to the top of checks.py
-    # with the rework of settings validation, which is rewriting that module.
-    ("django_taskrunner.checks", "django_taskrunner.store.nodes"),
     # AppConfig.ready(): apps.py is imported while Django loads apps, before models
     # (and anything importing them) may be imported.
     ("django_taskrunner.apps", "django_taskrunner.checks"),

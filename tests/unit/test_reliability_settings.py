@@ -9,6 +9,7 @@ from django_taskrunner.conf import get_settings
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.worker.reclaim import dead_consumer_timeout
+from django_taskrunner.worker.settings import worker_settings
 from django_taskrunner.worker.worker import Worker
 
 
@@ -20,8 +21,10 @@ def test_dead_consumer_timeout_defaults_to_an_hour_or_ten_reservation_timeouts(
     assert dead_consumer_timeout(None, 900) == 9000
     assert dead_consumer_timeout(120, 900) == 120
     taskrunner_settings(RESERVATION_TIMEOUT=900)
-    assert Worker(get_broker(), ["default"], concurrency=1, batch_size=1, block_ms=100,
-                  shutdown_timeout=1).reclaimer.dead_consumer_ms == 9_000_000
+    settings = worker_settings(["default"], concurrency=1, batch_size=1, block_ms=100,
+                               shutdown_timeout=1)
+    assert settings.dead_consumer_timeout == 9000
+    assert Worker(get_broker(), settings).reclaimer.dead_consumer_ms == 9_000_000
 
 
 def test_time_limit_grace_defaults_to_five_seconds():

@@ -15,15 +15,14 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_taskrunner.checks import MAX_BATCH, MAX_POOL
-from django_taskrunner.conf import Settings, get_settings
+from django_taskrunner.conf import get_settings
 from django_taskrunner.core.options import check_queue_name
 from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import InvalidTaskOptions
 from django_taskrunner.stats.metrics import serve_metrics
-from django_taskrunner.store.broker import get_broker
-from django_taskrunner.store.errors import REDIS_DOWN
-from django_taskrunner.worker.autoscale import ScalingPolicy, default_tolerance
-from django_taskrunner.worker.outage import backoff
+from django_taskrunner.store.broker import Broker, get_broker
+from django_taskrunner.worker.outage import RedisStatus, redis_call
+from django_taskrunner.worker.settings import PoolSizeConflict, WorkerSettings, worker_settings
 from django_taskrunner.worker.worker import Worker
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -64,33 +63,6 @@ def queue_name(value: str) -> str:
 port_number = int_up_to(65535)  # argparse type: a TCP port
 pool_size = int_up_to(MAX_POOL)  # as MIN_WORKERS and MAX_WORKERS
 batch_size = int_up_to(MAX_BATCH)  # as BATCH_SIZE
-
-
-def pool_sizing(options: dict[str, Any], settings: Settings) -> tuple[int, ScalingPolicy | None]:
-    """(initial pool size, scaling policy or None for a fixed pool) from options + settings.
-
-    `--concurrency` is a fixed pool. Otherwise the pool autoscales when a smallest size is
-    known (`--min-workers` or MIN_WORKERS), up to `--max-workers` or MAX_WORKERS.
-    """
-    fixed, smallest, largest = (options.get(name) for name in
-                                ("concurrency", "min_workers", "max_workers"))
-    if fixed is not None:
-        if smallest is not None or largest is not None:
-            raise CommandError("--concurrency sets a fixed pool; give it or "
-                               "--min-workers/--max-workers, not both")
-        return fixed, None
-    largest = settings.MAX_WORKERS if largest is None else largest
-    smallest = settings.MIN_WORKERS if smallest is None else smallest
-    if smallest is None:
-        return largest, None
-    if smallest > largest:
-        raise CommandError(f"the smallest pool ({smallest}, --min-workers or MIN_WORKERS) is "
-                           f"larger than the largest ({largest}, --max-workers or MAX_WORKERS)")
-    return smallest, ScalingPolicy(
-        min_workers=smallest, max_workers=largest, desired_wait=settings.DESIRED_WAIT,
-        tolerance=default_tolerance(settings.DESIRED_WAIT, settings.DESIRED_WAIT_TOLERANCE),
-        cooldown=settings.TUNING_COOLDOWN,
-    )
 
 
 def consumer_name(value: str) -> str:
@@ -137,18 +109,7 @@ class Command(BaseCommand):
         self._configure_logging(options["log_level"] or "INFO")
         queues = options["queues"] or self._default_queues(settings.DEFAULT_QUEUE)
         broker = self._connect(wait=not options["burst"])
-        size, scaling = pool_sizing(options, settings)
-        worker = Worker(
-            broker, queues,
-            concurrency=size, scaling=scaling,
-            batch_size=options["batch_size"] or settings.BATCH_SIZE,
-            block_ms=settings.BLOCK_MS,
-            shutdown_timeout=settings.SHUTDOWN_TIMEOUT,
-            consumer=options["consumer_name"],
-            burst=options["burst"],
-            scheduler=not options["no_scheduler"],
-            leader_lease=settings.LEADER_LEASE,
-        )
+        worker = Worker(broker, self._worker_settings(queues, options))
         stop_metrics = self._serve_metrics(options["metrics_port"], options["metrics_addr"])
         previous = self._install_signal_handlers(worker)
         try:
@@ -159,6 +120,19 @@ class Command(BaseCommand):
             stop_metrics()
         if code:
             sys.exit(code)
+
+    @staticmethod
+    def _worker_settings(queues: list[str], options: dict[str, Any]) -> WorkerSettings:
+        """The worker's settings: these options over TASKRUNNER over the defaults."""
+        try:
+            return worker_settings(
+                queues, concurrency=options.get("concurrency"),
+                min_workers=options.get("min_workers"), max_workers=options.get("max_workers"),
+                batch_size=options.get("batch_size"), consumer=options.get("consumer_name"),
+                burst=options.get("burst"), scheduler=not options.get("no_scheduler"),
+            )
+        except PoolSizeConflict as exc:
+            raise CommandError(str(exc)) from None
 
     @staticmethod
     def _serve_metrics(port: int | None, addr: str) -> Any:
@@ -173,24 +147,24 @@ class Command(BaseCommand):
             raise CommandError(f"cannot serve metrics on {addr}:{port}: {exc}") from exc
 
     @staticmethod
-    def _connect(wait: bool) -> Any:
+    def _connect(wait: bool) -> Broker:
         """The broker. While Redis cannot be reached a worker waits for it (one started
         before its Redis, or during an outage, starts once Redis is up) instead of exiting;
         `--burst`, meant for scripts, fails at once with a clear error instead."""
-        failures = 0
-        while True:
-            try:
+
+        def sleep(seconds: float, _failures: int) -> bool:
+            time.sleep(seconds)
+            return False  # never gives up
+
+        try:
+            if not wait:
                 return get_broker()
-            except REDIS_DOWN as exc:
-                if not wait:
-                    raise CommandError(f"cannot connect to Redis: {exc}") from exc
-                failures += 1
-                if failures == 1:
-                    logging.getLogger("django_taskrunner.worker.worker").error(
-                        "Redis is unreachable (%s); waiting for it", exc)
-                time.sleep(backoff(failures))
-            except Exception as exc:  # a configuration error: say what to fix
-                raise CommandError(f"cannot connect to Redis: {exc}") from exc
+            broker = redis_call(get_broker, status=RedisStatus(meanwhile="waiting for it"),
+                                doing="starting the worker", wait=sleep)
+        except Exception as exc:  # Redis down in burst mode, or a configuration error
+            raise CommandError(f"cannot connect to Redis: {exc}") from exc
+        assert broker is not None  # redis_call gives up only when `wait` does
+        return broker
 
     @staticmethod
     def _default_queues(default_queue: str) -> list[str]:

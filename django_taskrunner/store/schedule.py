@@ -1,0 +1,158 @@
+"""Scheduling state in Redis: the known queues, wake-ups, periodic marks, and the delayed
+sets as the admin reads and edits them. The Redis side of `scheduling/` and of
+`admin/delayed_sets.py`.
+
+The moves themselves (due delayed messages onto the stream) stay `Broker.promote_due`,
+one script call per batch. Every name is a queue or one shard of one (see sharding.py);
+bodies are the opaque message JSON, returned as redis-py gives them (bytes). Redis outage
+errors (`errors.REDIS_DOWN`) pass through every method unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from django_taskrunner.store import keys, scripts
+from django_taskrunner.store.values import text
+
+if TYPE_CHECKING:
+    from django_taskrunner.store.broker import Broker
+
+# A delayed entry as read: (body, score = due time in ms).
+DelayedRow = tuple[bytes, float]
+
+
+class WakeSubscription:
+    """One pub/sub connection listening to wake channels (`keys.wake_channel`) and the
+    periodic-change channel (`keys.periodic_channel`)."""
+
+    def __init__(self, pubsub: Any) -> None:
+        self.pubsub = pubsub
+
+    def subscribe(self, channels: list[str], timeout: float = 5.0,
+                  monotonic: Callable[[], float] = time.monotonic) -> None:
+        """SUBSCRIBE and wait for Redis to confirm each channel; a redis TimeoutError
+        (one of `REDIS_DOWN`) when some are not confirmed within `timeout` seconds."""
+        self.pubsub.subscribe(*channels)
+        pending = set(channels)
+        deadline = monotonic() + timeout
+        while pending and monotonic() < deadline:
+            message = self.pubsub.get_message(timeout=0.5)
+            if message is not None and message.get("type") == "subscribe":
+                pending.discard(text(message["channel"]))
+        if pending:
+            raise RedisTimeoutError(f"no confirmation of SUBSCRIBE {sorted(pending)}")
+
+    def next_message(self, timeout: float) -> tuple[str, str] | None:
+        """(channel, data) of the next published message within `timeout` seconds; None
+        when none came (or only a subscription notice)."""
+        message = self.pubsub.get_message(timeout=timeout)
+        if message is None or message.get("type") != "message":
+            return None
+        data = message["data"]
+        data = text(data, errors="replace") if isinstance(data, bytes | str) else str(data)
+        return text(message["channel"]), data
+
+    def close(self) -> None:
+        """Close the connection; a broken one may fail to close, which is ignored."""
+        try:
+            self.pubsub.close()
+        except Exception:  # noqa: S110 - closing a broken connection may fail again
+            pass
+
+
+class ScheduleStore:
+    """The scheduling keys under one client and key prefix."""
+
+    def __init__(self, client: Any, prefix: str) -> None:
+        self.client = client
+        self.prefix = prefix
+
+    # -- queues and wake-ups (scheduler) --------------------------------------------------
+
+    def add_known_queues(self, names: Sequence[str]) -> None:
+        """SADD queue names to `keys.known_queues_key` (nothing for no names)."""
+        if names:
+            self.client.sadd(keys.known_queues_key(self.prefix), *names)
+
+    def known_queues(self) -> set[str]:
+        """SMEMBERS of `keys.known_queues_key`: every queue some worker consumes."""
+        return {text(name) for name in self.client.smembers(keys.known_queues_key(self.prefix))}
+
+    def subscription(self) -> WakeSubscription:
+        """A new pub/sub connection, subscribed to nothing yet."""
+        return WakeSubscription(self.client.pubsub())
+
+    # -- periodic schedules --------------------------------------------------------------
+
+    def mark_schedules(self, schedules: Sequence[tuple[str, str]], now_ms: int) -> list[int]:
+        """For each (shard, schedule id): HSETNX its mark in `keys.periodic_key` to `now_ms`
+        and HGET it, all pipelined in one round trip; the marks (last occurrence fired, ms)."""
+        if not schedules:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for shard, schedule_id in schedules:
+            mark_key = keys.periodic_key(self.prefix, shard)
+            pipe.hsetnx(mark_key, schedule_id, now_ms)
+            pipe.hget(mark_key, schedule_id)
+        return [int(mark) for mark in pipe.execute()[1::2]]
+
+    def fire_periodic(self, shard: str, schedule_id: str, occurrence_ms: int, body: str) -> bool:
+        """fire_periodic.lua: XADD `body` to the shard's stream unless this occurrence (or a
+        later one) was fired, moving the mark; True when it was added."""
+        return bool(scripts.run(
+            self.client, "fire_periodic",
+            [keys.periodic_key(self.prefix, shard), keys.stream_key(self.prefix, shard)],
+            [schedule_id, str(occurrence_ms), body]))
+
+    def announce_periodic_change(self, now_ms: int) -> None:
+        """PUBLISH `now_ms` on `keys.periodic_channel`: the leader rereads the schedules."""
+        self.client.publish(keys.periodic_channel(self.prefix), now_ms)
+
+    # -- delayed sets, as the admin reads and edits them ---------------------------------
+
+    def count_delayed(self, shards: Sequence[str]) -> list[int]:
+        """ZCARD of each shard's delayed set, pipelined in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for shard in shards:
+            pipe.zcard(keys.delayed_key(self.prefix, shard))
+        return [int(count) for count in pipe.execute()]
+
+    def delayed_range(self, shard: str, start: int, stop: int) -> list[DelayedRow]:
+        """ZRANGE start stop WITHSCORES (by due time, `stop` inclusive) of one delayed set."""
+        return self.client.zrange(keys.delayed_key(self.prefix, shard), start, stop,
+                                  withscores=True)
+
+    def delayed_heads(self, shards: Sequence[str], count: int) -> list[list[DelayedRow]]:
+        """The first `count` entries of each shard's delayed set, in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for shard in shards:
+            pipe.zrange(keys.delayed_key(self.prefix, shard), 0, count - 1, withscores=True)
+        return pipe.execute()
+
+    def scan_delayed(self, shard: str, match: str) -> Iterator[DelayedRow]:
+        """ZSCAN a delayed set with MATCH `match` (COUNT 1000 per call), lazily."""
+        return self.client.zscan_iter(keys.delayed_key(self.prefix, shard), match=match,
+                                      count=1000)
+
+    def delayed_at(self, shard: str, due_ms: int) -> list[DelayedRow]:
+        """ZRANGEBYSCORE due_ms due_ms WITHSCORES: the entries due at exactly `due_ms`."""
+        return self.client.zrangebyscore(keys.delayed_key(self.prefix, shard), due_ms, due_ms,
+                                         withscores=True)
+
+    def take_delayed(self, shard: str, due_ms: int, message_id: str, run: bool) -> bytes | None:
+        """take_delayed.lua: remove the entry due at `due_ms` whose id is `message_id`, and
+        XADD it to the stream when `run`; its body, or None when it is not waiting."""
+        return scripts.run(
+            self.client, "take_delayed",
+            [keys.delayed_key(self.prefix, shard), keys.stream_key(self.prefix, shard)],
+            [str(due_ms), message_id, "run" if run else "cancel"])
+
+
+def for_broker(broker: Broker) -> ScheduleStore:
+    """The scheduling keys on a broker's client and prefix."""
+    return ScheduleStore(broker.client, broker.prefix)

@@ -1,0 +1,32 @@
+"""Steps: the last ones. A failed attempt with no retry left is recorded for good; a
+successful one frees its lock. Both are then acked through the acker."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from django_taskrunner.core import unique as locks
+from django_taskrunner.worker.steps.locks import release
+from django_taskrunner.worker.steps.run import Run
+
+if TYPE_CHECKING:
+    from django_taskrunner.worker.executor import Executor
+
+
+def record_failure(executor: Executor, run: Run) -> bool:
+    """False after writing the FailedTask row of an attempt that failed for good."""
+    if run.error is None:
+        return True
+    assert run.message is not None
+    executor.record_and_ack(run, run.error, attempts=run.message.attempt,
+                            event=locks.FAILED, task_raised=True)
+    return False
+
+
+def succeed(executor: Executor, run: Run) -> bool:
+    """Free what the message holds at success, ack it, count it."""
+    assert run.message is not None and run.task is not None
+    release(executor, run, locks.SUCCEEDED)
+    executor.ack(run.shard, run.stream_id)
+    executor.stats.succeeded(run.message.queue, run.task.name)
+    return False

@@ -1,0 +1,29 @@
+"""`Run`: what the steps know of one delivery so far, filled in as it goes through them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.core.task import Task
+from django_taskrunner.worker.delivery import Delivery
+from django_taskrunner.worker.running import Attempt
+
+
+@dataclass(slots=True)
+class Run:
+    """One delivery on its way through the steps."""
+
+    delivery: Delivery
+    message: TaskMessage | None = None  # set by the decode step
+    task: Task | None = None  # set by the lookup step
+    attempt: Attempt | None = None  # set while and after the task function runs
+    error: BaseException | None = None  # what the attempt raised (None: it succeeded)
+
+    @property
+    def shard(self) -> str:
+        return self.delivery.shard
+
+    @property
+    def stream_id(self) -> str:
+        return self.delivery.stream_id
