@@ -24,7 +24,6 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from django_taskrunner.conf import on_reset
-from django_taskrunner.core.message import FIELD
 from django_taskrunner.store import keys, scripts
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.values import text
@@ -243,7 +242,7 @@ class StreamBrowser:
 
 def _entry(row: Any) -> StreamEntry:
     stream_id, fields = row
-    body = fields.get(FIELD) if fields else None
+    body = fields.get(keys.ENTRY_FIELD) if fields else None
     if fields and body is None:
         body = repr(fields).encode()
     return StreamEntry(text(stream_id), body)
