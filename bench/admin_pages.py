@@ -1,11 +1,13 @@
 """Admin pages: how long each page takes to render with 10,000 rows or entries behind it.
 
-    python bench/admin_pages.py [--rows 10000] [--repeat 9]
+    python bench/admin_pages.py [--rows 10000] [--queued 100000] [--repeat 9]
 
 It starts its own redis-server (pinned to CPU 0 when there are two CPUs) and a fresh
 SQLite database, then fills them: `--rows` failed-task rows (bulk_create), delayed tasks
 (one pipelined ZADD), unique tasks dispatched with `dispatch_many` (each holds a lock, and
-waits on the stream), an hour of per-minute statistics, two consumers and a leader. Each
+waits on the stream), `--queued` more plain messages waiting on the same stream (the
+Tasks pages page through it), an hour of per-minute statistics, two consumers and a
+leader. Each
 page is requested `--repeat` times through Django's test client, as a logged-in
 superuser, after two warm-up requests; the figures are the median, the fastest and the
 slowest, in ms. The time covers the whole request: middleware, session, database and
@@ -53,6 +55,47 @@ def fill_database(rows: int) -> int:
     ], batch_size=2000)
     User.objects.create_superuser("root", password="bench")  # noqa: S106 - a throwaway DB
     return FailedTask.objects.order_by("pk").values_list("pk", flat=True)[rows // 2]
+
+
+def fill_queued(queued: int) -> None:
+    """`queued` plain messages waiting on the default stream, 1,000 per round trip."""
+    from django_taskrunner.core.dispatch import dispatch_many
+
+    for start in range(0, queued, 1000):
+        dispatch_many("bench.admin_site.tasks.send_receipt",
+                      [{"order": n, "email": f"customer-{n}@example.com"}
+                       for n in range(start, min(queued, start + 1000))])
+
+
+def task_pages(queued: int) -> list[tuple[str, str]]:
+    """The Tasks pages to time: list pages from the front, the middle and the end of the
+    stream, a search, the running list and its JSON, a task by stream id and by id."""
+    from django_taskrunner.store.broker import get_broker
+
+    broker = get_broker()
+    client = broker.client
+    stream = broker.stream("default")
+    [(middle, middle_fields)] = client.xrange(stream, "-", "+", count=queued // 2)[-1:]
+    middle_id = json.loads(middle_fields[b"m"])["id"]
+    [(last, fields)] = client.xrevrange(stream, "+", "-", count=1)
+    message_id = json.loads(fields[b"m"])["id"]
+    base = "/admin/django_taskrunner/task/"
+    return [
+        ("tasks, queued, page 1 (50 a page)", f"{base}?queue=default"),
+        ("tasks, queued, from the middle", f"{base}?queue=default&after={middle.decode()}"),
+        ("tasks, queued, last page", f"{base}?queue=default&before=%2B"),
+        ("tasks, queued, searched (5,000 scanned)", f"{base}?queue=default&q=no-such-name"),
+        ("tasks, running", f"{base}?queue=default&status=running"),
+        ("tasks, running, JSON refresh", f"{base}live/?queue=default"),
+        ("task, detail by stream id", f"{base}detail/?queue=default&stream={last.decode()}"),
+        ("task, detail by id, half-way down the stream (a lock's holder link)",
+         f"{base}detail/?queue=default&id={middle_id}"),
+        ("task, detail by id, the newest (the whole stream searched)",
+         f"{base}detail/?queue=default&id={message_id}"),
+        ("task, detail by id, from a failed row (nothing searched)",
+         f"{base}detail/?queue=default&id=msg-78&from=failed"),
+        ("queues dashboard, JSON refresh", "/admin/django_taskrunner/queue/live/"),
+    ]
 
 
 def fill_redis(rows: int) -> None:
@@ -121,6 +164,7 @@ def measure(client, url: str, repeat: int) -> list[float]:  # type: ignore[no-un
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=10_000)
+    parser.add_argument("--queued", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=9)
     options = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix="tr-admin-bench-")
@@ -140,7 +184,9 @@ def main() -> None:
         started = time.perf_counter()
         pk = fill_database(options.rows)
         fill_redis(options.rows)
-        print(f"filled {options.rows:,} rows/entries of each kind in "
+        fill_queued(options.queued)
+        print(f"filled {options.rows:,} rows/entries of each kind and {options.queued:,} "
+              f"queued messages in "
               f"{time.perf_counter() - started:.1f} s")
         client = Client()
         client.login(username="root", password="bench")  # noqa: S106
@@ -154,8 +200,10 @@ def main() -> None:
                                         "&p=100"),
             ("unique locks", "/admin/django_taskrunner/uniquelock/"),
             ("queues dashboard", "/admin/django_taskrunner/queue/"),
+            *task_pages(options.queued),
         ]
-        print(f"\n| page ({options.rows:,} behind it) | median ms | fastest | slowest |")
+        print(f"\n| page ({options.rows:,} behind it, {options.queued + options.rows:,} on the "
+              f"stream) | median ms | fastest | slowest |")
         print("|---|---|---|---|")
         for name, page_url in pages:
             times = measure(client, page_url, options.repeat)

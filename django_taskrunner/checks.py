@@ -38,7 +38,8 @@ MAX_BATCH = 10_000
 MAX_WINDOW = 100_000
 
 
-def _error(msg: str, id_: str, hint: str | None = None) -> Error:
+def error(msg: str, id_: str, hint: str | None = None) -> Error:
+    """A TASKRUNNER system-check error (also used by setup_checks.py)."""
     return Error(msg, hint=hint, obj="settings.TASKRUNNER", id=id_)
 
 
@@ -56,7 +57,7 @@ def _check_unknown(raw: dict[str, Any]) -> list[CheckMessage]:
             continue
         close = difflib.get_close_matches(str(key), DEFAULTS, n=1)
         hint = f'did you mean "{close[0]}"?' if close else "see docs/settings.md for the keys"
-        errors.append(_error(f'unknown key "{key}" in TASKRUNNER', "taskrunner.E001", hint))
+        errors.append(error(f'unknown key "{key}" in TASKRUNNER', "taskrunner.E001", hint))
     return errors
 
 
@@ -116,7 +117,7 @@ def _number_check(key: str) -> Callable[[Any], list[CheckMessage]]:
     def check(value: Any) -> list[CheckMessage]:
         if rule.accepts(value):
             return []
-        return [_error(f"TASKRUNNER[{key!r}] must be {rule.describe()}, not {value!r}",
+        return [error(f"TASKRUNNER[{key!r}] must be {rule.describe()}, not {value!r}",
                        "taskrunner.E002")]
 
     return check
@@ -126,7 +127,7 @@ def _name_check(key: str, pattern: re.Pattern[str]) -> Callable[[Any], list[Chec
     def check(value: Any) -> list[CheckMessage]:
         if isinstance(value, str) and pattern.match(value):
             return []
-        return [_error(f"TASKRUNNER[{key!r}] must be a name of letters, digits, '.', '_' or "
+        return [error(f"TASKRUNNER[{key!r}] must be a name of letters, digits, '.', '_' or "
                        f"'-' (no ':', '{{' or '}}'), not {value!r}", "taskrunner.E004")]
 
     return check
@@ -136,7 +137,7 @@ def _optional_string_check(key: str) -> Callable[[Any], list[CheckMessage]]:
     def check(value: Any) -> list[CheckMessage]:
         if value is None or isinstance(value, str):
             return []
-        return [_error(f"TASKRUNNER[{key!r}] must be a string or None, not {value!r}",
+        return [error(f"TASKRUNNER[{key!r}] must be a string or None, not {value!r}",
                        "taskrunner.E005")]
 
     return check
@@ -145,17 +146,17 @@ def _optional_string_check(key: str) -> Callable[[Any], list[CheckMessage]]:
 def _check_redis_url(url: Any) -> list[CheckMessage]:
     if url is not None and not (isinstance(url, str)
                                 and url.startswith(("redis://", "rediss://", "unix://"))):
-        return [_error(f"TASKRUNNER['REDIS_URL'] must be None or a URL starting with "
+        return [error(f"TASKRUNNER['REDIS_URL'] must be None or a URL starting with "
                        f"redis://, rediss:// or unix://, not {url!r}", "taskrunner.E005")]
     return []
 
 
 def _check_metrics_token(token: Any) -> list[CheckMessage]:
     if token is not None and not isinstance(token, str):
-        return [_error(f"TASKRUNNER['METRICS_TOKEN'] must be a string or None, not "
+        return [error(f"TASKRUNNER['METRICS_TOKEN'] must be a string or None, not "
                        f"{type(token).__name__}", "taskrunner.E005")]
     if isinstance(token, str) and len(token) < 16:
-        return [_error("TASKRUNNER['METRICS_TOKEN'] must be at least 16 characters long",
+        return [error("TASKRUNNER['METRICS_TOKEN'] must be at least 16 characters long",
                        "taskrunner.E005", hint="e.g. python -c 'import secrets; "
                        "print(secrets.token_urlsafe())'")]
     return []
@@ -164,7 +165,7 @@ def _check_metrics_token(token: Any) -> list[CheckMessage]:
 def _check_delete_on_ack(value: Any) -> list[CheckMessage]:
     if isinstance(value, bool):
         return []
-    return [_error(f"TASKRUNNER['DELETE_ON_ACK'] must be True or False, not {value!r}",
+    return [error(f"TASKRUNNER['DELETE_ON_ACK'] must be True or False, not {value!r}",
                    "taskrunner.E005")]
 
 
@@ -178,7 +179,7 @@ def _check_embedded_dir(value: Any) -> list[CheckMessage]:
             path = None
     if value is None or (isinstance(path, str) and path and "\0" not in path):
         return []
-    return [_error(f"TASKRUNNER['EMBEDDED_DIR'] must be None or a folder path (a non-empty "
+    return [error(f"TASKRUNNER['EMBEDDED_DIR'] must be None or a folder path (a non-empty "
                    f"str or pathlib.Path), not {value!r}", "taskrunner.E005")]
 
 
@@ -188,13 +189,13 @@ def _check_cluster_nodes(nodes: Any) -> list[CheckMessage]:
         return []
     message = "TASKRUNNER['CLUSTER_NODES'] must be None or a non-empty list of \"host:port\""
     if not isinstance(nodes, list | tuple) or not nodes:
-        return [_error(f"{message}, not {nodes!r}", "taskrunner.E005")]
+        return [error(f"{message}, not {nodes!r}", "taskrunner.E005")]
     errors: list[CheckMessage] = []
     for node in nodes:
         try:
             parse_node(node)
         except (TypeError, ValueError, AttributeError):
-            errors.append(_error(f"{message}; {node!r} is not one", "taskrunner.E005"))
+            errors.append(error(f"{message}; {node!r} is not one", "taskrunner.E005"))
     return errors
 
 
@@ -204,11 +205,11 @@ def _check_shards(value: Any) -> list[CheckMessage]:
     errors: list[CheckMessage] = []
     for queue, count in counts.items():
         if queue != "*" and not (isinstance(queue, str) and QUEUE_NAME.match(queue)):
-            errors.append(_error(f"TASKRUNNER['SHARDS'] names {queue!r}, which is not a "
+            errors.append(error(f"TASKRUNNER['SHARDS'] names {queue!r}, which is not a "
                                  f"queue name", "taskrunner.E011"))
         if isinstance(count, bool) or not isinstance(count, int) or not (
                 1 <= count <= MAX_SHARDS):
-            errors.append(_error(f"TASKRUNNER['SHARDS'] must be a number of shards from 1 to "
+            errors.append(error(f"TASKRUNNER['SHARDS'] must be a number of shards from 1 to "
                                  f"{MAX_SHARDS}, or a dict of queue name -> that number; "
                                  f"not {count!r}", "taskrunner.E011"))
     return errors
@@ -253,23 +254,23 @@ def _check_combinations(raw: dict[str, Any]) -> list[CheckMessage]:
     smallest, largest = _valid(raw, "MIN_WORKERS", None), _valid(raw, "MAX_WORKERS", 8)
     if smallest is not None and largest is not None and smallest > largest:
         errors.append(
-            _error("TASKRUNNER['MIN_WORKERS'] is larger than MAX_WORKERS", "taskrunner.E003"))
+            error("TASKRUNNER['MIN_WORKERS'] is larger than MAX_WORKERS", "taskrunner.E003"))
     tolerance, desired = (_valid(raw, "DESIRED_WAIT_TOLERANCE", None),
                           _valid(raw, "DESIRED_WAIT", 1.0))
     if tolerance is not None and desired is not None and tolerance >= desired:
-        errors.append(_error(f"TASKRUNNER['DESIRED_WAIT_TOLERANCE'] ({tolerance:g} s) must be "
+        errors.append(error(f"TASKRUNNER['DESIRED_WAIT_TOLERANCE'] ({tolerance:g} s) must be "
                              f"smaller than DESIRED_WAIT ({desired:g} s), or an autoscaled "
                              f"pool never shrinks", "taskrunner.E003"))
     block_ms, socket_timeout = _valid(raw, "BLOCK_MS", 1000), _valid(raw, "SOCKET_TIMEOUT", 10)
     if block_ms is not None and socket_timeout is not None and (
             block_ms / 1000 >= socket_timeout):
-        errors.append(_error(f"TASKRUNNER['BLOCK_MS'] ({block_ms} ms) must be shorter than "
+        errors.append(error(f"TASKRUNNER['BLOCK_MS'] ({block_ms} ms) must be shorter than "
                              f"SOCKET_TIMEOUT ({socket_timeout} s), or every idle read times "
                              f"out", "taskrunner.E009"))
     chosen = [key for key in ("REDIS_URL", "CONNECTION", "CLUSTER_NODES") if raw.get(key)]
     if len(chosen) > 1:
         both = "both" if len(chosen) == 2 else "all of"
-        errors.append(_error(f"set only one of REDIS_URL, CONNECTION or CLUSTER_NODES, not "
+        errors.append(error(f"set only one of REDIS_URL, CONNECTION or CLUSTER_NODES, not "
                              f"{both} {' and '.join(chosen)}", "taskrunner.E006",
                              hint="a REDIS_URL may name any node of a cluster; its client "
                                   "then finds the others"))
@@ -283,7 +284,7 @@ def validate_settings(raw: Any) -> list[CheckMessage]:
     """
     if not isinstance(raw, dict):
         # The value itself is not shown: a URL given in place of the dict may hold a password.
-        return [_error(f"TASKRUNNER must be a dict, not {type(raw).__name__}", "taskrunner.E000",
+        return [error(f"TASKRUNNER must be a dict, not {type(raw).__name__}", "taskrunner.E000",
                        hint='e.g. TASKRUNNER = {"REDIS_URL": "redis://localhost:6379/0"}')]
     return _check_unknown(raw) + _check_keys(raw) + _check_combinations(raw)
 
@@ -295,12 +296,12 @@ def check_connection_alias(raw: dict[str, Any]) -> list[CheckMessage]:
         return []
     caches = getattr(django_settings, "CACHES", {})
     if alias not in caches:
-        return [_error(f"TASKRUNNER['CONNECTION'] names cache {alias!r}, which is not in CACHES",
+        return [error(f"TASKRUNNER['CONNECTION'] names cache {alias!r}, which is not in CACHES",
                        "taskrunner.E007")]
     backend = str(caches[alias].get("BACKEND", ""))
     if not backend.startswith("django_redis."):
         return [
-            _error(
+            error(
                 f"TASKRUNNER['CONNECTION'] names cache {alias!r}, whose backend {backend!r} "
                 f"is not a django-redis cache",
                 "taskrunner.E007",
@@ -326,11 +327,11 @@ def _check_handler_paths(raw: dict[str, Any]) -> list[CheckMessage]:
             target = import_string(path)
         except ImportError as exc:
             errors.append(
-                _error(f"TASKRUNNER[{key!r}] cannot be imported: {exc}", "taskrunner.E008"))
+                error(f"TASKRUNNER[{key!r}] cannot be imported: {exc}", "taskrunner.E008"))
             continue
         if not callable(target):
             errors.append(
-                _error(f"TASKRUNNER[{key!r}] = {path!r} is not callable", "taskrunner.E008"))
+                error(f"TASKRUNNER[{key!r}] = {path!r} is not callable", "taskrunner.E008"))
     return errors
 
 
@@ -343,47 +344,3 @@ def check_taskrunner_settings(app_configs: Any = None, **kwargs: Any) -> list[Ch
         raw = dict(raw)
         errors += check_connection_alias(raw) + _check_handler_paths(raw)
     return errors
-
-
-@register(Tags.compatibility)
-def check_connection_needs_django_redis(app_configs: Any = None,
-                                        **kwargs: Any) -> list[CheckMessage]:
-    """`CONNECTION` borrows a django-redis cache's client: an optional dependency (the
-    `django-redis` extra), so say so at start-up rather than fail at the first dispatch."""
-    from django_taskrunner.conf import user_settings
-
-    if not user_settings().get("CONNECTION"):
-        return []
-    try:
-        import django_redis  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        return []
-    return [_error("TASKRUNNER['CONNECTION'] needs the django-redis package, which is not "
-                   "installed", "taskrunner.E007",
-                   hint='pip install "django-taskrunner[django-redis]", or set REDIS_URL')]
-
-
-@register(Tags.compatibility, deploy=True)
-def check_embedded_redis_in_production(app_configs: Any = None,
-                                       **kwargs: Any) -> list[CheckMessage]:
-    """`check --deploy`: with DEBUG off and no Redis configured, the site runs on the
-    embedded server, private to this machine; fine for a demo, rarely what production
-    meant (one machine only, no replica, data in the project folder)."""
-    from django.conf import settings
-    from django.core.checks import Warning
-
-    from django_taskrunner.conf import default_embedded_dir, user_settings
-
-    raw = user_settings()
-    if settings.DEBUG or any(raw.get(key) for key in ("REDIS_URL", "CONNECTION",
-                                                       "CLUSTER_NODES")):
-        return []
-    data_dir = raw.get("EMBEDDED_DIR") or default_embedded_dir()
-    return [Warning(
-        f"django-taskrunner runs on the embedded Redis (data in {data_dir}): no REDIS_URL, "
-        f"CONNECTION or CLUSTER_NODES is set in TASKRUNNER",
-        hint="point TASKRUNNER['REDIS_URL'] at your Redis server; the embedded one serves "
-             "only this machine and keeps its data in the project folder",
-        id="taskrunner.W001")]

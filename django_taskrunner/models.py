@@ -1,6 +1,6 @@
 """Database models: `FailedTask` (one row per task that failed for good), `PeriodicTask`
-(schedules edited in the admin), and the unmanaged `DelayedTask`, `UniqueLock` and
-`Queue` that stand for Redis-held data behind the admin pages."""
+(schedules edited in the admin), and the unmanaged `DelayedTask`, `UniqueLock`, `Queue` and
+`Task` that stand for Redis-held data behind the admin pages."""
 
 from __future__ import annotations
 
@@ -159,3 +159,18 @@ class Queue(models.Model):
 
     def __str__(self) -> str:
         return f"queue {self.pk}"
+
+
+class Task(models.Model):
+    """Not a table: stands for the tasks in Redis (queued, running, delayed), behind the
+    admin's Tasks pages; "view" opens them, "purge" empties a queue's waiting tasks."""
+
+    class Meta:
+        managed = False
+        default_permissions = ("view",)
+        permissions = [("purge_task", "Can purge a queue's waiting and delayed tasks")]
+        verbose_name = "task"
+        verbose_name_plural = "tasks"
+
+    def __str__(self) -> str:
+        return f"task {self.pk}"

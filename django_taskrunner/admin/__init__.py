@@ -8,6 +8,7 @@ from django_taskrunner.admin import (
     delayed,  # noqa: F401 - registers the delayed-tasks page
     locks,  # noqa: F401 - registers the unique-locks page
     queues,  # noqa: F401 - registers the queues dashboard
+    tasks,  # noqa: F401 - registers the tasks pages
 )
 from django_taskrunner.admin.failed import FailedTaskAdmin
 from django_taskrunner.admin.periodic import PeriodicTaskAdmin

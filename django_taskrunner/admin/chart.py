@@ -16,9 +16,9 @@ from django.utils import timezone
 from django_taskrunner.stats.figures import MinuteCounts
 
 WIDTH = 600
-HEIGHT = 120
-TOP = 14  # room for the scale label
-BOTTOM = 14  # room for the time labels
+HEIGHT = 140
+TOP = 22  # room for the scale label (16 px text)
+BOTTOM = 22  # room for the time labels
 
 
 @dataclass(frozen=True)

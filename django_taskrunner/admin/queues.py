@@ -11,6 +11,7 @@ the "view" permission of `Queue`.
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from django.contrib import admin
@@ -20,6 +21,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.http import urlencode
 
+from django_taskrunner.admin import live, purge
 from django_taskrunner.admin.base import RedisPageAdmin
 from django_taskrunner.admin.chart import throughput_chart
 from django_taskrunner.models import Queue
@@ -65,8 +67,13 @@ class QueueAdmin(RedisPageAdmin):
 
     def get_urls(self) -> list[URLPattern]:
         info = self.opts.app_label, self.opts.model_name
-        return [path("", self.admin_site.admin_view(self.changelist_view),
-                     name="{}_{}_changelist".format(*info))]
+        view = self.admin_site.admin_view
+        return [path("", view(self.changelist_view), name="{}_{}_changelist".format(*info)),
+                # The purge action and the JSON the dashboard polls: admin/purge.py, live.py
+                path("purge/", view(partial(purge.purge_view, self)),
+                     name="{}_{}_purge".format(*info)),
+                path("live/", view(partial(live.queues_json_view, self)),
+                     name="{}_{}_live".format(*info))]
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         """Every known queue (or `?queue=<name>` only), and the leader."""

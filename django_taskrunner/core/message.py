@@ -26,7 +26,6 @@ from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.store import keys
 
 WIRE_VERSION = 1
-FIELD = b"m"
 # Largest wire version this release reads; newer ones are refused clearly.
 _READABLE_VERSIONS = frozenset({1})
 # One encoder for every message: json.dumps() with options builds a new one per call.

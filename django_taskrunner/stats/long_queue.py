@@ -27,12 +27,12 @@ class LongQueueHook:
 
     def __init__(
         self, hook: str | Callable[[QueueStats], Any], *, threshold: float, cooldown: float,
-        client: Any, prefix: str, holder: str = "",
+        gates: StatsStore, holder: str = "",
     ) -> None:
         self.hook = hook
         self.threshold = threshold
         self.cooldown_ms = max(1, round(cooldown * 1000))
-        self.gates = StatsStore(client, prefix)  # the client is only handed to the store
+        self.gates = gates  # the queues' gate keys (SET NX PX)
         self.holder = holder or "worker"
 
     def check(self, figures: Iterable[QueueStats]) -> list[threading.Thread]:

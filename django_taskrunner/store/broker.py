@@ -16,7 +16,6 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from django_taskrunner.conf import get_settings, on_reset
-from django_taskrunner.core.message import FIELD
 from django_taskrunner.store import keys, scripts
 from django_taskrunner.store.connection import get_redis
 from django_taskrunner.store.records import Records, RecordWrite
@@ -76,10 +75,10 @@ class Broker:
         """XADD one message; returns its stream id. With `record`, its task record is
         written first (HSET, EXPIRE) in the same pipelined round trip."""
         if record is None:
-            return text(self.client.xadd(self.stream(queue), {FIELD: body}))
+            return text(self.client.xadd(self.stream(queue), {keys.ENTRY_FIELD: body}))
         pipe = self.client.pipeline(transaction=False)
         self.records.queue_new(pipe, record)
-        pipe.execute_command("XADD", self.stream(queue), "*", FIELD, body)
+        pipe.execute_command("XADD", self.stream(queue), "*", keys.ENTRY_FIELD, body)
         return text(pipe.execute()[-1])
 
     def add_many(
@@ -95,7 +94,7 @@ class Broker:
         # for every message of the batch.
         command = pipe.execute_command
         for body in bodies:
-            command("XADD", stream, "*", FIELD, body)
+            command("XADD", stream, "*", keys.ENTRY_FIELD, body)
         replies = pipe.execute()
         return [text(stream_id) for stream_id in replies[2 * len(records):]]
 
@@ -109,7 +108,7 @@ class Broker:
         for record in records:
             store.queue_new(pipe, record)
         for queue, body in entries:
-            pipe.xadd(self.stream(queue), {FIELD: body})
+            pipe.xadd(self.stream(queue), {keys.ENTRY_FIELD: body})
         return [text(stream_id) for stream_id in pipe.execute()[2 * len(records):]]
 
     def ensure_group(self, queue: str) -> None:
@@ -369,7 +368,7 @@ def _body(fields: dict[bytes, bytes] | None) -> bytes | None:
     """
     if not fields:
         return None
-    body = fields.get(FIELD)
+    body = fields.get(keys.ENTRY_FIELD)
     return body if body is not None else repr(fields).encode()
 
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 import hashlib
 
 SHARD_MARK = "#"
+# The one field of a stream entry: it holds the message's wire JSON (core/message.py).
+ENTRY_FIELD = b"m"
 
 
 def shard_name(queue: str, index: int, count: int) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from django_taskrunner.conf import get_settings
-from django_taskrunner.core.message import FIELD
 from django_taskrunner.store import keys
 from django_taskrunner.store.connection import get_redis
 from django_taskrunner.store.values import text
@@ -38,7 +37,7 @@ class Results:
         pipelined round trip: a worker reading the message always finds its record."""
         pipe = self.client.pipeline(transaction=False)
         pipe.set(keys.result_key(self.prefix, result_id), record, ex=ttl_seconds)
-        pipe.xadd(keys.stream_key(self.prefix, queue), {FIELD: body})
+        pipe.xadd(keys.stream_key(self.prefix, queue), {keys.ENTRY_FIELD: body})
         pipe.execute()
 
 

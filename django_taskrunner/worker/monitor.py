@@ -24,6 +24,7 @@ from django_taskrunner.stats.long_queue import LongQueueHook
 from django_taskrunner.stats.recorder import Batch, StatsRecorder
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.store.stats import stats_store_for
 from django_taskrunner.worker.autoscale import decide
 from django_taskrunner.worker.outage import RedisStatus, redis_call
 from django_taskrunner.worker.pool import Pool
@@ -62,8 +63,8 @@ class Monitor(threading.Thread):
         self.max_workers = worker_settings.max_workers
         self.long_queue = LongQueueHook(
             settings.LONG_QUEUE_HOOK, threshold=settings.LONG_QUEUE_THRESHOLD,
-            cooldown=settings.LONG_QUEUE_COOLDOWN, client=worker.broker.client,
-            prefix=worker.broker.prefix, holder=worker.consumer,
+            cooldown=settings.LONG_QUEUE_COOLDOWN, gates=stats_store_for(worker.broker),
+            holder=worker.consumer,
         ) if settings.LONG_QUEUE_HOOK else None
         self.last_change: float | None = None
         self.started_ms = clock.now_ms()
@@ -114,12 +115,9 @@ class Monitor(threading.Thread):
         return True
 
     def _write(self, broker: Broker, batch: Batch, heartbeat: stats_store.Heartbeat) -> bool:
-        """The figures and the heartbeat in one pipelined round trip (stats/store.py's
-        commands; they move behind a stats store method with the rest of stats/)."""
-        pipe = broker.client.pipeline(transaction=False)
-        stats_store.write(pipe, broker.prefix, batch, heartbeat, now_ms=clock.now_ms(),
+        """The figures and the heartbeat in one pipelined round trip."""
+        stats_store.flush(stats_store_for(broker), batch, heartbeat, now_ms=clock.now_ms(),
                           window=self.window, ttl=self.ttl)
-        pipe.execute()
         return True
 
     def tune(self, figures: list[QueueStats]) -> int | None:
@@ -152,8 +150,7 @@ class Monitor(threading.Thread):
         broker = self.worker.broker
         try:
             self.flush()
-            stats_store.remove_heartbeat(broker.client, broker.prefix, self.worker.consumer,
-                                         self.worker.queues)
+            stats_store_for(broker).remove_heartbeat(self.worker.consumer, self.worker.queues)
         except REDIS_DOWN as exc:
             logger.warning("monitor: could not write the last statistics (%s)", exc)
         except Exception:  # statistics must never turn a clean stop into a crash

@@ -80,15 +80,32 @@ def screenshot_dir() -> Path:
     return path
 
 
+def _is_stale(element: Any) -> bool:
+    """True once `element` left the document. Chromedriver sometimes answers a check made
+    while the new page replaces the old with "Node with given id does not belong to the
+    document" instead of a stale-element error (what `staleness_of` expects): the same
+    fact, so both mean the old page is gone."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as exc:
+        if "does not belong to the document" in str(exc):
+            return True
+        raise
+    return False
+
+
 def click_and_wait(browser: Any, element: Any) -> None:
     """Click something that loads a new page, and wait until the new page has loaded."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     old_page = browser.find_element(By.TAG_NAME, "html")
     element.click()
-    WebDriverWait(browser, 15).until(expected_conditions.staleness_of(old_page))
+    WebDriverWait(browser, 15).until(lambda _: _is_stale(old_page))
     WebDriverWait(browser, 15).until(
         lambda b: b.execute_script("return document.readyState") == "complete")
 

@@ -13,6 +13,7 @@ from django_taskrunner.stats.figures import QueueStats
 from django_taskrunner.stats.long_queue import LongQueueHook
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store.stats import stats_store_for
 from django_taskrunner.worker.settings import worker_settings
 from django_taskrunner.worker.worker import Worker
 from tests.testapp.tasks import runs_key, sleep_50ms
@@ -33,8 +34,8 @@ def figures(queue: str = "default", wait: float | None = 120.0) -> QueueStats:
 
 def hook(path: str = RECORD, *, cooldown: float = 60.0, holder: str = "w1") -> LongQueueHook:
     broker = get_broker()
-    return LongQueueHook(path, threshold=60.0, cooldown=cooldown, client=broker.client,
-                         prefix=broker.prefix, holder=holder)
+    return LongQueueHook(path, threshold=60.0, cooldown=cooldown,
+                         gates=stats_store_for(broker), holder=holder)
 
 
 def calls(r, queue: str = "default", name: str = "hook") -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from django_taskrunner.admin.chart import throughput_chart
+from django_taskrunner.admin.chart import TOP, throughput_chart
 from django_taskrunner.stats.figures import MinuteCounts
 
 
@@ -17,9 +17,9 @@ def test_bars_stack_failed_on_succeeded_and_the_busiest_minute_fills_the_height(
     chart = throughput_chart(minutes((0, 0), (30, 10), (60, 0)), width=300, height=120)
 
     empty, mixed, busiest = chart.bars
-    plot = chart.baseline - 14
+    plot = chart.baseline - TOP
     assert (empty.done_height, empty.failed_height) == (0, 0)
-    assert busiest.done_height == plot and busiest.done_y == 14
+    assert busiest.done_height == plot and busiest.done_y == TOP
     assert mixed.done_height == plot / 2
     assert mixed.failed_height == pytest.approx(plot / 6, abs=0.01)
     assert mixed.failed_y + mixed.failed_height == pytest.approx(mixed.done_y)  # on top

@@ -28,6 +28,7 @@ ALLOWED_FUNCTION_IMPORTS = {
     ("django_taskrunner.apps", "django_taskrunner.core.registry"),
     ("django_taskrunner.apps", "django_taskrunner.models"),
     ("django_taskrunner.apps", "django_taskrunner.scheduling.periodic"),
+    ("django_taskrunner.apps", "django_taskrunner.setup_checks"),
     # The Tasks framework shim module is autodiscovered as every app's `tasks.py`; the
     # framework (django.tasks or the backport) is imported only when a task runs.
     ("django_taskrunner.tasks", "django_taskrunner.backends"),
@@ -146,3 +147,37 @@ def test_the_graph_sees_the_package_and_its_imports():
     assert len(MODULES) > 50
     assert "django_taskrunner.core.dispatch" in graph["django_taskrunner"]
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [{"a", "b"}]
+
+
+def _third_party_imports(module: str) -> Iterator[str]:
+    """Top-level names of the modules outside the package that `module` imports."""
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name.partition(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            yield node.module.partition(".")[0]
+
+
+STORE = f"{PACKAGE}.store"
+
+
+def test_only_the_store_talks_to_redis_py():
+    # The storage contract (docs/design.md): every Redis command goes through store/.
+    outside = sorted(module for module in MODULES if not module.startswith(STORE)
+                     and "redis" in set(_third_party_imports(module)))
+    assert outside == []
+
+
+def test_the_store_imports_nothing_above_it_but_settings_and_errors():
+    # Arrows point down: store/ knows keys and scripts, never tasks, workers or pages.
+    allowed = {f"{PACKAGE}.conf", f"{PACKAGE}.exceptions"}
+    upward = sorted((module, target) for module in MODULES if module.startswith(STORE)
+                    for target, _ in _imports(module)
+                    if not target.startswith(STORE) and target not in allowed)
+    assert upward == []
+
+
+def test_the_store_checks_see_redis_imports():
+    # Guards the two tests above: the store itself does import redis-py.
+    assert "redis" in set(_third_party_imports(f"{STORE}.broker"))

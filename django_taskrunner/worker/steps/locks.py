@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from django_taskrunner.core import unique as locks
+from django_taskrunner.store.locks import for_broker
 from django_taskrunner.worker.steps.run import Run
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ def release(executor: Executor, run: Run, event: str) -> None:
         # The lock and task_id live in the shard's slot: core.unique finds their keys by
         # the message's queue, so it gets a copy naming the shard.
         stored = message if run.shard == message.queue else replace(message, queue=run.shard)
-        locks.release(executor.broker.client, executor.broker.prefix, stored, event)
+        locks.release_with(for_broker(executor.broker), stored, event)
     except Exception:
         # Never let a release undo the outcome: an entry left pending would run again.
         logger.exception("task=%s id=%s: could not free its unique lock or task id at "

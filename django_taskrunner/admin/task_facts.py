@@ -1,0 +1,377 @@
+"""What the admin's Tasks pages show: pages of queued and running tasks read from a
+stream, and everything known about one task (`gather`).
+
+Nothing here reads a whole stream. A page of queued tasks is one XRANGE (or XREVRANGE)
+from a cursor, a page of running ones one XPENDING from a cursor; a search by task name
+or id walks at most `SEARCH_SCAN` entries per page and says where it stopped.
+
+`gather()` is the one function that collects the facts of one task; the task records
+of a later step add their status, result, progress and error to `TaskFacts` there, and
+the detail page shows whatever it holds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django.utils import timezone
+
+from django_taskrunner.checks import QUEUE_NAME
+from django_taskrunner.core import unique as locks
+from django_taskrunner.core.message import MAX_EPOCH_MS, TaskMessage
+from django_taskrunner.exceptions import InvalidTaskPayload
+from django_taskrunner.models import FailedTask
+from django_taskrunner.store import keys, sharding
+from django_taskrunner.store.browse import (
+    STREAM_ID,
+    Held,
+    StreamBrowser,
+    StreamEntry,
+    stream_id_key,
+)
+
+PER_PAGE = 50
+SEARCH_SCAN = 5000  # stream entries a search page walks at most
+# Stream entries a lookup by message id looks at, at most, in batches searched on the
+# server (a batch blocks Redis well under a millisecond).
+FIND_SCAN = 200_000
+FIND_BATCH = 1000
+PAYLOAD_PREVIEW = 300  # characters of payload shown per row of a list
+STATUSES = ("queued", "running", "delayed")
+
+
+def stream_names(queues: list[str]) -> list[str]:
+    """Every stream of these queues: a queue, or each shard of a split one."""
+    return sharding.all_shards(queues)
+
+
+def valid_stream(name: str, queues: list[str]) -> bool:
+    """`name` is a stream of one of `queues` (a crafted name never reaches Redis)."""
+    queue = keys.queue_of(name)
+    return bool(QUEUE_NAME.match(queue)) and queue in queues and name in sharding.shards(queue)
+
+
+def decode(body: bytes | None) -> TaskMessage | None:
+    """The message in a body; None when it is missing or does not decode."""
+    if body is None:
+        return None
+    try:
+        return TaskMessage.from_json(body)
+    except InvalidTaskPayload:
+        return None
+
+
+def body_text(body: bytes | None) -> str:
+    return "" if body is None else body.decode("utf-8", errors="replace")
+
+
+def pretty_payload(message: TaskMessage | None, body: bytes | None) -> str:
+    """The payload as indented JSON; the raw body for a message that does not decode."""
+    if message is None:
+        return body_text(body)
+    return json.dumps(message.payload, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+def _when(ms: int | None) -> str:
+    if not ms:
+        return ""
+    moment = timezone.localtime(datetime.fromtimestamp(min(ms, MAX_EPOCH_MS) / 1000, tz=UTC))
+    return f"{moment:%Y-%m-%d %H:%M:%S} {moment.tzname()}"
+
+
+def duration(ms: int | None) -> str:
+    if ms is None:
+        return ""
+    seconds = ms / 1000
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 120:
+        return f"{minutes} min {secs:02d} s"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One row of the Tasks list."""
+
+    queue: str  # the stream: a queue or one of its shards
+    stream_id: str
+    message: TaskMessage | None
+    body: bytes | None
+    consumer: str = ""
+    idle_ms: int | None = None
+    deliveries: int | None = None
+
+    @property
+    def task_name(self) -> str:
+        return self.message.task_name if self.message else "(undecodable message)"
+
+    @property
+    def message_id(self) -> str:
+        return self.message.id if self.message else ""
+
+    @property
+    def dispatched(self) -> str:
+        return _when(self.message.dispatched_at_ms) if self.message else ""
+
+    @property
+    def idle(self) -> str:
+        return duration(self.idle_ms)
+
+    @property
+    def preview(self) -> str:
+        text_ = json.dumps(self.message.payload, ensure_ascii=False, sort_keys=True) if (
+            self.message) else body_text(self.body)
+        return text_ if len(text_) <= PAYLOAD_PREVIEW else text_[:PAYLOAD_PREVIEW] + "..."
+
+
+@dataclass(frozen=True)
+class RowPage:
+    """One page of rows; the cursors of the pages around it ("" for none)."""
+
+    rows: list[TaskRow]
+    next_cursor: str = ""
+    previous_cursor: str = ""
+    scanned: int = 0  # entries a search walked for this page
+    search_stopped: bool = False  # the search hit SEARCH_SCAN before filling the page
+
+
+def matches(message: TaskMessage | None, stream_id: str, needle: str) -> bool:
+    """A search hit: the text is in the task name (any case), or is the message or stream id."""
+    if message is None:
+        return needle == stream_id
+    return (needle.lower() in message.task_name.lower() or needle == message.id
+            or needle == stream_id)
+
+
+def queued_page(browser: StreamBrowser, queue: str, *, after: str = "", before: str = "",
+                query: str = "", size: int = PER_PAGE) -> RowPage:
+    """Waiting (undelivered) messages of one stream, oldest first, from a cursor."""
+    floor = browser.group_state(queue).last_delivered
+    if before and not query:
+        entries = browser.waiting_before(queue, before, floor, size + 1)
+        more_before = len(entries) > size
+        entries = entries[-size:]
+        rows = [_queued(queue, entry) for entry in entries]
+        return RowPage(rows, next_cursor=rows[-1].stream_id if rows else "",
+                       previous_cursor=rows[0].stream_id if rows and more_before else "")
+    start = after if after and stream_id_after(after, floor) else floor
+    if not query:
+        entries = browser.waiting_after(queue, start, size + 1)
+        rows = [_queued(queue, entry) for entry in entries[:size]]
+        return RowPage(rows, next_cursor=rows[-1].stream_id if len(entries) > size else "",
+                       previous_cursor=rows[0].stream_id if rows and after else "")
+    return _search(browser, queue, start, query, size)
+
+
+def _search(browser: StreamBrowser, queue: str, start: str, query: str, size: int) -> RowPage:
+    rows: list[TaskRow] = []
+    scanned = 0
+    cursor = start
+    exhausted = False
+    while len(rows) < size and scanned < SEARCH_SCAN:
+        entries = browser.waiting_after(queue, cursor, 500)
+        if not entries:
+            exhausted = True
+            break
+        for entry in entries:
+            scanned += 1
+            cursor = entry.stream_id
+            message = decode(entry.body)
+            if matches(message, entry.stream_id, query):
+                rows.append(TaskRow(queue, entry.stream_id, message, entry.body))
+                if len(rows) >= size:
+                    break
+    return RowPage(rows, next_cursor="" if exhausted else cursor, scanned=scanned,
+                   search_stopped=not exhausted and len(rows) < size)
+
+
+def stream_id_after(candidate: str, floor: str) -> bool:
+    """`candidate` is a well-formed stream id after `floor`."""
+    return bool(STREAM_ID.match(candidate)) and stream_id_key(candidate) >= stream_id_key(floor)
+
+
+def _queued(queue: str, entry: StreamEntry) -> TaskRow:
+    return TaskRow(queue, entry.stream_id, decode(entry.body), entry.body)
+
+
+def running_page(browser: StreamBrowser, queue: str, *, after: str = "", query: str = "",
+                 consumer: str = "", size: int = PER_PAGE) -> RowPage:
+    """Pending (delivered, not acked) entries of one stream with their holders (of one
+    consumer only, when named)."""
+    start = after if STREAM_ID.match(after) else "-"
+    held = browser.held(queue, start, size + 1, consumer or None)
+    rows = [_running(queue, item) for item in held[:size]]
+    if query:
+        rows = [row for row in rows if matches(row.message, row.stream_id, query)]
+    return RowPage(rows, next_cursor=held[size - 1].stream_id if len(held) > size else "",
+                   previous_cursor="-" if after else "")
+
+
+def _running(queue: str, item: Held) -> TaskRow:
+    return TaskRow(queue, item.stream_id, decode(item.body), item.body, consumer=item.consumer,
+                   idle_ms=item.idle_ms, deliveries=item.deliveries)
+
+
+@dataclass
+class TaskFacts:
+    """Everything known about one task, from the stream, the delayed set, its lock and
+    the failed-task table. A later step adds what its record says (status, result,
+    progress, error) here."""
+
+    queue: str  # the stream (queue or shard) it was found in
+    message_id: str = ""
+    stream_id: str = ""
+    status: str = ""  # "queued", "running", "delayed", or "" when only a failed row is left
+    message: TaskMessage | None = None
+    body: bytes | None = None
+    consumer: str = ""
+    idle_ms: int | None = None
+    deliveries: int | None = None
+    due_ms: int | None = None
+    lock_held: bool | None = None  # None: it names no lock
+    task_id_held: bool | None = None  # None: its id is not a reserved task_id
+    failed_rows: list[FailedTask] = field(default_factory=list)
+    searched: int = 0  # stream entries walked to find it by message id
+
+    @property
+    def task_name(self) -> str:
+        if self.message is not None:
+            return self.message.task_name
+        return self.failed_rows[0].task_name if self.failed_rows else "(undecodable message)"
+
+    @property
+    def payload_pretty(self) -> str:
+        if self.message is None and self.body is None and self.failed_rows:
+            return self.failed_rows[0].payload
+        return pretty_payload(self.message, self.body)
+
+    @property
+    def dispatched(self) -> str:
+        return _when(self.message.dispatched_at_ms) if self.message else ""
+
+    @property
+    def due(self) -> str:
+        return _when(self.due_ms)
+
+    @property
+    def idle(self) -> str:
+        return duration(self.idle_ms)
+
+    @property
+    def found(self) -> bool:
+        return bool(self.status or self.failed_rows)
+
+
+def gather(browser: StreamBrowser, queue: str, *, stream_id: str = "",
+           message_id: str = "", hint: str = "") -> TaskFacts:
+    """The facts of the task at `stream_id` of stream `queue`, or of message `message_id`
+    (looked for in the first FIND_SCAN entries of the stream, then in the delayed set).
+
+    `hint` says where a link came from, so the likely place is read first: "delayed"
+    (the delayed set before the stream), "failed" (a failed row: its message left Redis,
+    nothing is searched). Only `queue`'s keys under this site's prefix are read: an id
+    of another queue or prefix is not found. `facts.found` is False for an unknown id.
+    """
+    facts = TaskFacts(queue=queue, message_id=message_id)
+    if stream_id:
+        if STREAM_ID.match(stream_id):
+            _from_stream(browser, facts, stream_id)
+    elif message_id and hint != "failed":
+        if hint != "delayed" or not _find_delayed(browser, facts, message_id):
+            _find_by_id(browser, facts, message_id)
+    if facts.message is not None:
+        facts.message_id = facts.message.id
+        _held_keys(browser, facts)
+    if facts.message_id:
+        facts.failed_rows = list(FailedTask.objects.filter(
+            message_id=facts.message_id, queue=keys.queue_of(queue)).order_by("-failed_at")[:10])
+    return facts
+
+
+def _from_stream(browser: StreamBrowser, facts: TaskFacts, stream_id: str) -> None:
+    held = browser.holder_of(facts.queue, stream_id)
+    if held is not None:
+        facts.status, facts.stream_id, facts.body = "running", stream_id, held.body
+        facts.consumer, facts.idle_ms, facts.deliveries = (held.consumer, held.idle_ms,
+                                                           held.deliveries)
+    else:
+        entry = browser.entry(facts.queue, stream_id)
+        if entry is None:
+            return
+        floor = browser.group_state(facts.queue).last_delivered
+        if not stream_id_after(stream_id, floor) or stream_id == floor:
+            return  # delivered and acked: done (DELETE_ON_ACK off keeps it)
+        facts.status, facts.stream_id, facts.body = "queued", stream_id, entry.body
+    facts.message = decode(facts.body)
+
+
+def _find_by_id(browser: StreamBrowser, facts: TaskFacts, message_id: str) -> None:
+    needle = b'"id":' + json.dumps(message_id, ensure_ascii=False).encode("utf-8")
+    cursor = "0-0"
+    while cursor and facts.searched < FIND_SCAN:
+        candidates, cursor = browser.find_in_stream(facts.queue, cursor, FIND_BATCH, needle)
+        facts.searched += FIND_BATCH
+        for stream_id in candidates:
+            entry = browser.entry(facts.queue, stream_id)
+            message = decode(entry.body) if entry is not None else None
+            if message is not None and message.id == message_id:
+                _from_stream(browser, facts, stream_id)
+                if facts.status:
+                    return
+    _find_delayed(browser, facts, message_id)
+
+
+def _find_delayed(browser: StreamBrowser, facts: TaskFacts, message_id: str) -> bool:
+    literal = json.dumps(message_id, ensure_ascii=False)
+    for body, score in browser.scan_delayed(facts.queue, f'"id":{literal}', 10):
+        message = decode(body)
+        if message is not None and message.id == message_id:
+            facts.status, facts.body, facts.message = "delayed", body, message
+            facts.due_ms = int(min(max(score, 0), MAX_EPOCH_MS))
+            return True
+    return False
+
+
+def _held_keys(browser: StreamBrowser, facts: TaskFacts) -> None:
+    """Whether its lock and task_id still hold this dispatch's value."""
+    message = facts.message
+    assert message is not None
+    holder = locks.holder_value(message)
+    names = []
+    lock_ok = False
+    if message.lock_key:
+        try:
+            message.check_lock_key(browser.prefix, facts.queue)
+            lock_ok = True
+            names.append(message.lock_key)
+        except InvalidTaskPayload:
+            facts.lock_held = False
+    if message.has_task_id:
+        names.append(keys.task_id_key(browser.prefix, facts.queue, message.id))
+    if not names:
+        return
+    values = browser.values(names)
+    if lock_ok:
+        facts.lock_held = values.pop(0) == holder
+    if message.has_task_id:
+        facts.task_id_held = values.pop(0) == holder
+
+
+def lock_search(message: TaskMessage | None, prefix: str, queue: str) -> str:
+    """What to type in the locks page's search box to find this task's lock."""
+    if message is None or not message.lock_key:
+        return ""
+    start = keys.unique_key_space(prefix, queue)
+    return message.lock_key[len(start):] if message.lock_key.startswith(start) else ""
+
+
+def as_json_row(row: TaskRow) -> dict[str, Any]:
+    """A running row for the refreshing list (plain values, escaped by the script)."""
+    return {"queue": row.queue, "stream_id": row.stream_id, "task": row.task_name,
+            "id": row.message_id, "consumer": row.consumer, "idle": row.idle,
+            "deliveries": row.deliveries, "payload": row.preview}

@@ -1,0 +1,186 @@
+"""The admin's "Tasks" pages: queued, running and delayed tasks of each queue, and one
+task's page, read from Redis through the unmanaged `Task` model.
+
+The list reads one page of one stream from a cursor (see `task_facts`); the running list
+refreshes itself every few seconds through `live/`, a JSON view polled by
+`static/django_taskrunner/refresh.js`. Opening any of it takes the "view" permission of
+`Task`; it changes nothing. Unknown ids, queues and streams answer 404.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.http import urlencode
+
+from django_taskrunner.admin import task_facts as facts_of
+from django_taskrunner.admin.base import RedisPageAdmin
+from django_taskrunner.models import Task
+from django_taskrunner.stats.health import dashboard_queues
+from django_taskrunner.store import keys, sharding
+from django_taskrunner.store.browse import get_browser
+from django_taskrunner.store.errors import REDIS_DOWN
+
+REFRESH_SECONDS = 5
+
+
+@admin.register(Task)
+class TaskAdmin(RedisPageAdmin):
+    """No database table: tasks read from Redis a page at a time."""
+
+    title = "Tasks"
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view
+        return [
+            path("", view(self.changelist_view), name=self._name("changelist")),
+            path("detail/", view(self.detail_view), name=self._name("detail")),
+            path("live/", view(self.live_view), name=self._name("live")),
+        ]
+
+    def _name(self, view: str) -> str:
+        return f"{self.opts.app_label}_{self.opts.model_name}_{view}"
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        """One page of one stream's queued or running tasks."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        browser = get_browser()
+        try:
+            queues = dashboard_queues()
+            streams = facts_of.stream_names(queues)
+            stream = request.GET.get("queue", "") or (streams[0] if streams else "")
+            if stream in queues and stream not in streams:  # a split queue: its first shard
+                stream = sharding.shards(stream)[0]
+            if not facts_of.valid_stream(stream, queues):
+                raise Http404("no such queue")
+            status = request.GET.get("status", "queued")
+            if status not in ("queued", "running"):
+                status = "queued"
+            query = request.GET.get("q", "").strip()[:200]
+            page = self._page(browser, stream, status, query, request)
+            state = browser.group_state(stream)
+            delayed = browser.delayed_count(stream)
+        except REDIS_DOWN as exc:
+            return self.render(request, "change_list.html", {"redis_error": str(exc)})
+        consumer = request.GET.get("consumer", "")[:200] if status == "running" else ""
+        filters = {"queue": stream, "status": status, "q": query,
+                   **({"consumer": consumer} if consumer else {})}
+        return self.render(request, "change_list.html", {
+            "streams": streams, "queue": stream, "status": status, "query": query,
+            "consumer": consumer,
+            "page": page, "state": state, "delayed": delayed,
+            "delayed_url": self._delayed_url(request, keys.queue_of(stream)),
+            "filters": urlencode(filters),
+            "next_query": urlencode({**filters, "after": page.next_cursor})
+            if page.next_cursor else "",
+            "previous_query": urlencode({**filters, "before": page.previous_cursor})
+            if page.previous_cursor and status == "queued" else "",
+            "first_query": urlencode(filters) if page.previous_cursor else "",
+            "live_url": f"{reverse(self.url_name('live'))}?{urlencode({'queue': stream})}"
+            if status == "running" and not (query or consumer or request.GET.get("after"))
+            else "",
+            "refresh_seconds": REFRESH_SECONDS, "search_scan": facts_of.SEARCH_SCAN,
+            "detail_url": reverse(self.url_name("detail")),
+        })
+
+    def _page(self, browser: Any, stream: str, status: str, query: str,
+              request: HttpRequest) -> facts_of.RowPage:
+        after = request.GET.get("after", "")
+        before = request.GET.get("before", "")
+        if status == "running":
+            consumer = request.GET.get("consumer", "")[:200]
+            return facts_of.running_page(browser, stream, after=after, query=query,
+                                         consumer=consumer)
+        if before and not facts_of.STREAM_ID.match(before) and before != "+":
+            before = ""
+        return facts_of.queued_page(browser, stream, after=after, before=before, query=query)
+
+    def detail_view(self, request: HttpRequest) -> HttpResponse:
+        """One task, by `?queue=&stream=<stream id>` or `?queue=&id=<message id>`."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        stream = request.GET.get("queue", "")
+        stream_id = request.GET.get("stream", "")
+        message_id = request.GET.get("id", "")[:255]
+        hint = request.GET.get("from", "")
+        browser = get_browser()
+        try:
+            facts = self._gather(browser, stream, stream_id, message_id, hint)
+        except REDIS_DOWN as exc:
+            return self.render(request, "detail.html", {"redis_error": str(exc)})
+        if not facts.found:
+            raise Http404("no such task in this queue")
+        return self.render(request, "detail.html", {
+            "title": f"Task {facts.message_id or facts.stream_id}", "facts": facts,
+            "links": self._links(request, facts),
+            "changelist_url": reverse(self.url_name("changelist")),
+        })
+
+    def _gather(self, browser: Any, stream: str, stream_id: str, message_id: str,
+                hint: str) -> facts_of.TaskFacts:
+        """The facts from one stream; a split queue's name looks in each of its shards."""
+        queues = dashboard_queues()
+        if stream in queues and stream not in facts_of.stream_names(queues):
+            candidates = sharding.shards(stream)
+        elif facts_of.valid_stream(stream, queues):
+            candidates = [stream]
+        else:
+            raise Http404("no such queue")
+        for shard in candidates:
+            facts = facts_of.gather(browser, shard, stream_id=stream_id,
+                                    message_id=message_id, hint=hint)
+            if facts.found:
+                return facts
+        return facts
+
+    def _links(self, request: HttpRequest, facts: facts_of.TaskFacts) -> dict[str, Any]:
+        """Where the page links to, for those who may open it."""
+        site = self.admin_site.name
+        user = request.user
+        queue = keys.queue_of(facts.queue)
+        links: dict[str, Any] = {
+            "queue": f"{reverse(self.url_name('changelist'))}?"
+                     f"{urlencode({'queue': facts.queue, 'status': facts.status or 'queued'})}",
+        }
+        if user.has_perm("django_taskrunner.view_queue"):
+            links["dashboard"] = (f"{reverse(f'{site}:django_taskrunner_queue_changelist')}?"
+                                  f"{urlencode({'queue': queue})}")
+        if user.has_perm("django_taskrunner.view_failedtask"):
+            links["failed"] = [(row, reverse(f"{site}:django_taskrunner_failedtask_change",
+                                             args=[row.pk])) for row in facts.failed_rows]
+        search = facts_of.lock_search(facts.message, get_browser().prefix, facts.queue)
+        if search and user.has_perm("django_taskrunner.view_uniquelock"):
+            links["lock"] = (f"{reverse(f'{site}:django_taskrunner_uniquelock_changelist')}?"
+                             f"{urlencode({'queue': facts.queue, 'q': search})}")
+        if facts.status == "delayed":
+            links["delayed"] = self._delayed_url(request, queue)
+        return links
+
+    def _delayed_url(self, request: HttpRequest, queue: str) -> str:
+        if not request.user.has_perm("django_taskrunner.view_delayedtask"):
+            return ""
+        url = reverse(f"{self.admin_site.name}:django_taskrunner_delayedtask_changelist")
+        return f"{url}?{urlencode({'queue': queue})}"
+
+    def live_view(self, request: HttpRequest) -> JsonResponse:
+        """The running tasks of one stream (first page), as JSON for refresh.js."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        stream = request.GET.get("queue", "")
+        browser = get_browser()
+        try:
+            if not facts_of.valid_stream(stream, dashboard_queues()):
+                raise Http404("no such queue")
+            page = facts_of.running_page(browser, stream)
+        except REDIS_DOWN as exc:
+            return JsonResponse({"error": f"Redis cannot be reached: {exc}"}, status=503)
+        detail = reverse(self.url_name("detail"))
+        return JsonResponse({"rows": [
+            {**facts_of.as_json_row(row),
+             "url": f"{detail}?{urlencode({'queue': row.queue, 'stream': row.stream_id})}"}
+            for row in page.rows], "more": bool(page.next_cursor)})

@@ -1,0 +1,50 @@
+"""System checks of what surrounds the settings: packages a setting needs, and what
+`check --deploy` should warn about. Apart from checks.py because they read the merged
+settings through `conf`, which itself validates through checks.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.checks import CheckMessage, Tags, Warning, register
+
+from django_taskrunner.checks import error
+from django_taskrunner.conf import default_embedded_dir, user_settings
+
+
+@register(Tags.compatibility)
+def check_connection_needs_django_redis(app_configs: Any = None,
+                                        **kwargs: Any) -> list[CheckMessage]:
+    """`CONNECTION` borrows a django-redis cache's client: an optional dependency (the
+    `django-redis` extra), so say so at start-up rather than fail at the first dispatch."""
+    if not user_settings().get("CONNECTION"):
+        return []
+    try:
+        import django_redis  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        return []
+    return [error("TASKRUNNER['CONNECTION'] needs the django-redis package, which is not "
+                   "installed", "taskrunner.E007",
+                   hint='pip install "django-taskrunner[django-redis]", or set REDIS_URL')]
+
+
+@register(Tags.compatibility, deploy=True)
+def check_embedded_redis_in_production(app_configs: Any = None,
+                                       **kwargs: Any) -> list[CheckMessage]:
+    """`check --deploy`: with DEBUG off and no Redis configured, the site runs on the
+    embedded server, private to this machine; fine for a demo, rarely what production
+    meant (one machine only, no replica, data in the project folder)."""
+    raw = user_settings()
+    if django_settings.DEBUG or any(raw.get(key) for key in ("REDIS_URL", "CONNECTION",
+                                                       "CLUSTER_NODES")):
+        return []
+    data_dir = raw.get("EMBEDDED_DIR") or default_embedded_dir()
+    return [Warning(
+        f"django-taskrunner runs on the embedded Redis (data in {data_dir}): no REDIS_URL, "
+        f"CONNECTION or CLUSTER_NODES is set in TASKRUNNER",
+        hint="point TASKRUNNER['REDIS_URL'] at your Redis server; the embedded one serves "
+             "only this machine and keeps its data in the project folder",
+        id="taskrunner.W001")]

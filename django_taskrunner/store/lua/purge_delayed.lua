@@ -1,0 +1,36 @@
+-- Purge one batch of a queue's delayed set: remove each member still there, and free the
+-- unique lock, its mode record and the task_id it holds, only where they still hold this
+-- message's value. One step, so the scheduler never promotes a purged member.
+--
+-- KEYS[1]   the delayed set <prefix>:{<queue>}:delayed
+-- KEYS[2..] the keys the items free, in item order (each of the same queue)
+-- ARGV[1]   n, the number of items; then per item:
+--           the member (the message body), k, then k holder values ('' as in
+--           purge_stream.lua: a mode record following its lock)
+-- Returns how many members were removed.
+
+local removed = 0
+local arg = 2
+local key = 2
+for _ = 1, tonumber(ARGV[1]) do
+  local member = ARGV[arg]
+  local count = tonumber(ARGV[arg + 1])
+  arg = arg + 2
+  local gone = redis.call('ZREM', KEYS[1], member) == 1
+  if gone then removed = removed + 1 end
+  local freed = false
+  for _ = 1, count do
+    local holder = ARGV[arg]
+    if gone then
+      if holder == '' then
+        if freed then redis.call('DEL', KEYS[key]) end
+      else
+        freed = redis.call('GET', KEYS[key]) == holder
+        if freed then redis.call('DEL', KEYS[key]) end
+      end
+    end
+    arg = arg + 1
+    key = key + 1
+  end
+end
+return removed

@@ -1,0 +1,63 @@
+-- Purge one batch of a queue's waiting messages: delete each entry that still waits (its
+-- id is after the consumer group's last-delivered id: no worker has it), and free the
+-- unique lock, its mode record and the task_id it holds, only where they still hold this
+-- message's value. An entry a worker read meanwhile is running: it is kept, and so are
+-- its keys. All in one step, so a worker never reads a purged entry whose lock is freed.
+--
+-- KEYS[1]   the stream <prefix>:{<queue>}:stream
+-- KEYS[2..] the keys the items free, in item order (each of the same queue)
+-- ARGV[1]   the consumer group
+-- ARGV[2]   n, the number of items; then per item:
+--           its stream id, k (how many keys it frees), then k holder values: the value
+--           the key must hold to be deleted; '' deletes the key only if the key before
+--           it was deleted by this call (a lock's mode record)
+-- Returns how many entries were deleted.
+
+local last = '0-0'
+local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[1])
+if ok then
+  for _, group in ipairs(groups) do
+    local name, delivered
+    for i = 1, #group, 2 do
+      if group[i] == 'name' then name = group[i + 1] end
+      if group[i] == 'last-delivered-id' then delivered = group[i + 1] end
+    end
+    if name == ARGV[1] then last = delivered end
+  end
+end
+
+local function split(id)
+  local dash = string.find(id, '-', 1, true)
+  return tonumber(string.sub(id, 1, dash - 1)), tonumber(string.sub(id, dash + 1))
+end
+local last_ms, last_seq = split(last)
+local function waiting(id)
+  local ms, seq = split(id)
+  return ms > last_ms or (ms == last_ms and seq > last_seq)
+end
+
+local deleted = 0
+local arg = 3
+local key = 2
+for _ = 1, tonumber(ARGV[2]) do
+  local id = ARGV[arg]
+  local count = tonumber(ARGV[arg + 1])
+  arg = arg + 2
+  local gone = waiting(id) and redis.call('XDEL', KEYS[1], id) == 1
+  if gone then deleted = deleted + 1 end
+  local freed = false
+  for _ = 1, count do
+    local holder = ARGV[arg]
+    if gone then
+      if holder == '' then
+        if freed then redis.call('DEL', KEYS[key]) end
+      else
+        freed = redis.call('GET', KEYS[key]) == holder
+        if freed then redis.call('DEL', KEYS[key]) end
+      end
+    end
+    arg = arg + 1
+    key = key + 1
+  end
+end
+return deleted
