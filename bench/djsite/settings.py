@@ -14,7 +14,9 @@ DATABASES = {
         "NAME": os.environ.get("BENCH_DB") or str(Path(tempfile.gettempdir()) / "bench.sqlite3"),
     }
 }
-TASKRUNNER = {"REDIS_URL": os.environ.get("BENCH_REDIS_URL"), "PREFIX": "bench"}
+TASKRUNNER = {"REDIS_URL": os.environ.get("BENCH_REDIS_URL"), "PREFIX": "bench",
+              # bench/records.py compares task records on and off (0)
+              "RESULT_TTL": int(os.environ.get("BENCH_RESULT_TTL", "86400"))}
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

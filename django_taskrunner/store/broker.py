@@ -18,7 +18,7 @@ from redis.exceptions import ResponseError
 from django_taskrunner.conf import get_settings, on_reset
 from django_taskrunner.store import keys, scripts
 from django_taskrunner.store.connection import get_redis
-from django_taskrunner.store.records import Records, RecordWrite
+from django_taskrunner.store.records import SCRIPTS, Records, RecordWrite
 from django_taskrunner.store.values import text
 
 # An entry as read: (stream id, body or None when the entry was deleted meanwhile).
@@ -192,13 +192,14 @@ class Broker:
         or all of it: sending it again is safe (an ack is idempotent, a requeue of an
         entry already acked finds it no longer pending and does nothing).
         """
-        pipe = self.client.pipeline(transaction=False)
-        self.records.queue_writes(pipe, records)
-        for queue, stream_ids in acks.items():
-            self.ack(queue, stream_ids, pipe=pipe)
-        for requeue in requeues:
-            self._requeue(pipe, consumer, requeue)
-        pipe.execute()
+        def build(pipe: Any) -> None:
+            self.records.queue_writes(pipe, records)
+            for queue, stream_ids in acks.items():
+                self.ack(queue, stream_ids, pipe=pipe)
+            for requeue in requeues:
+                self._requeue(pipe, consumer, requeue)
+
+        scripts.execute_loading(self.client, build, SCRIPTS)
 
     def _requeue(self, client: Any, consumer: str, requeue: Requeue) -> Any:
         """Run (or, on a pipeline, queue) `requeue.lua` for one entry."""
@@ -270,13 +271,15 @@ class Broker:
         """`hold_many()`, with the running tasks' record writes (started, progress) and
         the read of the `watched` ids' cancel flags, in the same pipelined round trip;
         returns the lost ids per queue and the ids found cancelled."""
-        pipe = self.client.pipeline(transaction=False)
-        for queue, stream_ids in held.items():
-            self.hold(queue, consumer, stream_ids, pipe=pipe)
         store = self.records
-        store.queue_writes(pipe, writes)
-        store.queue_flags(pipe, watched)
-        replies = pipe.execute()
+
+        def build(pipe: Any) -> None:
+            for queue, stream_ids in held.items():
+                self.hold(queue, consumer, stream_ids, pipe=pipe)
+            store.queue_writes(pipe, writes)
+            store.queue_flags(pipe, watched)
+
+        replies = scripts.execute_loading(self.client, build, SCRIPTS)
         lost = {queue: [text(lost) for lost in lost_ids]
                 for queue, lost_ids in zip(held, replies, strict=False)}
         return lost, store.cancelled_ids(watched, replies[len(replies) - len(watched):])

@@ -22,6 +22,7 @@ from typing import Any
 from django_taskrunner.store import keys, scripts
 from django_taskrunner.store.values import text
 
+SCRIPTS = ("record_write",)  # queued as bare EVALSHA: loaded again on NOSCRIPT
 FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "expired"})
 # How long a set of cancelled ids may wait for its fetcher (a delayed message's due time
 # is added): as long as a task id stays reserved.
@@ -103,9 +104,10 @@ class Records:
 
     def queue_writes(self, pipe: Any, writes: Sequence[RecordWrite]) -> None:
         """Queue `record_write.lua` for each write on `pipe` (and SREM of the cancelled
-        set it leaves); the caller executes the pipeline (replies: the status now held)."""
+        set it leaves); the caller executes the pipeline with `scripts.execute_loading`
+        (the script goes as a bare EVALSHA; replies: the status now held)."""
         for write in writes:
-            scripts.run(pipe, "record_write",
+            scripts.queue(pipe, "record_write",
                         [keys.record_key(self.prefix, write.task_id),
                          keys.record_done_key(self.prefix, write.task_id)],
                         ["final" if write.final else "update", str(write.ttl_s),
@@ -117,9 +119,8 @@ class Records:
     def write(self, writes: Sequence[RecordWrite]) -> None:
         """`queue_writes` in a pipeline of its own (one round trip)."""
         if writes:
-            pipe = self.client.pipeline(transaction=False)
-            self.queue_writes(pipe, writes)
-            pipe.execute()
+            scripts.execute_loading(self.client, lambda pipe: self.queue_writes(pipe, writes),
+                                    SCRIPTS)
 
     def queue_flags(self, pipe: Any, task_ids: Sequence[str]) -> None:
         """Queue HGET of each record's cancel flag on `pipe` (see `cancelled_ids`)."""

@@ -225,3 +225,18 @@ def test_a_task_id_with_braces_has_both_record_keys_in_one_slot(r, run_burst):
     assert keys.record_tag(message.id) in record_key and keys.record_tag(message.id) in done_key
     run_burst()
     assert wait("a}{b", timeout=5).result == {"double": 6}
+
+
+def test_records_are_written_after_the_server_forgot_its_scripts(r, run_burst):
+    # The acker sends record_write.lua as a bare EVALSHA (no SCRIPT EXISTS round trip);
+    # a server that lost its scripts (a restart) gets them again and the batch is resent.
+    warm = tasks.returns_double.dispatch({"n": 1})
+    run_burst()
+    assert lookup(warm.id).status == "succeeded"
+    r.script_flush()
+    message = tasks.returns_double.dispatch({"n": 5})
+
+    run_burst()
+
+    assert lookup(message.id).result == {"double": 10}
+    assert get_broker().pending("default") == 0

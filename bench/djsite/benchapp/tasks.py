@@ -12,3 +12,9 @@ from django_taskrunner import task
 @task(name="bench.job")
 def job(payload: Any) -> None:
     run_job(payload)
+
+
+@task(name="bench.sized")
+def sized(payload: Any) -> dict[str, Any]:
+    """bench/records.py: a task whose record holds a small result."""
+    return {"n": payload["n"], "ok": True}
