@@ -32,6 +32,7 @@ ON_CLUSTER_TOO = [
     "django/test_delayed_admin.py",
     "django/test_dispatch_api.py",
     "django/test_taskrunner_stats_command.py",
+    "django/test_task_record_admin.py",
     "django/test_tasks_backend.py",
     "django/test_unique_views.py",
     "integration/test_delayed.py",
