@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from django_taskrunner.conf import get_settings
+from django_taskrunner.conf import get_settings, on_reset
 from django_taskrunner.core import clock, due
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
@@ -36,6 +36,7 @@ from django_taskrunner.store.broker import Broker, get_broker
 from django_taskrunner.store.connection import built_client
 from django_taskrunner.store.errors import REDIS_DOWN, unavailable
 from django_taskrunner.store.locks import get_locks
+from django_taskrunner.store.schedule import for_broker as schedule_store
 
 if TYPE_CHECKING:
     from django_taskrunner.core.task import Task
@@ -124,6 +125,28 @@ def prepare(
     return message, claim
 
 
+# (prefix, queue) this process has announced in the known-queues set already.
+_announced: set[tuple[str, str]] = set()
+
+
+@on_reset
+def _forget_announced() -> None:
+    _announced.clear()
+
+
+def announce_queue(broker: Broker, queue: str) -> None:
+    """Add `queue` to the known queues (`keys.known_queues_key`) once per process, so the
+    dashboard, `runtasks`' default queues and the leader's promotions know a queue used
+    only through `dispatch(queue=...)`: one SADD on the first dispatch, none after."""
+    if (broker.prefix, queue) in _announced:
+        return
+    try:
+        schedule_store(broker).add_known_queues([queue])
+    except REDIS_DOWN:
+        return  # the next dispatch tries again
+    _announced.add((broker.prefix, queue))
+
+
 def _redis_down(task: Task, exc: Exception) -> RedisUnavailable:
     return unavailable(f"cannot dispatch {task.name!r}", exc, built_client())
 
@@ -174,6 +197,7 @@ def dispatch(
             message.stream_id = claim.read_reply(reply)
     except REDIS_DOWN as exc:
         raise _redis_down(task, exc) from exc
+    announce_queue(broker, message.queue)
     return message
 
 
@@ -253,6 +277,7 @@ def add_delayed(
     except REDIS_DOWN as exc:
         raise unavailable(f"cannot dispatch {message.task_name!r}", exc,
                           built_client()) from exc
+    announce_queue(broker, message.queue)
 
 
 def dispatch_many(
@@ -311,6 +336,7 @@ def _dispatch_many_plain(
         raise _redis_down(task, exc) from exc
     for message, stream_id in zip(messages, stream_ids, strict=True):
         message.stream_id = stream_id
+    announce_queue(get_broker(), first.queue)
     return messages
 
 
