@@ -12,6 +12,7 @@ but no SDK configured, spans are non-recording and nothing is carried.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 try:
@@ -61,11 +62,12 @@ def producer_context(message: Any) -> str | None:
 class ConsumerSpan:
     """The span of one attempt, current (attached) in the thread running it until `end`."""
 
-    __slots__ = ("span", "token")
+    __slots__ = ("span", "thread", "token")
 
     def __init__(self, span: Any, token: Any) -> None:
         self.span = span
         self.token = token
+        self.thread = threading.get_ident()
 
     def end(self, outcome: str, error: BaseException | None = None) -> None:
         """Close the span with the attempt's outcome; detach it from this thread."""
@@ -74,7 +76,8 @@ class ConsumerSpan:
             self.span.record_exception(error)
             self.span.set_status(trace.Status(trace.StatusCode.ERROR, type(error).__name__))
         self.span.end()
-        otel_context.detach(self.token)
+        if threading.get_ident() == self.thread:  # not the watchdog's thread
+            otel_context.detach(self.token)
 
 
 def consumer_span(message: Any) -> ConsumerSpan | None:

@@ -19,8 +19,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 )
 
 from django_taskrunner import task  # noqa: E402
+from django_taskrunner.models import FailedTask  # noqa: E402
 from django_taskrunner.store.broker import get_broker  # noqa: E402
-from tests.testapp.tasks import always_fails, noop  # noqa: E402
+from tests.testapp.tasks import always_fails, blocks_in_c, noop  # noqa: E402
+from tests.worker_helpers import wait_for, worker_thread  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -99,6 +101,17 @@ def test_a_message_without_trace_context_runs_in_a_root_span(spans, run_burst):
     run_burst()
     runs = named(spans, "run tests.testapp.tasks.noop")
     assert len(runs) == 2 and sum(span.parent is None for span in runs) == 1
+
+
+def test_an_attempt_the_watchdog_gives_up_on_ends_its_span(spans, taskrunner_settings):
+    # A task blocked past its time limit and grace in a call the watchdog cannot interrupt
+    taskrunner_settings(TIME_LIMIT_GRACE=0.2)
+    stuck = blocks_in_c.dispatch({"n": 1, "seconds": 3})
+    with worker_thread(concurrency=1):
+        wait_for(lambda: FailedTask.objects.filter(message_id=stuck.id).exists())
+        [run] = wait_for(lambda: named(spans, f"run {blocks_in_c.name}"), timeout=2.5)
+    assert run.attributes["taskrunner.outcome"] == "failed"
+    assert run.status.status_code == trace.StatusCode.ERROR
 
 
 SCRIPT = """

@@ -27,6 +27,9 @@ task_logger = logging.getLogger("django_taskrunner.tasks")
 SUCCEEDED, RETRIED, FAILED = "succeeded", "retried", "failed"
 OUTCOME_SIGNALS = {SUCCEEDED: signals.task_succeeded, RETRIED: signals.task_retried,
                    FAILED: signals.task_failed}
+# The spans of the attempts running now, by id() of their message: the watchdog settles
+# a stuck attempt with a Run of its own, but the same message object.
+_spans: dict[int, tracing.ConsumerSpan] = {}
 
 
 def log_fields(message: TaskMessage) -> dict[str, Any]:
@@ -40,7 +43,9 @@ def announce_start(executor: Executor, run: Run) -> bool:
     message = run.message
     assert message is not None
     if tracing.ENABLED:
-        run.span = tracing.consumer_span(message)
+        span = tracing.consumer_span(message)
+        if span is not None:
+            _spans[id(message)] = span
     if signals.task_started.receivers:
         send(signals.task_started, run.task, message=message)
     return True
@@ -52,9 +57,10 @@ def finished(run: Run, outcome: str, **details: Any) -> None:
     assert message is not None
     duration = attempt.elapsed() if attempt is not None else 0.0
     error = run.error
-    if run.span is not None:
-        run.span.end(outcome, error)
-        run.span = None
+    if _spans:
+        span = _spans.pop(id(message), None)
+        if span is not None:
+            span.end(outcome, error)
     if task_logger.isEnabledFor(logging.INFO):
         task_logger.info(
             "task=%s id=%s queue=%s attempt=%d duration=%.3fs outcome=%s%s",

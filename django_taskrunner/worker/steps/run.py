@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.task import Task
@@ -20,7 +19,6 @@ class Run:
     task: Task | None = None  # set by the lookup step
     attempt: Attempt | None = None  # set while and after the task function runs
     error: BaseException | None = None  # what the attempt raised (None: it succeeded)
-    span: Any = None  # the attempt's tracing.ConsumerSpan, when traced
 
     @property
     def shard(self) -> str:
