@@ -7,7 +7,7 @@ A retry carries the same context on: every attempt is a child of the dispatch's 
 
 The import is tried once, here. Without the package `ENABLED` is False and every function
 returns at once: nothing is imported and a task pays one attribute check. With the API
-but no SDK configured, spans are non-recording and nothing is carried.
+but no SDK tracer provider set, no span is started and nothing is carried.
 """
 
 from __future__ import annotations
@@ -27,11 +27,17 @@ except ImportError:  # the extra is not installed: every function below is a no-
 ENABLED = trace is not None
 TRACER_NAME = "django_taskrunner"
 _propagator = TraceContextTextMapPropagator() if ENABLED else None
+_NO_PROVIDER = (trace.ProxyTracerProvider, trace.NoOpTracerProvider) if ENABLED else ()
 
 
 def _tracer() -> Any:
-    # Asked each time: a project may set its tracer provider after this module loads.
-    return trace.get_tracer(TRACER_NAME)
+    """Our tracer, or None while no SDK provider is set (the API alone records nothing,
+    so a task then pays no span). Asked each time: a project may set its provider after
+    this module loads."""
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, _NO_PROVIDER):
+        return None
+    return provider.get_tracer(TRACER_NAME)
 
 
 def _attributes(message: Any) -> dict[str, Any]:
@@ -49,10 +55,11 @@ def _attributes(message: Any) -> dict[str, Any]:
 def producer_context(message: Any) -> str | None:
     """Record the dispatch of `message` as a PRODUCER span (a child of the current span);
     its `traceparent`, to carry in the message, or None when nothing is traced."""
-    if not ENABLED:
+    tracer = _tracer() if ENABLED else None
+    if tracer is None:
         return None
-    span = _tracer().start_span(f"dispatch {message.task_name}", kind=trace.SpanKind.PRODUCER,
-                                attributes=_attributes(message))
+    span = tracer.start_span(f"dispatch {message.task_name}", kind=trace.SpanKind.PRODUCER,
+                             attributes=_attributes(message))
     span.end()
     carrier: dict[str, str] = {}
     _propagator.inject(carrier, context=trace.set_span_in_context(span))
@@ -83,12 +90,13 @@ class ConsumerSpan:
 def consumer_span(message: Any) -> ConsumerSpan | None:
     """Start the CONSUMER span of an attempt of `message`, the child of the context the
     message carries (a root span without one), and make it current in this thread."""
-    if not ENABLED:
+    tracer = _tracer() if ENABLED else None
+    if tracer is None:
         return None
     tc = getattr(message, "trace_context", None)
     parent = (_propagator.extract({"traceparent": tc}) if tc
               else otel_context.Context())
-    span = _tracer().start_span(f"run {message.task_name}", context=parent,
-                                kind=trace.SpanKind.CONSUMER, attributes=_attributes(message))
+    span = tracer.start_span(f"run {message.task_name}", context=parent,
+                             kind=trace.SpanKind.CONSUMER, attributes=_attributes(message))
     token = otel_context.attach(trace.set_span_in_context(span, parent))
     return ConsumerSpan(span, token)

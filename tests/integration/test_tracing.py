@@ -129,7 +129,7 @@ print(tracing.ENABLED, tracing.producer_context(message), tracing.consumer_span(
 
 @pytest.mark.parametrize(("block", "expected"), [
     ('sys.modules["opentelemetry"] = None  # the extra is not installed', "False None None False"),
-    ("", "True None"),  # the API without an SDK: nothing is recorded, nothing carried
+    ("", "True None None"),  # the API without an SDK provider: no span, nothing carried
 ])
 def test_without_the_package_or_an_sdk_nothing_is_traced(block, expected):
     result = subprocess.run(  # noqa: S603 - our own script

@@ -53,21 +53,23 @@ def announce_start(executor: Executor, run: Run) -> bool:
 
 def finished(run: Run, outcome: str, **details: Any) -> None:
     """Log, signal and end the span of an attempt whose outcome is settled."""
-    message, attempt = run.message, run.attempt
+    message, error = run.message, run.error
     assert message is not None
-    duration = attempt.elapsed() if attempt is not None else 0.0
-    error = run.error
     if _spans:
         span = _spans.pop(id(message), None)
         if span is not None:
             span.end(outcome, error)
-    if task_logger.isEnabledFor(logging.INFO):
+    signal = OUTCOME_SIGNALS[outcome]
+    log = task_logger.isEnabledFor(logging.INFO)
+    if not (log or signal.receivers):
+        return
+    duration = run.attempt.elapsed() if run.attempt is not None else 0.0
+    if log:
         task_logger.info(
             "task=%s id=%s queue=%s attempt=%d duration=%.3fs outcome=%s%s",
             message.task_name, message.id, message.queue, message.attempt, duration, outcome,
             f" error={type(error).__name__}" if error is not None else "",
             extra={**log_fields(message), "outcome": outcome, "duration": duration})
-    signal = OUTCOME_SIGNALS[outcome]
     if signal.receivers:
         if error is not None:
             details["error"] = error
