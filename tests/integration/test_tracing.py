@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
     InMemorySpanExporter,
 )
+from opentelemetry.util._once import Once  # noqa: E402
 
 from django_taskrunner import task  # noqa: E402
 from django_taskrunner.models import FailedTask  # noqa: E402
@@ -26,9 +27,6 @@ from tests.worker_helpers import wait_for, worker_thread  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-_EXPORTER = InMemorySpanExporter()
-
-
 @task
 def makes_a_span(payload: Any) -> None:
     with trace.get_tracer("tests").start_as_current_span("inside the task"):
@@ -37,14 +35,21 @@ def makes_a_span(payload: Any) -> None:
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
-    """The finished spans of this test (the SDK's provider is set once per process)."""
-    if not isinstance(trace.get_tracer_provider(), sdk_trace.TracerProvider):
-        provider = sdk_trace.TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-        trace.set_tracer_provider(provider)
-    _EXPORTER.clear()
-    yield _EXPORTER
-    _EXPORTER.clear()
+    """The finished spans of this test: an SDK provider set for the test only."""
+    exporter = InMemorySpanExporter()
+    provider = sdk_trace.TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    yield exporter
+    provider.shutdown()
+    unset_tracer_provider()
+
+
+def unset_tracer_provider() -> None:
+    """No provider set again, so the tests after these run untraced: what the
+    reset_trace_globals of opentelemetry-test-utils does (the API has no public way)."""
+    trace._TRACER_PROVIDER_SET_ONCE = Once()
+    trace._TRACER_PROVIDER = None
 
 
 def named(exporter: InMemorySpanExporter, name: str) -> list[Any]:
