@@ -99,5 +99,5 @@ def call_failed_task_handler(message: TaskMessage, error: BaseException) -> None
         handler: Any = import_string(path)
         handler(message, error)
     except Exception:
-        logger.exception("FAILED_TASK_HANDLER %s raised for task=%s id=%s", path,
-                         message.task_name, message.id)
+        logger.exception("FAILED_TASK_HANDLER %s raised for task=%s id=%s queue=%s", path,
+                         message.task_name, message.id, message.queue)
