@@ -35,6 +35,7 @@ from django_taskrunner.worker.steps.expiry import check_expiry
 from django_taskrunner.worker.steps.figures import count_run
 from django_taskrunner.worker.steps.locks import release, release_on_start
 from django_taskrunner.worker.steps.lookup import lookup
+from django_taskrunner.worker.steps.observe import announce_start
 from django_taskrunner.worker.steps.outcome import record_failure as record_for_good
 from django_taskrunner.worker.steps.outcome import succeed
 from django_taskrunner.worker.steps.reclaimed import check_reclaimed
@@ -49,7 +50,8 @@ __all__ = ["Executor", "TaskExpired", "retry_delay"]  # TaskExpired: where it wa
 Step = Callable[["Executor", Run], bool]
 
 # The order of the policies. A new one (a rate limit, a cancellation) is one line here.
-BEFORE_RUN: Sequence[Step] = (decode, lookup, check_expiry, check_reclaimed, release_on_start)
+BEFORE_RUN: Sequence[Step] = (decode, lookup, check_expiry, check_reclaimed, release_on_start,
+                              announce_start)
 AFTER_RUN: Sequence[Step] = (check_time_limit, count_run, retry, record_for_good, succeed)
 
 
