@@ -14,12 +14,13 @@ from django_taskrunner.worker.settings import worker_settings
 from django_taskrunner.worker.worker import Worker
 
 
-def age_pending(client: Any, stream: str, group: str, seconds: float) -> int:
-    """Make every pending entry of `stream` look idle for `seconds`, as if its holder had died
-    that long ago: Redis measures the idle time itself, so tests set it on the server (XCLAIM
-    to the same consumer with IDLE, JUSTID: the delivery counter stays) instead of sleeping.
-    Returns how many entries were aged."""
-    rows = client.xpending_range(stream, group, "-", "+", 10_000)
+def age_pending(client: Any, stream: str, group: str, seconds: float,
+                consumer: str | None = None) -> int:
+    """Make the pending entries of `stream` (those `consumer` holds, if given) look idle for
+    `seconds`, as if their holder had died that long ago: Redis measures the idle time
+    itself, so tests set it on the server (XCLAIM to the same consumer with IDLE, JUSTID:
+    the delivery counter stays) instead of sleeping. Returns how many entries were aged."""
+    rows = client.xpending_range(stream, group, "-", "+", 10_000, consumername=consumer)
     for row in rows:
         client.xclaim(stream, group, row["consumer"], 0, [row["message_id"]],
                       idle=int(seconds * 1000), justid=True)
