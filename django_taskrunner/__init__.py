@@ -32,6 +32,7 @@ from django_taskrunner.exceptions import (
     WorkerLost,
 )
 from django_taskrunner.hooks import dispatch_on
+from django_taskrunner.signals import task_failed, task_retried, task_started, task_succeeded
 
 __version__ = "0.1.0"
 
@@ -62,6 +63,10 @@ __all__ = [
     "register_task",
     "schedule_for",
     "task",
+    "task_failed",
+    "task_retried",
+    "task_started",
+    "task_succeeded",
     "wait",
 ]
 

@@ -98,5 +98,9 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"django_taskrunner": {"handlers": ["console"], "level": "WARNING"}},
+    # INFO, as a project that wants the worker's lines sets it; a test of the worker's
+    # logging can spawn one with another level (runtasks respects this one).
+    "loggers": {"django_taskrunner": {
+        "handlers": ["console"], "level": os.environ.get("TASKRUNNER_TEST_LOG_LEVEL", "INFO"),
+    }},
 }

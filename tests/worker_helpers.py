@@ -8,9 +8,50 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from django_taskrunner.core import clock
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.worker.settings import worker_settings
 from django_taskrunner.worker.worker import Worker
+
+
+def age_pending(client: Any, stream: str, group: str, seconds: float,
+                consumer: str | None = None) -> int:
+    """Make the pending entries of `stream` (those `consumer` holds, if given) look idle for
+    `seconds`, as if their holder had died that long ago: Redis measures the idle time
+    itself, so tests set it on the server (XCLAIM to the same consumer with IDLE, JUSTID:
+    the delivery counter stays) instead of sleeping. Returns how many entries were aged."""
+    rows = client.xpending_range(stream, group, "-", "+", 10_000, consumername=consumer)
+    for row in rows:
+        client.xclaim(stream, group, row["consumer"], 0, [row["message_id"]],
+                      idle=int(seconds * 1000), justid=True)
+    return len(rows)
+
+
+class MovableClock:
+    """The app's clock (`django_taskrunner.core.clock`) plus an offset a test moves forward:
+    what the app compares with its clock then happens at once, however busy the machine.
+    Install it with `MovableClock.install(monkeypatch)`."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+        self._monotonic = clock.monotonic
+        self._now_ms = clock.now_ms
+
+    @classmethod
+    def install(cls, monkeypatch: Any) -> MovableClock:
+        moved = cls()
+        monkeypatch.setattr(clock, "monotonic", moved.monotonic)
+        monkeypatch.setattr(clock, "now_ms", moved.now_ms)
+        return moved
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+
+    def monotonic(self) -> float:
+        return self._monotonic() + self.offset
+
+    def now_ms(self) -> int:
+        return self._now_ms() + int(self.offset * 1000)
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, step: float = 0.02) -> Any:

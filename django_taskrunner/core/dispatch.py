@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
+from django_taskrunner import tracing
 from django_taskrunner.conf import get_settings, on_reset
 from django_taskrunner.core import clock, due
 from django_taskrunner.core import unique as locks
@@ -94,7 +95,7 @@ def new_message(
     With `task_id` the message id is that id (checked), else a random one.
     """
     now = clock.now_ms()
-    return TaskMessage(
+    message = TaskMessage(
         id=new_message_id() if task_id is None else locks.check_task_id(task_id, task.name),
         task_name=task.name,
         queue=resolve_queue(task, queue),
@@ -105,6 +106,8 @@ def new_message(
         has_task_id=task_id is not None,
         reservation_timeout_ms=_reservation_timeout_ms(task),
     )
+    message.trace_context = tracing.producer_context(message)  # None unless traced
+    return message
 
 
 def prepare(
@@ -327,7 +330,8 @@ def _dispatch_many_plain(
     messages = [TaskMessage(id=new_message_id(), task_name=first.task_name, queue=first.queue,
                             payload=payload, dispatched_at_ms=first.dispatched_at_ms,
                             expires_at_ms=first.expires_at_ms,
-                            reservation_timeout_ms=first.reservation_timeout_ms)
+                            reservation_timeout_ms=first.reservation_timeout_ms,
+                            trace_context=first.trace_context)  # one span for the batch
                 for payload in payloads]
     bodies = [message.to_json() for message in messages]
     try:

@@ -47,6 +47,8 @@ MAX_EPOCH_MS = 253_402_128_000_000
 MAX_ATTEMPT = 1_000_000_000
 MESSAGE_ID_MAX_LENGTH = 255  # FailedTask.message_id
 # A JSON escape of a UTF-16 surrogate: the only way valid UTF-8 can decode to one.
+# A W3C traceparent (version 00 or later): a bad one is ignored, never fatal.
+TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _CONTAINERS = (dict, list, tuple)
 
@@ -116,6 +118,9 @@ class TaskMessage:
     # retries: tells two dispatches of one task_id apart (None: holding nothing, or
     # queued by an earlier version, whose lock and task_id hold the id alone).
     dispatch_token: str | None = None
+    # The W3C `traceparent` of the dispatch's span (wire key "tc"), when traced: the
+    # worker's span of each attempt is its child (django_taskrunner/tracing.py).
+    trace_context: str | None = None
     # Stream entry id, set by the worker for the delivery it is processing.
     stream_id: str | None = field(default=None, compare=False)
 
@@ -149,6 +154,8 @@ class TaskMessage:
             data["rt"] = self.reservation_timeout_ms
         if self.dispatch_token is not None:
             data["tok"] = self.dispatch_token
+        if self.trace_context is not None:
+            data["tc"] = self.trace_context
         check_payload(self.payload, self.task_name)
         try:
             text = _encode(data)
@@ -220,6 +227,7 @@ class TaskMessage:
             expires_at_ms=_number(data, "exp", task_name, 0, MAX_EPOCH_MS),
             reservation_timeout_ms=_advisory_ms(data.get("rt")),
             dispatch_token=_dispatch_token(data.get("tok"), task_name),
+            trace_context=_traceparent(data.get("tc")),
             stream_id=stream_id,
         )
         if nested_too_deep(message.payload):
@@ -353,3 +361,11 @@ def _dispatch_token(value: Any, task_name: str | None) -> str | None:
     if not isinstance(value, str) or not DISPATCH_TOKEN.fullmatch(value):
         raise _wrong("tok", "1 to 64 letters or digits", value, task_name)
     return value
+
+
+def _traceparent(value: Any) -> str | None:
+    """The trace context (`tc`), or None: one that is not a traceparent is ignored, as the
+    task runs just the same (only outside the dispatch's trace)."""
+    if isinstance(value, str) and TRACEPARENT.fullmatch(value) and not value.startswith("ff"):
+        return value
+    return None

@@ -39,6 +39,7 @@ from django_taskrunner.worker.steps.expiry import check_expiry
 from django_taskrunner.worker.steps.figures import count_run
 from django_taskrunner.worker.steps.locks import release, release_on_start
 from django_taskrunner.worker.steps.lookup import lookup
+from django_taskrunner.worker.steps.observe import announce_start
 from django_taskrunner.worker.steps.outcome import record_failure as record_for_good
 from django_taskrunner.worker.steps.outcome import succeed
 from django_taskrunner.worker.steps.reclaimed import check_reclaimed
@@ -68,7 +69,7 @@ Step = Callable[["Executor", Run], bool]
 
 # The order of the policies. A new one (a rate limit, a cancellation) is one line here.
 BEFORE_RUN: Sequence[Step] = (decode, skip_cancelled, lookup, check_expiry, check_reclaimed,
-                              release_on_start)
+                              release_on_start, announce_start)
 AFTER_RUN: Sequence[Step] = (check_time_limit, count_run, stop_cancelled, retry,
                              record_for_good, succeed)
 

@@ -63,9 +63,11 @@ def record_failure(
         "worker": worker[:255],
         "failed_at": timezone.now(),
     })
+    # With the exception, so its traceback reaches log files and Sentry.
     logger.error(
         "task failed for good: task=%s id=%s queue=%s attempts=%d error=%s",
-        message.task_name, message.id, message.queue, attempts, error_text,
+        message.task_name, message.id, message.queue, attempts, error_text, exc_info=error,
+        extra={"task_name": message.task_name, "task_id": message.id, "queue": message.queue},
     )
     if created:
         call_failed_task_handler(message, execution_error(message, error) if task_raised
@@ -97,5 +99,5 @@ def call_failed_task_handler(message: TaskMessage, error: BaseException) -> None
         handler: Any = import_string(path)
         handler(message, error)
     except Exception:
-        logger.exception("FAILED_TASK_HANDLER %s raised for task=%s id=%s", path,
-                         message.task_name, message.id)
+        logger.exception("FAILED_TASK_HANDLER %s raised for task=%s id=%s queue=%s", path,
+                         message.task_name, message.id, message.queue)

@@ -5,8 +5,6 @@ that has never seen them."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
@@ -97,8 +95,10 @@ def test_wake_ups_published_on_every_master_reach_the_scheduler(r, taskrunner_se
     taskrunner_settings(SHARDS={"hot": 4})
     with running_worker("hot") as worker:
         wait_for(lambda: leads(worker), 5)
+        late_due = clock.now_ms() + 60_000
         dispatch_delayed("tests.testapp.tasks.stamp", {"n": "late"}, delay=60, queue="hot")
-        time.sleep(0.3)
+        wait_for(lambda: any(abs(due - late_due) < 5000  # the scheduler knows of it
+                             for due in worker.scheduling.scheduler._next_due.values()), 5)
 
         # When one task due in 0.3 s goes to each shard (their sets are on 3 masters)
         due = clock.now_ms() + 300

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-import time
 import urllib.request
 
 import pytest
@@ -15,6 +14,7 @@ from django_taskrunner.stats.metrics import leader_available, serve_metrics
 from django_taskrunner.store import keys
 from django_taskrunner.store.connection import get_redis
 from tests.testapp.tasks import always_fails, sleep_50ms
+from tests.worker_helpers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -140,19 +140,22 @@ def test_runtasks_metrics_port_serves_live_worker_figures(spawn_worker):
     port = free_port()
     proc = spawn_worker("--queue", "default", "--concurrency", "3", "--metrics-port", str(port))
     text = ""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and proc.poll() is None:
+
+    def shows_its_threads() -> bool:
+        nonlocal text
+        assert proc.poll() is None, "the worker exited"
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as answer:
                 text = answer.read().decode()
         except OSError:
-            time.sleep(0.1)
-            continue
-        if value(parse(text), "taskrunner_worker_threads", queue="default") == 3:
-            break
-        time.sleep(0.1)
-    proc.terminate()
-    proc.wait(20)
+            return False
+        return value(parse(text), "taskrunner_worker_threads", queue="default") == 3
+
+    try:
+        wait_for(shows_its_threads, 20, 0.1)
+    finally:
+        proc.terminate()
+        proc.wait(20)
 
     # Then its endpoint showed itself as a live worker with three threads
     samples = parse(text)

@@ -22,7 +22,8 @@ from django_taskrunner.core import clock
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
 from tests.integration.scheduling_helpers import leads, running_worker, wait_for
-from tests.testapp.tasks import fails_once_with_backoff, runs_key, stamp, stamps_key
+from tests.testapp.tasks import fails_once_with_backoff, noop, runs_key, stamp, stamps_key
+from tests.worker_helpers import MovableClock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,7 +51,9 @@ def test_delays_of_0_02_and_2_seconds_and_a_past_when_run_once_on_time(r):
 
         # When they have all run
         wait_for(lambda: all(starts(r, n) for n in dues), 10)
-        time.sleep(0.3)  # room for a wrong second run to show
+        # A wrong second promotion would show by the time a later delayed task has run
+        stamp.dispatch_delayed({"n": "marker"}, delay=0.05)
+        wait_for(lambda: starts(r, "marker"), 10)
 
     # Then each ran exactly once, never before its due time, and soon after it
     for n, due in dues.items():
@@ -83,10 +86,10 @@ def test_a_delayed_task_waits_in_the_delayed_set_until_due(r):
     assert r.xlen(get_broker().stream("default")) == 0
 
 
-def test_burst_mode_runs_what_is_due_and_leaves_what_is_not(r, run_burst):
+def test_burst_mode_runs_what_is_due_and_leaves_what_is_not(r, run_burst, monkeypatch):
     stamp.dispatch_delayed({"n": "soon"}, delay=0.2)
     stamp.dispatch_delayed({"n": "later"}, delay=60)
-    time.sleep(0.3)
+    MovableClock.install(monkeypatch).advance(0.3)
 
     run_burst("--queue", "default")
 
@@ -121,7 +124,9 @@ def test_an_earlier_task_wakes_a_scheduler_sleeping_until_a_later_one(r):
         wait_for(lambda: leads(worker), 5)
         # Given a scheduler that knows only of a task due in a minute
         stamp.dispatch_delayed({"n": "late"}, delay=60)
-        time.sleep(0.3)
+        [(_body, late_due)] = r.zrange(keys.delayed_key(get_broker().prefix, "default"), 0, -1,
+                                       withscores=True)
+        wait_for(lambda: worker.scheduling.scheduler._next_due.get("default") == late_due, 5)
 
         # When a task due in 0.3 s is added
         due = clock.now_ms() + 300
@@ -144,7 +149,11 @@ def test_a_delayed_task_on_another_queue_is_promoted_by_the_leader(r):
 def test_a_worker_started_with_no_scheduler_never_leads(r):
     with running_worker(scheduler=False) as worker:
         stamp.dispatch_delayed({"n": 1}, delay=0.1)
-        time.sleep(0.6)
+        noop.dispatch({"n": "marker"})  # the worker is up and running tasks...
+        wait_for(lambda: r.hget(runs_key(), "noop:marker"), 10)
+        # ...and had time to lead and promote the task, due 0.1 s after its dispatch: no
+        # event says "did not", so a fixed wait is the honest check
+        time.sleep(0.5)
         assert worker.scheduling is None
         assert starts(r, 1) == []
         assert r.get(keys.leader_key(get_broker().prefix, get_broker().group)) is None
@@ -169,14 +178,16 @@ def test_redis_down_raises_redis_unavailable(taskrunner_settings):
         stamp.dispatch_delayed({"n": 1}, delay=5)
 
 
-def test_runtasks_accepts_no_scheduler(r, run_burst):
+def test_runtasks_accepts_no_scheduler(r, run_burst, monkeypatch):
     stamp.dispatch_delayed({"n": 1}, delay=0.05)
-    time.sleep(0.1)
+    MovableClock.install(monkeypatch).advance(0.1)
     run_burst("--no-scheduler")  # burst mode still moves what is due
     assert len(starts(r, 1)) == 1
 
 
-def test_a_unique_delayed_dispatch_takes_its_lock_now_and_runs_once_when_due(r, run_burst):
+def test_a_unique_delayed_dispatch_takes_its_lock_now_and_runs_once_when_due(
+    r, run_burst, monkeypatch
+):
     from django_taskrunner import TaskAlreadyDispatched
     from django_taskrunner.store.broker import get_broker
     from tests.testapp.tasks import unique_order
@@ -188,7 +199,7 @@ def test_a_unique_delayed_dispatch_takes_its_lock_now_and_runs_once_when_due(r, 
     broker = get_broker()
     assert broker.client.zcard(f"{broker.prefix}:{{default}}:delayed") == 1
 
-    time.sleep(0.4)
+    MovableClock.install(monkeypatch).advance(0.4)
     run_burst()
 
     assert r.hget(runs_key(), "unique_order:late-1") == b"1"

@@ -52,6 +52,20 @@ def test_renew_and_resign_work_for_the_holder_only(r, lease_key):
     assert b.try_acquire() is True
 
 
+def renewals(r, lease_key: str, count: int) -> None:
+    """Wait until the lease's time to live has been put back up `count` times."""
+    seen = {"renewals": 0, "ttl": r.pttl(lease_key)}
+
+    def renewed() -> bool:
+        ttl = r.pttl(lease_key)
+        if ttl > seen["ttl"]:
+            seen["renewals"] += 1
+        seen["ttl"] = ttl
+        return seen["renewals"] >= count
+
+    wait_for(renewed, 10, 0.02)
+
+
 def test_callbacks_fire_on_promote_and_demote_and_a_resignation_hands_over(r, lease_key):
     events: list[str] = []
     # A 2 s lease renewed every 0.67 s: a loses it only if stalled for 1.3 s. b polls
@@ -65,7 +79,7 @@ def test_callbacks_fire_on_promote_and_demote_and_a_resignation_hands_over(r, le
     assert a.wait_for_leadership(2)
     b.start()
     try:
-        time.sleep(1.5)  # two renewals: a keeps the lease
+        renewals(r, lease_key, 2)  # a keeps the lease while b polls for it
         assert a.is_leader and not b.is_leader
         assert events == ["a+"]
 
@@ -115,7 +129,8 @@ def test_killing_the_leader_hands_the_lease_over_and_delayed_tasks_still_run(r, 
     leader = spawn_worker("--consumer-name", "worker-a", "--concurrency", "2", **lease)
     wait_for(lambda: (r.get(lease_key) or b"").startswith(b"worker-a"), 20, 0.05)
     spawn_worker("--consumer-name", "worker-b", "--concurrency", "2", **lease)
-    time.sleep(0.5)  # b is up and waiting for the lease
+    # b is up (its heartbeat is written; its election starts a few steps later)
+    wait_for(lambda: r.exists(keys.worker_key(broker.prefix, "worker-b")), 20, 0.05)
     assert (r.get(lease_key) or b"").startswith(b"worker-a")
 
     # Given tasks due after the leader is gone
@@ -137,7 +152,9 @@ def test_killing_the_leader_hands_the_lease_over_and_delayed_tasks_still_run(r, 
 
     # And every delayed task runs, once
     wait_for(lambda: all(r.llen(f"{stamps_key()}:{n}") for n in range(20)), 15)
-    time.sleep(0.3)
+    # a wrong second promotion would show by the time a later delayed task has run
+    stamp.dispatch_delayed({"n": "marker"}, delay=0.05)
+    wait_for(lambda: r.llen(f"{stamps_key()}:marker"), 15)
     assert [r.llen(f"{stamps_key()}:{n}") for n in range(20)] == [1] * 20
 
 

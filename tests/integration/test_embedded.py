@@ -18,6 +18,7 @@ import redis
 
 from django_taskrunner.exceptions import EmbeddedRedisUnavailable
 from django_taskrunner.store.embedded import ensure_server, server_binary, stop_server
+from tests.worker_helpers import wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -124,10 +125,18 @@ def test_data_survives_a_clean_restart(data_dir):
     assert redis.Redis.from_url(url).get("greeting") == b"hello"
 
 
+def in_append_only_file(data_dir: str, data: bytes) -> bool:
+    """Whether the server has written `data` to its append-only file(s) under data_dir."""
+    return any(data in path.read_bytes() for path in Path(data_dir).rglob("*.aof*"))
+
+
 def test_a_killed_server_is_replaced_and_keeps_fsynced_data(data_dir):
     url = ensure_server(data_dir)
     redis.Redis.from_url(url).set("survivor", "yes")
-    time.sleep(1.5)  # appendfsync everysec
+    # What the server wrote to its AOF outlives a SIGKILL (the kernel holds it). It
+    # writes before it replies, unless a background fsync (appendfsync everysec) is
+    # running: then it may postpone the write up to 2 s. So wait until the file has it.
+    wait_for(lambda: in_append_only_file(data_dir, b"survivor"), 5)
     old_pid = server_pid(url)
     os.kill(old_pid, signal.SIGKILL)
     wait_for_exit(old_pid)

@@ -3,14 +3,13 @@ failed row with an "expired" error and leaves the queue."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from django_taskrunner import dispatch
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store.broker import get_broker
 from tests.testapp.tasks import expiring, noop, runs_key
+from tests.worker_helpers import MovableClock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,10 +24,10 @@ def assert_queue_empty() -> None:
     assert broker.pending("default") == 0
 
 
-def test_a_task_past_its_own_expires_is_recorded_expired_not_run(r, run_burst):
+def test_a_task_past_its_own_expires_is_recorded_expired_not_run(r, run_burst, monkeypatch):
     # Given a task declared with expires=0.2, dispatched, and no worker for 0.3 s
     message = expiring.dispatch({"n": 1})
-    time.sleep(0.3)
+    MovableClock.install(monkeypatch).advance(0.3)
 
     # When a worker gets to it
     run_burst()
@@ -42,10 +41,10 @@ def test_a_task_past_its_own_expires_is_recorded_expired_not_run(r, run_burst):
     assert_queue_empty()
 
 
-def test_expires_given_at_dispatch_applies_to_a_task_without_one(r, run_burst):
+def test_expires_given_at_dispatch_applies_to_a_task_without_one(r, run_burst, monkeypatch):
     late = dispatch(noop, {"n": "late"}, expires=0.2)
-    prompt = dispatch(noop, {"n": "prompt"}, expires=60)
-    time.sleep(0.3)
+    dispatch(noop, {"n": "prompt"}, expires=60)
+    MovableClock.install(monkeypatch).advance(0.3)
 
     run_burst()
 
@@ -55,9 +54,9 @@ def test_expires_given_at_dispatch_applies_to_a_task_without_one(r, run_burst):
     assert_queue_empty()
 
 
-def test_expires_given_at_dispatch_overrides_the_tasks_own(r, run_burst):
+def test_expires_given_at_dispatch_overrides_the_tasks_own(r, run_burst, monkeypatch):
     expiring.dispatch({"n": 1}, expires=60)
-    time.sleep(0.3)
+    MovableClock.install(monkeypatch).advance(0.3)  # past the task's own 0.2 s
 
     run_burst()
 

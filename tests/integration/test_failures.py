@@ -4,7 +4,6 @@ FAILED_TASK_HANDLER once."""
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import replace
 
 import pytest
@@ -15,6 +14,7 @@ from django_taskrunner.models import FailedTask
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.worker.failures import record_failure
 from tests.testapp.tasks import always_fails, expiring, stops_when_cancelled
+from tests.worker_helpers import MovableClock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -82,10 +82,10 @@ def test_the_handler_gets_a_task_execution_error_wrapping_what_the_task_raised(
 
 
 def test_a_task_that_never_ran_gives_the_handler_the_apps_own_error(
-        taskrunner_settings, run_burst):
+        taskrunner_settings, run_burst, monkeypatch):
     taskrunner_settings(FAILED_TASK_HANDLER=f"{__name__}.keep")
     expiring.dispatch({"n": 1}, expires=0.001)
-    time.sleep(0.01)
+    MovableClock.install(monkeypatch).advance(0.01)
 
     run_burst()
 

@@ -14,7 +14,7 @@ from django_taskrunner.store.broker import Entry, get_broker
 from django_taskrunner.worker.outage import RedisStatus
 from django_taskrunner.worker.reclaim import Reclaimer, reclaim_interval, shortest_timeout
 from tests.testapp.tasks import noop, patient, runs_key, sleeper
-from tests.worker_helpers import wait_for, worker_thread
+from tests.worker_helpers import MovableClock, age_pending, wait_for, worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,6 +31,13 @@ def read_as(r, consumer: str, count: int = 100, queue: str = "default") -> list[
     broker.ensure_group(queue)
     reply = r.xreadgroup(broker.group, consumer, {broker.stream(queue): ">"}, count=count)
     return [stream_id.decode() for stream_id, _fields in reply[0][1]] if reply else []
+
+
+def age(r, seconds: float, queue: str = "default", holder: str | None = None) -> None:
+    """The pending entries of `queue` (of `holder`, if given) have been idle `seconds`: their
+    holder died that long ago."""
+    broker = get_broker()
+    assert age_pending(r, broker.stream(queue), broker.group, seconds, holder)
 
 
 def pending_rows(r, queue: str = "default") -> list[dict]:
@@ -61,23 +68,28 @@ def test_a_message_left_in_a_dead_workers_buffer_runs_once_after_the_timeout(
     r, taskrunner_settings
 ):
     # Given a worker that took a message (max_retry=0) and died before starting it
-    taskrunner_settings(RESERVATION_TIMEOUT=2)
+    taskrunner_settings(RESERVATION_TIMEOUT=30)
     noop.dispatch({"n": 1})
-    read_at = time.monotonic()  # before the read: the elapsed time below is never short
-    assert len(read_as(r, "dead-worker")) == 1
+    [held_id] = read_as(r, "dead-worker")
+    age(r, 20)
 
     with worker_thread():
-        # When a live worker runs, the message is not taken before its timeout...
+        # When a live worker runs (it ran a marker dispatched after), the message is not
+        # taken before its timeout: a fixed wait of a few reclaim passes (0.4 s apart, the
+        # shortest timeout on the queue is 4 s) gives a wrong claim room to show
+        noop.dispatch({"n": 2})
+        wait_for(lambda: runs(r, "noop") == {"2": 1})
         time.sleep(0.5)
-        seen = runs(r, "noop")
-        if time.monotonic() - read_at < 1.9:  # a slow start-up may have used the 2 s up
-            assert seen == {}
+        assert runs(r, "noop") == {"2": 1}
+        holders = {row["message_id"].decode(): row["consumer"] for row in pending_rows(r)}
+        assert holders[held_id] == b"dead-worker"
         # ...and is run once the timeout has passed
-        wait_for(lambda: runs(r, "noop") == {"1": 1}, timeout=10)
+        age(r, 31, holder="dead-worker")  # not the marker, if its ack is still on the way
+        wait_for(lambda: runs(r, "noop") == {"1": 1, "2": 1}, timeout=10)
         wait_for(lambda: not pending_rows(r))
 
     # Then it ran exactly once, and a death before the start was not held against it
-    assert runs(r, "noop") == {"1": 1}
+    assert runs(r, "noop") == {"1": 1, "2": 1}
     assert FailedTask.objects.count() == 0
     assert get_broker().length("default") == 0
 
@@ -88,17 +100,19 @@ def test_a_task_with_a_longer_reservation_timeout_waits_for_its_own(r, taskrunne
     message = patient.dispatch({"n": 1})
     assert message.reservation_timeout_ms == 4000
     noop.dispatch({"n": 1})
-    read_as(r, "dead-worker")
-    started = time.monotonic()
+    [patient_id, _noop_id] = read_as(r, "dead-worker")
+    age(r, 2)
 
     with worker_thread():
-        # When a live worker reclaims: the default-timeout message goes first
+        # When a live worker reclaims: the default-timeout message goes first, and the
+        # patient one, idle for 2 of its 4 seconds, stays with its holder (a claim is atomic)
         wait_for(lambda: runs(r, "noop") == {"1": 1}, timeout=10)
-        if time.monotonic() - started < 3:
-            assert runs(r, "patient") == {}
+        holders = {row["message_id"].decode(): row["consumer"] for row in pending_rows(r)}
+        assert holders[patient_id] == b"dead-worker"
+        assert runs(r, "patient") == {}
         # and the patient one only after its own 4 seconds
+        age(r, 4.1, holder="dead-worker")
         wait_for(lambda: runs(r, "patient") == {"1": 1}, timeout=10)
-    assert time.monotonic() - started >= 4
 
 
 def test_a_message_whose_reclaimed_run_died_too_is_recorded_failed_not_run(
@@ -111,7 +125,7 @@ def test_a_message_whose_reclaimed_run_died_too_is_recorded_failed_not_run(
     [stream_id] = read_as(r, "first-worker")
     broker = get_broker()
     r.xclaim(broker.stream("default"), broker.group, "second-worker", 0, [stream_id],
-             retrycount=2)
+             retrycount=2, idle=1100)
 
     with worker_thread():
         row = wait_for(lambda: FailedTask.objects.filter(message_id=message.id).first())
@@ -130,6 +144,7 @@ def test_starting_a_reclaimed_message_counts_the_run_in_its_delivery_counter(
     taskrunner_settings(RESERVATION_TIMEOUT=1)
     sleeper.dispatch({"n": 1, "seconds": 1.5})
     read_as(r, "dead-worker")
+    age(r, 1.1)
 
     with worker_thread(consumer="live-worker"):
         # While the reclaimed message runs here, it is held by us and counted as run twice
@@ -143,7 +158,7 @@ def test_reclaim_takes_no_more_than_the_buffer_has_room_for(r, taskrunner_settin
     for n in range(5):
         noop.dispatch({"n": n})
     ids = read_as(r, "dead-worker")
-    time.sleep(1.1)
+    age(r, 1.1)
 
     buffer = FakeBuffer()
     claimed = reclaimer(buffer, timeout=1).reclaim("default", room=2)
@@ -156,12 +171,14 @@ def test_reclaim_takes_no_more_than_the_buffer_has_room_for(r, taskrunner_settin
     assert owners == {**dict.fromkeys(ids[:2], b"me"), **dict.fromkeys(ids[2:], b"dead-worker")}
 
 
-def test_a_reclaim_pass_that_fills_the_room_leaves_the_next_one_due_at_once(r):
+def test_a_reclaim_pass_that_fills_the_room_leaves_the_next_one_due_at_once(r, monkeypatch):
+    moved = MovableClock.install(monkeypatch)
     for n in range(3):
         noop.dispatch({"n": n})
     read_as(r, "dead-worker")
     claimer = reclaimer(FakeBuffer(), timeout=1)
-    time.sleep(1.1)
+    age(r, 1.1)
+    moved.advance(claimer.interval)  # the first pass is due
 
     # The first pass fills the room; more may wait, so the next pass is due at once
     assert claimer.reclaim_due("default", room=2) == 2
@@ -169,11 +186,12 @@ def test_a_reclaim_pass_that_fills_the_room_leaves_the_next_one_due_at_once(r):
     assert pending_rows(r) and {row["consumer"] for row in pending_rows(r)} == {b"me"}
 
 
-def test_right_after_a_redis_outage_reclaim_waits_one_timeout(r):
+def test_right_after_a_redis_outage_reclaim_waits_one_timeout(r, monkeypatch):
     # Given an idle message of a dead worker, seen just after Redis came back
+    moved = MovableClock.install(monkeypatch)
     noop.dispatch({"n": 1})
     read_as(r, "dead-worker")
-    time.sleep(1.1)
+    age(r, 1.1)
     buffer = FakeBuffer()
     claimer = reclaimer(buffer, timeout=1)
     claimer.status.failed(ConnectionError("refused"), "testing")
@@ -182,7 +200,7 @@ def test_right_after_a_redis_outage_reclaim_waits_one_timeout(r):
 
     # Then live workers get one timeout to renew their heartbeats before anything is taken
     assert claimer.reclaim("default", room=10) == 0
-    time.sleep(1.05)
+    moved.advance(1.05)
     assert claimer.reclaim("default", room=10) == 1
 
 
@@ -193,7 +211,7 @@ def test_messages_with_a_longer_timeout_do_not_block_the_ones_behind_them(r):
     for n in range(2):
         noop.dispatch({"n": n})
     ids = read_as(r, "dead-worker")
-    time.sleep(1.1)
+    age(r, 1.1)
     buffer = FakeBuffer()
     claimer = reclaimer(buffer, timeout=1)
 
@@ -219,7 +237,7 @@ def test_an_entry_deleted_while_pending_is_acked_by_the_reclaimer(r):
     noop.dispatch({"n": 1})
     [stream_id] = read_as(r, "dead-worker")
     r.xdel(get_broker().stream("default"), stream_id)
-    time.sleep(1.1)
+    age(r, 1.1)
 
     buffer = FakeBuffer()
     assert reclaimer(buffer, timeout=1).reclaim("default", room=10) == 0
@@ -258,6 +276,12 @@ def test_a_leftover_is_taken_back_once_though_it_ran_before_its_ack_was_sent(r):
     assert len(buffer.accepted) == 1
 
 
+def consumer_idle_ms(r, name: str) -> int:
+    broker = get_broker()
+    return next(c["idle"] for c in r.xinfo_consumers(broker.stream("default"), broker.group)
+                if c["name"] == name.encode())
+
+
 def test_dead_consumers_holding_nothing_are_removed_from_the_group(r):
     broker = get_broker()
     noop.dispatch({"n": 1})
@@ -265,10 +289,11 @@ def test_dead_consumers_holding_nothing_are_removed_from_the_group(r):
     [done] = read_as(r, "finished-worker", count=1)
     r.xack(broker.stream("default"), broker.group, done)
     read_as(r, "busy-worker", count=1)
-    time.sleep(1.1)
+    # Redis measures a consumer's idle time and no command sets it: wait until it says so
+    wait_for(lambda: consumer_idle_ms(r, "finished-worker") >= 500)
     r.xgroup_createconsumer(broker.stream("default"), broker.group, "fresh-worker")
 
-    reclaimer(FakeBuffer(), timeout=1, dead_after=1).sweep("default")
+    reclaimer(FakeBuffer(), timeout=1, dead_after=0.5).sweep("default")
 
     names = {c["name"] for c in r.xinfo_consumers(broker.stream("default"), broker.group)}
     assert names == {b"busy-worker", b"fresh-worker"}
@@ -311,7 +336,7 @@ def test_entries_that_cannot_be_decoded_never_stop_a_reclaim_pass(r):
         r.xadd(stream, {"m": raw})
         noop.dispatch({"n": len(raw)})
     ids = read_as(r, "dead-worker")
-    time.sleep(1.1)
+    age(r, 1.1)
 
     # When a live worker makes a reclaim pass
     buffer = FakeBuffer()
@@ -334,6 +359,7 @@ def test_a_dead_workers_messages_are_recovered_past_an_entry_that_cannot_be_deco
         noop.dispatch({"n": n})
         r.xadd(stream, {"m": OVERFLOWING[n]})
     read_as(r, "dead-worker")
+    age(r, 1.1)
 
     # When a live worker runs
     with worker_thread():

@@ -8,7 +8,6 @@ These run on one Redis here and again on the Redis Cluster (tests/cluster/).
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 
 import pytest
@@ -31,6 +30,7 @@ from django_taskrunner.store.keys import delayed_key, queue_of, stream_key
 from django_taskrunner.store.sharding import shard_for, shards
 from tests.integration.scheduling_helpers import wait_for
 from tests.testapp.tasks import runs_key
+from tests.worker_helpers import MovableClock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -132,13 +132,15 @@ def test_stats_add_up_the_shards(r):
     assert stats.oldest_wait is not None and stats.oldest_wait >= 0
 
 
-def test_delayed_tasks_wait_in_their_shard_and_run_once_when_due(r, prefix, run_burst):
+def test_delayed_tasks_wait_in_their_shard_and_run_once_when_due(
+    r, prefix, run_burst, monkeypatch
+):
     for n in range(8):
         dispatch_delayed("tests.testapp.tasks.noop", {"n": n}, delay=0.3, queue="hot")
     assert [r.zcard(delayed_key(prefix, name)) for name in HOT] == [2, 2, 2, 2]
     assert len(delayed_sets.DelayedSet(get_broker(), "hot")) == 8
 
-    time.sleep(0.35)
+    MovableClock.install(monkeypatch).advance(0.35)
     run_burst("--queue", "hot")
 
     assert set(run_counts(r, "noop").values()) == {1}

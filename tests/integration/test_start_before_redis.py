@@ -7,12 +7,14 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import pytest
 import redis
 
 from tests.conftest import ROOT, start_private_redis, worker_env
+from tests.worker_helpers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,11 +29,19 @@ def test_runtasks_waits_for_redis_then_runs_what_is_dispatched(prefix):
     worker = subprocess.Popen(
         [sys.executable, "-m", "django", "runtasks", "--queue", "default"],
         cwd=ROOT, env=worker_env(prefix, url), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(
+        line.decode() for line in worker.stdout), daemon=True)
+    reader.start()
     workdir = tempfile.mkdtemp(prefix="trtest-late-")
     server = None
     try:
-        time.sleep(2)
-        assert worker.poll() is None, worker.communicate()[0].decode()[-2000:]
+        # The worker found Redis refusing connections and said it waits...
+        wait_for(lambda: any("waiting for it" in line for line in lines) or worker.poll(), 30)
+        # ...and keeps waiting through its next retries: no event says "did not exit", so
+        # a short fixed wait is the honest check
+        time.sleep(0.5)
+        assert worker.poll() is None, "".join(lines)[-2000:]
         held.close()
         server, _url = start_private_redis(workdir, port=port)
         client = redis.Redis.from_url(url)
@@ -45,7 +55,9 @@ def test_runtasks_waits_for_redis_then_runs_what_is_dispatched(prefix):
     finally:
         held.close()
         worker.terminate()
-        output = worker.communicate(timeout=20)[0].decode()
+        worker.wait(20)
+        reader.join(20)
+        output = "".join(lines)
         if server is not None:
             server.terminate()
             server.wait(10)

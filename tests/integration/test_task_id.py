@@ -3,8 +3,6 @@ the id becomes the message id; free again once the task finished for good."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from django_taskrunner import (
@@ -18,6 +16,7 @@ from django_taskrunner.core.unique import TASK_ID_TTL_MS, holder_value
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store.broker import get_broker
 from tests.testapp.tasks import runs_key
+from tests.worker_helpers import MovableClock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -88,9 +87,9 @@ def test_the_id_is_free_after_the_task_failed_for_good(r, run_burst, prefix):
     dispatch(ID_PROBE, {}, task_id="job-8")
 
 
-def test_the_id_is_free_after_the_task_expired_unstarted(r, run_burst, prefix):
+def test_the_id_is_free_after_the_task_expired_unstarted(r, run_burst, prefix, monkeypatch):
     dispatch(NOOP, {"n": 1}, task_id="late", expires=0.001)
-    time.sleep(0.01)
+    MovableClock.install(monkeypatch).advance(0.01)
     run_burst()
 
     assert r.exists(id_key(prefix, "late")) == 0

@@ -4,7 +4,6 @@ frees its lock (start, success, failure for good, expiry, never)."""
 from __future__ import annotations
 
 import logging
-import time
 
 import pytest
 import redis
@@ -16,6 +15,7 @@ from django_taskrunner.core import unique as locks
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store.broker import get_broker
 from tests.testapp.tasks import runs_key, unique_order
+from tests.worker_helpers import MovableClock, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -200,8 +200,7 @@ def test_a_lock_that_expired_and_was_retaken_survives_the_older_tasks_release(r,
     # Given task A whose lock expired (a real TTL, shortened) while A was still queued
     older = dispatch(PROBE, {"k": "retaken"})
     r.pexpire(older.lock_key, 1)
-    time.sleep(0.01)
-    assert r.exists(older.lock_key) == 0
+    wait_for(lambda: r.exists(older.lock_key) == 0)
     # And task B that took the lock afterwards
     newer = dispatch(PROBE, {"k": "retaken"})
     assert r.get(newer.lock_key).decode() == locks.holder_value(newer)
@@ -219,10 +218,10 @@ def test_a_lock_that_expired_and_was_retaken_survives_the_older_tasks_release(r,
     assert r.pttl(newer.lock_key) > 50_000
 
 
-def test_an_expired_task_frees_its_lock_but_while_locked_keeps_it(r, run_burst):
+def test_an_expired_task_frees_its_lock_but_while_locked_keeps_it(r, run_burst, monkeypatch):
     until_finished = dispatch(PROBE, {"k": "exp-1"}, expires=0.001)
     while_locked = dispatch(PROBE, {"k": "exp-2"}, expires=0.001, unique_mode="while_locked")
-    time.sleep(0.01)
+    MovableClock.install(monkeypatch).advance(0.01)
 
     run_burst()
 

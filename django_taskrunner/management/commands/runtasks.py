@@ -72,6 +72,51 @@ def consumer_name(value: str) -> str:
     return value
 
 
+PACKAGE_LOGGER = "django_taskrunner"
+TASKS_LOGGER = "django_taskrunner.tasks"  # one INFO line per finished attempt
+LOG_FORMAT = "%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s"
+
+
+def configure_logging(verbosity: int, log_level: str | None) -> Callable[[], None]:
+    """Set the package's log levels for this run; returns what puts them back.
+
+    The project's LOGGING comes first: a level it set on `django_taskrunner` (or on
+    `django_taskrunner.tasks`) is kept unless an option asks otherwise: `--log-level`
+    sets the package's level, `-v 0` raises it to WARNING at least, `-v 3` lowers it to
+    DEBUG. Unset, it is INFO. The per-task lines (`django_taskrunner.tasks`, INFO) show at
+    `-v 2` and more, or when LOGGING gives that logger a level. A handler (stderr) is
+    added only when neither the package's loggers nor the root logger have one.
+    """
+    package, tasks = logging.getLogger(PACKAGE_LOGGER), logging.getLogger(TASKS_LOGGER)
+    saved = [(package, package.level), (tasks, tasks.level)]
+    if log_level is not None:
+        package.setLevel(log_level)
+    elif verbosity == 0:
+        package.setLevel(max(package.level, logging.WARNING))
+    elif verbosity >= 3:
+        package.setLevel(logging.DEBUG)
+    elif package.level == logging.NOTSET:
+        package.setLevel(logging.INFO)
+    if verbosity >= 2:
+        tasks.setLevel(min(tasks.level or logging.INFO, logging.INFO))
+    elif tasks.level == logging.NOTSET and package.getEffectiveLevel() > logging.DEBUG:
+        # Off at -v 1 unless LOGGING or DEBUG asks for them.
+        tasks.setLevel(max(logging.WARNING, package.getEffectiveLevel()))
+    handler = None
+    if not (logging.getLogger().handlers or package.handlers or tasks.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        package.addHandler(handler)
+
+    def restore() -> None:
+        for logger, level in saved:
+            logger.setLevel(level)
+        if handler is not None:
+            package.removeHandler(handler)
+
+    return restore
+
+
 class Command(BaseCommand):
     help = "Run background tasks from the Redis streams of the given queues."
 
@@ -102,11 +147,18 @@ class Command(BaseCommand):
                             help="never lead: leave moving delayed tasks and firing periodic "
                                  "ones to other workers")
         parser.add_argument("--log-level", choices=LOG_LEVELS, type=str.upper,
-                            help="log level of the django_taskrunner loggers (default: INFO)")
+                            help="log level of the django_taskrunner loggers (default: the "
+                                 "level LOGGING sets, else INFO; WARNING at -v 0)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         settings = get_settings()
-        self._configure_logging(options["log_level"] or "INFO")
+        restore_logging = configure_logging(options["verbosity"], options["log_level"])
+        try:
+            self._run(settings, options)
+        finally:
+            restore_logging()
+
+    def _run(self, settings: Any, options: dict[str, Any]) -> None:
         queues = options["queues"] or self._default_queues(settings.DEFAULT_QUEUE)
         broker = self._connect(wait=not options["burst"])
         worker = Worker(broker, self._worker_settings(queues, options))
@@ -177,16 +229,6 @@ class Command(BaseCommand):
             if params.get("BACKEND") == "django_taskrunner.backends.TaskRunnerBackend":
                 queues |= set(params.get("QUEUES", ["default"]))
         return sorted(queues)
-
-    @staticmethod
-    def _configure_logging(level: str) -> None:
-        logger = logging.getLogger("django_taskrunner")
-        logger.setLevel(level)
-        if not logging.getLogger().handlers and not logger.handlers:
-            handler = logging.StreamHandler()
-            handler.setFormatter(logging.Formatter(
-                "%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s"))
-            logger.addHandler(handler)
 
     @staticmethod
     def _install_signal_handlers(worker: Worker) -> dict[int, Any]:

@@ -42,5 +42,6 @@ def release(executor: Executor, run: Run, event: str) -> None:
         locks.release_with(for_broker(executor.broker), stored, event)
     except Exception:
         # Never let a release undo the outcome: an entry left pending would run again.
-        logger.exception("task=%s id=%s: could not free its unique lock or task id at "
-                         "%s; it frees at its TTL", message.task_name, message.id, event)
+        logger.exception("task=%s id=%s queue=%s: could not free its unique lock or task id "
+                         "at %s; it frees at its TTL", message.task_name, message.id,
+                         message.queue, event)

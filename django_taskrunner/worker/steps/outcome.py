@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from django_taskrunner.core import unique as locks
 from django_taskrunner.worker.steps.locks import release
+from django_taskrunner.worker.steps.observe import FAILED, SUCCEEDED, finished
 from django_taskrunner.worker.steps.record import write_outcome
 from django_taskrunner.worker.steps.run import Run
 
@@ -21,6 +22,7 @@ def record_failure(executor: Executor, run: Run) -> bool:
     assert run.message is not None
     executor.record_and_ack(run, run.error, attempts=run.message.attempt,
                             event=locks.FAILED, task_raised=True)
+    finished(run, FAILED)
     return False
 
 
@@ -32,4 +34,5 @@ def succeed(executor: Executor, run: Run) -> bool:
     write_outcome(executor, run, "succeeded")
     executor.ack(run.shard, run.stream_id)
     executor.stats.succeeded(run.message.queue, run.task.name)
+    finished(run, SUCCEEDED)
     return False

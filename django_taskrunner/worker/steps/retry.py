@@ -16,6 +16,7 @@ from django_taskrunner.checks import MAX_SECONDS
 from django_taskrunner.core import clock
 from django_taskrunner.core.task import Task
 from django_taskrunner.worker.backoff import default_backoff
+from django_taskrunner.worker.steps.observe import RETRIED, finished, log_fields
 from django_taskrunner.worker.steps.record import write_outcome
 from django_taskrunner.worker.steps.run import Run
 
@@ -52,11 +53,13 @@ def retry(executor: Executor, run: Run) -> bool:
     if error is None or message.attempt > task.options.max_retry:
         return True
     delay = retry_delay(task, message.attempt)
-    logger.warning("task=%s id=%s attempt=%d raised %s: %s; retry %d of %d in %.2fs",
-                   task.name, message.id, message.attempt, type(error).__name__, error,
-                   message.attempt, task.options.max_retry, delay)
+    logger.warning("task=%s id=%s queue=%s attempt=%d raised %s: %s; retry %d of %d in "
+                   "%.2fs", task.name, message.id, message.queue, message.attempt,
+                   type(error).__name__, error, message.attempt, task.options.max_retry,
+                   delay, extra=log_fields(message))
     next_attempt = replace(message, attempt=message.attempt + 1, stream_id=None)
     write_outcome(executor, run, "retrying", error=error)
     executor.requeue(run.shard, run.stream_id, next_attempt.to_json(), retry_due_ms(delay))
     executor.stats.retried(message.queue, task.name)
+    finished(run, RETRIED, delay=delay)
     return False
