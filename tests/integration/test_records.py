@@ -9,6 +9,8 @@ import time
 import pytest
 
 from django_taskrunner import cancel, dispatch, dispatch_delayed, lookup, wait
+from django_taskrunner.core import clock
+from django_taskrunner.models import FailedTask
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
 from tests.testapp import tasks
@@ -239,4 +241,22 @@ def test_records_are_written_after_the_server_forgot_its_scripts(r, run_burst):
     run_burst()
 
     assert lookup(message.id).result == {"double": 10}
+    assert get_broker().pending("default") == 0
+
+
+def test_a_cancelled_retry_never_runs_its_next_attempt(r, run_burst):
+    message = tasks.fails_then_retries_later.dispatch({"n": 9})
+    run_burst()
+    assert lookup(message.id).status == "retrying"
+
+    assert cancel(message.id) is True
+    assert lookup(message.id).status == "cancelled"
+
+    # its next attempt falls due (moved now, instead of waiting the 60 s backoff)
+    moved, _next = get_broker().promote_due("default", clock.now_ms() + 120_000, 10)
+    assert moved == 1
+    run_burst()
+
+    assert lookup(message.id).status == "cancelled"
+    assert not FailedTask.objects.filter(message_id=message.id).exists()
     assert get_broker().pending("default") == 0
