@@ -39,6 +39,7 @@ from django_taskrunner.worker.pool import Pool
 from django_taskrunner.worker.reclaim import Reclaimer, shortest_timeout
 from django_taskrunner.worker.running import Attempt, RunningSet
 from django_taskrunner.worker.settings import WorkerSettings
+from django_taskrunner.worker.steps.record import requeued_write
 from django_taskrunner.worker.timelimit import TimeLimitWatchdog, interrupt
 
 logger = logging.getLogger(__name__)
@@ -281,6 +282,9 @@ class Worker:
             self._leftovers = []
         if not finished:
             self._log_given_up(self.settings.shutdown_timeout)
+            for attempt in self.running.snapshot():  # their records say "queued" again
+                if (write := requeued_write(attempt)) is not None:
+                    self.acker.record(write)
         requeued = self._requeue(unfinished)
         if requeued:
             logger.info("put %d message(s) this worker held but did not finish back on their "

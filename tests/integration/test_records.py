@@ -260,3 +260,14 @@ def test_a_cancelled_retry_never_runs_its_next_attempt(r, run_burst):
     assert lookup(message.id).status == "cancelled"
     assert not FailedTask.objects.filter(message_id=message.id).exists()
     assert get_broker().pending("default") == 0
+
+
+def test_a_task_a_stopping_worker_puts_back_is_queued_again(r):
+    message = tasks.sleeper.dispatch({"n": "slow", "seconds": 3})
+    with worker_thread(concurrency=1, shutdown_timeout=0.2):
+        wait_for(lambda: lookup(message.id).status == "running")
+    # the worker gave up waiting for it and put it back on its stream
+    record = lookup(message.id)
+    assert record.status == "queued"
+    assert record.worker is None
+    assert get_broker().length("default") == 1

@@ -108,3 +108,15 @@ def progress_write(attempt: Attempt) -> RecordWrite | None:
     if progress is None:
         return None
     return RecordWrite(attempt.message.id, (("p", progress),), PENDING_TTL_S)
+
+
+def requeued_write(attempt: Attempt) -> RecordWrite | None:
+    """The record of a running attempt a stopping worker puts back on its stream
+    ("queued" again), or None when its task keeps no record or it was never written."""
+    if attempt.record_ttl <= 0 or not attempt.start_recorded:
+        return None
+    message = attempt.message
+    fields = [("s", "queued"), ("a", str(message.attempt)), ("w", "")]
+    if message.dispatch_token is not None:
+        fields.append(("h", locks.holder_value(message)))
+    return RecordWrite(message.id, tuple(fields), PENDING_TTL_S)
