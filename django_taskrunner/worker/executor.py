@@ -17,9 +17,12 @@ un-acked, so it is delivered again later instead of being lost.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import traceback as tb
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from django.db import close_old_connections
 
@@ -51,6 +54,18 @@ Step = Callable[["Executor", Run], bool]
 # The order of the policies. A new one (a rate limit, a cancellation) is one line here.
 BEFORE_RUN: Sequence[Step] = (decode, lookup, check_expiry, check_reclaimed, release_on_start)
 AFTER_RUN: Sequence[Step] = (check_time_limit, count_run, retry, record_for_good, succeed)
+
+
+def returned_awaitable(task_name: str, result: Any) -> TypeError:
+    """The error of a plain function that returned an awaitable: it never runs, so it must
+    not pass for a success. A coroutine is closed, so Python does not warn it was never
+    awaited."""
+    close = getattr(result, "close", None)
+    if inspect.iscoroutine(result) and close is not None:
+        close()
+    return TypeError(
+        f"task {task_name!r} is a plain function that returned {type(result).__name__}, "
+        f"which was not awaited; declare the task with `async def` to have it awaited")
 
 
 class AttemptAbandoned(TaskRunnerError):
@@ -119,18 +134,29 @@ class Executor:
         return error if settled else ABANDONED
 
     def call(self, attempt: Attempt) -> BaseException | None:
-        task, message = attempt.task, attempt.message
+        """Run the attempt on this thread (an `async def` task to completion on a loop of
+        its own); return what it raised, or None."""
+        task = attempt.task
         close_old_connections()
         try:
-            if task.options.takes_context:
-                task.fn(self.context(attempt), message.payload)
-            else:
-                task.fn(message.payload)
+            result = self.invoke(attempt)
+            if task.is_async:
+                asyncio.run(result)
+            elif inspect.isawaitable(result):
+                return returned_awaitable(task.name, result)
         except BaseException as exc:  # noqa: BLE001 - a task's SystemExit must not stop us
             return exc
         finally:
             close_old_connections()
         return None
+
+    def invoke(self, attempt: Attempt) -> Any:
+        """Call the task function with its payload (and context): its result, or for an
+        `async def` task its coroutine, not yet awaited."""
+        task, message = attempt.task, attempt.message
+        if task.options.takes_context:
+            return task.fn(self.context(attempt), message.payload)
+        return task.fn(message.payload)
 
     def give_up(self, attempt: Attempt) -> None:
         """The watchdog settled an attempt stuck past its time limit: fail it like any other."""
