@@ -56,7 +56,7 @@ async def async_never_finishes(payload: Any) -> None:
 async def async_ignores_cancel(payload: Any) -> None:
     """Swallows the cancellation and goes on: the watchdog gives up on it after the grace."""
     record("async_ignores_cancel:start", payload)
-    for _ in range(50):
+    for _ in range(30):
         try:
             await asyncio.sleep(0.1)
         except asyncio.CancelledError:
