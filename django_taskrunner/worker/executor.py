@@ -19,8 +19,6 @@ un-acked, so it is delivered again later instead of being lost.
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import logging
 import traceback as tb
 from collections.abc import Callable, Sequence
@@ -28,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import close_old_connections
 
+from django_taskrunner.core.awaitables import returned_awaitable, run_to_end
 from django_taskrunner.core.context import TaskContext
 from django_taskrunner.exceptions import TaskExpired, TaskRunnerError
 from django_taskrunner.stats.recorder import StatsRecorder
@@ -59,18 +58,6 @@ Step = Callable[["Executor", Run], bool]
 # The order of the policies. A new one (a rate limit, a cancellation) is one line here.
 BEFORE_RUN: Sequence[Step] = (decode, lookup, check_expiry, check_reclaimed, release_on_start)
 AFTER_RUN: Sequence[Step] = (check_time_limit, count_run, retry, record_for_good, succeed)
-
-
-def returned_awaitable(task_name: str, result: Any) -> TypeError:
-    """The error of a plain function that returned an awaitable: it never runs, so it must
-    not pass for a success. A coroutine is closed, so Python does not warn it was never
-    awaited."""
-    close = getattr(result, "close", None)
-    if inspect.iscoroutine(result) and close is not None:
-        close()
-    return TypeError(
-        f"task {task_name!r} is a plain function that returned {type(result).__name__}, "
-        f"which was not awaited; declare the task with `async def` to have it awaited")
 
 
 class AttemptAbandoned(TaskRunnerError):
@@ -169,8 +156,8 @@ class Executor:
         try:
             result = self.invoke(attempt)
             if task.is_async:
-                asyncio.run(result)
-            elif inspect.isawaitable(result):
+                run_to_end(result)
+            else:
                 return returned_awaitable(task.name, result)
         except BaseException as exc:  # noqa: BLE001 - a task's SystemExit must not stop us
             return exc
