@@ -193,3 +193,14 @@ def test_sigterm_waits_for_running_coroutines_and_puts_back_the_rest(r, spawn_wo
     run_burst("--queue", "default")
     assert all(count(r, f"async_sleeper:{n}") == 1 for n in range(6))
     assert all(count(r, f"async_sleeper:start:{n}") == 1 for n in range(6))
+
+
+def test_an_async_task_uses_the_orm_through_its_async_methods(r, run_burst):
+    from tests.testapp.async_tasks import async_saves_note
+    from tests.testapp.models import Note
+
+    async_saves_note.dispatch({"text": "from a coroutine"})
+
+    run_burst()
+
+    assert list(Note.objects.values_list("text", flat=True)) == ["from a coroutine!"]

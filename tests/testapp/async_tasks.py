@@ -9,9 +9,12 @@ import asyncio
 import time
 from typing import Any
 
+from asgiref.sync import sync_to_async
+
 from django_taskrunner import task
 from django_taskrunner.core.context import TaskContext
 from django_taskrunner.store.connection import get_redis
+from tests.testapp.models import Note
 from tests.testapp.tasks import record, runs_key
 
 
@@ -84,3 +87,10 @@ def sync_returns_coroutine(payload: Any) -> Any:
         record("sync_returns_coroutine:ran", payload)
 
     return inner()
+
+
+@task
+async def async_saves_note(payload: Any) -> None:
+    """The ORM from a coroutine: an async method, and a sync call through sync_to_async."""
+    note = await Note.objects.acreate(text=payload["text"])
+    await sync_to_async(Note.objects.filter(pk=note.pk).update)(text=payload["text"] + "!")
