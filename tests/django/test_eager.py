@@ -3,6 +3,7 @@ no Redis at all (the Redis URL below points at a closed port)."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -90,6 +91,14 @@ class EagerModeTests(TestCase):
         eager_async.dispatch({"text": "a"})
 
         assert texts() == ["async:a"]
+
+    def test_an_async_task_dispatched_inside_a_running_loop_still_runs_to_completion(self):
+        async def view_like() -> None:
+            eager_tasks.eager_async_counts.dispatch({"text": "in-loop"})
+
+        asyncio.run(view_like())
+
+        assert eager_tasks.calls["async_counts:in-loop"] == 1
 
     def test_a_unique_lock_is_held_while_the_task_runs_and_freed_per_its_mode(self):
         # until_finished (the default): a duplicate dispatched while it runs is refused...

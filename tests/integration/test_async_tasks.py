@@ -204,3 +204,32 @@ def test_an_async_task_uses_the_orm_through_its_async_methods(r, run_burst):
     run_burst()
 
     assert list(Note.objects.values_list("text", flat=True)) == ["from a coroutine!"]
+
+
+def test_an_async_task_frees_its_unique_lock_when_it_finishes(r, run_burst):
+    from django_taskrunner import TaskAlreadyDispatched
+    from tests.testapp.async_tasks import async_unique
+
+    async_unique.dispatch({"n": 1})
+    with pytest.raises(TaskAlreadyDispatched):
+        async_unique.dispatch({"n": 1})  # held while it is queued
+
+    run_burst()
+
+    async_unique.dispatch({"n": 1})  # freed once it succeeded
+    run_burst()
+    assert count(r, "async_unique:1") == 2
+
+
+def test_an_async_task_that_expired_before_it_started_is_not_run(r, run_burst, monkeypatch):
+    from django_taskrunner.core import clock
+
+    message = async_ping.dispatch({"n": 9}, expires=1)
+    later = clock.now_ms() + 5000
+    monkeypatch.setattr(clock, "now_ms", lambda: later)
+
+    run_burst()
+
+    assert count(r, "async_ping:9") == 0
+    row = FailedTask.objects.get(message_id=message.id)
+    assert row.error_class == "django_taskrunner.exceptions.TaskExpired"

@@ -94,3 +94,8 @@ async def async_saves_note(payload: Any) -> None:
     """The ORM from a coroutine: an async method, and a sync call through sync_to_async."""
     note = await Note.objects.acreate(text=payload["text"])
     await sync_to_async(Note.objects.filter(pk=note.pk).update)(text=payload["text"] + "!")
+
+
+@task(unique=True, unique_for=60)
+async def async_unique(payload: Any) -> None:
+    record("async_unique", payload)

@@ -73,3 +73,10 @@ def connect_note_saved() -> Any:
     """Dispatch `eager_on_note` after each Note saved (on commit): returns the receiver."""
     return dispatch_on(post_save, eager_on_note, sender=Note,
                        payload=lambda instance, **kwargs: {"text": instance.text})
+
+
+@task
+async def eager_async_counts(payload: Any) -> None:
+    """No database: safe to run on the thread eager mode starts inside a running loop."""
+    key = f"async_counts:{payload['text']}"
+    calls[key] = calls.get(key, 0) + 1
