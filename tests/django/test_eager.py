@@ -7,7 +7,6 @@ import asyncio
 from datetime import timedelta
 
 import pytest
-from django.db.models.signals import post_save
 from django.test import TestCase, override_settings
 from django.utils import timezone
 
@@ -125,8 +124,8 @@ class EagerModeTests(TestCase):
         assert "note:again" in texts()
 
     def test_dispatch_on_from_a_model_save_runs_the_task_on_commit(self):
-        receiver = eager_tasks.connect_note_saved()
-        self.addCleanup(post_save.disconnect, receiver, sender=Note)
+        eager_tasks.connect_note_saved()
+        self.addCleanup(eager_tasks.disconnect_note_saved)
 
         # In a TestCase the transaction never commits: capture the on-commit callbacks
         with self.captureOnCommitCallbacks(execute=True) as callbacks:

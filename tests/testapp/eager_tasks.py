@@ -75,6 +75,13 @@ def connect_note_saved() -> Any:
                        payload=lambda instance, **kwargs: {"text": instance.text})
 
 
+def disconnect_note_saved() -> None:
+    """Undo `connect_note_saved`. dispatch_on connects with a dispatch_uid, and Django
+    disconnects such a receiver by that uid only (passing the receiver finds nothing)."""
+    uid = f"django_taskrunner:{eager_on_note.name}:{id(post_save)}:{id(Note)}"
+    assert post_save.disconnect(sender=Note, dispatch_uid=uid)
+
+
 @task
 async def eager_async_counts(payload: Any) -> None:
     """No database: safe to run on the thread eager mode starts inside a running loop."""
