@@ -233,3 +233,30 @@ def test_an_async_task_that_expired_before_it_started_is_not_run(r, run_burst, m
     assert count(r, "async_ping:9") == 0
     row = FailedTask.objects.get(message_id=message.id)
     assert row.error_class == "django_taskrunner.exceptions.TaskExpired"
+
+
+def test_an_awaited_task_three_times_longer_than_the_timeout_runs_once_between_two_workers(
+    r, taskrunner_settings
+):
+    # Given a 1-second reservation timeout, two live workers and a 3-second async task
+    from tests.testapp.async_tasks import async_sleeper
+
+    taskrunner_settings(RESERVATION_TIMEOUT=1)
+    broker = get_broker()
+    async_sleeper.dispatch({"n": "long", "seconds": 3})
+    longest_idle = 0
+    with worker_thread(consumer="worker-a"), worker_thread(consumer="worker-b"):
+        # When it is awaited, the heartbeat keeps its message from looking idle
+        wait_for(lambda: count(r, "async_sleeper:start:long") == 1)
+        deadline = time.monotonic() + 15
+        while count(r, "async_sleeper:long") == 0 and time.monotonic() < deadline:
+            for row in r.xpending_range(broker.stream("default"), broker.group, "-", "+", 10):
+                longest_idle = max(longest_idle, row["time_since_delivered"])
+                assert row["times_delivered"] == 1
+            time.sleep(0.05)
+        wait_for(lambda: broker.pending("default") == 0)
+
+    # Then it ran once, and was never taken over by the other worker
+    assert count(r, "async_sleeper:long") == 1
+    assert count(r, "async_sleeper:start:long") == 1
+    assert longest_idle < 1000
