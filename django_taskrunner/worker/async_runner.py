@@ -6,7 +6,9 @@ Up to `concurrency` coroutines run side by side; later ones wait for a slot. Eac
 starts its attempt in the running set (so the heartbeat keeps its message and the
 time-limit watchdog sees it), is awaited, and then its outcome steps (retry, failed row,
 lock release, ack) run on a small thread pool: they make blocking calls (the database,
-Redis), which must not stall the loop.
+Redis), which must not stall the loop. Between the two, `close_old_connections()` runs
+on the thread of `sync_to_async` (and of the async ORM methods), as it runs between two
+sync tasks on a pool thread.
 
 Time limits: at `time_limit` the watchdog cancels the coroutine (`Attempt.on_cancel`),
 and the attempt fails with `TimeLimitExceeded` like a thread past its limit. A coroutine
@@ -34,6 +36,9 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import sync_to_async
+from django.db import close_old_connections
 
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.steps.run import Run
@@ -89,6 +94,12 @@ class AsyncRunner:
         self._settler = ThreadPoolExecutor(SETTLE_THREADS, "taskrunner-async-settle")
         self.stall_watch = LoopStallWatch(self, stall_warning)
 
+    @property
+    def event_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop, once started."""
+        assert self.loop is not None, "the runner is not started"
+        return self.loop
+
     # -- from other threads -----------------------------------------------------------
 
     def start(self) -> None:
@@ -99,11 +110,10 @@ class AsyncRunner:
 
     def submit(self, run: Run) -> None:
         """Run `run`'s attempt on the loop; returns at once (the loop settles it)."""
-        assert self.loop is not None, "the runner is not started"
         job = Job(run)
         with self._lock:
             self._jobs.add(job)
-        self.loop.call_soon_threadsafe(self._spawn, job)
+        self.event_loop.call_soon_threadsafe(self._spawn, job)
 
     def stop_starting(self) -> None:
         """Shutdown begins: coroutines still waiting for a slot will not start."""
@@ -145,28 +155,27 @@ class AsyncRunner:
     # -- on the loop ------------------------------------------------------------------
 
     def _run_loop(self) -> None:
-        assert self.loop is not None
-        asyncio.set_event_loop(self.loop)
+        loop = self.event_loop
+        asyncio.set_event_loop(loop)
         self._slots = asyncio.Semaphore(self.concurrency)
         self.stall_watch.tick()
         try:
-            self.loop.run_forever()
+            loop.run_forever()
         finally:
-            self.loop.close()
+            loop.close()
 
     def _spawn(self, job: Job) -> None:
-        job.task = self.loop.create_task(self._drive(job))
+        job.task = self.event_loop.create_task(self._drive(job))
 
     async def _cancel_all(self) -> None:
         """Cancel every coroutine left and let them unwind (briefly), then stop the loop."""
-        assert self.loop is not None
-        tasks = [task for task in asyncio.all_tasks(self.loop)
+        tasks = [task for task in asyncio.all_tasks(self.event_loop)
                  if task is not asyncio.current_task()]
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=CANCEL_WAIT)
-        self.loop.stop()
+        self.event_loop.stop()
 
     async def _drive(self, job: Job) -> None:
         assert self._slots is not None
@@ -180,7 +189,8 @@ class AsyncRunner:
                 error = await self._attempt(job.run)
             finally:
                 self.active -= 1
-        await self.loop.run_in_executor(self._settler, self._settle, job, error)
+        await connection_hygiene()
+        await self.event_loop.run_in_executor(self._settler, self._settle, job, error)
 
     async def _attempt(self, run: Run) -> BaseException | None:
         """Start the attempt and await the task; what it raised, or None."""
@@ -189,8 +199,9 @@ class AsyncRunner:
             coroutine = self.executor.invoke(attempt)
         except BaseException as exc:  # noqa: BLE001 - a bad call is the attempt's failure
             return exc
-        inner = self.loop.create_task(guarded(coroutine))
-        attempt.on_cancel = lambda: self.loop.call_soon_threadsafe(inner.cancel)
+        loop = self.event_loop
+        inner = loop.create_task(guarded(coroutine))
+        attempt.on_cancel = lambda: loop.call_soon_threadsafe(inner.cancel)
         if attempt.cancel.is_set():  # the watchdog was quicker than on_cancel
             inner.cancel()
         try:
@@ -212,6 +223,16 @@ class AsyncRunner:
             with self._lock:
                 self._jobs.discard(job)
             self.finished(delivery)
+
+
+async def connection_hygiene() -> None:
+    """`close_old_connections()` on the thread that runs `sync_to_async` code and the
+    async ORM methods (one shared thread), as between two sync tasks: a connection
+    broken or past CONN_MAX_AGE is closed, instead of failing every later query."""
+    try:
+        await sync_to_async(close_old_connections)()
+    except Exception:
+        logger.exception("could not clean up the database connections of async tasks")
 
 
 async def guarded(coroutine: Coroutine[Any, Any, Any]) -> BaseException | None:
@@ -242,7 +263,7 @@ class LoopStallWatch(threading.Thread):
         """On the loop: note that it is running, and come back in TICK seconds."""
         self.last_tick = time.monotonic()
         if not self._stop_event.is_set():
-            self.runner.loop.call_later(TICK, self.tick)
+            self.runner.event_loop.call_later(TICK, self.tick)
 
     def run(self) -> None:
         reported = False
