@@ -14,7 +14,8 @@ DATABASES = {
         "NAME": os.environ.get("BENCH_DB") or str(Path(tempfile.gettempdir()) / "bench.sqlite3"),
     }
 }
-TASKRUNNER = {"REDIS_URL": os.environ.get("BENCH_REDIS_URL"), "PREFIX": "bench"}
+TASKRUNNER = {"REDIS_URL": os.environ.get("BENCH_REDIS_URL"), "PREFIX": "bench",
+              "ASYNC_CONCURRENCY": int(os.environ.get("BENCH_ASYNC_CONCURRENCY", "100"))}
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -46,6 +46,7 @@ class WorkerSettings:
     dead_consumer_timeout: float
     stats_interval: float
     stats_window: int
+    async_concurrency: int = 100  # `async def` tasks awaited side by side on the event loop
 
 
 def default_consumer_name() -> str:
@@ -121,4 +122,5 @@ def worker_settings(
             settings.DEAD_CONSUMER_TIMEOUT, timeout)),
         stats_interval=first(given.get("stats_interval"), settings.STATS_INTERVAL),
         stats_window=first(given.get("stats_window"), settings.STATS_WINDOW),
+        async_concurrency=first(given.get("async_concurrency"), settings.ASYNC_CONCURRENCY),
     )

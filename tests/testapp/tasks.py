@@ -310,3 +310,4 @@ def beats_by_hand(ctx: Any, payload: Any) -> None:
 
 
 from tests.testapp import chaos_tasks  # noqa: E402,F401 - registers the chaos suite's tasks
+from tests.testapp import async_tasks  # noqa: E402,F401 - registers the async fixture tasks

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
+from benchlib.async_io import io_done
 from benchlib.job import job as run_job
 
 from django_taskrunner import task
@@ -12,3 +15,17 @@ from django_taskrunner import task
 @task(name="bench.job")
 def job(payload: Any) -> None:
     run_job(payload)
+
+
+@task(name="bench.async_io")
+async def async_io(payload: Any) -> None:
+    """Awaits `ms` of simulated I/O, then counts itself done (bench/async_io.py)."""
+    await asyncio.sleep(payload["ms"] / 1000)
+    io_done(payload["n"])
+
+
+@task(name="bench.sync_io")
+def sync_io(payload: Any) -> None:
+    """The same wait, blocking a worker thread (the comparison row of bench/async_io.py)."""
+    time.sleep(payload["ms"] / 1000)
+    io_done(payload["n"])
