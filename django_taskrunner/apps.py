@@ -23,6 +23,7 @@ class TaskRunnerConfig(AppConfig):
 
     def ready(self) -> None:
         from django_taskrunner import checks  # noqa: F401 - registers the system checks
+        from django_taskrunner import server_checks  # noqa: F401 - and the server's
         from django_taskrunner.core.registry import registry
 
         setting_changed.connect(_on_setting_changed, dispatch_uid="django_taskrunner.conf")

@@ -22,6 +22,7 @@ from django_taskrunner.exceptions import InvalidTaskOptions
 from django_taskrunner.stats.metrics import serve_metrics
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.store.server import ServerUnsupported, check_server
 from django_taskrunner.worker.autoscale import ScalingPolicy, default_tolerance
 from django_taskrunner.worker.outage import backoff
 from django_taskrunner.worker.worker import Worker
@@ -180,7 +181,11 @@ class Command(BaseCommand):
         failures = 0
         while True:
             try:
-                return get_broker()
+                broker = get_broker()
+                check_server(broker.client, broker.prefix)
+                return broker
+            except ServerUnsupported as exc:
+                raise CommandError(str(exc)) from exc
             except REDIS_DOWN as exc:
                 if not wait:
                     raise CommandError(f"cannot connect to Redis: {exc}") from exc
