@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from django_taskrunner.admin.nul_free import NulFreeChangeListMixin
 
-class PeriodicTaskAdmin(admin.ModelAdmin):
+
+class PeriodicTaskAdmin(NulFreeChangeListMixin, admin.ModelAdmin):
     """Schedules kept in the database; `PeriodicTask.clean()` checks each one on save."""
 
     list_display = ("name", "task_name", "cron", "interval", "queue", "enabled", "last_run_at",
