@@ -15,6 +15,7 @@ from django.db import connection, transaction
 from django_taskrunner import dispatch_on_commit
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.models import FailedTask, PeriodicTask
+from django_taskrunner.scheduling.periodic import RELOAD_SECONDS
 from django_taskrunner.worker.failures import record_failure
 from tests.testapp.tasks import noop, runs_key
 from tests.worker_helpers import wait_for
@@ -109,8 +110,10 @@ def test_a_periodic_task_row_edited_while_a_worker_runs_it(r, spawn_worker):
         edited.enabled = False
         edited.save()
     wait_for(lambda: PeriodicTask.objects.get(pk=row.pk).enabled is False, 5)
-    # The worker reloads on the change: once it has, no more runs happen.
-    settled = wait_for(lambda: _stable(runs), 20, 0.1)
+    # The worker rereads the table when the change is announced (pub/sub, which a
+    # subscriber still connecting misses), at the latest RELOAD_SECONDS later: from then
+    # on, no more runs happen.
+    settled = wait_for(lambda: _stable(runs), RELOAD_SECONDS + 15, 0.1)
     assert settled
     row.refresh_from_db()
     assert row.last_run_at is not None
