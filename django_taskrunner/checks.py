@@ -35,6 +35,7 @@ MAX_SECONDS = 365 * 24 * 3600
 # Thread pools and reads larger than these are typing mistakes, not configurations.
 MAX_POOL = 1024
 MAX_BATCH = 10_000
+MAX_ASYNC = 10_000
 MAX_WINDOW = 100_000
 
 
@@ -100,6 +101,7 @@ NUMBERS: dict[str, NumberRule] = {
     "STATS_INTERVAL": NumberRule(False, 0.05, MAX_SECONDS),
     "STATS_WINDOW": NumberRule(True, 1, MAX_WINDOW),
     "SHUTDOWN_TIMEOUT": NumberRule(False, 0, MAX_SECONDS),
+    "ASYNC_CONCURRENCY": NumberRule(True, 1, MAX_ASYNC),
     "LONG_QUEUE_THRESHOLD": NumberRule(False, 0, MAX_SECONDS),
     "LONG_QUEUE_COOLDOWN": NumberRule(False, 0.001, MAX_SECONDS),
     "SOCKET_TIMEOUT": NumberRule(False, 0.001, MAX_SECONDS),
@@ -162,11 +164,14 @@ def _check_metrics_token(token: Any) -> list[CheckMessage]:
     return []
 
 
-def _check_delete_on_ack(value: Any) -> list[CheckMessage]:
-    if isinstance(value, bool):
-        return []
-    return [error(f"TASKRUNNER['DELETE_ON_ACK'] must be True or False, not {value!r}",
-                   "taskrunner.E005")]
+def _bool_check(key: str) -> Callable[[Any], list[CheckMessage]]:
+    def check(value: Any) -> list[CheckMessage]:
+        if isinstance(value, bool):
+            return []
+        return [error(f"TASKRUNNER[{key!r}] must be True or False, not {value!r}",
+                      "taskrunner.E005")]
+
+    return check
 
 
 def _check_embedded_dir(value: Any) -> list[CheckMessage]:
@@ -227,7 +232,8 @@ KEY_CHECKS: dict[str, Callable[[Any], list[CheckMessage]]] = {
     "PREFIX": _name_check("PREFIX", PREFIX_NAME),
     "CONSUMER_GROUP": _name_check("CONSUMER_GROUP", PREFIX_NAME),
     "DEFAULT_QUEUE": _name_check("DEFAULT_QUEUE", QUEUE_NAME),
-    "DELETE_ON_ACK": _check_delete_on_ack,
+    "DELETE_ON_ACK": _bool_check("DELETE_ON_ACK"),
+    "EAGER": _bool_check("EAGER"),
     "FAILED_TASK_HANDLER": _optional_string_check("FAILED_TASK_HANDLER"),
     "LONG_QUEUE_HOOK": _optional_string_check("LONG_QUEUE_HOOK"),
     "METRICS_TOKEN": _check_metrics_token,

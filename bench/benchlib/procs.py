@@ -37,6 +37,9 @@ def pin_self(cpu: int) -> None:
 
 
 def redis_binary() -> str:
+    """BENCH_SERVER (a server binary: Valkey's, say) if set, else redis-server."""
+    if chosen := os.environ.get("BENCH_SERVER"):
+        return chosen
     found = shutil.which("redis-server")
     if found:
         return found

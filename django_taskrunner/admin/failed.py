@@ -18,6 +18,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from django_taskrunner.admin.nul_free import NulFreeChangeListMixin
 from django_taskrunner.admin.redispatch import RetryReport, retry_queryset
 from django_taskrunner.core.message import nested_too_deep
 from django_taskrunner.models import FailedTask
@@ -39,7 +40,7 @@ def pretty_json(text: str) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 
 
-class FailedTaskAdmin(admin.ModelAdmin):
+class FailedTaskAdmin(NulFreeChangeListMixin, admin.ModelAdmin):
     list_display = ("task_name", "queue", "error_class", "short_error", "attempts", "failed_at")
     list_filter = ("task_name", "queue", "error_class", "failed_at")
     search_fields = ("payload", "error", "task_name", "message_id")

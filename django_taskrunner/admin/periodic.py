@@ -51,8 +51,10 @@ def declared_schedules(now_ms: int | None = None) -> list[CodeSchedule]:
                                   next_run))
     return shown
 
+from django_taskrunner.admin.nul_free import NulFreeChangeListMixin
 
-class PeriodicTaskAdmin(admin.ModelAdmin):
+
+class PeriodicTaskAdmin(NulFreeChangeListMixin, admin.ModelAdmin):
     """Schedules kept in the database; `PeriodicTask.clean()` checks each one on save."""
 
     list_display = ("name", "task_name", "schedule", "queue", "enabled", "last_run_at",

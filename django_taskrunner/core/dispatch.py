@@ -1,6 +1,9 @@
 """Putting tasks on their queue: `dispatch`, `dispatch_many`, `dispatch_on_commit`,
 `dispatch_delayed` and `schedule_for`.
 
+In eager mode (`TASKRUNNER["EAGER"]`, for tests) each of them runs the task at once
+instead, after the same checks (`eager.py`).
+
 A plain dispatch is one XADD: one round trip, nothing else on the hot path. A unique
 or `task_id` dispatch is one EVALSHA that takes the lock and adds the message together
 (see `unique.py`, and `store/locks.py` for the commands). A delayed one is one script
@@ -20,7 +23,7 @@ from django.db import transaction
 
 from django_taskrunner import tracing
 from django_taskrunner.conf import get_settings, on_reset
-from django_taskrunner.core import clock, due
+from django_taskrunner.core import clock, due, eager
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.options import TaskOptions, check_queue_name, check_seconds
@@ -188,6 +191,8 @@ def dispatch(
     message, claim = prepare(task, payload, queue=queue, task_id=task_id, unique_key=unique_key,
                              unique_for=unique_for, unique_mode=unique_mode, expires=expires)
     body = message.to_json()
+    if get_settings().EAGER:
+        return eager.run(task, message, body, claim)
     try:
         broker = get_broker()
         if claim is None:
@@ -250,7 +255,7 @@ def _dispatch_at(task: Task, payload: Any, due_ms: int, options: dict[str, Any])
     unknown = sorted(set(options) - DISPATCH_OPTIONS)
     if unknown:
         raise TypeError(f"unexpected option(s) {', '.join(unknown)} for a delayed dispatch")
-    if due_ms <= clock.now_ms():
+    if due_ms <= clock.now_ms() or get_settings().EAGER:  # eager mode ignores delays
         return dispatch(task, payload, **options)
     message, claim = prepare(task, payload, start_ms=due_ms, **options)
     add_delayed(message, due_ms, claim, task=task)
@@ -299,6 +304,12 @@ def dispatch_many(
     payloads = list(payloads)
     if not payloads:
         return []
+    if get_settings().EAGER:
+        prepared = [prepare(task, payload, queue=queue, unique_key=unique_key,
+                            unique_for=unique_for, unique_mode=unique_mode, expires=expires)
+                    for payload in payloads]
+        return eager.run_many(task, [(message, message.to_json(), claim)
+                                     for message, claim in prepared])
     if not (task.options.unique or unique_key is not None or unique_for is not None
             or unique_mode is not None):
         return _dispatch_many_plain(task, payloads, queue, expires)

@@ -1,11 +1,13 @@
 """`@task` and `Task`: a function plus its options, checked when declared.
 
 A bad option fails at import, so the mistake shows at start-up rather than at the
-first dispatch. Calling a `Task` runs the function in-process, as a plain call.
+first dispatch. Calling a `Task` runs the function in-process, as a plain call (for an
+`async def` task that call returns the coroutine, as calling the function does).
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -74,10 +76,17 @@ class Task:
     fn: Callable[..., Any]
     name: str
     options: TaskOptions = field(default_factory=TaskOptions)
+    # An `async def` function: the worker awaits it on its event loop. Found once, here.
+    is_async: bool = field(init=False, repr=False, compare=False, default=False)
 
     def __post_init__(self) -> None:
         if not callable(self.fn):
             raise InvalidTaskOptions(f"a task needs a callable, not {self.fn!r}")
+        if inspect.isasyncgenfunction(self.fn) or inspect.isgeneratorfunction(self.fn):
+            raise InvalidTaskOptions(
+                f"task {self.name!r} is a generator function; a task must return (or, "
+                f"declared with async def, be awaited to) its result, not yield")
+        object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.fn))
         if not isinstance(self.name, str) or not self.name:
             raise InvalidTaskOptions(f"a task name must be a non-empty string, not {self.name!r}")
         check_options(self.options, self.name)

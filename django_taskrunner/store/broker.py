@@ -16,7 +16,7 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from django_taskrunner.conf import get_settings, on_reset
-from django_taskrunner.store import keys, scripts
+from django_taskrunner.store import keys, scripts, server
 from django_taskrunner.store.connection import get_redis
 from django_taskrunner.store.records import SCRIPTS, Records, RecordWrite
 from django_taskrunner.store.values import text
@@ -157,15 +157,22 @@ class Broker:
         return _entries(reply), {text(task_id) for task_id in cancelled}
 
     def ack(self, queue: str, stream_ids: Sequence[str], pipe: Any = None) -> None:
-        """XACK (and XDEL when DELETE_ON_ACK) the given entries, in one round trip."""
+        """XACK (and XDEL when DELETE_ON_ACK) the given entries, in one round trip.
+
+        Acking and deleting is one XACKDEL where the server has it (Redis 8.2+).
+        """
         if not stream_ids:
             return
         own = pipe is None
         pipe = self.client.pipeline(transaction=False) if own else pipe
         stream = self.stream(queue)
-        pipe.xack(stream, self.group, *stream_ids)
-        if self.delete_on_ack:
-            pipe.xdel(stream, *stream_ids)
+        if self.delete_on_ack and server.features(self.client).xackdel:
+            pipe.execute_command("XACKDEL", stream, self.group, "IDS", len(stream_ids),
+                                 *stream_ids)
+        else:
+            pipe.xack(stream, self.group, *stream_ids)
+            if self.delete_on_ack:
+                pipe.xdel(stream, *stream_ids)
         if own:
             pipe.execute()
 

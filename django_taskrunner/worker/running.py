@@ -20,7 +20,7 @@ from django_taskrunner.core.task import Task
 
 @dataclass(eq=False)
 class Attempt:
-    """One run of a message, on one thread."""
+    """One run of a message, on one thread (or, `coroutine`, on the event loop's)."""
 
     task: Task
     message: TaskMessage
@@ -52,7 +52,15 @@ class Attempt:
     def cancelled_by_request(self) -> None:
         """Someone cancelled the task: tell it through `ctx.cancelled`."""
         self.cancel_requested = True
+        self.request_cancel()
+    coroutine: bool = False  # awaited on the worker's event loop: no thread of its own
+    on_cancel: Callable[[], None] | None = None  # cancels the coroutine (from any thread)
+
+    def request_cancel(self) -> None:
+        """Its time limit passed: set `ctx.cancelled`, and cancel a coroutine."""
         self.cancel.set()
+        if self.on_cancel is not None:
+            self.on_cancel()
 
     @property
     def queue(self) -> str:
@@ -97,12 +105,13 @@ class RunningSet:
 
     def start(
         self, task: Task, message: TaskMessage, reservation_timeout: float,
-        shard: str | None = None, record_ttl: int = 0,
+        shard: str | None = None, record_ttl: int = 0, *, coroutine: bool = False,
     ) -> Attempt:
         """Register the attempt the current thread is about to run (read from `shard`,
         by default the message's queue; `record_ttl` 0: its task keeps no record)."""
         attempt = Attempt(task, message, threading.current_thread(), reservation_timeout,
-                          message.queue if shard is None else shard, record_ttl=record_ttl)
+                          message.queue if shard is None else shard, record_ttl=record_ttl,
+                          coroutine=coroutine)
         with self._lock:
             self._attempts.add(attempt)
         if attempt.time_limit is not None and self._on_change is not None:
@@ -118,6 +127,11 @@ class RunningSet:
                 return False
             self._attempts.discard(attempt)
             return True
+
+    def holds(self, attempt: Attempt) -> bool:
+        """True until the attempt is settled (by its runner, or given up on)."""
+        with self._lock:
+            return attempt in self._attempts
 
     def snapshot(self) -> list[Attempt]:
         with self._lock:

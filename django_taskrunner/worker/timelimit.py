@@ -1,5 +1,8 @@
 """Time limits on a thread-based worker.
 
+An `async def` task is cancelled at its limit (the coroutine sees `CancelledError` at its
+next `await`); one that swallows it is given up on after the grace like a thread.
+
 Python cannot kill a thread. So past a task's `time_limit` the watchdog sets
 `ctx.cancelled` (a task that checks it can stop cleanly), and the attempt counts as
 failed whatever it returns. If the thread is still running `TIME_LIMIT_GRACE` seconds
@@ -71,9 +74,11 @@ class TimeLimitWatchdog(threading.Thread):
             if deadline is None:
                 continue
             if now >= deadline and not attempt.cancel.is_set():
-                attempt.cancel.set()
                 logger.warning("task=%s id=%s passed its time limit of %gs; ctx.cancelled is "
-                               "set", attempt.task.name, attempt.message.id, attempt.time_limit)
+                               "set%s", attempt.task.name, attempt.message.id,
+                               attempt.time_limit,
+                               " and its coroutine cancelled" if attempt.coroutine else "")
+                attempt.request_cancel()
             if now >= deadline + self.grace:
                 self._abandon(attempt)
                 continue
@@ -83,9 +88,10 @@ class TimeLimitWatchdog(threading.Thread):
     def _abandon(self, attempt: Attempt) -> None:
         if not self.running.settle(attempt):
             return  # it returned just now; its own thread settles it
-        logger.error("task=%s id=%s ignored its time limit for %gs more; its thread is "
-                     "replaced and its result will be ignored", attempt.task.name,
-                     attempt.message.id, self.grace)
+        logger.error("task=%s id=%s ignored its time limit for %gs more; its %s and its "
+                     "result will be ignored", attempt.task.name, attempt.message.id,
+                     self.grace, "coroutine is left to itself" if attempt.coroutine
+                     else "thread is replaced")
         try:
             self.give_up(attempt)
         except Exception:

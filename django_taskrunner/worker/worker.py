@@ -29,6 +29,7 @@ from django_taskrunner.store import sharding
 from django_taskrunner.store.broker import Broker, Entry
 from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.worker.acker import Acker
+from django_taskrunner.worker.async_runner import AsyncRunner
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
 from django_taskrunner.worker.fetcher import Fetcher
@@ -86,6 +87,11 @@ class Worker:
                                  requeue=self.acker.requeue, stats=self.monitor.recorder,
                                  running=self.running, reservation_timeout=timeout,
                                  record=self.acker.record, result_ttl=settings.result_ttl)
+        # `async def` tasks: awaited on one event loop beside the pool, holding no thread.
+        self.coroutines = AsyncRunner(
+            self.executor, settings.async_concurrency, room=self._room_changed,
+            finished=lambda delivery: self._release(delivery.shard, delivery.stream_id))
+        self.executor.coroutines = self.coroutines
         shortest = {shard: shortest_timeout(shard, timeout)
                     for shard in sharding.all_shards(self.queues)}
         floor = min(shortest.values(), default=timeout)
@@ -102,8 +108,15 @@ class Worker:
     # -- the buffer -----------------------------------------------------------------
 
     def limit(self) -> int:
-        """Messages held at most: what the pool runs now plus one batch waiting."""
-        return self.pool.size + self.settings.batch_size
+        """Messages held at most: what the pool and the event loop run now, plus one batch
+        waiting. A coroutine awaited on the loop holds no thread, so it does not count
+        against the pool; those waiting for an async slot do."""
+        return self.pool.size + self.coroutines.active + self.settings.batch_size
+
+    def _room_changed(self) -> None:
+        """A coroutine took an async slot: the limit grew, a fetcher may read again."""
+        with self._cond:
+            self._cond.notify_all()
 
     def holds(self, queue: str, stream_id: str) -> bool:
         """True while `stream_id` is in this worker's buffer or running."""
@@ -167,11 +180,13 @@ class Worker:
             with self._cond:
                 self._leftovers.append(item)
             return
+        finished = True
         try:
             if self._still_ours(item):
-                self.executor.handle(item)
+                finished = self.executor.handle(item)  # False: it goes on on the event loop
         finally:
-            self._release(item.shard, item.stream_id)
+            if finished:
+                self._release(item.shard, item.stream_id)
 
     def _release(self, queue: str, stream_id: str) -> None:
         """The message is finished here (or given up on); counted once."""
@@ -196,9 +211,11 @@ class Worker:
             return True  # at least once: better run it twice than not at all
 
     def _give_up(self, attempt: Attempt) -> None:
-        """A task thread is stuck past its time limit: replace it, fail the attempt."""
-        self.pool.abandon(attempt.thread)
-        interrupt(attempt.thread)
+        """A task thread is stuck past its time limit: replace it, fail the attempt. (A
+        coroutine has no thread of its own to replace: only its result is ignored.)"""
+        if not attempt.coroutine:
+            self.pool.abandon(attempt.thread)
+            interrupt(attempt.thread)
         try:
             self.executor.give_up(attempt)
         finally:
@@ -220,6 +237,7 @@ class Worker:
         logger.info("worker %s started: queues=%s concurrency=%d batch=%d", self.consumer,
                     ",".join(self.queues), self.settings.concurrency, self.settings.batch_size)
         self.acker.start()
+        self.coroutines.start()
         self.pool.resize(self.settings.concurrency)
         self.monitor.start()
         self._register_queues()
@@ -268,6 +286,7 @@ class Worker:
 
     def _shutdown(self) -> int:
         self.stopping.set()
+        self.coroutines.stop_starting()
         started = clock.monotonic()
         self._log_stopping(self.settings.shutdown_timeout)
         if self.scheduling is not None:
@@ -277,6 +296,9 @@ class Worker:
         remaining = max(0.0, self.settings.shutdown_timeout - (clock.monotonic() - started))
         finished = self._wait_for_pool(remaining)
         unfinished = self.pool.drain_inbox() + (self.pool.running_items() if not finished else [])
+        remaining = max(0.0, self.settings.shutdown_timeout - (clock.monotonic() - started))
+        finished = self.coroutines.drain(remaining, self.forced) and finished
+        unfinished += self.coroutines.unfinished()
         with self._cond:
             unfinished += self._leftovers
             self._leftovers = []
@@ -289,6 +311,7 @@ class Worker:
         if requeued:
             logger.info("put %d message(s) this worker held but did not finish back on their "
                         "queue", requeued)
+        self.coroutines.stop()
         self.watchdog.stop()
         self.heartbeat.stop()
         self.acker.stop()

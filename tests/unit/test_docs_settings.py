@@ -41,9 +41,14 @@ def test_the_settings_page_gives_each_numbers_range():
         assert ("`None` or" in row) == rule.none_allowed, row
 
 
+CHECK_MODULES = ("checks.py", "setup_checks.py", "server_checks.py")
+
+
 def test_the_settings_page_lists_exactly_the_check_ids_the_code_uses():
-    source = (DOCS.parent / "django_taskrunner" / "checks.py").read_text()
-    used = set(re.findall(r"taskrunner\.E\d{3}", source))
-    documented = set(re.findall(r"^\| `(taskrunner\.E\d{3})` \|", (DOCS / "settings.md")
+    package = DOCS.parent / "django_taskrunner"
+    source = "".join((package / name).read_text() for name in CHECK_MODULES)
+    used = set(re.findall(r"taskrunner\.[EW]\d{3}", source))
+    documented = set(re.findall(r"^\| `(taskrunner\.[EW]\d{3})` \|", (DOCS / "settings.md")
                                 .read_text(), re.MULTILINE))
+    assert "taskrunner.E002" in used and "taskrunner.W001" in used  # the modules were read
     assert documented == used

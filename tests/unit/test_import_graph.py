@@ -24,6 +24,7 @@ ALLOWED_FUNCTION_IMPORTS = {
     # AppConfig.ready(): apps.py is imported while Django loads apps, before models
     # (and anything importing them) may be imported.
     ("django_taskrunner.apps", "django_taskrunner.checks"),
+    ("django_taskrunner.apps", "django_taskrunner.server_checks"),
     ("django_taskrunner.apps", "django_taskrunner.conf"),
     ("django_taskrunner.apps", "django_taskrunner.core.registry"),
     ("django_taskrunner.apps", "django_taskrunner.models"),

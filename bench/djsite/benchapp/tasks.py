@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
+from benchlib.async_io import io_done
 from benchlib.job import job as run_job
 
 from django_taskrunner import task
@@ -18,3 +21,17 @@ def job(payload: Any) -> None:
 def sized(payload: Any) -> dict[str, Any]:
     """bench/records.py: a task whose record holds a small result."""
     return {"n": payload["n"], "ok": True}
+
+
+@task(name="bench.async_io")
+async def async_io(payload: Any) -> None:
+    """Awaits `ms` of simulated I/O, then counts itself done (bench/async_io.py)."""
+    await asyncio.sleep(payload["ms"] / 1000)
+    io_done(payload["n"])
+
+
+@task(name="bench.sync_io")
+def sync_io(payload: Any) -> None:
+    """The same wait, blocking a worker thread (the comparison row of bench/async_io.py)."""
+    time.sleep(payload["ms"] / 1000)
+    io_done(payload["n"])

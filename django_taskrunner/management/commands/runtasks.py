@@ -21,6 +21,7 @@ from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import InvalidTaskOptions
 from django_taskrunner.stats.metrics import serve_metrics
 from django_taskrunner.store.broker import Broker, get_broker
+from django_taskrunner.store.server import ServerUnsupported, check_server
 from django_taskrunner.worker.outage import RedisStatus, redis_call
 from django_taskrunner.worker.settings import PoolSizeConflict, WorkerSettings, worker_settings
 from django_taskrunner.worker.worker import Worker
@@ -208,11 +209,18 @@ class Command(BaseCommand):
             time.sleep(seconds)
             return False  # never gives up
 
+        def connect() -> Broker:
+            broker = get_broker()
+            check_server(broker.client, broker.prefix)  # too old or not Redis: say so now
+            return broker
+
         try:
             if not wait:
-                return get_broker()
-            broker = redis_call(get_broker, status=RedisStatus(meanwhile="waiting for it"),
+                return connect()
+            broker = redis_call(connect, status=RedisStatus(meanwhile="waiting for it"),
                                 doing="starting the worker", wait=sleep)
+        except ServerUnsupported as exc:
+            raise CommandError(str(exc)) from exc
         except Exception as exc:  # Redis down in burst mode, or a configuration error
             raise CommandError(f"cannot connect to Redis: {exc}") from exc
         assert broker is not None  # redis_call gives up only when `wait` does

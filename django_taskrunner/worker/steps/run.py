@@ -19,6 +19,7 @@ class Run:
     task: Task | None = None  # set by the lookup step
     attempt: Attempt | None = None  # set while and after the task function runs
     error: BaseException | None = None  # what the attempt raised (None: it succeeded)
+    on_loop: bool = False  # an async attempt handed to the event loop, which settles it
 
     @property
     def shard(self) -> str:

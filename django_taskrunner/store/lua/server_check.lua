@@ -1,0 +1,2 @@
+-- The server check (store/server.py): proves the server runs Lua scripts by EVALSHA.
+return 1
