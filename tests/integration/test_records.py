@@ -13,7 +13,7 @@ from django_taskrunner.core import clock
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
-from tests.testapp import tasks
+from tests.testapp import async_tasks, tasks
 from tests.worker_helpers import wait_for, worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -271,3 +271,17 @@ def test_a_task_a_stopping_worker_puts_back_is_queued_again(r):
     assert record.status == "queued"
     assert record.worker is None
     assert get_broker().length("default") == 1
+
+
+def test_an_async_task_keeps_its_result_and_is_cancelled_outright(r):
+    returns = async_tasks.async_returns.dispatch({"n": 3})
+    sleeps = async_tasks.async_sleeper.dispatch({"n": "long", "seconds": 30})
+    with worker_thread():
+        assert wait(returns.id, timeout=15).result == {"async": 3}
+        wait_for(lambda: lookup(sleeps.id).status == "running")
+        assert cancel(sleeps.id) is True
+        # the coroutine is cancelled at the worker's next heartbeat, not after 30 s
+        record = wait(sleeps.id, timeout=10)
+    assert record.status == "cancelled"
+    assert runs(r, "async_sleeper:start") == 1
+    assert r.hget(tasks.runs_key(), "async_sleeper:long") is None  # it never finished
