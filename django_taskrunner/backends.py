@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import sys
 import uuid
@@ -42,14 +41,13 @@ from django_taskrunner.core import clock, due
 from django_taskrunner.core.dispatch import REDIS_DOWN, add_delayed, new_message
 from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import InvalidTaskPayload
+from django_taskrunner.shim import SHIM_TASK, TASK_PATH
 from django_taskrunner.store import sharding
 from django_taskrunner.store.connection import built_client
 from django_taskrunner.store.errors import unavailable
 from django_taskrunner.store.results import get_results
 
-SHIM_TASK = "django_taskrunner.run_django_task"
 DEFAULT_RESULT_TTL = 24 * 3600
-TASK_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -8,9 +8,10 @@ from typing import Any
 from django.utils import timezone
 
 from django_taskrunner.core.task import task
+from django_taskrunner.shim import SHIM_TASK
 
 
-@task(name="django_taskrunner.run_django_task")
+@task(name=SHIM_TASK)
 def run_django_task(payload: dict[str, Any]) -> None:
     """Run one framework task, keeping its result record and sending its signals."""
     from django_taskrunner import backends

@@ -59,7 +59,40 @@ def test_a_failing_task_reports_its_error_and_traceback(run_burst):
     assert "broken" in error.traceback
     with pytest.raises(ValueError):
         result.return_value  # noqa: B018 - the framework raises for a failed task
-    assert FailedTask.objects.get().task_name == "django_taskrunner.run_django_task"
+    assert FailedTask.objects.get().task_name == "tests.testapp.framework_tasks.fails"
+
+
+def test_stats_count_framework_tasks_under_their_own_names(run_burst):
+    from django_taskrunner.stats.figures import get_stats
+
+    framework_tasks.add.enqueue(1, 1)
+    framework_tasks.fails.enqueue("broken")
+    run_burst()
+    counts = {figures.name: (figures.succeeded, figures.failed)
+              for figures in get_stats("default").tasks}
+    assert counts == {"tests.testapp.framework_tasks.add": (1, 0),
+                      "tests.testapp.framework_tasks.fails": (0, 1)}
+
+
+def test_the_admin_retries_a_failed_framework_task_through_the_shim(run_burst, client):
+    from django.contrib.auth.models import Permission, User
+
+    result = framework_tasks.fails.enqueue("broken")
+    run_burst()
+    row = FailedTask.objects.get()
+    user = User.objects.create_user("ops", password="pw", is_staff=True)  # noqa: S106
+    user.user_permissions.add(*Permission.objects.filter(codename__in=[
+        "view_failedtask", "delete_failedtask"]))
+    client.force_login(user)
+    client.post(f"/admin/django_taskrunner/failedtask/{row.pk}/retry/", {"confirm": "yes"})
+    assert not FailedTask.objects.filter(pk=row.pk).exists()  # dispatched again
+
+    run_burst()
+    again = FailedTask.objects.get()
+    assert again.task_name == "tests.testapp.framework_tasks.fails"
+    assert again.message_id != row.message_id
+    result.refresh()
+    assert len(result.errors) == 2  # the same result, attempted twice
 
 
 def test_a_context_task_gets_the_attempt_and_the_result_id(run_burst):
