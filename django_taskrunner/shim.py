@@ -31,3 +31,14 @@ def shown_name(task_name: str, payload: Any) -> str:
     from django_taskrunner.compat import Task
 
     return path if isinstance(getattr(module, attribute, None), Task) else task_name
+
+
+def framework_result_ttl(task_name: str, payload: Any, default: int | None) -> int | None:
+    """Seconds the finished record of a shim run is kept: the `RESULT_TTL` option of the
+    backend that enqueued it (carried in the payload), else `default`."""
+    if task_name != SHIM_TASK or not isinstance(payload, dict):
+        return default
+    ttl = payload.get("result_ttl")
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1:
+        return default
+    return ttl
