@@ -6,18 +6,22 @@
 `enqueue()` dispatches one internal task, `django_taskrunner.run_django_task`, whose
 payload names the framework task by module path with its args and kwargs (Huey's
 "shim" approach). A task with a future `run_after` waits in its queue's delayed set
-like any delayed task. Results live in Redis (`<prefix>:result:<id>`) for RESULT_TTL
-seconds.
+like any delayed task. A result is the task's record (`core/records.py`: the result id
+is the message id), with a field of its own (`FRAMEWORK_FIELD`) holding what the
+framework's `TaskResult` needs and the record does not (path, args, kwargs, backend),
+kept RESULT_TTL seconds once finished. With the app's records off (`RESULT_TTL = 0`)
+results are JSON records at `<prefix>:result:<id>`, as in the previous release, whose
+records `get_result()` still reads.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import sys
 import uuid
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -39,17 +43,28 @@ from django_taskrunner.compat import (
     task_enqueued,
 )
 from django_taskrunner.core import clock, due
-from django_taskrunner.core.dispatch import REDIS_DOWN, add_delayed, new_message
+from django_taskrunner.core.dispatch import REDIS_DOWN, add_delayed, announce_queue, new_message
+from django_taskrunner.core.records import TaskRecord, dispatch_record, from_fields, records
 from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import InvalidTaskPayload
+from django_taskrunner.shim import SHIM_TASK, TASK_PATH
 from django_taskrunner.store import sharding
+from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.connection import built_client
 from django_taskrunner.store.errors import unavailable
 from django_taskrunner.store.results import get_results
 
-SHIM_TASK = "django_taskrunner.run_django_task"
 DEFAULT_RESULT_TTL = 24 * 3600
-TASK_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
+# The record field holding the framework's own part of a result (JSON).
+FRAMEWORK_FIELD = "fw"
+# A task record's status as the framework's `TaskResultStatus` (a retrying task waits
+# for its next attempt; expired and cancelled ones never finish their work).
+STATUS_MAP = {
+    "delayed": TaskResultStatus.READY, "queued": TaskResultStatus.READY,
+    "retrying": TaskResultStatus.READY, "running": TaskResultStatus.RUNNING,
+    "succeeded": TaskResultStatus.SUCCESSFUL, "failed": TaskResultStatus.FAILED,
+    "expired": TaskResultStatus.FAILED, "cancelled": TaskResultStatus.FAILED,
+}
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -86,19 +101,47 @@ class TaskRunnerBackend(BaseTaskBackend):
         The result record is written before the message, so a worker always finds it.
         """
         self.validate_task(task)
-        result_id = uuid.uuid4().hex
-        record = new_record(task, self.alias, list(args), dict(kwargs))
-        payload = {"result_id": result_id, "backend": self.alias, "func": task.module_path,
-                   "args": record["args"], "kwargs": record["kwargs"]}
         due_ms = None if task.run_after is None else due.due_from_when(task.run_after)
         if due_ms is not None and due_ms <= clock.now_ms():
             due_ms = None  # a run_after already past runs at once
+        shim = registry.get(SHIM_TASK)
+        record = new_record(task, self.alias, list(args), dict(kwargs))
+        payload = {"backend": self.alias, "func": task.module_path, "args": record["args"],
+                   "kwargs": record["kwargs"], "result_ttl": self.result_ttl}
+        message = new_message(shim, payload, queue=task.queue_name, start_ms=due_ms)
+        body = message.to_json()  # raises InvalidTaskPayload for args that are not JSON
+        shard = sharding.next_shard(message.queue)
+        write = dispatch_record(message, shim, shard, due_ms)
+        if write is None:  # the app keeps no task records: a result record of its own
+            return self._enqueue_without_records(task, record, payload, due_ms)
+        try:
+            broker = get_broker()
+            fields = (*write.fields, (FRAMEWORK_FIELD, framework_part(record)))
+            if due_ms is None:
+                broker.add(shard, body, replace(write, fields=fields))
+            else:
+                broker.add_delayed(shard, body, due_ms, replace(write, fields=fields))
+            announce_queue(broker, message.queue)
+        except REDIS_DOWN as exc:
+            raise unavailable(f"cannot enqueue {task.module_path!r}", exc,
+                              built_client()) from exc
+        result = to_task_result(message.id, record, task)
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def _enqueue_without_records(self, task: Task, record: dict[str, Any],
+                                 payload: dict[str, Any], due_ms: int | None) -> TaskResult:
+        """The previous release's way: a JSON result record under a random result id,
+        written before the message, which names it (`result_id`)."""
+        result_id = uuid.uuid4().hex
+        payload = {**payload, "result_id": result_id}
         message = new_message(registry.get(SHIM_TASK), payload, queue=task.queue_name,
                               start_ms=due_ms)
-        body = message.to_json()  # raises InvalidTaskPayload for args that are not JSON
+        body = message.to_json()
         try:
             if due_ms is None:
                 self._write_now(result_id, record, message.queue, body)
+                announce_queue(get_broker(), message.queue)
             else:
                 save_record(result_id, record, self.result_ttl + _seconds_until(due_ms))
                 add_delayed(message, due_ms)
@@ -115,6 +158,8 @@ class TaskRunnerBackend(BaseTaskBackend):
                                    sharding.next_shard(queue), body)
 
     def get_result(self, result_id: str) -> TaskResult:
+        """The result from the task's record, or from a result record of the previous
+        release (or of an app keeping no task records)."""
         record = load_record(result_id)
         if record is None:
             raise TaskResultDoesNotExist(result_id)
@@ -193,9 +238,49 @@ def new_record(task: Task, alias: str, args: list[Any], kwargs: dict[str, Any]) 
     }
 
 
+def framework_part(record: dict[str, Any]) -> str:
+    """The JSON of what a task record keeps for the framework (`FRAMEWORK_FIELD`)."""
+    return json.dumps({name: record[name] for name in
+                       ("func", "backend", "args", "kwargs", "priority", "run_after")})
+
+
 def load_record(result_id: str) -> dict[str, Any] | None:
+    """The framework record of `result_id`: read from its task record, else from a
+    result record (`store/results.py`); None when neither exists."""
+    if not isinstance(result_id, str) or not result_id:
+        return None
+    fields = records().load(result_id)
+    if fields is not None and FRAMEWORK_FIELD in fields:
+        return from_task_record(from_fields(result_id, fields), fields)
     raw = get_results().load(result_id)
     return json.loads(raw) if raw is not None else None
+
+
+def from_task_record(task_record: TaskRecord, fields: dict[str, str]) -> dict[str, Any]:
+    """The framework record a task record stands for (the shape `new_record` builds)."""
+    try:
+        part = json.loads(fields[FRAMEWORK_FIELD])
+    except ValueError:
+        part = {}
+    if not isinstance(part, dict):
+        part = {}
+    status = STATUS_MAP.get(task_record.status, TaskResultStatus.READY)
+    errors = []
+    if status == TaskResultStatus.FAILED and task_record.error is not None:
+        errors.append({"exception_class_path": fields.get("ec") or "builtins.Exception",
+                       "traceback": task_record.traceback or task_record.error})
+    return {
+        "func": part.get("func"), "queue": task_record.queue,
+        "backend": part.get("backend", ""), "priority": part.get("priority", 0),
+        "run_after": part.get("run_after"), "status": str(status),
+        "enqueued_at": _iso(task_record.dispatched_at),
+        "started_at": _iso(task_record.started_at),
+        "finished_at": _iso(task_record.finished_at),
+        "last_attempted_at": _iso(task_record.started_at),
+        "args": part.get("args", []), "kwargs": part.get("kwargs", {}), "errors": errors,
+        "worker_ids": [task_record.worker] if task_record.worker else [],
+        "return_value": task_record.result,
+    }
 
 
 def save_record(result_id: str, record: dict[str, Any], ttl: int) -> None:

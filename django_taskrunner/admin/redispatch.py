@@ -14,6 +14,7 @@ from django_taskrunner.core.dispatch import dispatch, dispatch_many
 from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import TaskRunnerError
 from django_taskrunner.models import FailedTask
+from django_taskrunner.shim import SHIM_TASK
 
 logger = logging.getLogger(__name__)
 
@@ -44,11 +45,11 @@ def retry_rows(rows: Iterable[FailedTask], report: RetryReport) -> None:
         except (ValueError, RecursionError):
             report.keep(row, "the payload is not JSON (the message could not be decoded)")
             continue
-        task = registry.find(row.task_name)
-        if task is None:
+        task_name = dispatched_name(row.task_name, payload)
+        if registry.find(task_name) is None:
             report.keep(row, "no task of that name is registered")
             continue
-        batches[(row.task_name, row.queue)].append((row, payload))
+        batches[(task_name, row.queue)].append((row, payload))
     done: list[int] = []
     for (task_name, queue), entries in batches.items():
         task = registry.get(task_name)
@@ -64,6 +65,15 @@ def retry_rows(rows: Iterable[FailedTask], report: RetryReport) -> None:
         done += [row.pk for row, _payload in entries]
     FailedTask.objects.filter(pk__in=done).delete()
     report.retried += len(done)
+
+
+def dispatched_name(shown: str, payload: object) -> str:
+    """The task to dispatch for a row named `shown`: a Django Tasks framework task's row
+    shows the framework function (`tasks.shown_name`) and runs through the shim."""
+    if (registry.find(shown) is None and isinstance(payload, dict)
+            and payload.get("func") == shown):
+        return SHIM_TASK
+    return shown
 
 
 def _one_by_one(task_name: str, queue: str, entries: list[tuple[FailedTask, object]],

@@ -249,4 +249,4 @@ class Executor:
         write_outcome(self, run, "expired" if isinstance(error, TaskExpired) else "failed",
                       error=error, traceback=trace)
         self.ack(run.shard, run.stream_id)
-        self.stats.failed(message.queue, message.task_name)
+        self.stats.failed(message.queue, run.shown_name)

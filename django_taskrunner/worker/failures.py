@@ -15,6 +15,7 @@ from django_taskrunner.conf import get_settings
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.exceptions import TaskExecutionError
 from django_taskrunner.models import FailedTask
+from django_taskrunner.shim import shown_name
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ def record_failure(
     if traceback is None:
         traceback = "".join(tb.format_exception(error))
     created = _write_row(message, {
-        "task_name": message.task_name[:255],
+        "task_name": shown_name(message.task_name, message.payload)[:255],
         "queue": message.queue[:100],
         "payload": payload if payload is not None else payload_text(message),
         "error_class": error_class[:255],

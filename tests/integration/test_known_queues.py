@@ -37,3 +37,26 @@ def test_the_metrics_list_a_queue_named_only_at_dispatch(r, client):
                for family in parser.text_string_to_metric_families(text)
                for sample in family.samples if sample.name == "taskrunner_queue_length"}
     assert lengths["metrics-only"] == 1
+
+
+def test_runtasks_without_queues_consumes_a_queue_named_only_at_dispatch(r, run_burst):
+    from django_taskrunner.stats.figures import get_stats
+
+    dispatch("tests.testapp.tasks.noop", {"n": 1}, queue="dispatch-only")
+    run_burst()
+    stats = get_stats("dispatch-only")
+    assert (stats.length, stats.succeeded) == (0, 1)
+
+
+def test_without_redis_the_default_queues_are_the_configured_ones(r, prefix, caplog):
+    import redis
+
+    from django_taskrunner.management.commands.runtasks import Command
+    from django_taskrunner.store.broker import Broker
+
+    dispatch("tests.testapp.tasks.noop", {"n": 1}, queue="dispatch-only")
+    gone = Broker(redis.Redis(port=1, socket_connect_timeout=1), prefix, "workers")
+    with caplog.at_level("WARNING", logger="django_taskrunner"):
+        queues = Command._default_queues("default", gone)  # nothing listens on port 1
+    assert "default" in queues and "dispatch-only" not in queues
+    assert "cannot read the known queues from Redis" in caplog.text

@@ -14,19 +14,23 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_taskrunner.checks import MAX_BATCH, MAX_POOL
+from django_taskrunner.checks import MAX_BATCH, MAX_POOL, QUEUE_NAME
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core.options import check_queue_name
 from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import InvalidTaskOptions
 from django_taskrunner.stats.metrics import serve_metrics
 from django_taskrunner.store.broker import Broker, get_broker
+from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.store.schedule import for_broker as schedule_store
 from django_taskrunner.store.server import ServerUnsupported, check_server
 from django_taskrunner.worker.outage import RedisStatus, redis_call
 from django_taskrunner.worker.settings import PoolSizeConflict, WorkerSettings, worker_settings
 from django_taskrunner.worker.worker import Worker
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+logger = logging.getLogger(__name__)
 
 
 def positive_int(value: str) -> int:
@@ -124,7 +128,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--queue", "-Q", action="append", type=queue_name, dest="queues",
                             help="queue to consume (repeatable; default: every queue a "
-                                 "registered task names, plus DEFAULT_QUEUE)")
+                                 "registered task or TASKS names, DEFAULT_QUEUE, and the "
+                                 "queues known in Redis)")
         parser.add_argument("--concurrency", "-c", type=pool_size,
                             help="worker threads of a fixed pool (default: "
                                  "TASKRUNNER['MAX_WORKERS'])")
@@ -160,8 +165,8 @@ class Command(BaseCommand):
             restore_logging()
 
     def _run(self, settings: Any, options: dict[str, Any]) -> None:
-        queues = options["queues"] or self._default_queues(settings.DEFAULT_QUEUE)
         broker = self._connect(wait=not options["burst"])
+        queues = options["queues"] or self._default_queues(settings.DEFAULT_QUEUE, broker)
         worker = Worker(broker, self._worker_settings(queues, options))
         stop_metrics = self._serve_metrics(options["metrics_port"], options["metrics_addr"])
         previous = self._install_signal_handlers(worker)
@@ -227,16 +232,25 @@ class Command(BaseCommand):
         return broker
 
     @staticmethod
-    def _default_queues(default_queue: str) -> list[str]:
-        """Queues that registered tasks name, DEFAULT_QUEUE, and the QUEUES of every
-        Django Tasks framework backend of ours in TASKS."""
+    def _default_queues(default_queue: str, broker: Broker) -> list[str]:
+        """Queues that registered tasks name, DEFAULT_QUEUE, the QUEUES of every Django
+        Tasks framework backend of ours in TASKS, and the known queues in Redis (those
+        workers consume and dispatches used, `dispatch(queue=...)` included). When Redis
+        does not answer, the configured ones alone, and a log line says so."""
         from django.conf import settings
 
         queues = registry.queues() | {default_queue}
         for params in getattr(settings, "TASKS", {}).values():
             if params.get("BACKEND") == "django_taskrunner.backends.TaskRunnerBackend":
                 queues |= set(params.get("QUEUES", ["default"]))
-        return sorted(queues)
+        try:
+            known = schedule_store(broker).known_queues()
+        except REDIS_DOWN as exc:
+            logger.warning("cannot read the known queues from Redis (%s): consuming the "
+                           "queues registered tasks and TASKS name: %s", exc,
+                           ", ".join(sorted(queues)))
+            return sorted(queues)
+        return sorted(queues | {name for name in known if QUEUE_NAME.fullmatch(name)})
 
     @staticmethod
     def _install_signal_handlers(worker: Worker) -> dict[int, Any]:

@@ -13,5 +13,5 @@ if TYPE_CHECKING:
 def count_run(executor: Executor, run: Run) -> bool:
     """Record how long the attempt ran and whether it failed (after the time limit step)."""
     assert run.message is not None and run.task is not None and run.attempt is not None
-    executor.stats.ran(run.message.queue, run.task.name, run.attempt.elapsed(), run.error)
+    executor.stats.ran(run.message.queue, run.shown_name, run.attempt.elapsed(), run.error)
     return True

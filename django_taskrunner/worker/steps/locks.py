@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 def release_on_start(executor: Executor, run: Run) -> bool:
     """Record the pick-up, then free what the message frees when it starts."""
     assert run.message is not None and run.task is not None
-    executor.stats.picked_up(run.message.queue, run.task.name, run.stream_id,
+    executor.stats.picked_up(run.message.queue, run.shown_name, run.stream_id,
                              run.delivery.runs)
     release(executor, run, locks.STARTED)
     return True

@@ -33,6 +33,6 @@ def succeed(executor: Executor, run: Run) -> bool:
     release(executor, run, locks.SUCCEEDED)
     write_outcome(executor, run, "succeeded")
     executor.ack(run.shard, run.stream_id)
-    executor.stats.succeeded(run.message.queue, run.task.name)
+    executor.stats.succeeded(run.message.queue, run.shown_name)
     finished(run, SUCCEEDED)
     return False

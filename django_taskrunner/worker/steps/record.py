@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from django_taskrunner.core import clock
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.records import PENDING_TTL_S, TRACEBACK_MAX_CHARS, encode_value
+from django_taskrunner.shim import framework_result_ttl
 from django_taskrunner.store.records import RecordWrite
 from django_taskrunner.worker.steps.locks import release
 from django_taskrunner.worker.steps.run import Run
@@ -51,6 +52,8 @@ def record_ttl(executor: Executor, run: Run) -> int:
     """Seconds the finished record of this run is kept (0: its task keeps none)."""
     task = run.task
     own = None if task is None else task.options.result_ttl
+    if run.message is not None:  # a Django Tasks backend's own RESULT_TTL
+        own = framework_result_ttl(run.message.task_name, run.message.payload, own)
     return executor.result_ttl if own is None else own
 
 
@@ -80,6 +83,7 @@ def write_outcome(
         fields.append(("r", encoded) if encoded is not None else ("e", why or ""))
     if error is not None:
         fields.append(("e", f"{type(error).__name__}: {error}"))
+        fields.append(("ec", f"{type(error).__module__}.{type(error).__qualname__}"))
         if traceback:
             fields.append(("tb", traceback[-TRACEBACK_MAX_CHARS:]))
     executor.record(RecordWrite(message.id, tuple(fields), ttl if final else PENDING_TTL_S,

@@ -60,6 +60,6 @@ def retry(executor: Executor, run: Run) -> bool:
     next_attempt = replace(message, attempt=message.attempt + 1, stream_id=None)
     write_outcome(executor, run, "retrying", error=error)
     executor.requeue(run.shard, run.stream_id, next_attempt.to_json(), retry_due_ms(delay))
-    executor.stats.retried(message.queue, task.name)
+    executor.stats.retried(message.queue, run.shown_name)
     finished(run, RETRIED, delay=delay)
     return False

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.task import Task
+from django_taskrunner.shim import shown_name
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.running import Attempt
 
@@ -20,6 +21,13 @@ class Run:
     attempt: Attempt | None = None  # set while and after the task function runs
     error: BaseException | None = None  # what the attempt raised (None: it succeeded)
     on_loop: bool = False  # an async attempt handed to the event loop, which settles it
+
+    @property
+    def shown_name(self) -> str:
+        """The task name stats and metrics count this run under (`tasks.shown_name`: a
+        Django Tasks framework task's own path, not the shim's)."""
+        assert self.message is not None
+        return shown_name(self.message.task_name, self.message.payload)
 
     @property
     def shard(self) -> str:
