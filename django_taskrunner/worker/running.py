@@ -27,9 +27,18 @@ class Attempt:
     reservation_timeout: float
     shard: str  # the stream the message was read from (its queue, or one shard of it)
     started: float = field(default_factory=lambda: clock.monotonic())  # the clock of now
-    cancel: threading.Event = field(default_factory=threading.Event)
     coroutine: bool = False  # awaited on the worker's event loop: no thread of its own
     on_cancel: Callable[[], None] | None = None  # cancels the coroutine (from any thread)
+
+    @property
+    def cancel(self) -> threading.Event:
+        """Set once its time limit passed (`ctx.cancelled`). Made on first use: most
+        attempts never need one, and an Event costs microseconds to build. `setdefault`
+        is atomic, so the task thread and the watchdog always get the same one."""
+        event = self.__dict__.get("_cancel")
+        if event is None:
+            event = self.__dict__.setdefault("_cancel", threading.Event())
+        return event
 
     def request_cancel(self) -> None:
         """Its time limit passed: set `ctx.cancelled`, and cancel a coroutine."""
