@@ -14,6 +14,7 @@ from django_taskrunner.core.dispatch import (
     schedule_for,
 )
 from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.core.records import TaskRecord, cancel, lookup, wait
 from django_taskrunner.core.registry import register_task
 from django_taskrunner.core.task import Task, task
 from django_taskrunner.core.unique import payload_key
@@ -46,15 +47,18 @@ __all__ = [
     "TaskIdConflict",
     "TaskMessage",
     "TaskNotFound",
+    "TaskRecord",
     "TaskRunnerError",
     "TimeLimitExceeded",
     "UniqueForRequired",
     "WorkerLost",
+    "cancel",
     "dispatch",
     "dispatch_delayed",
     "dispatch_many",
     "dispatch_on",
     "dispatch_on_commit",
+    "lookup",
     "payload_key",
     "register_task",
     "schedule_for",
@@ -63,5 +67,6 @@ __all__ = [
     "task_retried",
     "task_started",
     "task_succeeded",
+    "wait",
 ]
 

@@ -109,6 +109,7 @@ NUMBERS: dict[str, NumberRule] = {
     "LEADER_LEASE": NumberRule(False, 1, MAX_SECONDS),
     "TIME_LIMIT_GRACE": NumberRule(False, 0, MAX_SECONDS),
     "DEAD_CONSUMER_TIMEOUT": NumberRule(False, 1, MAX_SECONDS, none_allowed=True),
+    "RESULT_TTL": NumberRule(True, 0, MAX_SECONDS),
 }
 
 

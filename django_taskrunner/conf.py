@@ -59,6 +59,7 @@ class Settings:
     LEADER_LEASE: float
     TIME_LIMIT_GRACE: float
     DEAD_CONSUMER_TIMEOUT: float | None
+    RESULT_TTL: int
 
 
 def raw_settings() -> Any:

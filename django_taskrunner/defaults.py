@@ -76,6 +76,9 @@ DEFAULTS: dict[str, Option] = {
     "TIME_LIMIT_GRACE": Option(
         5, "Seconds a task past its time_limit may take to stop before its thread is replaced."
     ),
+    "RESULT_TTL": Option(
+        86400, "Seconds a finished task's record (status, result, error) is kept; 0: none."
+    ),
     "DEAD_CONSUMER_TIMEOUT": Option(
         None, "Seconds a consumer with nothing pending may stay idle before it is removed from "
         "the group (None: the larger of 1 hour and 10 x RESERVATION_TIMEOUT).",

@@ -163,12 +163,14 @@ class Queue(models.Model):
 
 class Task(models.Model):
     """Not a table: stands for the tasks in Redis (queued, running, delayed), behind the
-    admin's Tasks pages; "view" opens them, "purge" empties a queue's waiting tasks."""
+    admin's Tasks pages; "view" opens them, "purge" empties a queue's waiting tasks,
+    "cancel" cancels one task."""
 
     class Meta:
         managed = False
         default_permissions = ("view",)
-        permissions = [("purge_task", "Can purge a queue's waiting and delayed tasks")]
+        permissions = [("purge_task", "Can purge a queue's waiting and delayed tasks"),
+                       ("cancel_task", "Can cancel a delayed, queued or running task")]
         verbose_name = "task"
         verbose_name_plural = "tasks"
 

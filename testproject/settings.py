@@ -110,6 +110,7 @@ TASKRUNNER = {
     "METRICS_TOKEN": os.environ.get("METRICS_TOKEN") or None,
     "TIME_LIMIT_GRACE": 5,
     "DEAD_CONSUMER_TIMEOUT": None,
+    "RESULT_TTL": 86400,
     "SOCKET_TIMEOUT": 10,
     "CONNECT_TIMEOUT": 5,
 }

@@ -15,6 +15,8 @@ DATABASES = {
     }
 }
 TASKRUNNER = {"REDIS_URL": os.environ.get("BENCH_REDIS_URL"), "PREFIX": "bench",
+              # bench/records.py compares task records on and off (0)
+              "RESULT_TTL": int(os.environ.get("BENCH_RESULT_TTL", "86400")),
               "ASYNC_CONCURRENCY": int(os.environ.get("BENCH_ASYNC_CONCURRENCY", "100"))}
 LOGGING = {
     "version": 1,

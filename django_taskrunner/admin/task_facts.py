@@ -5,9 +5,9 @@ Nothing here reads a whole stream. A page of queued tasks is one XRANGE (or XREV
 from a cursor, a page of running ones one XPENDING from a cursor; a search by task name
 or id walks at most `SEARCH_SCAN` entries per page and says where it stopped.
 
-`gather()` is the one function that collects the facts of one task; the task records
-of a later step add their status, result, progress and error to `TaskFacts` there, and
-the detail page shows whatever it holds.
+`gather()` is the one function that collects the facts of one task, its task record
+(status, result or error, progress, attempts, times) included, and the detail page
+shows whatever it holds.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from django.utils import timezone
 from django_taskrunner.checks import QUEUE_NAME
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import MAX_EPOCH_MS, TaskMessage
+from django_taskrunner.core.records import TaskRecord, lookup
 from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import keys, sharding
@@ -237,11 +238,34 @@ class TaskFacts:
     task_id_held: bool | None = None  # None: its id is not a reserved task_id
     failed_rows: list[FailedTask] = field(default_factory=list)
     searched: int = 0  # stream entries walked to find it by message id
+    record: TaskRecord | None = None  # its task record, when it has one in this queue
+
+    @property
+    def result_pretty(self) -> str:
+        record = self.record
+        if record is None or record.status != "succeeded" or record.error:
+            return ""
+        return json.dumps(record.result, indent=2, ensure_ascii=False, sort_keys=True)
+
+    @property
+    def progress_pretty(self) -> str:
+        record = self.record
+        if record is None or record.progress is None:
+            return ""
+        return json.dumps(record.progress, indent=2, ensure_ascii=False, sort_keys=True)
+
+    @property
+    def cancellable(self) -> bool:
+        """Its record says it has not finished, and no cancel was asked for yet."""
+        record = self.record
+        return record is not None and not record.finished and not record.cancel_requested
 
     @property
     def task_name(self) -> str:
         if self.message is not None:
             return self.message.task_name
+        if self.record is not None:
+            return self.record.task_name
         return self.failed_rows[0].task_name if self.failed_rows else "(undecodable message)"
 
     @property
@@ -264,7 +288,7 @@ class TaskFacts:
 
     @property
     def found(self) -> bool:
-        return bool(self.status or self.failed_rows)
+        return bool(self.status or self.failed_rows or self.record)
 
 
 def gather(browser: StreamBrowser, queue: str, *, stream_id: str = "",
@@ -288,9 +312,19 @@ def gather(browser: StreamBrowser, queue: str, *, stream_id: str = "",
         facts.message_id = facts.message.id
         _held_keys(browser, facts)
     if facts.message_id:
+        facts.record = record_in(facts.message_id, queue)
         facts.failed_rows = list(FailedTask.objects.filter(
             message_id=facts.message_id, queue=keys.queue_of(queue)).order_by("-failed_at")[:10])
     return facts
+
+
+def record_in(message_id: str, queue: str) -> TaskRecord | None:
+    """The task record of `message_id` when it belongs to `queue`'s queue (a crafted id of
+    another queue shows nothing and cannot be cancelled from this page)."""
+    record = lookup(message_id)
+    if record is None or record.queue != keys.queue_of(queue):
+        return None
+    return record
 
 
 def _from_stream(browser: StreamBrowser, facts: TaskFacts, stream_id: str) -> None:

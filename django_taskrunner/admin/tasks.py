@@ -5,20 +5,32 @@ The list reads one page of one stream from a cursor (see `task_facts`); the runn
 refreshes itself every few seconds through `live/`, a JSON view polled by
 `static/django_taskrunner/refresh.js`. Opening any of it takes the "view" permission of
 `Task`; it changes nothing. Unknown ids, queues and streams answer 404.
+
+The task page shows the task's record (status, result or error, progress, attempts,
+times) and, to those with the "cancel" permission, a Cancel button: a POST (with CSRF)
+answered by a confirmation page, then `cancel(id)` on "yes".
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+    JsonResponse,
+)
 from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
 
 from django_taskrunner.admin import task_facts as facts_of
 from django_taskrunner.admin.base import RedisPageAdmin
+from django_taskrunner.core.records import cancel
 from django_taskrunner.models import Task
 from django_taskrunner.stats.health import dashboard_queues
 from django_taskrunner.store import keys, sharding
@@ -26,6 +38,7 @@ from django_taskrunner.store.browse import get_browser
 from django_taskrunner.store.errors import REDIS_DOWN
 
 REFRESH_SECONDS = 5
+CANCEL_PERMISSION = "django_taskrunner.cancel_task"
 
 
 @admin.register(Task)
@@ -40,6 +53,7 @@ class TaskAdmin(RedisPageAdmin):
             path("", view(self.changelist_view), name=self._name("changelist")),
             path("detail/", view(self.detail_view), name=self._name("detail")),
             path("live/", view(self.live_view), name=self._name("live")),
+            path("cancel/", view(self.cancel_view), name=self._name("cancel")),
         ]
 
     def _name(self, view: str) -> str:
@@ -119,7 +133,41 @@ class TaskAdmin(RedisPageAdmin):
             "title": f"Task {facts.message_id or facts.stream_id}", "facts": facts,
             "links": self._links(request, facts),
             "changelist_url": reverse(self.url_name("changelist")),
+            "can_cancel": facts.cancellable and request.user.has_perm(CANCEL_PERMISSION),
+            "cancel_url": reverse(self.url_name("cancel")),
         })
+
+    def cancel_view(self, request: HttpRequest) -> HttpResponse:
+        """POST only: confirm, then cancel one task of one queue (by its record)."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not request.user.has_perm(CANCEL_PERMISSION):
+            raise PermissionDenied
+        queue = request.POST.get("queue", "")
+        message_id = request.POST.get("id", "")[:255]
+        try:
+            known = dashboard_queues()
+            if not facts_of.valid_stream(queue, known) and queue not in known:
+                raise Http404("no such queue")
+            record = facts_of.record_in(message_id, queue) if message_id else None
+            if record is None:
+                raise Http404("no such task in this queue")
+            back = (f"{reverse(self.url_name('detail'))}?"
+                    f"{urlencode({'queue': queue, 'id': message_id})}")
+            if request.POST.get("confirm") != "yes":
+                return self.render(request, "cancel_confirm.html", {
+                    "title": f"Cancel task {message_id}?", "record": record, "queue": queue,
+                    "back_url": back, "cancel_url": reverse(self.url_name("cancel"))})
+            done = cancel(message_id)
+        except REDIS_DOWN as exc:
+            return self.render(request, "detail.html", {"redis_error": str(exc)})
+        if done:
+            self.message_user(request, f"Cancelled task {message_id} ({record.task_name}).",
+                              messages.SUCCESS)
+        else:
+            self.message_user(request, f"Task {message_id} had finished already; nothing "
+                                       f"was cancelled.", messages.WARNING)
+        return HttpResponseRedirect(back)
 
     def _gather(self, browser: Any, stream: str, stream_id: str, message_id: str,
                 hint: str) -> facts_of.TaskFacts:

@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 
 from django_taskrunner import tracing
-from django_taskrunner.conf import get_settings
+from django_taskrunner.conf import get_settings, on_reset
 from django_taskrunner.core import clock, due, eager
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.options import TaskOptions, check_queue_name, check_seconds
+from django_taskrunner.core.records import dispatch_record
 from django_taskrunner.core.registry import registry
 from django_taskrunner.core.unique import Claim, KeySource
 from django_taskrunner.exceptions import (
@@ -39,6 +40,7 @@ from django_taskrunner.store.broker import Broker, get_broker
 from django_taskrunner.store.connection import built_client
 from django_taskrunner.store.errors import REDIS_DOWN, unavailable
 from django_taskrunner.store.locks import get_locks
+from django_taskrunner.store.schedule import for_broker as schedule_store
 
 if TYPE_CHECKING:
     from django_taskrunner.core.task import Task
@@ -129,6 +131,28 @@ def prepare(
     return message, claim
 
 
+# (prefix, queue) this process has announced in the known-queues set already.
+_announced: set[tuple[str, str]] = set()
+
+
+@on_reset
+def _forget_announced() -> None:
+    _announced.clear()
+
+
+def announce_queue(broker: Broker, queue: str) -> None:
+    """Add `queue` to the known queues (`keys.known_queues_key`) once per process, so the
+    dashboard, `runtasks`' default queues and the leader's promotions know a queue used
+    only through `dispatch(queue=...)`: one SADD on the first dispatch, none after."""
+    if (broker.prefix, queue) in _announced:
+        return
+    try:
+        schedule_store(broker).add_known_queues([queue])
+    except REDIS_DOWN:
+        return  # the next dispatch tries again
+    _announced.add((broker.prefix, queue))
+
+
 def _redis_down(task: Task, exc: Exception) -> RedisUnavailable:
     return unavailable(f"cannot dispatch {task.name!r}", exc, built_client())
 
@@ -172,13 +196,16 @@ def dispatch(
     try:
         broker = get_broker()
         if claim is None:
-            message.stream_id = broker.add(sharding.next_shard(message.queue), body)
+            shard = sharding.next_shard(message.queue)
+            message.stream_id = broker.add(shard, body, dispatch_record(message, task, shard))
         else:
             reply = get_locks().add_reserved(
-                claim.reservation(broker.stream(claim.shard), body, None))
+                claim.reservation(broker.stream(claim.shard), body, None),
+                dispatch_record(message, task, claim.shard, claim=claim))
             message.stream_id = claim.read_reply(reply)
     except REDIS_DOWN as exc:
         raise _redis_down(task, exc) from exc
+    announce_queue(broker, message.queue)
     return message
 
 
@@ -231,26 +258,34 @@ def _dispatch_at(task: Task, payload: Any, due_ms: int, options: dict[str, Any])
     if due_ms <= clock.now_ms() or get_settings().EAGER:  # eager mode ignores delays
         return dispatch(task, payload, **options)
     message, claim = prepare(task, payload, start_ms=due_ms, **options)
-    add_delayed(message, due_ms, claim)
+    add_delayed(message, due_ms, claim, task=task)
     return message
 
 
-def add_delayed(message: TaskMessage, due_ms: int, claim: Claim | None = None) -> None:
+def add_delayed(
+    message: TaskMessage, due_ms: int, claim: Claim | None = None, task: Task | None = None,
+) -> None:
     """Put `message` in its queue's delayed set until `due_ms` (the one delayed add path),
-    taking its unique lock / task_id in the same script when it has a `claim`."""
+    taking its unique lock / task_id in the same script when it has a `claim`; with its
+    `task`, the task's record ("delayed") goes in the same round trip."""
     body = message.to_json()
     try:
         broker = get_broker()
         if claim is None:
-            broker.add_delayed(sharding.next_shard(message.queue), body, due_ms)
+            shard = sharding.next_shard(message.queue)
+            record = None if task is None else dispatch_record(message, task, shard, due_ms)
+            broker.add_delayed(shard, body, due_ms, record)
         else:
             reservation = claim.reservation(
                 keys.delayed_key(broker.prefix, claim.shard), body, due_ms,
                 wake_channel=keys.wake_channel(broker.prefix, claim.shard))
-            claim.read_reply(get_locks().add_reserved(reservation))
+            record = None if task is None else dispatch_record(message, task, claim.shard,
+                                                               due_ms, claim)
+            claim.read_reply(get_locks().add_reserved(reservation, record))
     except REDIS_DOWN as exc:
         raise unavailable(f"cannot dispatch {message.task_name!r}", exc,
                           built_client()) from exc
+    announce_queue(broker, message.queue)
 
 
 def dispatch_many(
@@ -288,8 +323,8 @@ def dispatch_many(
     try:
         broker = get_broker()
         if claimed:
-            return _add_claimed(broker, claimed)
-        stream_ids = _add_plain(broker, prepared[0][0].queue, bodies)
+            return _add_claimed(broker, task, claimed)
+        stream_ids = _add_plain(broker, task, [message for message, _ in prepared], bodies)
     except REDIS_DOWN as exc:
         raise _redis_down(task, exc) from exc
     for (message, _claim), stream_id in zip(prepared, stream_ids, strict=True):
@@ -311,28 +346,38 @@ def _dispatch_many_plain(
                 for payload in payloads]
     bodies = [message.to_json() for message in messages]
     try:
-        stream_ids = _add_plain(get_broker(), first.queue, bodies)
+        stream_ids = _add_plain(get_broker(), task, messages, bodies)
     except REDIS_DOWN as exc:
         raise _redis_down(task, exc) from exc
     for message, stream_id in zip(messages, stream_ids, strict=True):
         message.stream_id = stream_id
+    announce_queue(get_broker(), first.queue)
     return messages
 
 
-def _add_plain(broker: Broker, queue: str, bodies: list[str]) -> list[str]:
-    """XADD every body in one round trip; a queue split into shards gets them round robin."""
+def _add_plain(
+    broker: Broker, task: Task, messages: list[TaskMessage], bodies: list[str]
+) -> list[str]:
+    """XADD every body (and its record) in one round trip; a queue split into shards
+    gets them round robin."""
+    queue = messages[0].queue
+    shards = sharding.spread(queue, len(bodies))
+    records = [record for message, shard in zip(messages, shards, strict=True)
+               if (record := dispatch_record(message, task, shard)) is not None]
     if sharding.shard_count(queue) == 1:
-        return broker.add_many(queue, bodies)
-    return broker.add_each(list(zip(sharding.spread(queue, len(bodies)), bodies, strict=True)))
+        return broker.add_many(queue, bodies, records)
+    return broker.add_each(list(zip(shards, bodies, strict=True)), records)
 
 
 def _add_claimed(
-    broker: Broker, claimed: list[tuple[TaskMessage, Claim, str]]
+    broker: Broker, task: Task, claimed: list[tuple[TaskMessage, Claim, str]]
 ) -> list[TaskMessage]:
     """One enqueue script per message, pipelined; the messages whose claim was free."""
     replies = get_locks().add_reserved_many(
         [claim.reservation(broker.stream(claim.shard), body, None)
-         for _message, claim, body in claimed])
+         for _message, claim, body in claimed],
+        [dispatch_record(message, task, claim.shard, claim=claim)
+         for message, claim, _body in claimed])
     queued = []
     for (message, claim, _body), reply in zip(claimed, replies, strict=True):
         try:

@@ -36,6 +36,7 @@ class TaskOptions:
     unique_key: Callable[[Any], str] | None = None
     unique_mode: str = "until_finished"
     takes_context: bool = False
+    result_ttl: int | None = None  # None: TASKRUNNER["RESULT_TTL"]; 0: no record
 
 
 def check_queue_name(queue: Any) -> str:

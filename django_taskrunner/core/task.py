@@ -58,6 +58,11 @@ def check_options(options: TaskOptions, task_name: str) -> None:
     if options.unique_key is not None and not callable(options.unique_key):
         raise InvalidTaskOptions("unique_key must be a callable(payload) -> str, or None")
     check_unique_mode(options.unique_mode)
+    ttl = options.result_ttl
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int)
+                            or not 0 <= ttl <= MAX_SECONDS):
+        raise InvalidTaskOptions(f"result_ttl must be an integer of seconds from 0 to "
+                                 f"{MAX_SECONDS:,}, not {ttl!r}")
     if options.unique:
         check_unique_for(options.unique_for, task_name)
     elif options.unique_for is not None:

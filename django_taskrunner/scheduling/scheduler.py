@@ -57,12 +57,16 @@ def register_queues(broker: Broker, queues: Iterable[str]) -> None:
     for_broker(broker).add_known_queues(list(queues))
 
 
+def _app_now_ms() -> int:
+    return clock.now_ms()
+
+
 class Scheduler(threading.Thread):
     """Promotes due delayed messages and fires periodic tasks until `stop()`."""
 
     def __init__(
         self, broker: Broker, queues: Iterable[str], *, periodic: PeriodicRunner | None = None,
-        batch: int = PROMOTE_BATCH, now_ms: Callable[[], int] = clock.now_ms,
+        batch: int = PROMOTE_BATCH, now_ms: Callable[[], int] | None = None,
     ) -> None:
         super().__init__(name="taskrunner-scheduler", daemon=True)
         self.broker = broker
@@ -70,7 +74,8 @@ class Scheduler(threading.Thread):
         self.queues = set(queues)
         self.periodic = periodic
         self.batch = batch
-        self.now_ms = now_ms
+        # Looked up at each call, so a test that moves the app's clock moves the scheduler's.
+        self.now_ms = now_ms if now_ms is not None else _app_now_ms
         self.moved = 0  # messages promoted so far
         self._stopping = threading.Event()
         # Per delayed set: a queue's, or each of its shards' when it is split.

@@ -23,7 +23,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
 from django_taskrunner.conf import get_settings
-from django_taskrunner.stats.figures import QueueStats, TaskStats, get_stats, known_queues
+from django_taskrunner.stats.figures import QueueStats, TaskStats, get_stats
+from django_taskrunner.stats.health import dashboard_queues
 from django_taskrunner.stats.recorder import BUCKET_LABELS, PICKUP_LABELS
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.errors import REDIS_DOWN
@@ -50,7 +51,8 @@ def leader_available() -> bool:
 class TaskrunnerCollector:
     """A prometheus_client collector that reads the figures of `queues` at each scrape."""
 
-    def __init__(self, queues: Callable[[], list[str]] = known_queues) -> None:
+    def __init__(self, queues: Callable[[], list[str]] = dashboard_queues) -> None:
+        # Every queue a worker consumes, a dispatch used or a task names, and DEFAULT_QUEUE.
         self.queues = queues
 
     def describe(self) -> list[Any]:

@@ -18,6 +18,7 @@ from redis.exceptions import ResponseError
 from django_taskrunner.conf import get_settings, on_reset
 from django_taskrunner.store import keys, scripts, server
 from django_taskrunner.store.connection import get_redis
+from django_taskrunner.store.records import SCRIPTS, Records, RecordWrite
 from django_taskrunner.store.values import text
 
 # An entry as read: (stream id, body or None when the entry was deleted meanwhile).
@@ -65,27 +66,50 @@ class Broker:
     def stream(self, queue: str) -> str:
         return keys.stream_key(self.prefix, queue)
 
-    def add(self, queue: str, body: str) -> str:
-        """XADD one message; returns its stream id."""
-        return text(self.client.xadd(self.stream(queue), {keys.ENTRY_FIELD: body}))
+    @property
+    def records(self) -> Records:
+        """The task records on this broker's client and prefix."""
+        return Records(self.client, self.prefix)
 
-    def add_many(self, queue: str, bodies: Sequence[str]) -> list[str]:
-        """XADD many messages in one pipelined round trip."""
+    def add(self, queue: str, body: str, record: RecordWrite | None = None) -> str:
+        """XADD one message; returns its stream id. With `record`, its task record is
+        written first (HSET, EXPIRE) in the same pipelined round trip."""
+        if record is None:
+            return text(self.client.xadd(self.stream(queue), {keys.ENTRY_FIELD: body}))
         pipe = self.client.pipeline(transaction=False)
+        self.records.queue_new(pipe, record)
+        pipe.execute_command("XADD", self.stream(queue), "*", keys.ENTRY_FIELD, body)
+        return text(pipe.execute()[-1])
+
+    def add_many(
+        self, queue: str, bodies: Sequence[str], records: Sequence[RecordWrite] = (),
+    ) -> list[str]:
+        """XADD many messages in one pipelined round trip (with their `records` first)."""
+        pipe = self.client.pipeline(transaction=False)
+        store = self.records
+        for record in records:
+            store.queue_new(pipe, record)
         stream = self.stream(queue)
         # execute_command, not pipe.xadd(): skips building and checking xadd's options
         # for every message of the batch.
         command = pipe.execute_command
         for body in bodies:
             command("XADD", stream, "*", keys.ENTRY_FIELD, body)
-        return [text(stream_id) for stream_id in pipe.execute()]
+        replies = pipe.execute()
+        return [text(stream_id) for stream_id in replies[2 * len(records):]]
 
-    def add_each(self, entries: Sequence[tuple[str, str]]) -> list[str]:
-        """XADD each (queue or shard, body) in one pipelined round trip (any slots)."""
+    def add_each(
+        self, entries: Sequence[tuple[str, str]], records: Sequence[RecordWrite] = (),
+    ) -> list[str]:
+        """XADD each (queue or shard, body) in one pipelined round trip (any slots),
+        with their `records` first."""
         pipe = self.client.pipeline(transaction=False)
+        store = self.records
+        for record in records:
+            store.queue_new(pipe, record)
         for queue, body in entries:
             pipe.xadd(self.stream(queue), {keys.ENTRY_FIELD: body})
-        return [text(stream_id) for stream_id in pipe.execute()]
+        return [text(stream_id) for stream_id in pipe.execute()[2 * len(records):]]
 
     def ensure_group(self, queue: str) -> None:
         """Create the consumer group (and the stream) unless they exist.
@@ -111,10 +135,26 @@ class Broker:
             # The stream was deleted (by hand, or a Redis restart without persistence).
             self.ensure_group(queue)
             return []
-        if not reply:
-            return []
-        entries = reply[0][1] if isinstance(reply, list) else next(iter(reply.values()))[0]
-        return [(text(stream_id), _body(fields)) for stream_id, fields in entries]
+        return _entries(reply)
+
+    def read_checked(
+        self, queue: str, consumer: str, count: int, block_ms: int | None,
+    ) -> tuple[list[Entry], set[str]]:
+        """`read()`, and then the ids cancelled on this stream (SMEMBERS of its cancelled
+        set, `keys.cancelled_key`) in the same pipelined round trip: read after the
+        XREADGROUP returned, so a cancel made before a message was read is seen with it."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.xreadgroup(self.group, consumer, {self.stream(queue): ">"}, count=count,
+                        block=block_ms)
+        self.records.queue_cancelled(pipe, queue)
+        try:
+            reply, cancelled = pipe.execute()
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            self.ensure_group(queue)
+            return [], set()
+        return _entries(reply), {text(task_id) for task_id in cancelled}
 
     def ack(self, queue: str, stream_ids: Sequence[str], pipe: Any = None) -> None:
         """XACK (and XDEL when DELETE_ON_ACK) the given entries, in one round trip.
@@ -148,21 +188,25 @@ class Broker:
 
     def settle(
         self, consumer: str, acks: Mapping[str, Sequence[str]], requeues: Sequence[Requeue],
+        records: Sequence[RecordWrite] = (),
     ) -> None:
         """Ack finished entries (`{queue: [stream id, ...]}`, as `ack()`) and requeue
         others (`requeue.lua`, which acks each old entry in the same script), all in one
-        pipelined round trip. An entry that is no longer `consumer`'s is not requeued.
+        pipelined round trip, after the task `records` (`Records.queue_writes`). An entry
+        that is no longer `consumer`'s is not requeued.
 
         Redis outage errors pass through; nothing of the batch may have been applied,
         or all of it: sending it again is safe (an ack is idempotent, a requeue of an
         entry already acked finds it no longer pending and does nothing).
         """
-        pipe = self.client.pipeline(transaction=False)
-        for queue, stream_ids in acks.items():
-            self.ack(queue, stream_ids, pipe=pipe)
-        for requeue in requeues:
-            self._requeue(pipe, consumer, requeue)
-        pipe.execute()
+        def build(pipe: Any) -> None:
+            self.records.queue_writes(pipe, records)
+            for queue, stream_ids in acks.items():
+                self.ack(queue, stream_ids, pipe=pipe)
+            for requeue in requeues:
+                self._requeue(pipe, consumer, requeue)
+
+        scripts.execute_loading(self.client, build, SCRIPTS)
 
     def _requeue(self, client: Any, consumer: str, requeue: Requeue) -> Any:
         """Run (or, on a pipeline, queue) `requeue.lua` for one entry."""
@@ -173,13 +217,19 @@ class Broker:
              "1" if self.delete_on_ack else "0", keys.wake_channel(self.prefix, queue)],
         )
 
-    def add_delayed(self, queue: str, body: str, due_ms: int) -> bool:
-        """ZADD a message to the delayed set; True when it woke the scheduler."""
+    def add_delayed(
+        self, queue: str, body: str, due_ms: int, record: RecordWrite | None = None,
+    ) -> bool:
+        """ZADD a message to the delayed set; True when it woke the scheduler. With
+        `record`, its task record is written first in the same pipelined round trip."""
+        client = self.client if record is None else self.client.pipeline(transaction=False)
+        if record is not None:
+            self.records.queue_new(client, record)
         woke = scripts.run(
-            self.client, "add_delayed", [keys.delayed_key(self.prefix, queue)],
+            client, "add_delayed", [keys.delayed_key(self.prefix, queue)],
             [str(due_ms), body, keys.wake_channel(self.prefix, queue)],
         )
-        return bool(woke)
+        return bool(woke if record is None else client.execute()[-1])
 
     def promote_due(self, queue: str, now_ms: int, batch: int) -> tuple[int, int | None]:
         """Move up to `batch` due delayed messages to the stream, atomically.
@@ -220,6 +270,26 @@ class Broker:
             self.hold(queue, consumer, stream_ids, pipe=pipe)
         return {queue: [text(lost) for lost in lost_ids]
                 for queue, lost_ids in zip(held, pipe.execute(), strict=True)}
+
+    def hold_and_sync(
+        self, consumer: str, held: Mapping[str, Sequence[str]], writes: Sequence[RecordWrite],
+        watched: Sequence[str],
+    ) -> tuple[dict[str, list[str]], set[str]]:
+        """`hold_many()`, with the running tasks' record writes (started, progress) and
+        the read of the `watched` ids' cancel flags, in the same pipelined round trip;
+        returns the lost ids per queue and the ids found cancelled."""
+        store = self.records
+
+        def build(pipe: Any) -> None:
+            for queue, stream_ids in held.items():
+                self.hold(queue, consumer, stream_ids, pipe=pipe)
+            store.queue_writes(pipe, writes)
+            store.queue_flags(pipe, watched)
+
+        replies = scripts.execute_loading(self.client, build, SCRIPTS)
+        lost = {queue: [text(lost) for lost in lost_ids]
+                for queue, lost_ids in zip(held, replies, strict=False)}
+        return lost, store.cancelled_ids(watched, replies[len(replies) - len(watched):])
 
     def pending_idle(
         self, queue: str, min_idle_ms: int, start: str, count: int, consumer: str | None = None
@@ -290,6 +360,14 @@ class Broker:
         except ResponseError:
             return 0
         return int(summary["pending"])
+
+
+def _entries(reply: Any) -> list[Entry]:
+    """The entries of one stream's XREADGROUP reply (RESP2 list or RESP3 dict)."""
+    if not reply:
+        return []
+    entries = reply[0][1] if isinstance(reply, list) else next(iter(reply.values()))[0]
+    return [(text(stream_id), _body(fields)) for stream_id, fields in entries]
 
 
 def _body(fields: dict[bytes, bytes] | None) -> bytes | None:

@@ -18,6 +18,8 @@ use the queue name.
 
 from __future__ import annotations
 
+import hashlib
+
 SHARD_MARK = "#"
 # The one field of a stream entry: it holds the message's wire JSON (core/message.py).
 ENTRY_FIELD = b"m"
@@ -153,3 +155,34 @@ def periodic_channel(prefix: str) -> str:
 def known_queues_key(prefix: str) -> str:
     """Set of every queue a worker consumes, so the leader promotes delayed tasks of each."""
     return f"{prefix}:queues"
+
+
+def record_tag(task_id: str) -> str:
+    """The hash tag of one task's record keys: the id, or its digest when the id holds a
+    brace (a caller's `task_id` may), so both keys of a record always share one slot."""
+    if "{" in task_id or "}" in task_id:
+        return hashlib.sha256(task_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return task_id
+
+
+def record_key(prefix: str, task_id: str) -> str:
+    """Hash of one task's record (status, result, progress...), with a TTL.
+
+    `<prefix>:record:{<id>}`: tagged by the task id, not the queue, because `lookup(id)`
+    knows only the id; every script on it touches this key and `record_done_key` only.
+    """
+    return f"{prefix}:record:{{{record_tag(task_id)}}}"
+
+
+def record_done_key(prefix: str, task_id: str) -> str:
+    """List `wait()` blocks on (BLMOVE onto itself): one element once the record is final.
+
+    Written only when some `wait()` marked the record as watched; same slot as the record.
+    """
+    return f"{record_key(prefix, task_id)}:done"
+
+
+def cancelled_key(prefix: str, queue: str) -> str:
+    """Set of the ids cancelled while queued, delayed or running on a queue (or shard):
+    its fetcher reads it with each XREADGROUP and skips those messages."""
+    return f"{prefix}:{{{queue}}}:cancelled"

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from django_taskrunner.conf import on_reset
 from django_taskrunner.store import keys, scripts
 from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store.records import Records, RecordWrite
 from django_taskrunner.store.values import text
 
 if TYPE_CHECKING:
@@ -90,22 +91,39 @@ class UniqueLocks:
 
     # -- taking (dispatch) ---------------------------------------------------------------
 
-    def add_reserved(self, reservation: Reservation) -> AddReply:
+    def add_reserved(
+        self, reservation: Reservation, record: RecordWrite | None = None,
+    ) -> AddReply:
         """Take the reservation and add its message in one EVALSHA of enqueue.lua.
 
         Returns ("ok", stream id or "delayed"), or on contention ("lock" | "id", the
-        holder value found) and nothing at all is written.
+        holder value found) and nothing at all is written. A task `record` is written
+        by the same script on one server; on a cluster (another slot) by a second round
+        trip once the message was added (`Records.save_new`).
         """
-        call_keys, args = reservation.script_call()
-        return _add_reply(scripts.run(self.client, "enqueue", call_keys, args))
+        store = Records(self.client, self.prefix)
+        reply = _add_reply(scripts.run(self.client, "enqueue",
+                                       *_script_call(reservation, record, store)))
+        if record is not None and store.clustered and reply[0] == "ok":
+            store.save_new([record])
+        return reply
 
-    def add_reserved_many(self, reservations: Sequence[Reservation]) -> list[AddReply]:
-        """`add_reserved` for each, pipelined in one round trip; replies in order."""
+    def add_reserved_many(
+        self, reservations: Sequence[Reservation],
+        records: Sequence[RecordWrite | None] = (),
+    ) -> list[AddReply]:
+        """`add_reserved` for each, pipelined in one round trip; replies in order. With
+        `records` (one per reservation, None for none), as `add_reserved`."""
+        store = Records(self.client, self.prefix)
         pipe = self.client.pipeline(transaction=False)
-        for reservation in reservations:
-            call_keys, args = reservation.script_call()
-            scripts.run(pipe, "enqueue", call_keys, args)
-        return [_add_reply(reply) for reply in pipe.execute()]
+        for index, reservation in enumerate(reservations):
+            record = records[index] if index < len(records) else None
+            scripts.run(pipe, "enqueue", *_script_call(reservation, record, store))
+        replies = [_add_reply(reply) for reply in pipe.execute()]
+        if store.clustered:
+            store.save_new([record for record, (status, _) in zip(records, replies, strict=False)
+                            if record is not None and status == "ok"])
+        return replies
 
     # -- freeing (worker, admin) ---------------------------------------------------------
 
@@ -169,6 +187,18 @@ class UniqueLocks:
         if hasattr(self.client, "get_primaries"):
             return sorted(self.client.get_primaries(), key=lambda node: node.name)
         return [None]
+
+
+def _script_call(
+    reservation: Reservation, record: RecordWrite | None, store: Records,
+) -> tuple[list[str], list[str]]:
+    """enqueue.lua's KEYS and ARGV, with the record's on one server (see the script)."""
+    call_keys, args = reservation.script_call()
+    if record is None or store.clustered:
+        return call_keys, args
+    record_keys, record_args = store.enqueue_args(record)
+    args = args + [""] * (9 - len(args))  # ARGV[9], the mode: "" when there is none
+    return call_keys + record_keys, args + record_args
 
 
 def _add_reply(reply: Any) -> AddReply:

@@ -2,7 +2,8 @@
 
 Every outcome ends here: a success, a failure recorded for good, a message dropped (an
 ack), and a retry or a shutdown put-back (a requeue). Both kinds wait in one batch and
-go out in one pipelined round trip (`Broker.settle`).
+go out in one pipelined round trip (`Broker.settle`), with the task records of those
+outcomes (`record()`, handed over just before the ack or requeue it goes with).
 
 A requeue stays one atomic script (`requeue.lua`: the new entry and the ack of the old
 one together), so there is no moment at which a retried message exists twice or not at
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django_taskrunner.store.broker import Broker, Requeue
+from django_taskrunner.store.records import RecordWrite
 from django_taskrunner.worker.outage import RedisStatus, redis_call
 
 logger = logging.getLogger(__name__)
@@ -32,10 +34,12 @@ EXIT_TRIES = 3
 
 @dataclass
 class Batch:
-    """Acks per stream and requeues, sent together."""
+    """Acks per stream, requeues and task records, sent together (`size` counts the
+    acks and requeues: a record always comes with one of them)."""
 
     acks: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     requeues: list[Requeue] = field(default_factory=list)
+    records: list[RecordWrite] = field(default_factory=list)
     size: int = 0
 
 
@@ -67,6 +71,12 @@ class Acker(threading.Thread):
         with self._cond:
             self._batch.acks[shard].append(stream_id)
             self._added()
+
+    def record(self, write: RecordWrite) -> None:
+        """Write a task record with the next batch (the ack or requeue it goes with
+        follows at once)."""
+        with self._cond:
+            self._batch.records.append(write)
 
     def requeue(self, shard: str, stream_id: str, body: str | bytes, due_ms: int = 0) -> None:
         """Move held `stream_id` back to `shard` with `body` (at `due_ms`, 0: now), and ack it."""
@@ -120,7 +130,7 @@ class Acker(threading.Thread):
 
     def flush(self, batch: Batch) -> bool:
         """Send one batch (one round trip); True once sent."""
-        self.broker.settle(self.consumer, batch.acks, batch.requeues)
+        self.broker.settle(self.consumer, batch.acks, batch.requeues, batch.records)
         return True
 
     def stop(self) -> None:

@@ -200,7 +200,7 @@ class AsyncRunner:
         except BaseException as exc:  # noqa: BLE001 - a bad call is the attempt's failure
             return exc
         loop = self.event_loop
-        inner = loop.create_task(guarded(coroutine))
+        inner = loop.create_task(guarded(kept(coroutine, attempt)))
         attempt.on_cancel = lambda: loop.call_soon_threadsafe(inner.cancel)
         if attempt.cancel.is_set():  # the watchdog was quicker than on_cancel
             inner.cancel()
@@ -233,6 +233,11 @@ async def connection_hygiene() -> None:
         await sync_to_async(close_old_connections)()
     except Exception:
         logger.exception("could not clean up the database connections of async tasks")
+
+
+async def kept(coroutine: Coroutine[Any, Any, Any], attempt: Any) -> None:
+    """Await a task's coroutine, keeping its return value for the task's record."""
+    attempt.result = await coroutine
 
 
 async def guarded(coroutine: Coroutine[Any, Any, Any]) -> BaseException | None:

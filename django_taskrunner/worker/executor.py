@@ -26,11 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import close_old_connections
 
+from django_taskrunner.conf import get_settings
 from django_taskrunner.core.awaitables import returned_awaitable, run_to_end
 from django_taskrunner.core.context import TaskContext
+from django_taskrunner.core.records import encode_value
 from django_taskrunner.exceptions import TaskExpired, TaskRunnerError
 from django_taskrunner.stats.recorder import StatsRecorder
 from django_taskrunner.store.broker import Broker
+from django_taskrunner.store.records import RecordWrite
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.failures import record_failure
 from django_taskrunner.worker.running import Attempt, RunningSet
@@ -43,6 +46,12 @@ from django_taskrunner.worker.steps.observe import announce_start
 from django_taskrunner.worker.steps.outcome import record_failure as record_for_good
 from django_taskrunner.worker.steps.outcome import succeed
 from django_taskrunner.worker.steps.reclaimed import check_reclaimed
+from django_taskrunner.worker.steps.record import (
+    record_ttl,
+    skip_cancelled,
+    stop_cancelled,
+    write_outcome,
+)
 from django_taskrunner.worker.steps.retry import retry, retry_delay
 from django_taskrunner.worker.steps.run import Run
 from django_taskrunner.worker.steps.time_limit import check_time_limit
@@ -52,14 +61,23 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+
+def set_progress(attempt: Attempt, value: Any) -> None:
+    """`ctx.set_progress`: keep the JSON of `value` for the heartbeat, or refuse it."""
+    encoded, why = encode_value(value, "progress")
+    if encoded is None:
+        raise ValueError(why)
+    attempt.set_progress(encoded)
+
 __all__ = ["Executor", "TaskExpired", "retry_delay"]  # TaskExpired: where it was before
 
 Step = Callable[["Executor", Run], bool]
 
 # The order of the policies. A new one (a rate limit, a cancellation) is one line here.
-BEFORE_RUN: Sequence[Step] = (decode, lookup, check_expiry, check_reclaimed, release_on_start,
-                              announce_start)
-AFTER_RUN: Sequence[Step] = (check_time_limit, count_run, retry, record_for_good, succeed)
+BEFORE_RUN: Sequence[Step] = (decode, skip_cancelled, lookup, check_expiry, check_reclaimed,
+                              release_on_start, announce_start)
+AFTER_RUN: Sequence[Step] = (check_time_limit, count_run, stop_cancelled, retry,
+                             record_for_good, succeed)
 
 
 class AttemptAbandoned(TaskRunnerError):
@@ -79,6 +97,7 @@ class Executor:
         stats: StatsRecorder | None = None,
         running: RunningSet | None = None, reservation_timeout: float = 300.0,
         requeue: Callable[[str, str, str, int], None] | None = None,
+        record: Callable[[RecordWrite], None] | None = None, result_ttl: int | None = None,
     ) -> None:
         self.broker = broker
         self.consumer = consumer
@@ -88,6 +107,11 @@ class Executor:
         self.stats = stats if stats is not None else StatsRecorder()
         self.running = running if running is not None else RunningSet()
         self.reservation_timeout = reservation_timeout
+        # Task records: each outcome's write goes with its ack (the acker's batch); the
+        # ids each stream's last fetch found cancelled; the RESULT_TTL of the worker.
+        self.record = record if record is not None else self._record_now
+        self.cancelled: dict[str, set[str]] = {}
+        self.result_ttl = get_settings().RESULT_TTL if result_ttl is None else result_ttl
         # The worker's event loop for `async def` tasks; without one (an executor used on
         # its own) a coroutine is run to completion on the calling thread.
         self.coroutines: AsyncRunner | None = None
@@ -131,6 +155,9 @@ class Executor:
             settled = self.running.settle(attempt)
         return error if settled else ABANDONED
 
+    def _record_now(self, write: RecordWrite) -> None:
+        self.broker.records.write([write])
+
     def begin(self, run: Run) -> Attempt:
         """Register the attempt about to run (on this thread, or on the event loop)."""
         task, message = run.task, run.message
@@ -141,7 +168,8 @@ class Executor:
         timeout = message.reservation_timeout_ms
         run.attempt = self.running.start(
             task, message, self.reservation_timeout if timeout is None else timeout / 1000,
-            run.shard, coroutine=task.is_async and self.coroutines is not None)
+            run.shard, record_ttl=record_ttl(self, run),
+            coroutine=task.is_async and self.coroutines is not None)
         return run.attempt
 
     def end(self, run: Run, error: BaseException | None) -> None:
@@ -159,9 +187,11 @@ class Executor:
         try:
             result = self.invoke(attempt)
             if task.is_async:
-                run_to_end(result)
-            elif result is not None:  # most tasks return None: no awaitable check then
-                return returned_awaitable(task.name, result)
+                attempt.result = run_to_end(result)
+            else:
+                attempt.result = result
+                if result is not None:  # most tasks return None: no awaitable check then
+                    return returned_awaitable(task.name, result)
         except BaseException as exc:  # noqa: BLE001 - a task's SystemExit must not stop us
             return exc
         finally:
@@ -190,6 +220,7 @@ class Executor:
         return TaskContext(
             id=message.id, task_name=message.task_name, queue=message.queue,
             attempt=message.attempt, _heartbeat=heartbeat, _cancel=attempt.cancel,
+            _progress=lambda value: set_progress(attempt, value),
         )
 
     def _requeue_now(self, shard: str, stream_id: str, body: str, due_ms: int) -> None:
@@ -209,13 +240,15 @@ class Executor:
         message = run.message
         assert message is not None
         close_old_connections()
+        trace = "".join(tb.format_exception(error))
         try:
             record_failure(message, error, attempts=attempts, worker=self.consumer,
-                           traceback="".join(tb.format_exception(error)), payload=payload,
-                           task_raised=task_raised)
+                           traceback=trace, payload=payload, task_raised=task_raised)
         finally:
             close_old_connections()
         if event is not None:
             release(self, run, event)
+        write_outcome(self, run, "expired" if isinstance(error, TaskExpired) else "failed",
+                      error=error, traceback=trace)
         self.ack(run.shard, run.stream_id)
         self.stats.failed(message.queue, message.task_name)

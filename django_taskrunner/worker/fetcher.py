@@ -42,8 +42,12 @@ class Fetcher(threading.Thread):
             generation = worker.generation()
             count = min(room, worker.settings.batch_size)
             block = None if worker.settings.burst else worker.settings.block_ms
-            entries = self._with_retries(
-                lambda: broker.read(self.queue, worker.consumer, count, block))  # noqa: B023
+            read = self._with_retries(
+                lambda: broker.read_checked(self.queue, worker.consumer, count,  # noqa: B023
+                                            block))  # noqa: B023
+            entries = None if read is None else read[0]
+            if read is not None:  # the ids cancelled on this stream, as of this read
+                worker.executor.cancelled[self.queue] = read[1]
             if entries:
                 self.idle_at = None
                 worker.accept(self.queue, entries)

@@ -4,8 +4,15 @@ A message un-acked for longer than its reservation timeout may be reclaimed by a
 worker; the heartbeat resets the idle time of every message the worker holds, running
 or fetched and waiting in its buffer (XCLAIM ... JUSTID by its own consumer, through
 `store/lua/hold.lua`, which never steals a message another worker has reclaimed), all
-queues in one pipelined round trip (`Broker.hold_many`), `BEATS_PER_TIMEOUT` times per
-shortest timeout.
+queues in one pipelined round trip (`Broker.hold_and_sync`), `BEATS_PER_TIMEOUT` times
+per shortest timeout.
+
+The same round trip carries the task records of the running attempts: "running" once
+for each (a task that ends before the next beat never needs it: its outcome's record
+says all), the progress each gave since the last beat, and the read of their cancel
+flags. So while a task runs, the worker beats at least every `CANCEL_CHECK_S`, and a
+`cancel(id)` reaches `ctx.cancelled` within a second; an idle worker beats no more
+often than before.
 
 The shortest timeout is the smallest of RESERVATION_TIMEOUT, the per-task timeouts of
 the tasks registered for the worker's queues (what a buffered message may have), and
@@ -26,12 +33,15 @@ from django_taskrunner.core import clock
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.worker.outage import REDIS_DOWN, RedisStatus
 from django_taskrunner.worker.running import Attempt, RunningSet
+from django_taskrunner.worker.steps.record import progress_write, started_write
 
 logger = logging.getLogger(__name__)
 
 BEATS_PER_TIMEOUT = 4
 MIN_INTERVAL = 0.05
 MAX_INTERVAL = 10.0
+# Longest time between beats while some attempt runs: how soon it sees a cancel.
+CANCEL_CHECK_S = 0.5
 
 
 def heartbeat_interval(reservation_timeout: float) -> float:
@@ -67,6 +77,7 @@ class Heartbeat(threading.Thread):
         self._cond = threading.Condition()
         self._stopping = False
         self._planned_for = self.floor  # the timeout the current wait was computed from
+        self._planned_interval = heartbeat_interval(self.floor)
         self._last_beat = clock.monotonic()
         self._lost: set[tuple[str, str]] = set()
         running.on_start(self._attempt_started)
@@ -82,7 +93,8 @@ class Heartbeat(threading.Thread):
             while not self._stopping:
                 shortest = self.shortest_timeout()
                 self._planned_for = shortest
-                left = self._last_beat + heartbeat_interval(shortest) - clock.monotonic()
+                self._planned_interval = interval = self.interval()
+                left = self._last_beat + interval - clock.monotonic()
                 if left <= 0:
                     self._last_beat = clock.monotonic()
                     return True
@@ -93,7 +105,8 @@ class Heartbeat(threading.Thread):
         """Wake the thread if this attempt needs beats sooner than planned (called on the
         task thread for every attempt: one uncontended lock unless it must wake)."""
         with self._cond:
-            if attempt.reservation_timeout < self._planned_for:
+            if (attempt.reservation_timeout < self._planned_for
+                    or self._planned_interval > CANCEL_CHECK_S):
                 self._cond.notify()
 
     def shortest_timeout(self) -> float:
@@ -102,7 +115,9 @@ class Heartbeat(threading.Thread):
         return min([self.floor, *timeouts])
 
     def interval(self) -> float:
-        return heartbeat_interval(self.shortest_timeout())
+        """Seconds to the next beat: `CANCEL_CHECK_S` at most while a task runs."""
+        interval = heartbeat_interval(self.shortest_timeout())
+        return min(interval, CANCEL_CHECK_S) if self.running.snapshot() else interval
 
     def _held_by_queue(self) -> tuple[dict[str, list[str]], set[tuple[str, str]]]:
         """Stream ids to beat per queue, and the (queue, id) of the running ones."""
@@ -119,8 +134,14 @@ class Heartbeat(threading.Thread):
         by_queue, running = self._held_by_queue()
         if not by_queue:
             return
+        attempts = [attempt for attempt in self.running.snapshot() if attempt.record_ttl > 0]
+        writes = [write for attempt in attempts
+                  if (write := progress_write(attempt) if attempt.start_recorded
+                      else started_write(attempt, self.consumer)) is not None]
+        watched = [attempt.message.id for attempt in attempts]
         try:
-            lost_by_queue = self.broker.hold_many(self.consumer, by_queue)
+            lost_by_queue, cancelled = self.broker.hold_and_sync(self.consumer, by_queue,
+                                                                 writes, watched)
         except REDIS_DOWN as exc:
             self.status.failed(exc, "sending heartbeats")
             return
@@ -128,6 +149,12 @@ class Heartbeat(threading.Thread):
             logger.exception("heartbeat failed; trying again in %.1fs", self.interval())
             return
         self.status.succeeded()
+        for attempt in attempts:
+            attempt.start_recorded = True
+            if attempt.message.id in cancelled and not attempt.cancel_requested:
+                logger.info("task=%s id=%s was cancelled; ctx.cancelled is now True",
+                            attempt.task.name, attempt.message.id)
+                attempt.cancelled_by_request()
         self._lost &= running
         for queue, lost_ids in lost_by_queue.items():
             for stream_id in lost_ids:

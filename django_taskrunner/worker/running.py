@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from django_taskrunner.core import clock
 from django_taskrunner.core.message import TaskMessage
@@ -27,14 +28,38 @@ class Attempt:
     reservation_timeout: float
     shard: str  # the stream the message was read from (its queue, or one shard of it)
     started: float = field(default_factory=lambda: clock.monotonic())  # the clock of now
+    started_ms: int = field(default_factory=lambda: clock.now_ms())  # wall clock, for records
+    result: Any = None  # what the task returned
+    # Its record: seconds a finished one is kept (0: the task keeps none), whether the
+    # heartbeat wrote "running" yet, the progress (JSON) it has not written yet, and
+    # whether someone cancelled the task (read by the heartbeat).
+    record_ttl: int = 0
+    start_recorded: bool = False
+    progress: str | None = None
+    cancel_requested: bool = False
+
+    def set_progress(self, encoded: str) -> None:
+        """Keep the task's latest progress (JSON) for the heartbeat to write."""
+        self.progress = encoded
+
+    def take_progress(self) -> str | None:
+        """The progress not written yet, once (the heartbeat writes it)."""
+        progress, self.progress = self.progress, None
+        return progress
+
+    def cancelled_by_request(self) -> None:
+        """Someone cancelled the task: tell it through `ctx.cancelled`."""
+        self.cancel_requested = True
+        self.request_cancel()
     coroutine: bool = False  # awaited on the worker's event loop: no thread of its own
     on_cancel: Callable[[], None] | None = None  # cancels the coroutine (from any thread)
 
     @property
     def cancel(self) -> threading.Event:
-        """Set once its time limit passed (`ctx.cancelled`). Made on first use: most
-        attempts never need one, and an Event costs microseconds to build. `setdefault`
-        is atomic, so the task thread and the watchdog always get the same one."""
+        """Set when the attempt should stop: its time limit, a shutdown, or a cancel
+        (`ctx.cancelled`). Made on first use: most attempts never need one, and an Event
+        costs microseconds to build. `setdefault` is atomic, so the task thread, the
+        watchdog and the heartbeat always get the same one."""
         event = self.__dict__.get("_cancel")
         if event is None:
             event = self.__dict__.setdefault("_cancel", threading.Event())
@@ -89,12 +114,13 @@ class RunningSet:
 
     def start(
         self, task: Task, message: TaskMessage, reservation_timeout: float,
-        shard: str | None = None, *, coroutine: bool = False,
+        shard: str | None = None, record_ttl: int = 0, *, coroutine: bool = False,
     ) -> Attempt:
         """Register the attempt the current thread is about to run (read from `shard`,
-        by default the message's queue)."""
+        by default the message's queue; `record_ttl` 0: its task keeps no record)."""
         attempt = Attempt(task, message, threading.current_thread(), reservation_timeout,
-                          message.queue if shard is None else shard, coroutine=coroutine)
+                          message.queue if shard is None else shard, record_ttl=record_ttl,
+                          coroutine=coroutine)
         with self._lock:
             self._attempts.add(attempt)
         if attempt.time_limit is not None and self._on_change is not None:

@@ -46,6 +46,7 @@ class WorkerSettings:
     dead_consumer_timeout: float
     stats_interval: float
     stats_window: int
+    result_ttl: int = 86400  # seconds a finished task's record is kept (0: none)
     async_concurrency: int = 100  # `async def` tasks awaited side by side on the event loop
 
 
@@ -122,5 +123,6 @@ def worker_settings(
             settings.DEAD_CONSUMER_TIMEOUT, timeout)),
         stats_interval=first(given.get("stats_interval"), settings.STATS_INTERVAL),
         stats_window=first(given.get("stats_window"), settings.STATS_WINDOW),
+        result_ttl=first(given.get("result_ttl"), settings.RESULT_TTL),
         async_concurrency=first(given.get("async_concurrency"), settings.ASYNC_CONCURRENCY),
     )

@@ -40,6 +40,7 @@ from django_taskrunner.worker.pool import Pool
 from django_taskrunner.worker.reclaim import Reclaimer, shortest_timeout
 from django_taskrunner.worker.running import Attempt, RunningSet
 from django_taskrunner.worker.settings import WorkerSettings
+from django_taskrunner.worker.steps.record import requeued_write
 from django_taskrunner.worker.timelimit import TimeLimitWatchdog, interrupt
 
 logger = logging.getLogger(__name__)
@@ -84,7 +85,8 @@ class Worker:
                                           self._give_up)
         self.executor = Executor(self.broker, self.consumer, self.acker.add,
                                  requeue=self.acker.requeue, stats=self.monitor.recorder,
-                                 running=self.running, reservation_timeout=timeout)
+                                 running=self.running, reservation_timeout=timeout,
+                                 record=self.acker.record, result_ttl=settings.result_ttl)
         # `async def` tasks: awaited on one event loop beside the pool, holding no thread.
         self.coroutines = AsyncRunner(
             self.executor, settings.async_concurrency, room=self._room_changed,
@@ -302,6 +304,9 @@ class Worker:
             self._leftovers = []
         if not finished:
             self._log_given_up(self.settings.shutdown_timeout)
+            for attempt in self.running.snapshot():  # their records say "queued" again
+                if (write := requeued_write(attempt)) is not None:
+                    self.acker.record(write)
         requeued = self._requeue(unfinished)
         if requeued:
             logger.info("put %d message(s) this worker held but did not finish back on their "

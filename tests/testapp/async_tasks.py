@@ -99,3 +99,10 @@ async def async_saves_note(payload: Any) -> None:
 @task(unique=True, unique_for=60)
 async def async_unique(payload: Any) -> None:
     record("async_unique", payload)
+
+
+@task
+async def async_returns(payload: Any) -> Any:
+    """tests/integration/test_records.py: an async task's return value in its record."""
+    await asyncio.sleep(0)
+    return {"async": payload["n"]}

@@ -309,5 +309,56 @@ def beats_by_hand(ctx: Any, payload: Any) -> None:
     get_redis().hset(runs_key(), f"beat:{payload['n']}", int(ctx.heartbeat()))
 
 
+# -- task records (tests/integration/test_records.py) --------------------------------
+
+
+@task
+def returns_double(payload: Any) -> Any:
+    return {"double": payload["n"] * 2}
+
+
+@task
+def returns_unencodable(payload: Any) -> Any:
+    return {"when": object()}
+
+
+@task
+def returns_huge(payload: Any) -> Any:
+    return "x" * (200 * 1024)
+
+
+@task(result_ttl=0)
+def keeps_no_record(payload: Any) -> Any:
+    record("keeps_no_record", payload)
+    return 1
+
+
+@task(max_retry=1, retry_backoff=60)
+def fails_then_retries_later(payload: Any) -> None:
+    raise ValueError("first attempt fails")
+
+
+CANCELLED_SEEN: dict[str, float] = {}
+
+
+@task(takes_context=True, unique=True, unique_for=60, max_retry=2, retry_backoff=0)
+def runs_until_cancelled(ctx: Any, payload: Any) -> str:
+    """Gives its progress, then runs until cancelled (at most 20 s), then raises: a
+    cancelled task is not retried all the same."""
+    record("runs_until_cancelled:start", payload)
+    ctx.set_progress({"step": 1, "of": 2})
+    deadline = time.monotonic() + 20
+    while not ctx.cancelled and time.monotonic() < deadline:
+        time.sleep(0.01)
+    CANCELLED_SEEN[ctx.id] = time.monotonic()
+    record("runs_until_cancelled:stopped", payload)
+    raise RuntimeError("stopped")
+
+
+@task(unique=True, unique_for=60)
+def unique_records(payload: Any) -> None:
+    record("unique_records", payload)
+
+
 from tests.testapp import chaos_tasks  # noqa: E402,F401 - registers the chaos suite's tasks
 from tests.testapp import async_tasks  # noqa: E402,F401 - registers the async fixture tasks

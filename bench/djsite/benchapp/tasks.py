@@ -17,6 +17,12 @@ def job(payload: Any) -> None:
     run_job(payload)
 
 
+@task(name="bench.sized")
+def sized(payload: Any) -> dict[str, Any]:
+    """bench/records.py: a task whose record holds a small result."""
+    return {"n": payload["n"], "ok": True}
+
+
 @task(name="bench.async_io")
 async def async_io(payload: Any) -> None:
     """Awaits `ms` of simulated I/O, then counts itself done (bench/async_io.py)."""

@@ -25,6 +25,10 @@
 --         before every waiting one, its due time is PUBLISHed there (as add_delayed.lua)
 -- ARGV[9] optional: the lock's unique mode, written to the mode record with the lock's
 --         TTL so the admin can show it (the lock's value stays the holder)
+-- ARGV[10] optional: the TTL in seconds of the task's record, '' for none; then
+--         ARGV[11...] its field, value pairs; the record's two keys (record, done list)
+--         come last in KEYS. A single server only: on a cluster the record lives in the
+--         id's slot, not the queue's, and is written after this script (store/records.py).
 -- Returns {'ok', <stream id> | 'delayed'}; {'id', <holder>} when the task_id is
 -- reserved; {'lock', <holder>} when the lock is held (the value found, token included).
 
@@ -41,7 +45,9 @@ if ARGV[4] ~= '' then
 end
 if ARGV[6] ~= '' then
   id_key = KEYS[n]
+  n = n + 1
 end
+local record_ttl = ARGV[10] or ''
 
 if id_key then
   local holder = redis.call('GET', id_key)
@@ -75,5 +81,10 @@ if lock_key then
 end
 if id_key then
   redis.call('SET', id_key, ARGV[6], 'PX', ARGV[7])
+end
+if record_ttl ~= '' then
+  redis.call('DEL', KEYS[n], KEYS[n + 1])
+  redis.call('HSET', KEYS[n], unpack(ARGV, 11))
+  redis.call('EXPIRE', KEYS[n], record_ttl)
 end
 return {'ok', added}

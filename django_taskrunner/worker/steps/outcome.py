@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from django_taskrunner.core import unique as locks
 from django_taskrunner.worker.steps.locks import release
 from django_taskrunner.worker.steps.observe import FAILED, SUCCEEDED, finished
+from django_taskrunner.worker.steps.record import write_outcome
 from django_taskrunner.worker.steps.run import Run
 
 if TYPE_CHECKING:
@@ -26,9 +27,11 @@ def record_failure(executor: Executor, run: Run) -> bool:
 
 
 def succeed(executor: Executor, run: Run) -> bool:
-    """Free what the message holds at success, ack it, count it."""
+    """Free what the message holds at success, record it (with its result), ack it,
+    count it."""
     assert run.message is not None and run.task is not None
     release(executor, run, locks.SUCCEEDED)
+    write_outcome(executor, run, "succeeded")
     executor.ack(run.shard, run.stream_id)
     executor.stats.succeeded(run.message.queue, run.task.name)
     finished(run, SUCCEEDED)

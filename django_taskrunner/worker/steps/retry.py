@@ -17,6 +17,7 @@ from django_taskrunner.core import clock
 from django_taskrunner.core.task import Task
 from django_taskrunner.worker.backoff import default_backoff
 from django_taskrunner.worker.steps.observe import RETRIED, finished, log_fields
+from django_taskrunner.worker.steps.record import write_outcome
 from django_taskrunner.worker.steps.run import Run
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ def retry(executor: Executor, run: Run) -> bool:
                    type(error).__name__, error, message.attempt, task.options.max_retry,
                    delay, extra=log_fields(message))
     next_attempt = replace(message, attempt=message.attempt + 1, stream_id=None)
+    write_outcome(executor, run, "retrying", error=error)
     executor.requeue(run.shard, run.stream_id, next_attempt.to_json(), retry_due_ms(delay))
     executor.stats.retried(message.queue, task.name)
     finished(run, RETRIED, delay=delay)

@@ -1,0 +1,258 @@
+"""Task records: `lookup`, `wait`, `cancel`, `TaskRecord`, and the fields a record holds.
+
+Every dispatched task has a record under its id (the message id, the same across
+retries), written in round trips that happen anyway: with the dispatch's XADD, in the
+worker's acker batch (the outcome) and heartbeat batch (started, progress, the cancel
+flag). A finished record is kept `RESULT_TTL` seconds (per task `@task(result_ttl=...)`;
+0 writes none for that task); one still queued or running `PENDING_TTL_S` at least,
+renewed while it runs. The commands are `store/records.py`'s (`Records`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from django_taskrunner.conf import get_settings
+from django_taskrunner.core import clock
+from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.store import keys
+from django_taskrunner.store.connection import built_client, get_redis
+from django_taskrunner.store.errors import REDIS_DOWN, unavailable
+from django_taskrunner.store.locks import UniqueLocks
+from django_taskrunner.store.records import (
+    CANCELLED_TTL_S,
+    FINAL_STATUSES,
+    Records,
+    RecordWrite,
+)
+
+if TYPE_CHECKING:
+    from django_taskrunner.core.task import Task
+    from django_taskrunner.core.unique import Claim
+
+__all__ = ["FINAL_STATUSES", "TaskRecord", "cancel", "lookup", "wait"]
+
+# A result, or a progress value, is kept up to this many bytes of JSON; a larger one is
+# refused with a message (the task still succeeds; `set_progress` raises ValueError).
+VALUE_MAX_BYTES = 64 * 1024
+# The part of a failed task's traceback a record keeps (its FailedTask row has it all).
+TRACEBACK_MAX_CHARS = 16 * 1024
+# A record not finished yet lives at least this long (a delayed one: past its due time),
+# renewed each time its worker writes it; a task id stays reserved as long.
+PENDING_TTL_S = 7 * 24 * 3600
+# Longest single block of `wait()` (under the client's socket timeout); it loops.
+WAIT_SLICE_S = 5.0
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """What is known of one task: its status, outcome, progress and times."""
+
+    id: str
+    status: str  # delayed | queued | running | retrying | succeeded | failed | cancelled | expired
+    task_name: str
+    queue: str
+    attempt: int
+    worker: str | None
+    result: Any
+    error: str | None
+    traceback: str | None
+    progress: Any
+    dispatched_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    due_at: datetime | None  # a delayed task's start time
+    cancel_requested: bool
+
+    @property
+    def finished(self) -> bool:
+        """True for a final status: succeeded, failed, cancelled or expired."""
+        return self.status in FINAL_STATUSES
+
+
+def result_ttl(task: Task) -> int:
+    """Seconds a finished record of `task` is kept: `@task(result_ttl=...)`, else the
+    `RESULT_TTL` setting; 0: no record at all."""
+    own = task.options.result_ttl
+    return int(get_settings().RESULT_TTL if own is None else own)
+
+
+def encode_value(value: Any, what: str) -> tuple[str | None, str | None]:
+    """(JSON text, None), or (None, why it cannot be kept): not JSON, or too large."""
+    try:
+        encoded = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        size = len(encoded.encode("utf-8"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        return None, f"{what} not kept: it cannot be encoded as JSON ({type(exc).__name__}: {exc})"
+    if size > VALUE_MAX_BYTES:
+        return None, (f"{what} not kept: {size:,} bytes of JSON, over the "
+                      f"{VALUE_MAX_BYTES:,}-byte limit")
+    return encoded, None
+
+
+def dispatch_record(
+    message: TaskMessage, task: Task, shard: str, due_ms: int | None = None,
+    claim: Claim | None = None,
+) -> RecordWrite | None:
+    """The first write of a task's record ("queued", or "delayed" until `due_ms`);
+    None when the task keeps no record."""
+    ttl = result_ttl(task)
+    if ttl <= 0:
+        return None
+    fields = [("s", "queued" if due_ms is None else "delayed"), ("t", message.task_name),
+              ("q", message.queue), ("a", str(message.attempt)),
+              ("d", str(message.dispatched_at_ms)), ("ttl", str(ttl))]
+    if shard != message.queue:
+        fields.append(("sh", shard))
+    if due_ms is not None:
+        fields.append(("due", str(due_ms)))
+    if claim is not None:
+        fields.append(("h", claim.value))
+        if claim.lock is not None:
+            fields.append(("lk", claim.lock.key))
+        if claim.id_key is not None:
+            fields.append(("ik", "1"))
+    wait_s = 0 if due_ms is None else max(0, (due_ms - clock.now_ms()) // 1000)
+    return RecordWrite(message.id, tuple(fields), PENDING_TTL_S + wait_s)
+
+
+def records() -> Records:
+    """The records under the current settings' client and prefix."""
+    return Records(get_redis(), get_settings().PREFIX)
+
+
+def _checked_id(task_id: Any) -> str | None:
+    return task_id if isinstance(task_id, str) and task_id else None
+
+
+def lookup(task_id: str) -> TaskRecord | None:
+    """The record of `task_id`; None for an unknown id, or one whose record expired.
+
+    Raises:
+        RedisUnavailable: Redis could not be reached.
+    """
+    checked = _checked_id(task_id)
+    if checked is None:
+        return None
+    try:
+        fields = records().load(checked)
+    except REDIS_DOWN as exc:
+        raise unavailable(f"cannot look task {checked!r} up", exc, built_client()) from exc
+    return None if fields is None else from_fields(checked, fields)
+
+
+def wait(task_id: str, timeout: float) -> TaskRecord | None:
+    """Block until the task's record is final (or gone), at most `timeout` seconds.
+
+    Blocks on Redis (BLMOVE on the record's done list), not a polling loop. Returns the
+    final record, or None for an unknown id (or one whose record expired meanwhile).
+
+    Raises:
+        ValueError: `timeout` is not a positive, finite number of seconds.
+        TimeoutError: the record was not final after `timeout` seconds.
+        RedisUnavailable: Redis could not be reached.
+    """
+    if (isinstance(timeout, bool) or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout) or timeout <= 0):
+        raise ValueError(f"wait() needs a positive number of seconds as timeout, not {timeout!r}")
+    checked = _checked_id(task_id)
+    if checked is None:
+        return None
+    store = records()
+    deadline = clock.monotonic() + timeout
+    try:
+        while True:
+            fields = store.watch(checked)
+            if fields is None:
+                return None
+            record = from_fields(checked, fields)
+            if record.finished:
+                return record
+            left = deadline - clock.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"task {checked!r} is still {record.status} after "
+                                   f"{timeout:g}s")
+            store.wait_done(checked, max(0.01, min(left, WAIT_SLICE_S)))
+    except REDIS_DOWN as exc:
+        raise unavailable(f"cannot wait for task {checked!r}", exc, built_client()) from exc
+
+
+def cancel(task_id: str) -> bool:
+    """Cancel a task: a delayed or queued one never starts, a running one sees
+    `ctx.cancelled` within a second; its record ends "cancelled", it is not retried,
+    and its unique lock and task id are freed. False for a finished or unknown id.
+
+    Raises:
+        RedisUnavailable: Redis could not be reached.
+    """
+    checked = _checked_id(task_id)
+    if checked is None:
+        return False
+    store = records()
+    try:
+        reply = store.cancel(checked, clock.now_ms(), int(get_settings().RESULT_TTL) or 1)
+        if reply.outcome != "ok":
+            return False
+        if reply.shard:
+            # The holder, not the id: a later dispatch of the same task_id is not skipped.
+            store.mark_cancelled(reply.shard, reply.holder or checked, CANCELLED_TTL_S)
+        if reply.status != "running" and reply.shard and reply.holder:
+            _free(store.prefix, reply.shard, checked, reply.lock_key, reply.holder,
+                  reply.has_task_id)
+    except REDIS_DOWN as exc:
+        raise unavailable(f"cannot cancel task {checked!r}", exc, built_client()) from exc
+    return True
+
+
+def _free(prefix: str, shard: str, task_id: str, lock_key: str, holder: str,
+          has_task_id: bool) -> None:
+    """Free the lock and task id a cancelled task (not running) holds, by its holder."""
+    actions: list[tuple[str, str]] = []
+    if lock_key:
+        actions += [(lock_key, "0"), (keys.unique_mode_key(prefix, shard, lock_key), "follow")]
+    if has_task_id:
+        actions.append((keys.task_id_key(prefix, shard, task_id), "0"))
+    if actions:
+        UniqueLocks(get_redis(), prefix).release(holder, actions)
+
+
+def _time(fields: Mapping[str, str], name: str) -> datetime | None:
+    raw = fields.get(name)
+    if not raw:
+        return None
+    try:
+        return datetime.fromtimestamp(int(raw) / 1000, tz=UTC)
+    except (ValueError, OverflowError):
+        return None
+
+
+def _json(raw: str | None) -> Any:
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def from_fields(task_id: str, fields: Mapping[str, str]) -> TaskRecord:
+    """A `TaskRecord` from the record's hash fields (see `store/records.py`)."""
+    status = fields.get("s", "queued")
+    due = fields.get("due")
+    if status == "delayed" and due and due.isdigit() and int(due) <= clock.now_ms():
+        status = "queued"  # the scheduler moved it (or is about to): no write for that
+    attempt = fields.get("a", "1")
+    return TaskRecord(
+        id=task_id, status=status, task_name=fields.get("t", ""), queue=fields.get("q", ""),
+        attempt=int(attempt) if attempt.isdigit() else 1, worker=fields.get("w") or None,
+        result=_json(fields.get("r")), error=fields.get("e") or None,
+        traceback=fields.get("tb") or None, progress=_json(fields.get("p")),
+        dispatched_at=_time(fields, "d"), started_at=_time(fields, "st"),
+        finished_at=_time(fields, "f"), due_at=_time(fields, "due"),
+        cancel_requested=fields.get("c") == "1",
+    )

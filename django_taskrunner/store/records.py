@@ -1,0 +1,190 @@
+"""Task records: one Redis hash per task id (status, result, progress...), with a TTL.
+
+What a record holds is decided in `core/records.py` (which builds the fields) and in the
+worker's record step; this module only runs the commands, on plain values: task ids,
+field names and text values, TTLs in seconds. Keys come from `keys.record_key`,
+`keys.record_done_key` (tagged by the task id: `lookup(id)` knows nothing else) and
+`keys.cancelled_key` (tagged by the shard: its fetcher reads it). Scripts:
+`record_write.lua`, `record_watch.lua`, `record_cancel.lua`, each on one record's two keys.
+
+Writes ride in round trips their callers already make: the dispatch's XADD pipeline
+(`queue_new`, or inside `enqueue.lua` on one server, `enqueue_args`), the acker's batch
+(`queue_writes`), the heartbeat's (`queue_writes`, `queue_flags`). Redis outage errors
+(`errors.REDIS_DOWN`) pass through every method unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django_taskrunner.store import keys, scripts
+from django_taskrunner.store.values import text
+
+SCRIPTS = ("record_write",)  # queued as bare EVALSHA: loaded again on NOSCRIPT
+FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "expired"})
+# How long a set of cancelled ids may wait for its fetcher (a delayed message's due time
+# is added): as long as a task id stays reserved.
+CANCELLED_TTL_S = 7 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class RecordWrite:
+    """Fields to write on the record of `task_id`, and the TTL it gets.
+
+    `final`: the outcome (a set cancel flag turns it into "cancelled", waiters are
+    woken). `uncancel`: a shard whose cancelled set drops `cancel_member` (a skipped
+    message's holder value).
+    """
+
+    task_id: str
+    fields: tuple[tuple[str, str], ...]
+    ttl_s: int
+    final: bool = False
+    uncancel: str = ""
+    cancel_member: str = ""
+
+
+@dataclass(frozen=True)
+class CancelReply:
+    """What `record_cancel.lua` found: "unknown", "final" or "ok" (then what to free)."""
+
+    outcome: str
+    status: str = ""
+    shard: str = ""
+    lock_key: str = ""
+    holder: str = ""
+    has_task_id: bool = False
+
+
+class Records:
+    """The task records under one client and key prefix."""
+
+    def __init__(self, client: Any, prefix: str) -> None:
+        self.client = client
+        self.prefix = prefix
+
+    @property
+    def clustered(self) -> bool:
+        """True on a Redis Cluster, where a record cannot share a script with a queue."""
+        return hasattr(self.client, "get_primaries")
+
+    # -- dispatch --------------------------------------------------------------------
+
+    def queue_new(self, pipe: Any, write: RecordWrite) -> None:
+        """Queue on `pipe` the first write of a record: HSET its fields, EXPIRE its TTL.
+
+        For a random id (a plain dispatch), which no earlier record can have used.
+        """
+        key = keys.record_key(self.prefix, write.task_id)
+        pipe.execute_command("HSET", key, *_flat(write.fields))
+        pipe.execute_command("EXPIRE", key, write.ttl_s)
+
+    def save_new(self, writes: Sequence[RecordWrite]) -> None:
+        """DEL, HSET and EXPIRE each record (an id may be a reused `task_id`), one
+        pipelined round trip: the cluster's record write after `enqueue.lua`."""
+        if not writes:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for write in writes:
+            key = keys.record_key(self.prefix, write.task_id)
+            pipe.execute_command("DEL", key, keys.record_done_key(self.prefix, write.task_id))
+            self.queue_new(pipe, write)
+        pipe.execute()
+
+    def enqueue_args(self, write: RecordWrite) -> tuple[list[str], list[str]]:
+        """The KEYS and ARGV `enqueue.lua` appends to write the record in its own step
+        (a single server only: see `clustered`)."""
+        return ([keys.record_key(self.prefix, write.task_id),
+                 keys.record_done_key(self.prefix, write.task_id)],
+                [str(write.ttl_s), *_flat(write.fields)])
+
+    # -- worker ----------------------------------------------------------------------
+
+    def queue_writes(self, pipe: Any, writes: Sequence[RecordWrite]) -> None:
+        """Queue `record_write.lua` for each write on `pipe` (and SREM of the cancelled
+        set it leaves); the caller executes the pipeline with `scripts.execute_loading`
+        (the script goes as a bare EVALSHA; replies: the status now held)."""
+        for write in writes:
+            scripts.queue(pipe, "record_write",
+                        [keys.record_key(self.prefix, write.task_id),
+                         keys.record_done_key(self.prefix, write.task_id)],
+                        ["final" if write.final else "update", str(write.ttl_s),
+                         *_flat(write.fields)])
+            if write.uncancel:
+                pipe.srem(keys.cancelled_key(self.prefix, write.uncancel),
+                          write.cancel_member or write.task_id)
+
+    def write(self, writes: Sequence[RecordWrite]) -> None:
+        """`queue_writes` in a pipeline of its own (one round trip)."""
+        if writes:
+            scripts.execute_loading(self.client, lambda pipe: self.queue_writes(pipe, writes),
+                                    SCRIPTS)
+
+    def queue_flags(self, pipe: Any, task_ids: Sequence[str]) -> None:
+        """Queue HGET of each record's cancel flag on `pipe` (see `cancelled_ids`)."""
+        for task_id in task_ids:
+            pipe.hget(keys.record_key(self.prefix, task_id), "c")
+
+    @staticmethod
+    def cancelled_ids(task_ids: Sequence[str], replies: Sequence[Any]) -> set[str]:
+        """The ids whose `queue_flags` reply says they were cancelled."""
+        return {task_id for task_id, flag in zip(task_ids, replies, strict=True)
+                if flag is not None and text(flag) == "1"}
+
+    def queue_cancelled(self, pipe: Any, shard: str) -> None:
+        """Queue SMEMBERS of a shard's cancelled set (the fetch reads it after XREADGROUP)."""
+        pipe.smembers(keys.cancelled_key(self.prefix, shard))
+
+    # -- clients ---------------------------------------------------------------------
+
+    def load(self, task_id: str) -> dict[str, str] | None:
+        """HGETALL of the record of `task_id`; None when there is none (or it expired)."""
+        return _fields(self.client.hgetall(keys.record_key(self.prefix, task_id)))
+
+    def watch(self, task_id: str) -> dict[str, str] | None:
+        """`record_watch.lua`: the record, marked watched unless final; None: no record."""
+        reply = scripts.run(self.client, "record_watch",
+                            [keys.record_key(self.prefix, task_id)], [])
+        return _fields(dict(zip(reply[::2], reply[1::2], strict=True)))
+
+    def wait_done(self, task_id: str, timeout_s: float) -> bool:
+        """Block up to `timeout_s` on the done list (BLMOVE onto itself, so every waiter
+        sees the element); True when it holds one (the record went final)."""
+        key = keys.record_done_key(self.prefix, task_id)
+        return self.client.blmove(key, key, timeout_s, "RIGHT", "LEFT") is not None
+
+    def cancel(self, task_id: str, now_ms: int, ttl_s: int) -> CancelReply:
+        """`record_cancel.lua`: flag the record cancelled unless it is finished."""
+        reply = [text(part) for part in scripts.run(
+            self.client, "record_cancel",
+            [keys.record_key(self.prefix, task_id), keys.record_done_key(self.prefix, task_id)],
+            [str(now_ms), str(ttl_s)])]
+        if reply[0] != "ok":
+            return CancelReply(reply[0], reply[1] if len(reply) > 1 else "")
+        return CancelReply("ok", reply[1], reply[2], reply[3], reply[4], reply[5] == "1")
+
+    def mark_cancelled(self, shard: str, member: str, ttl_s: int) -> None:
+        """SADD `member` (the cancelled dispatch's holder value, or its id) to the shard's
+        cancelled set, EXPIRE the set `ttl_s` (one round trip)."""
+        key = keys.cancelled_key(self.prefix, shard)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.sadd(key, member)
+        pipe.expire(key, ttl_s)
+        pipe.execute()
+
+
+def _flat(fields: Sequence[tuple[str, str]]) -> list[str]:
+    return [part for pair in fields for part in pair]
+
+
+def _fields(raw: dict[Any, Any]) -> dict[str, str] | None:
+    if not raw:
+        return None
+    return {text(name): text(value, errors="replace") for name, value in raw.items()}
+
+
+def for_client(client: Any, prefix: str) -> Records:
+    """The records on a client (a broker's) and prefix: no state, cheap to build."""
+    return Records(client, prefix)

@@ -1,0 +1,122 @@
+"""Steps and helpers of the task records: skip a cancelled message, stop a cancelled
+attempt, and the record write of each outcome.
+
+No step sends a round trip of its own: an outcome's record goes to the acker with its
+ack (`Executor.record`, sent in the same `Broker.settle` batch), and a started task's
+record and progress go with the heartbeat (`worker/keepalive.py`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from django_taskrunner.core import clock
+from django_taskrunner.core import unique as locks
+from django_taskrunner.core.records import PENDING_TTL_S, TRACEBACK_MAX_CHARS, encode_value
+from django_taskrunner.store.records import RecordWrite
+from django_taskrunner.worker.steps.locks import release
+from django_taskrunner.worker.steps.run import Run
+
+if TYPE_CHECKING:
+    from django_taskrunner.worker.executor import Executor
+    from django_taskrunner.worker.running import Attempt
+
+
+def skip_cancelled(executor: Executor, run: Run) -> bool:
+    """False after acking a message cancelled before it started (its fetch read the
+    stream's cancelled set): it never runs; what it holds is freed."""
+    message = run.message
+    assert message is not None
+    if locks.holder_value(message) not in executor.cancelled.get(run.shard, ()):
+        return True
+    release(executor, run, locks.CANCELLED)
+    write_outcome(executor, run, "cancelled", uncancel=run.shard)
+    executor.ack(run.shard, run.stream_id)
+    return False
+
+
+def stop_cancelled(executor: Executor, run: Run) -> bool:
+    """False after settling an attempt someone cancelled while it ran: not retried,
+    what it holds freed, its record "cancelled"."""
+    attempt = run.attempt
+    if attempt is None or not attempt.cancel_requested:
+        return True
+    release(executor, run, locks.CANCELLED)
+    write_outcome(executor, run, "cancelled", uncancel=run.shard)
+    executor.ack(run.shard, run.stream_id)
+    return False
+
+
+def record_ttl(executor: Executor, run: Run) -> int:
+    """Seconds the finished record of this run is kept (0: its task keeps none)."""
+    task = run.task
+    own = None if task is None else task.options.result_ttl
+    return executor.result_ttl if own is None else own
+
+
+def write_outcome(
+    executor: Executor, run: Run, status: str, *, error: BaseException | None = None,
+    traceback: str | None = None, uncancel: str = "",
+) -> None:
+    """Hand the record of an outcome to the acker: succeeded (with the result), failed,
+    expired, cancelled (final) or retrying (the next attempt's, not final)."""
+    message = run.message
+    ttl = record_ttl(executor, run)
+    if message is None or ttl <= 0 or not message.task_name:
+        return
+    attempt = run.attempt
+    final = status != "retrying"
+    fields = [("s", status), ("t", message.task_name), ("q", message.queue),
+              ("a", str(message.attempt + (0 if final else 1))), ("w", executor.consumer),
+              ("d", str(message.dispatched_at_ms)), ("ttl", str(ttl))]
+    if attempt is not None:
+        fields.append(("st", str(attempt.started_ms)))
+    if message.dispatch_token is not None:  # a later dispatch of its task_id is not ours
+        fields.append(("h", locks.holder_value(message)))
+    if final:
+        fields.append(("f", str(clock.now_ms())))
+    if status == "succeeded" and attempt is not None:
+        encoded, why = encode_value(attempt.result, "result")
+        fields.append(("r", encoded) if encoded is not None else ("e", why or ""))
+    if error is not None:
+        fields.append(("e", f"{type(error).__name__}: {error}"))
+        if traceback:
+            fields.append(("tb", traceback[-TRACEBACK_MAX_CHARS:]))
+    executor.record(RecordWrite(message.id, tuple(fields), ttl if final else PENDING_TTL_S,
+                                final=final, uncancel=uncancel,
+                                cancel_member=locks.holder_value(message)))
+
+
+def started_write(attempt: Attempt, consumer: str) -> RecordWrite:
+    """The record of an attempt running now ("running", its worker, start time), for
+    the heartbeat; with its progress, if it gave one since the last beat."""
+    message = attempt.message
+    fields = [("s", "running"), ("t", message.task_name), ("q", message.queue),
+              ("a", str(message.attempt)), ("w", consumer), ("st", str(attempt.started_ms)),
+              ("d", str(message.dispatched_at_ms)), ("ttl", str(attempt.record_ttl))]
+    if message.dispatch_token is not None:
+        fields.append(("h", locks.holder_value(message)))
+    progress = attempt.take_progress()
+    if progress is not None:
+        fields.append(("p", progress))
+    return RecordWrite(message.id, tuple(fields), PENDING_TTL_S)
+
+
+def progress_write(attempt: Attempt) -> RecordWrite | None:
+    """The progress an attempt gave since the last beat, or None."""
+    progress = attempt.take_progress()
+    if progress is None:
+        return None
+    return RecordWrite(attempt.message.id, (("p", progress),), PENDING_TTL_S)
+
+
+def requeued_write(attempt: Attempt) -> RecordWrite | None:
+    """The record of a running attempt a stopping worker puts back on its stream
+    ("queued" again), or None when its task keeps no record or it was never written."""
+    if attempt.record_ttl <= 0 or not attempt.start_recorded:
+        return None
+    message = attempt.message
+    fields = [("s", "queued"), ("a", str(message.attempt)), ("w", "")]
+    if message.dispatch_token is not None:
+        fields.append(("h", locks.holder_value(message)))
+    return RecordWrite(message.id, tuple(fields), PENDING_TTL_S)

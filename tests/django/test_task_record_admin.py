@@ -1,0 +1,106 @@
+"""The task page shows the task's record (status, result or error, progress, attempts,
+times), and offers Cancel: POST with CSRF, the `cancel_task` permission, a confirmation
+first; a crafted id or queue answers 404."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.core.management import call_command
+from django.test import Client
+
+from django_taskrunner import dispatch, lookup
+from tests.testapp import tasks
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DETAIL = "/admin/django_taskrunner/task/detail/"
+CANCEL = "/admin/django_taskrunner/task/cancel/"
+
+
+def make_user(username: str, *perms: str) -> User:
+    user = User.objects.create_user(username, password="pw", is_staff=True)  # noqa: S106
+    for codename in perms:
+        user.user_permissions.add(Permission.objects.get(
+            codename=codename, content_type__app_label="django_taskrunner"))
+    return user
+
+
+def logged_in(user: User, **kwargs: bool) -> Client:
+    client = Client(**kwargs)
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def root() -> Client:
+    return logged_in(User.objects.create_superuser("root", password="pw"))  # noqa: S106
+
+
+def test_a_finished_task_page_shows_its_record_and_result(root):
+    message = tasks.returns_double.dispatch({"n": 4})
+    call_command("runtasks", "--burst")
+
+    html = root.get(DETAIL, {"queue": "default", "id": message.id}).content.decode()
+
+    assert 'tr-record-status tr-status-succeeded">succeeded' in html
+    assert '&quot;double&quot;: 8' in html
+    assert "Cancel this task" not in html  # finished: nothing to cancel
+
+
+def test_a_failed_task_page_shows_the_error_and_traceback(root):
+    message = tasks.always_fails.dispatch({"n": 1})
+    call_command("runtasks", "--burst")
+
+    html = root.get(DETAIL, {"queue": "default", "id": message.id}).content.decode()
+
+    assert "tr-status-failed" in html
+    assert "ValueError: boom" in html
+    assert "tr-traceback" in html and "Traceback (most recent call last)" in html
+
+
+def test_cancel_asks_first_then_cancels_and_frees_the_lock(root, r):
+    message = tasks.unique_records.dispatch({"n": 1})
+    page = root.get(DETAIL, {"queue": "default", "id": message.id}).content.decode()
+    assert "Cancel this task" in page and "tr-status-queued" in page
+
+    confirm = root.post(CANCEL, {"queue": "default", "id": message.id})
+    assert confirm.status_code == 200
+    assert "are you sure?" in confirm.content.decode()
+    assert lookup(message.id).status == "queued"
+
+    done = root.post(CANCEL, {"queue": "default", "id": message.id, "confirm": "yes"},
+                     follow=True)
+    assert f"Cancelled task {message.id}" in done.content.decode()
+    assert lookup(message.id).status == "cancelled"
+    assert not r.exists(message.lock_key)
+
+    again = root.post(CANCEL, {"queue": "default", "id": message.id, "confirm": "yes"},
+                      follow=True)
+    assert "nothing was cancelled" in again.content.decode()
+
+
+def test_cancel_needs_post_csrf_and_the_permission():
+    message = dispatch("tests.testapp.tasks.noop", {"n": 1})
+    viewer = logged_in(make_user("viewer", "view_task"))
+    canceller = logged_in(make_user("canceller", "view_task", "cancel_task"),
+                          enforce_csrf_checks=True)
+
+    assert "Cancel this task" not in viewer.get(
+        DETAIL, {"queue": "default", "id": message.id}).content.decode()
+    assert viewer.get(CANCEL, {"queue": "default", "id": message.id}).status_code == 405
+    assert viewer.post(CANCEL, {"queue": "default", "id": message.id,
+                                "confirm": "yes"}).status_code == 403
+    assert canceller.post(CANCEL, {"queue": "default", "id": message.id,
+                                   "confirm": "yes"}).status_code == 403  # no CSRF token
+    assert lookup(message.id).status == "queued"
+
+
+def test_an_unknown_id_or_another_queues_task_answers_404(root):
+    other = dispatch("tests.testapp.tasks.noop", {"n": 1}, queue="other")
+    assert root.post(CANCEL, {"queue": "default", "id": "no-such"}).status_code == 404
+    # a task of queue "other" cannot be cancelled through a crafted queue=default
+    assert root.post(CANCEL, {"queue": "default", "id": other.id,
+                              "confirm": "yes"}).status_code == 404
+    assert root.post(CANCEL, {"queue": "no{such}", "id": other.id}).status_code == 404
+    assert lookup(other.id).status == "queued"
