@@ -209,25 +209,43 @@ class TaskMessage:
         depth, the size, and that the text is valid Unicode.
         """
         data = _load(raw)
-        version = data.get("v")
+        get = data.get
+        version = get("v")
         if type(version) is not int or version not in _READABLE_VERSIONS:
             raise InvalidTaskPayload(
                 f"message has wire version {_short(version)}; this release reads 1")
-        task_name = _text(data, "task", None)
+        task_name = get("task")
+        if type(task_name) is not str or not task_name:
+            task_name = _text(data, "task", None)  # raises
+        message_id = get("id")
+        if type(message_id) is not str or not 0 < len(message_id) <= MESSAGE_ID_MAX_LENGTH:
+            message_id = _text(data, "id", task_name, max_length=MESSAGE_ID_MAX_LENGTH)
+        queue = get("queue")
+        if type(queue) is not str:
+            queue = _optional(data, "queue", str, "a string", task_name) or ""
+        # The common fields are checked inline (a plain int in range, or absent); anything
+        # else goes through the general checks, which accept or refuse it as before.
+        attempt = get("attempt", 1)
+        if type(attempt) is not int or not 1 <= attempt <= MAX_ATTEMPT:
+            attempt = _number(data, "attempt", task_name, 1, MAX_ATTEMPT, default=1)
+        dispatched_at_ms = get("ts", 0)
+        if type(dispatched_at_ms) is not int or not 0 <= dispatched_at_ms <= MAX_EPOCH_MS:
+            dispatched_at_ms = _number(data, "ts", task_name, 0, MAX_EPOCH_MS, default=0)
         message = cls(
-            id=_text(data, "id", task_name, max_length=MESSAGE_ID_MAX_LENGTH),
+            id=message_id,
             task_name=task_name,
-            queue=_optional(data, "queue", str, "a string", task_name) or "",
-            payload=data.get("payload"),
-            attempt=_number(data, "attempt", task_name, 1, MAX_ATTEMPT, default=1),
-            dispatched_at_ms=_number(data, "ts", task_name, 0, MAX_EPOCH_MS, default=0),
-            lock_key=_lock(data, task_name),
-            unique_mode=_mode(data, task_name),
-            has_task_id=_flag(data, "tid", task_name),
-            expires_at_ms=_number(data, "exp", task_name, 0, MAX_EPOCH_MS),
-            reservation_timeout_ms=_advisory_ms(data.get("rt")),
-            dispatch_token=_dispatch_token(data.get("tok"), task_name),
-            trace_context=_traceparent(data.get("tc")),
+            queue=queue,
+            payload=get("payload"),
+            attempt=attempt,
+            dispatched_at_ms=dispatched_at_ms,
+            lock_key=_lock(data, task_name) if "lock" in data else None,
+            unique_mode=_mode(data, task_name) if "mode" in data else None,
+            has_task_id=_flag(data, "tid", task_name) if "tid" in data else False,
+            expires_at_ms=_number(data, "exp", task_name, 0, MAX_EPOCH_MS) if "exp" in data
+            else None,
+            reservation_timeout_ms=_advisory_ms(get("rt")) if "rt" in data else None,
+            dispatch_token=_dispatch_token(get("tok"), task_name) if "tok" in data else None,
+            trace_context=_traceparent(get("tc")) if "tc" in data else None,
             stream_id=stream_id,
         )
         if nested_too_deep(message.payload):
@@ -271,7 +289,9 @@ def _load(raw: bytes | str) -> dict[str, Any]:
 
 def _has_lone_surrogate(text: str, data: dict[str, Any]) -> bool:
     """Strict UTF-8 has no surrogates, but a JSON escape (\\udcff) makes one."""
-    if not _SURROGATE_ESCAPE.search(text):  # rare: then check what the escapes made
+    # Rare: then check what the escapes made. The substring test is the fast path of the
+    # regex's search (most bodies hold no escape at all).
+    if "\\u" not in text or not _SURROGATE_ESCAPE.search(text):
         return False
     if nested_too_deep(data, PAYLOAD_MAX_DEPTH + 1):
         return False  # refused for its depth; encoding it again could exhaust the stack

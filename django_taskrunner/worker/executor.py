@@ -162,8 +162,9 @@ class Executor:
         """Register the attempt about to run (on this thread, or on the event loop)."""
         task, message = run.task, run.message
         assert task is not None and message is not None
-        logger.debug("running task=%s id=%s queue=%s attempt=%d", task.name, message.id,
-                     message.queue, message.attempt)
+        if logger.isEnabledFor(logging.DEBUG):  # spares building the arguments of every run
+            logger.debug("running task=%s id=%s queue=%s attempt=%d", task.name, message.id,
+                         message.queue, message.attempt)
         timeout = message.reservation_timeout_ms
         run.attempt = self.running.start(
             task, message, self.reservation_timeout if timeout is None else timeout / 1000,
@@ -189,7 +190,8 @@ class Executor:
                 attempt.result = run_to_end(result)
             else:
                 attempt.result = result
-                return returned_awaitable(task.name, result)
+                if result is not None:  # most tasks return None: no awaitable check then
+                    return returned_awaitable(task.name, result)
         except BaseException as exc:  # noqa: BLE001 - a task's SystemExit must not stop us
             return exc
         finally:

@@ -28,8 +28,6 @@ class Attempt:
     reservation_timeout: float
     shard: str  # the stream the message was read from (its queue, or one shard of it)
     started: float = field(default_factory=lambda: clock.monotonic())  # the clock of now
-    # Set when the attempt should stop: its time limit, a shutdown, or a cancel.
-    cancel: threading.Event = field(default_factory=threading.Event)
     started_ms: int = field(default_factory=lambda: clock.now_ms())  # wall clock, for records
     result: Any = None  # what the task returned
     # Its record: seconds a finished one is kept (0: the task keeps none), whether the
@@ -55,6 +53,17 @@ class Attempt:
         self.request_cancel()
     coroutine: bool = False  # awaited on the worker's event loop: no thread of its own
     on_cancel: Callable[[], None] | None = None  # cancels the coroutine (from any thread)
+
+    @property
+    def cancel(self) -> threading.Event:
+        """Set when the attempt should stop: its time limit, a shutdown, or a cancel
+        (`ctx.cancelled`). Made on first use: most attempts never need one, and an Event
+        costs microseconds to build. `setdefault` is atomic, so the task thread, the
+        watchdog and the heartbeat always get the same one."""
+        event = self.__dict__.get("_cancel")
+        if event is None:
+            event = self.__dict__.setdefault("_cancel", threading.Event())
+        return event
 
     def request_cancel(self) -> None:
         """Its time limit passed: set `ctx.cancelled`, and cancel a coroutine."""

@@ -241,3 +241,18 @@ def test_a_message_over_the_size_limit_is_refused_naming_the_task():
                       payload="é" * (MESSAGE_MAX_BYTES // 2))
     with pytest.raises(InvalidTaskPayload, match="shop.tasks.send.*bytes"):
         big.to_json()
+
+
+@pytest.mark.parametrize(("fields", "expected"), [
+    ({"attempt": None, "ts": None}, {"attempt": 1, "dispatched_at_ms": 0}),
+    ({"attempt": 3.0, "ts": 1700000000000.0}, {"attempt": 3, "dispatched_at_ms": 1700000000000}),
+    ({"queue": None}, {"queue": ""}),
+    ({"queue": ""}, {"queue": ""}),
+    ({"exp": None, "lock": None, "mode": None, "tok": None, "tc": None, "rt": None},
+     {"expires_at_ms": None, "lock_key": None, "unique_mode": None, "dispatch_token": None,
+      "trace_context": None, "reservation_timeout_ms": None}),
+    ({"id": "x" * 255}, {"id": "x" * 255}),
+])
+def test_null_and_integral_values_of_optional_fields_decode_to_their_defaults(fields, expected):
+    message = TaskMessage.from_json(wire(**fields))
+    assert {name: getattr(message, name) for name in expected} == expected
