@@ -271,6 +271,9 @@ def test_a_task_a_stopping_worker_puts_back_is_queued_again(r):
     assert record.status == "queued"
     assert record.worker is None
     assert get_broker().length("default") == 1
+    # The abandoned task's thread ends inside this test: later it would write into the
+    # keys of whatever test runs then (its record() reads the prefix when it runs).
+    wait_for(lambda: r.hget(tasks.runs_key(), "sleeper:slow") is not None, timeout=15)
 
 
 def test_an_async_task_keeps_its_result_and_is_cancelled_outright(r):

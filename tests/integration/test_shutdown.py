@@ -100,6 +100,9 @@ def test_a_shutdown_that_times_out_warns_what_it_leaves(caplog, r):
     assert "the shutdown timeout (0.5s)" in gave_up
     assert "1 task(s) still running (tests.testapp.tasks.sleeper id=" in gave_up
     assert "put back on their queue" in gave_up
+    # The abandoned task's thread ends inside this test: later it would write into the
+    # keys of whatever test runs then (its record() reads the prefix when it runs).
+    wait_for(lambda: r.hget(runs_key(), "sleeper:slow") is not None, timeout=15)
 
 
 def test_a_burst_worker_says_it_stops_with_nothing_running(run_burst, caplog):
@@ -122,3 +125,6 @@ def test_a_second_signal_ends_the_wait_and_says_so(caplog, r):
             worker.force_stop()
     [gave_up] = [rec.getMessage() for rec in caplog.records if "gave up" in rec.getMessage()]
     assert gave_up.startswith("stopping: gave up waiting at a second signal; 1 task(s)")
+    # The abandoned task's thread ends inside this test: later it would write into the
+    # keys of whatever test runs then (its record() reads the prefix when it runs).
+    wait_for(lambda: r.hget(runs_key(), "sleeper:slow") is not None, timeout=15)
