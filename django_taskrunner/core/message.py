@@ -121,6 +121,10 @@ class TaskMessage:
     # The W3C `traceparent` of the dispatch's span (wire key "tc"), when traced: the
     # worker's span of each attempt is its child (django_taskrunner/tracing.py).
     trace_context: str | None = None
+    # The workflow this message is a member of (wire key "wf"): {"id": workflow id,
+    # "j": member index, "k": stage index, "nx": shards of the next stage}; None for a
+    # task outside any workflow (core/workflows.py).
+    workflow: dict[str, Any] | None = None
     # Stream entry id, set by the worker for the delivery it is processing.
     stream_id: str | None = field(default=None, compare=False)
 
@@ -156,6 +160,8 @@ class TaskMessage:
             data["tok"] = self.dispatch_token
         if self.trace_context is not None:
             data["tc"] = self.trace_context
+        if self.workflow is not None:
+            data["wf"] = self.workflow
         check_payload(self.payload, self.task_name)
         try:
             text = _encode(data)
@@ -246,6 +252,7 @@ class TaskMessage:
             reservation_timeout_ms=_advisory_ms(get("rt")) if "rt" in data else None,
             dispatch_token=_dispatch_token(get("tok"), task_name) if "tok" in data else None,
             trace_context=_traceparent(get("tc")) if "tc" in data else None,
+            workflow=_workflow(get("wf"), task_name) if "wf" in data else None,
             stream_id=stream_id,
         )
         if nested_too_deep(message.payload):
@@ -389,3 +396,20 @@ def _traceparent(value: Any) -> str | None:
     if isinstance(value, str) and TRACEPARENT.fullmatch(value) and not value.startswith("ff"):
         return value
     return None
+
+
+def _workflow(value: Any, task_name: str | None) -> dict[str, Any] | None:
+    """The workflow field (`wf`): its id, member and stage indexes, the next stage's
+    shards; anything else is refused, since the worker builds key names from it."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _wrong("wf", "a workflow object", value, task_name)
+    workflow_id, member, stage = value.get("id"), value.get("j"), value.get("k")
+    shards = value.get("nx", [])
+    if (not isinstance(workflow_id, str) or not DISPATCH_TOKEN.fullmatch(workflow_id)
+            or type(member) is not int or type(stage) is not int or member < 0 or stage < 0
+            or not isinstance(shards, list)
+            or not all(isinstance(shard, str) and shard for shard in shards)):
+        raise _wrong("wf", "a workflow object (id, j, k, nx)", value, task_name)
+    return value

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, overload
 
 from django_taskrunner.core import dispatch as dispatching
+from django_taskrunner.core import workflows
 from django_taskrunner.core.cron import check_cron
 from django_taskrunner.core.options import (
     MAX_SECONDS,
@@ -120,6 +121,14 @@ class Task:
     def schedule_for(self, payload: Any = None, *, when: datetime, **overrides: Any) -> TaskMessage:
         """Queue this task to start at `when`."""
         return dispatching.schedule_for(self, payload, when=when, **overrides)
+
+    def s(self, payload: Any = None, **options: Any) -> workflows.Signature:
+        """A signature: this dispatch described, not done, for `chain()` and `group()`.
+
+        Takes `dispatch()`'s options, and `delay` or `when`; checked now, as `dispatch()`
+        checks them (TaskNotFound, InvalidTaskPayload, InvalidTaskOptions).
+        """
+        return workflows.Signature(self, payload, options)
 
 
 @overload

@@ -20,6 +20,8 @@ from django_taskrunner.store import keys, scripts, server
 from django_taskrunner.store.connection import get_redis
 from django_taskrunner.store.records import SCRIPTS, Records, RecordWrite
 from django_taskrunner.store.values import text
+from django_taskrunner.store.workflows import SCRIPTS as WORKFLOW_SCRIPTS
+from django_taskrunner.store.workflows import MemberDone, WorkflowStore
 
 # An entry as read: (stream id, body or None when the entry was deleted meanwhile).
 Entry = tuple[str, bytes | None]
@@ -188,7 +190,7 @@ class Broker:
 
     def settle(
         self, consumer: str, acks: Mapping[str, Sequence[str]], requeues: Sequence[Requeue],
-        records: Sequence[RecordWrite] = (),
+        records: Sequence[RecordWrite] = (), *, workflows: Sequence[MemberDone] = (),
     ) -> None:
         """Ack finished entries (`{queue: [stream id, ...]}`, as `ack()`) and requeue
         others (`requeue.lua`, which acks each old entry in the same script), all in one
@@ -201,12 +203,15 @@ class Broker:
         """
         def build(pipe: Any) -> None:
             self.records.queue_writes(pipe, records)
+            if workflows:  # after the records: a next step reads its parents' results
+                WorkflowStore(self.client, self.prefix).queue_member_done(pipe, workflows)
             for queue, stream_ids in acks.items():
                 self.ack(queue, stream_ids, pipe=pipe)
             for requeue in requeues:
                 self._requeue(pipe, consumer, requeue)
 
-        scripts.execute_loading(self.client, build, SCRIPTS)
+        scripts.execute_loading(self.client, build,
+                                SCRIPTS + WORKFLOW_SCRIPTS if workflows else SCRIPTS)
 
     def _requeue(self, client: Any, consumer: str, requeue: Requeue) -> Any:
         """Run (or, on a pipeline, queue) `requeue.lua` for one entry."""

@@ -186,3 +186,33 @@ def cancelled_key(prefix: str, queue: str) -> str:
     """Set of the ids cancelled while queued, delayed or running on a queue (or shard):
     its fetcher reads it with each XREADGROUP and skips those messages."""
     return f"{prefix}:{{{queue}}}:cancelled"
+
+
+def workflow_key(prefix: str, workflow_id: str) -> str:
+    """Hash of one workflow (status, counts, its stages' sizes and offsets), with a TTL.
+
+    `<prefix>:workflow:{<id>}`: every key of one workflow shares the tag `{<id>}` (its
+    id is letters and digits), so `workflow_member.lua` touches a single slot of them.
+    """
+    return f"{prefix}:workflow:{{{workflow_id}}}"
+
+
+def workflow_done_key(prefix: str, workflow_id: str) -> str:
+    """Set of the member indexes of one workflow that finished for good (counted once)."""
+    return f"{workflow_key(prefix, workflow_id)}:done"
+
+
+def workflow_members_key(prefix: str, workflow_id: str) -> str:
+    """List of one workflow's member task ids, stage after stage."""
+    return f"{workflow_key(prefix, workflow_id)}:members"
+
+
+def workflow_bodies_key(prefix: str, workflow_id: str) -> str:
+    """List parallel to the members: the message each later stage's member is sent as
+    ('' for the first stage's, sent at dispatch)."""
+    return f"{workflow_key(prefix, workflow_id)}:bodies"
+
+
+def workflow_index_key(prefix: str) -> str:
+    """Sorted set of workflow ids scored by dispatch time (epoch ms), for the admin."""
+    return f"{prefix}:workflows"

@@ -34,6 +34,7 @@ from django_taskrunner.exceptions import TaskExpired, TaskRunnerError
 from django_taskrunner.stats.recorder import StatsRecorder
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.records import RecordWrite
+from django_taskrunner.store.workflows import MemberDone, WorkflowStore
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.failures import record_failure
 from django_taskrunner.worker.running import Attempt, RunningSet
@@ -55,6 +56,7 @@ from django_taskrunner.worker.steps.record import (
 from django_taskrunner.worker.steps.retry import retry, retry_delay
 from django_taskrunner.worker.steps.run import Run
 from django_taskrunner.worker.steps.time_limit import check_time_limit
+from django_taskrunner.worker.steps.workflow import parent_reader
 
 if TYPE_CHECKING:
     from django_taskrunner.worker.async_runner import AsyncRunner
@@ -98,6 +100,7 @@ class Executor:
         running: RunningSet | None = None, reservation_timeout: float = 300.0,
         requeue: Callable[[str, str, str, int], None] | None = None,
         record: Callable[[RecordWrite], None] | None = None, result_ttl: int | None = None,
+        workflow: Callable[[MemberDone], None] | None = None,
     ) -> None:
         self.broker = broker
         self.consumer = consumer
@@ -115,6 +118,8 @@ class Executor:
         # The worker's event loop for `async def` tasks; without one (an executor used on
         # its own) a coroutine is run to completion on the calling thread.
         self.coroutines: AsyncRunner | None = None
+        # Workflow members' completions: with the ack, in the acker's batch.
+        self.workflow = workflow if workflow is not None else self._workflow_now
 
     def handle(self, delivery: Delivery) -> bool:
         """Process one stream entry to the end; never raises. False when an `async def`
@@ -157,6 +162,9 @@ class Executor:
 
     def _record_now(self, write: RecordWrite) -> None:
         self.broker.records.write([write])
+
+    def _workflow_now(self, done: MemberDone) -> None:
+        WorkflowStore(self.broker.client, self.broker.prefix).member_done(done)
 
     def begin(self, run: Run) -> Attempt:
         """Register the attempt about to run (on this thread, or on the event loop)."""
@@ -221,6 +229,7 @@ class Executor:
             id=message.id, task_name=message.task_name, queue=message.queue,
             attempt=message.attempt, _heartbeat=heartbeat, _cancel=attempt.cancel,
             _progress=lambda value: set_progress(attempt, value),
+            _parent=parent_reader(self, message),
         )
 
     def _requeue_now(self, shard: str, stream_id: str, body: str, due_ms: int) -> None:

@@ -86,7 +86,8 @@ class Worker:
         self.executor = Executor(self.broker, self.consumer, self.acker.add,
                                  requeue=self.acker.requeue, stats=self.monitor.recorder,
                                  running=self.running, reservation_timeout=timeout,
-                                 record=self.acker.record, result_ttl=settings.result_ttl)
+                                 record=self.acker.record, result_ttl=settings.result_ttl,
+                                 workflow=self.acker.workflow)
         # `async def` tasks: awaited on one event loop beside the pool, holding no thread.
         self.coroutines = AsyncRunner(
             self.executor, settings.async_concurrency, room=self._room_changed,

@@ -17,6 +17,7 @@ from django_taskrunner.shim import framework_result_ttl
 from django_taskrunner.store.records import RecordWrite
 from django_taskrunner.worker.steps.locks import release
 from django_taskrunner.worker.steps.run import Run
+from django_taskrunner.worker.steps.workflow import note_outcome
 
 if TYPE_CHECKING:
     from django_taskrunner.worker.executor import Executor
@@ -65,6 +66,8 @@ def write_outcome(
     expired, cancelled (final) or retrying (the next attempt's, not final)."""
     message = run.message
     ttl = record_ttl(executor, run)
+    if message is not None and message.workflow is not None:
+        note_outcome(executor, run, status)  # queued before the record: sent after it
     if message is None or ttl <= 0 or not message.task_name:
         return
     attempt = run.attempt
