@@ -176,3 +176,18 @@ class Task(models.Model):
 
     def __str__(self) -> str:
         return f"task {self.pk}"
+
+
+class Workflow(models.Model):
+    """Not a table: stands for the workflows in Redis (chains, groups), behind the
+    admin's Workflows pages; "view" opens them, "cancel" cancels one workflow."""
+
+    class Meta:
+        managed = False
+        default_permissions = ("view",)
+        permissions = [("cancel_workflow", "Can cancel a running workflow")]
+        verbose_name = "workflow"
+        verbose_name_plural = "workflows"
+
+    def __str__(self) -> str:
+        return f"workflow {self.pk}"

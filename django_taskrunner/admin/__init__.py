@@ -9,6 +9,7 @@ from django_taskrunner.admin import (
     locks,  # noqa: F401 - registers the unique-locks page
     queues,  # noqa: F401 - registers the queues dashboard
     tasks,  # noqa: F401 - registers the tasks pages
+    workflows,  # noqa: F401 - registers the workflows pages
 )
 from django_taskrunner.admin.failed import FailedTaskAdmin
 from django_taskrunner.admin.periodic import PeriodicTaskAdmin

@@ -171,13 +171,18 @@ class WorkflowStore:
             self.client, "workflow_cancel", self._keys(workflow_id), [str(now_ms), str(ttl_s)])]
         return reply[0], reply[1] if len(reply) > 1 else ""
 
-    def page(self, before_ms: int | None, count: int) -> list[tuple[str, int]]:
-        """Workflow ids newest first, dispatched before `before_ms` (None: any), with
+    def page(self, top_ms: int | None, count: int) -> list[tuple[str, int]]:
+        """Workflow ids newest first, dispatched at or before `top_ms` (None: any), with
         their dispatch times: ZREVRANGEBYSCORE of the index, LIMIT `count`."""
-        top = "+inf" if before_ms is None else f"({before_ms}"
+        top = "+inf" if top_ms is None else str(top_ms)
         rows = self.client.zrevrangebyscore(keys.workflow_index_key(self.prefix), top, "-inf",
                                             start=0, num=count, withscores=True)
         return [(text(member), int(score)) for member, score in rows]
+
+    def forget(self, workflow_ids: Sequence[str]) -> None:
+        """ZREM from the index workflows whose keys expired."""
+        if workflow_ids:
+            self.client.zrem(keys.workflow_index_key(self.prefix), *workflow_ids)
 
     def record_fields(self, task_ids: Sequence[str], names: Sequence[str]) -> list[list[Any]]:
         """HMGET `names` of each task's record, one pipelined round trip (the results a
