@@ -30,7 +30,9 @@ from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock, due
 from django_taskrunner.core import dispatch as dispatching
 from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.core.records import PENDING_TTL_S, cancel, dispatch_record
+from django_taskrunner.core.awaitables import run_to_end
+from django_taskrunner.core.context import TaskContext
+from django_taskrunner.core.records import PENDING_TTL_S, cancel, dispatch_record, encode_value
 from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import InvalidTaskOptions, TaskAlreadyDispatched, TaskIdConflict
 from django_taskrunner.store import keys, sharding
@@ -321,8 +323,6 @@ def dispatch_workflow(workflow: Workflow) -> WorkflowHandle:
     """
     stages = workflow.stages
     settings = get_settings()
-    if settings.EAGER:
-        raise InvalidTaskOptions("workflows do not run in eager mode (TASKRUNNER['EAGER'])")
     now = clock.now_ms()
     workflow_id = dispatching.new_message_id()
     built: list[list[_Member]] = []
@@ -366,6 +366,8 @@ def dispatch_workflow(workflow: Workflow) -> WorkflowHandle:
             record = dispatch_record(member.message, task, member.shard)
             if record is not None:
                 records.append(_waiting(record))
+    if settings.EAGER:
+        return _run_eager(workflow_id, stages, built)
     sizes = [len(row) for row in built]
     fields = {"status": "running", "name": _describe(stages), "stages": str(len(stages)),
               "stage": "0", "total": str(index), "pending": str(index - sizes[0]),
@@ -397,6 +399,50 @@ def dispatch_workflow(workflow: Workflow) -> WorkflowHandle:
     for queue in dict.fromkeys(member.message.queue for row in built for member in row):
         dispatching.announce_queue(broker, queue)
     return WorkflowHandle(workflow_id, tuple(member_ids))
+
+
+def _run_eager(workflow_id: str, stages: list[tuple[str, list[Signature]]],
+               built: list[list[_Member]]) -> WorkflowHandle:
+    """Eager mode: run the stages here and now, in order, as a worker would: a step that
+    fails for good raises (what its last attempt raised) and ends the workflow; a group
+    member that does leaves None among the results. Delays and unique locks do not
+    apply, and no record is kept."""
+    parent: Any = None
+    for (kind, _members), row in zip(stages, built, strict=True):
+        results = []
+        for member in row:
+            try:
+                results.append(_eager_member(member.signature.task, member.message, parent))
+            except Exception:
+                if kind == "one":
+                    raise
+                dispatching.logger.info("eager workflow %s: member %s failed for good",
+                                        workflow_id, member.message.id, exc_info=True)
+                results.append(None)
+        parent = results[0] if kind == "one" else results
+    return WorkflowHandle(workflow_id, tuple(member.message.id for row in built
+                                            for member in row))
+
+
+def _eager_member(task: Task, message: TaskMessage, parent: Any) -> Any:
+    """One member's attempts in eager mode; its result as a record would give it back."""
+    received = TaskMessage.from_json(message.to_json())
+    while True:
+        try:
+            if task.options.takes_context:
+                result = task.fn(TaskContext(id=received.id, task_name=received.task_name,
+                                             queue=received.queue, attempt=received.attempt,
+                                             _parent=lambda: parent), received.payload)
+            else:
+                result = task.fn(received.payload)
+            if task.is_async:
+                result = run_to_end(result)
+            encoded, _why = encode_value(result, "result")
+            return None if encoded is None else json.loads(encoded)
+        except Exception:
+            if received.attempt > task.options.max_retry:
+                raise
+            received = replace(received, attempt=received.attempt + 1)
 
 
 def _waiting(record: RecordWrite) -> RecordWrite:

@@ -182,3 +182,43 @@ def test_first_stage_options_pass_through(r):
     assert lookup(handle.task_ids[0]).queue == "other"
     assert lookup(handle.task_ids[1]).status == "delayed"
     assert get_broker().length("other") == 1
+
+
+def test_eager_mode_runs_a_workflow_in_process(settings):
+    settings.TASKRUNNER = {**settings.TASKRUNNER, "EAGER": True}
+    handle = chain(wf_add.s({"name": "a", "add": 2}),
+                   group(wf_member.s({"n": 1}), wf_fail.s({})),
+                   wf_collect.s({})).dispatch()
+    assert len(handle.task_ids) == 4
+    assert json.loads(get_broker().client.get(wf_key("callback-parent"))) == [1, None]
+    with pytest.raises(ValueError, match="fails for good"):
+        chain(wf_fail.s({}), wf_blocked.s({})).dispatch()
+    assert ["blocked", None] not in noted("order")
+
+
+def test_a_member_counted_twice_dispatches_the_next_stage_once(r):
+    from django_taskrunner.core.workflows import store
+    from django_taskrunner.store.workflows import MemberDone
+
+    handle = group(wf_member.s({"n": 1}), wf_member.s({"n": 2}), then=wf_collect.s({})
+                   ).dispatch()
+    broker = get_broker()
+    assert broker.length("default") == 2
+    workflows = store()
+    first = MemberDone(handle.id, 0, 0, "succeeded", ("default",))
+    last = MemberDone(handle.id, 1, 0, "failed", ("default",))
+    assert workflows.member_done(first) == "counted"
+    assert workflows.member_done(first) == "duplicate"  # a second run, a batch sent twice
+    assert workflows.member_done(last) == "next"
+    assert workflows.member_done(last) == "duplicate"
+    assert broker.length("default") == 3  # the callback, once
+    record = lookup_workflow(handle.id)
+    assert (record.succeeded, record.failed, record.running, record.pending) == (1, 1, 1, 0)
+
+
+def test_a_later_step_with_a_delay_waits_in_the_delayed_set(r):
+    handle = chain(wf_member.s({"n": 1}), wf_collect.s({}, delay=3600)).dispatch()
+    with worker_thread():
+        wait_for(lambda: lookup(handle.task_ids[0]).status == "succeeded")
+        wait_for(lambda: r.zcard(keys.delayed_key(get_broker().prefix, "default")) == 1)
+    assert lookup_workflow(handle.id).status == "running"
