@@ -32,43 +32,46 @@ if redis.call('TTL', KEYS[2]) < 0 then  -- the first member counted: the set's T
 end
 redis.call('HINCRBY', w, ARGV[3], 1)
 redis.call('HINCRBY', w, 'running', -1)
-local status = redis.call('HGET', w, 'status')
-if status ~= 'running' then
-  return status
+local meta = redis.call('HMGET', w, 'status', 'kind:' .. stage, 'n:' .. stage, 'ttl',
+                        'stages', 'failed')
+if meta[1] ~= 'running' then
+  return meta[1]
 end
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local function now_ms()
+  local now = redis.call('TIME')
+  return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+end
 
 local function finish(final)
-  local ttl = redis.call('HGET', w, 'ttl') or ARGV[4]
-  redis.call('HSET', w, 'status', final, 'finished', now_ms)
+  local ttl = meta[4] or ARGV[4]
+  redis.call('HSET', w, 'status', final, 'finished', now_ms())
   for i = 1, 4 do
     redis.call('EXPIRE', KEYS[i], ttl)
   end
   return final
 end
 
-if redis.call('HGET', w, 'kind:' .. stage) == 'one' and ARGV[3] ~= 'succeeded' then
+if meta[2] == 'one' and ARGV[3] ~= 'succeeded' then
   redis.call('HSET', w, 'failed_step', stage)
   return finish('failed')
 end
-local size = tonumber(redis.call('HGET', w, 'n:' .. stage))
-if redis.call('HINCRBY', w, 'done:' .. stage, 1) < size then
+if redis.call('HINCRBY', w, 'done:' .. stage, 1) < tonumber(meta[3]) then
   return 'counted'
 end
 local next_stage = tonumber(stage) + 1
-if next_stage >= tonumber(redis.call('HGET', w, 'stages')) then
-  if tonumber(redis.call('HGET', w, 'failed') or '0') > 0 then
+if next_stage >= tonumber(meta[5]) then
+  if tonumber(meta[6] or '0') > 0 then
     return finish('finished')
   end
   return finish('succeeded')
 end
-local count = tonumber(redis.call('HGET', w, 'n:' .. next_stage))
-local offset = tonumber(redis.call('HGET', w, 'o:' .. next_stage))
+local next_meta = redis.call('HMGET', w, 'n:' .. next_stage, 'o:' .. next_stage)
+local count, offset = tonumber(next_meta[1]), tonumber(next_meta[2])
 redis.call('HSET', w, 'stage', next_stage)
 redis.call('HINCRBY', w, 'pending', -count)
 redis.call('HINCRBY', w, 'running', count)
 local woken = {}
+local now = now_ms()
 for _, entry in ipairs(redis.call('LRANGE', KEYS[4], offset, offset + count - 1)) do
   local bar = string.find(entry, '|', 1, true)
   local shard = tonumber(string.sub(entry, 1, bar - 1))
@@ -77,9 +80,9 @@ for _, entry in ipairs(redis.call('LRANGE', KEYS[4], offset, offset + count - 1)
   local delay = tonumber(string.sub(rest, 1, bar2 - 1))
   local body = string.sub(rest, bar2 + 1)
   if delay > 0 then
-    redis.call('ZADD', KEYS[6 + 2 * shard], now_ms + delay, body)
+    redis.call('ZADD', KEYS[6 + 2 * shard], now + delay, body)
     if not woken[shard] then
-      redis.call('PUBLISH', ARGV[6 + shard], now_ms + delay)
+      redis.call('PUBLISH', ARGV[6 + shard], now + delay)
       woken[shard] = true
     end
   else
