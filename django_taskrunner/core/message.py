@@ -122,8 +122,8 @@ class TaskMessage:
     # worker's span of each attempt is its child (django_taskrunner/tracing.py).
     trace_context: str | None = None
     # The workflow this message is a member of (wire key "wf"): {"id": workflow id,
-    # "j": member index, "k": stage index, "nx": shards of the next stage}; None for a
-    # task outside any workflow (core/workflows.py).
+    # "j": member index, "k": stage index, "nx": shards of the next stage, "xr": a later
+    # step's expiry in ms after it is sent}; None outside any workflow (core/workflows.py).
     workflow: dict[str, Any] | None = None
     # Stream entry id, set by the worker for the delivery it is processing.
     stream_id: str | None = field(default=None, compare=False)
@@ -259,6 +259,8 @@ class TaskMessage:
             raise InvalidTaskPayload(
                 f"payload of task {task_name!r} is nested more than {PAYLOAD_MAX_DEPTH} "
                 f"levels deep", task_name=task_name)
+        if message.workflow is not None and "xr" in message.workflow:
+            _expires_from_entry(message)
         return message
 
 
@@ -407,9 +409,20 @@ def _workflow(value: Any, task_name: str | None) -> dict[str, Any] | None:
         raise _wrong("wf", "a workflow object", value, task_name)
     workflow_id, member, stage = value.get("id"), value.get("j"), value.get("k")
     shards = value.get("nx", [])
+    relative = value.get("xr", 0)
+    if type(relative) is not int or not 0 <= relative <= MAX_EPOCH_MS:
+        raise _wrong("wf", "a workflow object whose xr is an integer of ms", value, task_name)
     if (not isinstance(workflow_id, str) or not DISPATCH_TOKEN.fullmatch(workflow_id)
             or type(member) is not int or type(stage) is not int or member < 0 or stage < 0
             or not isinstance(shards, list)
             or not all(isinstance(shard, str) and shard for shard in shards)):
         raise _wrong("wf", "a workflow object (id, j, k, nx)", value, task_name)
     return value
+
+
+def _expires_from_entry(message: TaskMessage) -> None:
+    """A later workflow step's expiry counts from when its workflow sent it: the time in
+    its stream entry id (`xr` ms after it), fixed from then on (a retry writes `exp`)."""
+    stamp = (message.stream_id or "").partition("-")[0]
+    if message.expires_at_ms is None and stamp.isdigit():
+        message.expires_at_ms = min(int(stamp) + message.workflow["xr"], MAX_EPOCH_MS)

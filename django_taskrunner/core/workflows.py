@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -49,6 +50,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Chain", "Group", "Signature", "WorkflowHandle", "WorkflowRecord", "cancel_workflow",
            "chain", "group", "lookup_workflow"]
+
+logger = logging.getLogger(__name__)
 
 # Options of a signature besides those of `prepare()`: when its message starts.
 TIMING_OPTIONS = frozenset({"delay", "when"})
@@ -138,6 +141,8 @@ class Signature:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Signature:
+        if not isinstance(data, Mapping) or not isinstance(data.get("task"), str):
+            raise InvalidTaskOptions(f"a signature's data needs a task name, not {data!r:.80}")
         options = dict(data.get("options") or {})
         if isinstance(options.get("when"), str):
             options["when"] = datetime.fromisoformat(options["when"])
@@ -338,6 +343,11 @@ def dispatch_workflow(workflow: Workflow) -> WorkflowHandle:
                         f"to a workflow's first step only")
             message, claim = signature.prepared(now)
             message.workflow = {"id": workflow_id, "j": index, "k": stage}
+            if stage > 0 and message.expires_at_ms is not None:
+                # Counted from when the step is sent, not from now (see TaskMessage).
+                start = _due_ms(signature.options, now) or now
+                message.workflow["xr"] = max(0, message.expires_at_ms - start)
+                message.expires_at_ms = None
             shard = claim.shard if claim is not None else sharding.next_shard(message.queue)
             row.append(_Member(signature, message, claim, shard, _due_ms(signature.options, now)))
             index += 1
@@ -416,7 +426,7 @@ def _run_eager(workflow_id: str, stages: list[tuple[str, list[Signature]]],
             except Exception:
                 if kind == "one":
                     raise
-                dispatching.logger.info("eager workflow %s: member %s failed for good",
+                logger.info("eager workflow %s: member %s failed for good",
                                         workflow_id, member.message.id, exc_info=True)
                 results.append(None)
         parent = results[0] if kind == "one" else results
@@ -480,7 +490,7 @@ def _add_claimed(workflows: WorkflowStore, members: list[_Member]) -> None:
             workflows.member_done(MemberDone(
                 workflow["id"], workflow["j"], 0, "failed", tuple(workflow.get("nx", ())),
                 max(1, int(get_settings().RESULT_TTL))))
-            dispatching.logger.info("workflow %s: member %s not queued: %s", workflow["id"],
+            logger.info("workflow %s: member %s not queued: %s", workflow["id"],
                                     member.message.id, exc)
 
 

@@ -222,3 +222,11 @@ def test_a_later_step_with_a_delay_waits_in_the_delayed_set(r):
         wait_for(lambda: lookup(handle.task_ids[0]).status == "succeeded")
         wait_for(lambda: r.zcard(keys.delayed_key(get_broker().prefix, "default")) == 1)
     assert lookup_workflow(handle.id).status == "running"
+
+
+def test_a_later_steps_expiry_counts_from_when_it_is_sent(r):
+    handle = chain(wf_member.s({"n": 1, "sleep": 1.2}), wf_collect.s({}, expires=1)).dispatch()
+    with worker_thread():
+        record = wait_for(lambda: finished(handle.id))
+    assert record.status == "succeeded"  # sent after 1.2 s, it had 1 s from then
+    assert int(r.get(wf_key("callback-runs"))) == 1

@@ -37,3 +37,13 @@ def test_the_workflow_field_round_trips():
 def test_a_bad_workflow_field_is_refused(bad):
     with pytest.raises(InvalidTaskPayload, match="'wf'"):
         TaskMessage.from_json(body(wf=bad))
+
+
+def test_a_later_steps_expiry_counts_from_its_stream_entry():
+    raw = body(wf={"id": "ab", "j": 1, "k": 1, "xr": 5000})
+    assert TaskMessage.from_json(raw).expires_at_ms is None
+    message = TaskMessage.from_json(raw, stream_id="1700000000000-3")
+    assert message.expires_at_ms == 1700000005000
+    # a retry's body carries the absolute expiry: it stays the first sending's
+    again = TaskMessage.from_json(message.to_json(), stream_id="1800000000000-0")
+    assert again.expires_at_ms == 1700000005000
