@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django_taskrunner.store.broker import Broker, Requeue
+from django_taskrunner.store.limits import Slot
 from django_taskrunner.store.records import RecordWrite
 from django_taskrunner.worker.outage import RedisStatus, redis_call
 
@@ -41,6 +42,7 @@ class Batch:
     requeues: list[Requeue] = field(default_factory=list)
     records: list[RecordWrite] = field(default_factory=list)
     size: int = 0
+    releases: list[Slot] = field(default_factory=list)  # concurrency slots to free
 
 
 class Acker(threading.Thread):
@@ -77,6 +79,12 @@ class Acker(threading.Thread):
         follows at once)."""
         with self._cond:
             self._batch.records.append(write)
+
+    def release(self, slots: tuple[Slot, ...]) -> None:
+        """Free concurrency slots with the next batch (the attempt's ack or requeue
+        follows at once)."""
+        with self._cond:
+            self._batch.releases.extend(slots)
 
     def requeue(self, shard: str, stream_id: str, body: str | bytes, due_ms: int = 0) -> None:
         """Move held `stream_id` back to `shard` with `body` (at `due_ms`, 0: now), and ack it."""
@@ -130,7 +138,8 @@ class Acker(threading.Thread):
 
     def flush(self, batch: Batch) -> bool:
         """Send one batch (one round trip); True once sent."""
-        self.broker.settle(self.consumer, batch.acks, batch.requeues, batch.records)
+        self.broker.settle(self.consumer, batch.acks, batch.requeues, batch.records,
+                           batch.releases)
         return True
 
     def stop(self) -> None:
