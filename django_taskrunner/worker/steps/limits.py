@@ -74,8 +74,8 @@ def check_limits(executor: Executor, run: Run) -> bool:
         take = store.take_slot(key, options.concurrency_limit, message.id, lease_ms,
                                SLOT_WAIT_BASE_MS, SLOT_WAIT_MAX_MS)
         if not take.admitted:
-            defer(executor, run, take.wait_ms + random.randint(0, SLOT_JITTER_MS),
-                  "concurrency")
+            jitter = random.randint(0, SLOT_JITTER_MS)  # noqa: S311 - spreads waiters
+            defer(executor, run, take.wait_ms + jitter, "concurrency")
             return False
         run.slots = (Slot(key, message.id, lease_ms),)
     if rate is not None and options.rate_limit is not None:
