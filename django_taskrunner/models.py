@@ -176,3 +176,17 @@ class Task(models.Model):
 
     def __str__(self) -> str:
         return f"task {self.pk}"
+
+
+class Limit(models.Model):
+    """Not a table: stands for the rate and concurrency limits in Redis, behind the
+    admin's "Limits" page (its "view" permission opens it)."""
+
+    class Meta:
+        managed = False
+        default_permissions = ("view",)
+        verbose_name = "limit"
+        verbose_name_plural = "limits"
+
+    def __str__(self) -> str:
+        return f"limit {self.pk}"
