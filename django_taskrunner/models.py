@@ -191,3 +191,17 @@ class Workflow(models.Model):
 
     def __str__(self) -> str:
         return f"workflow {self.pk}"
+
+
+class Limit(models.Model):
+    """Not a table: stands for the rate and concurrency limits in Redis, behind the
+    admin's "Limits" page (its "view" permission opens it)."""
+
+    class Meta:
+        managed = False
+        default_permissions = ("view",)
+        verbose_name = "limit"
+        verbose_name_plural = "limits"
+
+    def __str__(self) -> str:
+        return f"limit {self.pk}"

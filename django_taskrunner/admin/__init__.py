@@ -6,6 +6,7 @@ from django.contrib import admin
 
 from django_taskrunner.admin import (
     delayed,  # noqa: F401 - registers the delayed-tasks page
+    limits,  # noqa: F401 - registers the limits page
     locks,  # noqa: F401 - registers the unique-locks page
     queues,  # noqa: F401 - registers the queues dashboard
     tasks,  # noqa: F401 - registers the tasks pages

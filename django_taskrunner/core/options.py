@@ -37,6 +37,10 @@ class TaskOptions:
     unique_mode: str = "until_finished"
     takes_context: bool = False
     result_ttl: int | None = None  # None: TASKRUNNER["RESULT_TTL"]; 0: no record
+    rate_limit: str | None = None  # "N/s", "N/m" or "N/h" (core/limits.py)
+    rate_key: Callable[[Any], str] | None = None
+    concurrency_limit: int | None = None
+    concurrency_key: Callable[[Any], str] | None = None
 
 
 def check_queue_name(queue: Any) -> str:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, overload
 from django_taskrunner.core import dispatch as dispatching
 from django_taskrunner.core import workflows
 from django_taskrunner.core.cron import check_cron
+from django_taskrunner.core.limits import check_limit_options
 from django_taskrunner.core.options import (
     MAX_SECONDS,
     TaskOptions,
@@ -68,6 +69,8 @@ def check_options(options: TaskOptions, task_name: str) -> None:
         check_unique_for(options.unique_for, task_name)
     elif options.unique_for is not None:
         check_unique_for(options.unique_for, task_name)
+    check_limit_options(task_name, options.rate_limit, options.rate_key,
+                        options.concurrency_limit, options.concurrency_key)
 
 
 @dataclass(frozen=True)

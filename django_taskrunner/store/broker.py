@@ -18,6 +18,7 @@ from redis.exceptions import ResponseError
 from django_taskrunner.conf import get_settings, on_reset
 from django_taskrunner.store import keys, scripts, server
 from django_taskrunner.store.connection import get_redis
+from django_taskrunner.store.limits import RENEW_SCRIPT, Limits, Slot
 from django_taskrunner.store.records import SCRIPTS, Records, RecordWrite
 from django_taskrunner.store.values import text
 from django_taskrunner.store.workflows import SCRIPTS as WORKFLOW_SCRIPTS
@@ -190,7 +191,8 @@ class Broker:
 
     def settle(
         self, consumer: str, acks: Mapping[str, Sequence[str]], requeues: Sequence[Requeue],
-        records: Sequence[RecordWrite] = (), *, workflows: Sequence[MemberDone] = (),
+        records: Sequence[RecordWrite] = (), releases: Sequence[Slot] = (), *,
+        workflows: Sequence[MemberDone] = (),
     ) -> None:
         """Ack finished entries (`{queue: [stream id, ...]}`, as `ack()`) and requeue
         others (`requeue.lua`, which acks each old entry in the same script), all in one
@@ -200,11 +202,13 @@ class Broker:
         Redis outage errors pass through; nothing of the batch may have been applied,
         or all of it: sending it again is safe (an ack is idempotent, a requeue of an
         entry already acked finds it no longer pending and does nothing).
+        `releases`: concurrency slots freed by the attempts that ended (ZREM, as safe).
         """
         def build(pipe: Any) -> None:
             self.records.queue_writes(pipe, records)
             if workflows:  # after the records: a next step reads its parents' results
                 WorkflowStore(self.client, self.prefix).queue_member_done(pipe, workflows)
+            Limits.queue_releases(pipe, releases)
             for queue, stream_ids in acks.items():
                 self.ack(queue, stream_ids, pipe=pipe)
             for requeue in requeues:
@@ -278,20 +282,23 @@ class Broker:
 
     def hold_and_sync(
         self, consumer: str, held: Mapping[str, Sequence[str]], writes: Sequence[RecordWrite],
-        watched: Sequence[str],
+        watched: Sequence[str], renewals: Sequence[Slot] = (),
     ) -> tuple[dict[str, list[str]], set[str]]:
         """`hold_many()`, with the running tasks' record writes (started, progress) and
         the read of the `watched` ids' cancel flags, in the same pipelined round trip;
-        returns the lost ids per queue and the ids found cancelled."""
+        returns the lost ids per queue and the ids found cancelled. `renewals`: the
+        running attempts' concurrency slots, their leases pushed on (`Limits`)."""
         store = self.records
 
         def build(pipe: Any) -> None:
             for queue, stream_ids in held.items():
                 self.hold(queue, consumer, stream_ids, pipe=pipe)
             store.queue_writes(pipe, writes)
+            Limits.queue_renewals(pipe, renewals)
             store.queue_flags(pipe, watched)
 
-        replies = scripts.execute_loading(self.client, build, SCRIPTS)
+        names = (*SCRIPTS, RENEW_SCRIPT) if renewals else SCRIPTS
+        replies = scripts.execute_loading(self.client, build, names)
         lost = {queue: [text(lost) for lost in lost_ids]
                 for queue, lost_ids in zip(held, replies, strict=False)}
         return lost, store.cancelled_ids(watched, replies[len(replies) - len(watched):])

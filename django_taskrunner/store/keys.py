@@ -216,3 +216,36 @@ def workflow_bodies_key(prefix: str, workflow_id: str) -> str:
 def workflow_index_key(prefix: str) -> str:
     """Sorted set of workflow ids scored by dispatch time (epoch ms), for the admin."""
     return f"{prefix}:workflows"
+LIMIT_KINDS = ("rate", "concurrency")
+
+
+def limit_key(prefix: str, queue: str, kind: str, task_name: str, key: str) -> str:
+    """A rate limit's log of recent starts (`kind` "rate": sorted set, member -> start
+    ms) or a concurrency limit's slots (`kind` "concurrency": holder -> lease expiry ms).
+
+    `<prefix>:{<queue>}:limit:<kind>:<task>[:<key>]`, tagged by the task's declared queue
+    (never a shard), so the shards of a queue share one limit; each script touches this
+    key and its `limit_waiting_key` only, one slot.
+    """
+    base = f"{prefix}:{{{queue}}}:limit:{kind}:{task_name}"
+    return f"{base}:{key}" if key else base
+
+
+def limit_waiting_key(prefix: str, queue: str, kind: str, task_name: str, key: str) -> str:
+    """Sorted set of the task ids waiting on one limit, scored by when each tries again:
+    `<prefix>:{<queue>}:limit-waiting:<kind>:<task>[:<key>]`."""
+    base = f"{prefix}:{{{queue}}}:limit-waiting:{kind}:{task_name}"
+    return f"{base}:{key}" if key else base
+
+
+def waiting_of(prefix: str, limit: str) -> str:
+    """The waiting set of the limit key `limit` (a name `limit_key` built)."""
+    head, sep, tail = limit.partition("}:limit:")
+    if not sep or not head.startswith(f"{prefix}:{{"):
+        raise ValueError(f"{limit!r} is not a limit key")
+    return f"{head}}}:limit-waiting:{tail}"
+
+
+def limit_pattern(prefix: str) -> str:
+    """SCAN pattern matching every limit key (rate logs and concurrency slots)."""
+    return f"{glob_escape(prefix)}:{{*}}:limit:*"

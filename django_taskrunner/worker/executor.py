@@ -33,6 +33,7 @@ from django_taskrunner.core.records import encode_value
 from django_taskrunner.exceptions import TaskExpired, TaskRunnerError
 from django_taskrunner.stats.recorder import StatsRecorder
 from django_taskrunner.store.broker import Broker
+from django_taskrunner.store.limits import Limits, Slot
 from django_taskrunner.store.records import RecordWrite
 from django_taskrunner.store.workflows import MemberDone, WorkflowStore
 from django_taskrunner.worker.delivery import Delivery
@@ -41,6 +42,7 @@ from django_taskrunner.worker.running import Attempt, RunningSet
 from django_taskrunner.worker.steps.decode import decode
 from django_taskrunner.worker.steps.expiry import check_expiry
 from django_taskrunner.worker.steps.figures import count_run
+from django_taskrunner.worker.steps.limits import check_limits, free_slots
 from django_taskrunner.worker.steps.locks import release, release_on_start
 from django_taskrunner.worker.steps.lookup import lookup
 from django_taskrunner.worker.steps.observe import announce_start
@@ -77,8 +79,8 @@ Step = Callable[["Executor", Run], bool]
 
 # The order of the policies. A new one (a rate limit, a cancellation) is one line here.
 BEFORE_RUN: Sequence[Step] = (decode, skip_cancelled, lookup, check_expiry, check_reclaimed,
-                              release_on_start, announce_start)
-AFTER_RUN: Sequence[Step] = (check_time_limit, count_run, stop_cancelled, retry,
+                              check_limits, release_on_start, announce_start)
+AFTER_RUN: Sequence[Step] = (free_slots, check_time_limit, count_run, stop_cancelled, retry,
                              record_for_good, succeed)
 
 
@@ -120,6 +122,9 @@ class Executor:
         self.coroutines: AsyncRunner | None = None
         # Workflow members' completions: with the ack, in the acker's batch.
         self.workflow = workflow if workflow is not None else self._workflow_now
+        # Frees the concurrency slots of an attempt that ended: the worker's acker sends
+        # it with the ack; without one, at once.
+        self.free_slots: Callable[[tuple[Slot, ...]], None] = self._free_slots_now
 
     def handle(self, delivery: Delivery) -> bool:
         """Process one stream entry to the end; never raises. False when an `async def`
@@ -166,6 +171,9 @@ class Executor:
     def _workflow_now(self, done: MemberDone) -> None:
         WorkflowStore(self.broker.client, self.broker.prefix).member_done(done)
 
+    def _free_slots_now(self, slots: tuple[Slot, ...]) -> None:
+        Limits(self.broker.client, self.broker.prefix).release(slots)
+
     def begin(self, run: Run) -> Attempt:
         """Register the attempt about to run (on this thread, or on the event loop)."""
         task, message = run.task, run.message
@@ -178,6 +186,7 @@ class Executor:
             task, message, self.reservation_timeout if timeout is None else timeout / 1000,
             run.shard, record_ttl=record_ttl(self, run),
             coroutine=task.is_async and self.coroutines is not None)
+        run.attempt.slots = run.slots
         return run.attempt
 
     def end(self, run: Run, error: BaseException | None) -> None:

@@ -139,9 +139,10 @@ class Heartbeat(threading.Thread):
                   if (write := progress_write(attempt) if attempt.start_recorded
                       else started_write(attempt, self.consumer)) is not None]
         watched = [attempt.message.id for attempt in attempts]
+        renewals = [slot for attempt in self.running.snapshot() for slot in attempt.slots]
         try:
             lost_by_queue, cancelled = self.broker.hold_and_sync(self.consumer, by_queue,
-                                                                 writes, watched)
+                                                                 writes, watched, renewals)
         except REDIS_DOWN as exc:
             self.status.failed(exc, "sending heartbeats")
             return

@@ -93,6 +93,7 @@ class Worker:
             self.executor, settings.async_concurrency, room=self._room_changed,
             finished=lambda delivery: self._release(delivery.shard, delivery.stream_id))
         self.executor.coroutines = self.coroutines
+        self.executor.free_slots = self.acker.release
         shortest = {shard: shortest_timeout(shard, timeout)
                     for shard in sharding.all_shards(self.queues)}
         floor = min(shortest.values(), default=timeout)
