@@ -389,3 +389,20 @@ def _traceparent(value: Any) -> str | None:
     if isinstance(value, str) and TRACEPARENT.fullmatch(value) and not value.startswith("ff"):
         return value
     return None
+
+
+def holder_parts(body: str, message: TaskMessage) -> tuple[str, str]:
+    """`body` (`message.to_json()`) cut around its id and dispatch token: (head, rest).
+
+    A replacing dispatch hands these to `store/lua/enqueue.lua`, which puts the holder's
+    id and token in between, so the holder keeps its id while taking this body (its "tok"
+    field moves next to "id"; JSON does not care about the order). The token is found
+    from the end: it comes after the payload, whose text may contain anything.
+    """
+    head = f'{{"v":{WIRE_VERSION},"id":'
+    start = head + _encode(message.id) + ","
+    token_field = f',"tok":"{message.dispatch_token}"'
+    at = body.rfind(token_field)
+    if not body.startswith(start) or message.dispatch_token is None or at < 0:
+        raise ValueError("not the wire form of this message")
+    return head, body[len(start):at] + body[at + len(token_field):]

@@ -17,6 +17,8 @@ from django_taskrunner.exceptions import InvalidTaskOptions, UniqueForRequired
 
 UNIQUE_MODES = ("until_finished", "until_executed", "until_executing", "while_locked")
 UNIQUE_FOR_MAX = 7 * 24 * 3600
+# What a unique dispatch does when the lock is held (docs/unique.md, "on_conflict").
+ON_CONFLICT = ("raise", "return", "replace")
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class TaskOptions:
     unique_mode: str = "until_finished"
     takes_context: bool = False
     result_ttl: int | None = None  # None: TASKRUNNER["RESULT_TTL"]; 0: no record
+    on_conflict: str = "raise"  # a unique dispatch meeting a held lock: ON_CONFLICT
 
 
 def check_queue_name(queue: Any) -> str:
@@ -94,3 +97,11 @@ def check_unique_mode(mode: Any) -> str:
         raise InvalidTaskOptions(
             f"unique_mode must be one of {', '.join(UNIQUE_MODES)}, not {mode!r}")
     return str(mode)
+
+
+def check_on_conflict(value: Any, task_name: str) -> str:
+    """`on_conflict` is one of `ON_CONFLICT`."""
+    if not isinstance(value, str) or value not in ON_CONFLICT:
+        raise InvalidTaskOptions(f"on_conflict of task {task_name!r} must be one of "
+                                 f"{', '.join(ON_CONFLICT)}, not {value!r}")
+    return value

@@ -19,6 +19,7 @@ from django_taskrunner.core.cron import check_cron
 from django_taskrunner.core.options import (
     MAX_SECONDS,
     TaskOptions,
+    check_on_conflict,
     check_queue_name,
     check_seconds,
     check_unique_for,
@@ -67,6 +68,11 @@ def check_options(options: TaskOptions, task_name: str) -> None:
         check_unique_for(options.unique_for, task_name)
     elif options.unique_for is not None:
         check_unique_for(options.unique_for, task_name)
+    check_on_conflict(options.on_conflict, task_name)
+    if options.on_conflict != "raise" and not options.unique:
+        raise InvalidTaskOptions(f"task {task_name!r} is not unique, so on_conflict="
+                                 f"{options.on_conflict!r} has no lock to meet: declare "
+                                 f"unique=True (and unique_for) or leave on_conflict out")
 
 
 @dataclass(frozen=True)
