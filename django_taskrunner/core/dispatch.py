@@ -199,6 +199,9 @@ def dispatch(
     body = message.to_json()
     if get_settings().EAGER:
         return eager.run(task, message, body, claim)
+    quiet_ms = _debounce_ms(claim)
+    if quiet_ms is not None:  # unique_mode="debounce": it waits out its quiet period
+        return add_delayed(message, clock.now_ms() + quiet_ms, claim, task=task)
     try:
         broker = get_broker()
         if claim is None:
@@ -264,7 +267,15 @@ def _dispatch_at(task: Task, payload: Any, due_ms: int, options: dict[str, Any])
     if due_ms <= clock.now_ms() or get_settings().EAGER:  # eager mode ignores delays
         return dispatch(task, payload, **options)
     message, claim = prepare(task, payload, start_ms=due_ms, **options)
+    quiet_ms = _debounce_ms(claim)
+    if quiet_ms is not None:  # never before the quiet period after this dispatch ends
+        due_ms = max(due_ms, clock.now_ms() + quiet_ms)
     return add_delayed(message, due_ms, claim, task=task)
+
+
+def _debounce_ms(claim: Claim | None) -> int | None:
+    """The quiet period of a debounced dispatch, else None."""
+    return None if claim is None or claim.lock is None else claim.lock.debounce_ms
 
 
 def add_delayed(
@@ -320,7 +331,8 @@ def dispatch_many(
         return eager.run_many(task, [(message, message.to_json(), claim)
                                      for message, claim in prepared])
     if not (task.options.unique or unique_key is not None or unique_for is not None
-            or unique_mode is not None or on_conflict is not None):
+            or unique_mode is not None or on_conflict is not None
+            or task.options.unique_mode == "debounce"):
         return _dispatch_many_plain(task, payloads, queue, expires)
     prepared = [prepare(task, payload, queue=queue, unique_key=unique_key,
                         unique_for=unique_for, unique_mode=unique_mode, expires=expires,
@@ -383,11 +395,14 @@ def _add_claimed(
     broker: Broker, task: Task, claimed: list[tuple[TaskMessage, Claim, str]]
 ) -> list[TaskMessage]:
     """One enqueue script per message, pipelined; the messages whose claim was free."""
+    now = clock.now_ms()
+    due = [None if (quiet_ms := _debounce_ms(claim)) is None else now + quiet_ms
+           for _message, claim, _body in claimed]
     replies = get_locks().add_reserved_many(
-        [locks.reservation_for(claim, broker, message, body)
-         for message, claim, body in claimed],
-        [dispatch_record(message, task, claim.shard, claim=claim)
-         for message, claim, _body in claimed])
+        [locks.reservation_for(claim, broker, message, body, due_ms)
+         for (message, claim, body), due_ms in zip(claimed, due, strict=True)],
+        [dispatch_record(message, task, claim.shard, due_ms, claim=claim)
+         for (message, claim, _body), due_ms in zip(claimed, due, strict=True)])
     queued = []
     for (message, claim, _body), reply in zip(claimed, replies, strict=True):
         try:

@@ -19,6 +19,7 @@ from django_taskrunner.core.cron import check_cron
 from django_taskrunner.core.options import (
     MAX_SECONDS,
     TaskOptions,
+    check_debounce,
     check_on_conflict,
     check_queue_name,
     check_seconds,
@@ -64,12 +65,14 @@ def check_options(options: TaskOptions, task_name: str) -> None:
                             or not 0 <= ttl <= MAX_SECONDS):
         raise InvalidTaskOptions(f"result_ttl must be an integer of seconds from 0 to "
                                  f"{MAX_SECONDS:,}, not {ttl!r}")
-    if options.unique:
+    check_debounce(options, task_name)
+    debounced = options.unique_mode == "debounce"  # unique, its lock lives `debounce` s
+    if options.unique and not debounced:
         check_unique_for(options.unique_for, task_name)
     elif options.unique_for is not None:
         check_unique_for(options.unique_for, task_name)
     check_on_conflict(options.on_conflict, task_name)
-    if options.on_conflict != "raise" and not options.unique:
+    if options.on_conflict != "raise" and not (options.unique or debounced):
         raise InvalidTaskOptions(f"task {task_name!r} is not unique, so on_conflict="
                                  f"{options.on_conflict!r} has no lock to meet: declare "
                                  f"unique=True (and unique_for) or leave on_conflict out")

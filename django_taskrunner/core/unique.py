@@ -70,6 +70,8 @@ RELEASE_ON: dict[str, frozenset[str]] = {
     "until_executed": frozenset({SUCCEEDED, DROPPED, CANCELLED}),
     "until_executing": frozenset({STARTED, DROPPED, CANCELLED}),
     "while_locked": frozenset({CANCELLED}),
+    # The lock lives as long as the quiet period; once the task starts, a new one opens.
+    "debounce": frozenset({STARTED, DROPPED, CANCELLED}),
 }
 TASK_ID_FREED_ON = frozenset({SUCCEEDED, FAILED, DROPPED, CANCELLED})
 
@@ -176,8 +178,14 @@ class LockSpec:
     mode: str
     # The shard the lock (and so the message) lives in; the queue when it is not split.
     shard: str = field(default="", compare=False)
-    # What this dispatch does when the lock is held: "raise", "return" or "replace".
+    # What this dispatch does when the lock is held: "raise", "return" or "replace"
+    # ("debounce" for that mode: the waiting holder takes the payload and a later start).
     on_conflict: str = "raise"
+
+    @property
+    def debounce_ms(self) -> int | None:
+        """The quiet period of a debounce lock (its TTL), else None."""
+        return self.ttl_ms if self.mode == "debounce" else None
 
 
 def lock_spec(
@@ -187,7 +195,7 @@ def lock_spec(
     """The lock a dispatch takes, or None; any unique override makes the call unique."""
     options = task.options
     overridden = unique_key is not None or unique_for is not None or unique_mode is not None
-    if not options.unique and not overridden:
+    if not options.unique and not overridden and options.unique_mode != "debounce":
         if on_conflict is not None and on_conflict != "raise":
             raise InvalidTaskOptions(
                 f"dispatch of task {task.name!r} is not unique, so on_conflict="
@@ -195,17 +203,25 @@ def lock_spec(
         return None
     policy = check_on_conflict(on_conflict if on_conflict is not None else options.on_conflict,
                                task.name)
-    seconds = unique_for if unique_for is not None else options.unique_for
-    if seconds is None:
-        raise UniqueForRequired(
-            f"dispatch of task {task.name!r} is unique but has no unique_for: pass "
-            f"unique_for=SECONDS (the lock's TTL) or declare it on the task"
-        )
-    ttl = check_unique_for(seconds, task.name)
     mode = unique_mode if unique_mode is not None else options.unique_mode
     if mode not in UNIQUE_MODES:
         raise InvalidTaskOptions(f"unique_mode of task {task.name!r} must be one of "
                                  f"{', '.join(UNIQUE_MODES)}, not {mode!r}")
+    if mode == "debounce":
+        # Every dispatch in the quiet period replaces the waiting one: the lock lives
+        # as long as the period, whatever unique_for says.
+        if options.debounce is None:
+            raise InvalidTaskOptions(f"dispatch of task {task.name!r} with unique_mode="
+                                     f"'debounce' needs @task(debounce=SECONDS) on the task")
+        ttl, policy = float(options.debounce), "debounce"
+    else:
+        seconds = unique_for if unique_for is not None else options.unique_for
+        if seconds is None:
+            raise UniqueForRequired(
+                f"dispatch of task {task.name!r} is unique but has no unique_for: pass "
+                f"unique_for=SECONDS (the lock's TTL) or declare it on the task"
+            )
+        ttl = check_unique_for(seconds, task.name)
     source = unique_key if unique_key is not None else options.unique_key
     part = derive_key(task, payload, source)
     shard = sharding.shard_for(queue, f"{task.name}\x00{part}")

@@ -72,3 +72,43 @@ def test_holder_parts_rebuild_the_body_around_another_id(payload):
 
     assert (rebuilt.id, rebuilt.dispatch_token, rebuilt.payload) == ("held/id", "abc123", payload)
     assert rebuilt.task_name == "t" and rebuilt.queue == "q"
+
+
+def test_debounce_declares_a_unique_task_without_unique_for():
+    @task(name="pol.debounced", unique_mode="debounce", debounce=2.5,
+          unique_key=lambda payload: str(payload))
+    def debounced(payload):
+        pass
+
+    message, claim = prepare(debounced, "x")
+    assert claim is not None and claim.lock.mode == "debounce"
+    assert claim.lock.ttl_ms == 2500 and claim.lock.debounce_ms == 2500
+    assert claim.policy == "debounce"
+
+
+def test_debounce_needs_its_mode_and_the_mode_needs_debounce():
+    with pytest.raises(InvalidTaskOptions, match=r"debounce=5 of task 'pol\.d1'.*'until_finished'"):
+        @task(name="pol.d1", unique=True, unique_for=10, debounce=5)
+        def d1(payload):
+            pass
+    with pytest.raises(InvalidTaskOptions, match=r"'pol\.d2'.*no debounce"):
+        @task(name="pol.d2", unique_mode="debounce")
+        def d2(payload):
+            pass
+
+
+@pytest.mark.parametrize("value", [0, -1, float("nan"), float("inf"), True, "5", 8 * 24 * 3600])
+def test_debounce_must_be_a_positive_number_of_seconds(value):
+    with pytest.raises(InvalidTaskOptions, match=rf"debounce of task 'pol\.d3'.*{value!r}"):
+        @task(name="pol.d3", unique_mode="debounce", debounce=value)
+        def d3(payload):
+            pass
+
+
+def test_a_per_dispatch_debounce_mode_needs_the_tasks_debounce():
+    @task(name="pol.unique2", unique=True, unique_for=10)
+    def unique2(payload):
+        pass
+
+    with pytest.raises(InvalidTaskOptions, match=r"'pol\.unique2'.*debounce=SECONDS"):
+        prepare(unique2, {}, unique_mode="debounce")
