@@ -130,6 +130,11 @@ def prepare(
     claim = locks.claim_for(task, message, get_settings().PREFIX, unique_key=unique_key,
                             unique_for=unique_for, unique_mode=unique_mode,
                             on_conflict=on_conflict)
+    quiet_ms = _debounce_ms(claim)
+    if quiet_ms is not None:  # it starts after its quiet period: expiry counts from there
+        now = clock.now_ms()
+        start = max(now if start_ms is None else start_ms, now + quiet_ms)
+        message.expires_at_ms = _expires_at(task, expires, start)
     return message, claim
 
 

@@ -141,3 +141,19 @@ def test_a_worker_runs_a_burst_once_after_the_quiet_period(r):
     assert record
     assert runs("quick") == [{"product": 9, "n": 4}]
     assert waiting(r) == [] and not r.exists(sent[0].lock_key)
+
+
+@task(name="tests.debounce.expiring", unique_mode="debounce", debounce=60, expires=10,
+      unique_key=lambda payload: "one")
+def expiring(payload: Any) -> None:
+    pass
+
+
+def test_expiry_counts_from_the_end_of_the_quiet_period(r, monkeypatch):
+    moved = MovableClock.install(monkeypatch)
+    message = expiring.dispatch({})
+    [(held, due)] = waiting(r)
+
+    assert held.expires_at_ms == message.expires_at_ms
+    assert abs(held.expires_at_ms - (due + 10_000)) < 1_000
+    assert due >= moved.now_ms() + 59_000

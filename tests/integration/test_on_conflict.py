@@ -201,3 +201,16 @@ def test_the_mode_record_names_the_holders_policy(r):
 
     assert r.get(mode_key).split(b"\n")[:2] == [b"until_finished", b"replace"]
     assert r.get(plain_key).split(b"\n")[:2] == [b"until_finished", b"raise"]
+
+
+def test_replace_and_return_work_on_a_queue_split_into_shards(r, taskrunner_settings):
+    taskrunner_settings(SHARDS={"hot": 4})
+    first = replacing.dispatch({"k": 13, "v": "a"}, queue="hot")
+
+    second = replacing.dispatch({"k": 13, "v": "b"}, queue="hot")
+    held = replacing.dispatch({"k": 13, "v": "c"}, queue="hot", on_conflict="return")
+
+    assert second.id == held.id == first.id
+    assert held.payload == {"k": 13, "v": "b"}
+    shard = first.lock_key.split("{", 1)[1].split("}", 1)[0]
+    assert [m.payload for m in stream_messages(r, shard)] == [{"k": 13, "v": "b"}]
