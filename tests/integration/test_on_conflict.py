@@ -214,3 +214,19 @@ def test_replace_and_return_work_on_a_queue_split_into_shards(r, taskrunner_sett
     assert held.payload == {"k": 13, "v": "b"}
     shard = first.lock_key.split("{", 1)[1].split("}", 1)[0]
     assert [m.payload for m in stream_messages(r, shard)] == [{"k": 13, "v": "b"}]
+
+
+def test_replace_never_mixes_a_holder_with_another_mode_or_task_id(r):
+    plain = replacing.dispatch({"k": 14, "v": "a"})
+    with_id = replacing.dispatch({"k": 15, "v": "a"}, task_id="export-15")
+
+    with pytest.raises(TaskAlreadyDispatched):  # the holder frees at another point
+        replacing.dispatch({"k": 14, "v": "b"}, unique_mode="until_executing")
+    with pytest.raises(TaskAlreadyDispatched):  # its body would lose the task_id flag
+        replacing.dispatch({"k": 15, "v": "b"})
+    same = replacing.dispatch({"k": 15, "v": "c"}, task_id="export-15b")
+
+    assert same.id == with_id.id == "export-15"
+    payloads = sorted((m.id == plain.id, m.payload["v"], m.has_task_id)
+                      for m in stream_messages(r))
+    assert payloads == [(False, "c", True), (True, "a", False)]

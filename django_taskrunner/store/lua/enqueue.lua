@@ -31,6 +31,8 @@
 --         delayed set takes this payload and this due time; one that left it no longer
 --         holds the lock). For the last three, the queue's other structure (the delayed
 --         set when KEYS[1] is the stream, else the stream) comes after the task_id key.
+--         A replace also needs the holder alike: the same mode, and a task_id exactly
+--         when this dispatch has one; otherwise the lock counts as held, as for 'raise'.
 -- ARGV[11] the consumer group: a stream entry it has been delivered to has started
 -- ARGV[12], ARGV[13] the body split around its id and dispatch token: the holder's
 --         body is ARGV[12] .. <holder id as JSON> .. ',"tok":"<holder token>",' ..
@@ -91,7 +93,35 @@ local function holder_place()
   if not where then
     return nil
   end
-  return where, ref, m .. '\n' .. p .. '\n'
+  return where, ref, m .. '\n' .. p .. '\n', m
+end
+
+-- The body of stream entry `id`, or nil when it is gone.
+local function stream_body(id)
+  local entry = redis.call('XRANGE', stream_key, id, id)
+  if #entry == 0 then
+    return nil
+  end
+  local fields = entry[1][2]
+  for i = 1, #fields, 2 do
+    if fields[i] == 'm' then
+      return fields[i + 1]
+    end
+  end
+  return nil
+end
+
+-- A replacing body must mean what the holder's did: the same mode, and a task_id
+-- reservation exactly when the holder has one (the worker frees what the body names).
+local function compatible(old_body, old_mode)
+  if old_mode ~= mode then
+    return false
+  end
+  local ok, old = pcall(cjson.decode, old_body)
+  if not ok or type(old) ~= 'table' then
+    return false
+  end
+  return (old['tid'] == true) == (ARGV[6] ~= '')
 end
 
 -- True once the consumer group has been delivered the entry `id` (or a later one).
@@ -137,21 +167,13 @@ local function on_held(holder)
   if policy == '' or policy == 'raise' then
     return {'lock', holder}
   end
-  local where, ref, head = holder_place()
+  local where, ref, head, held_mode = holder_place()
   if policy == 'return' then
     local body = false
     if where == 'd' then
       body = ref
     elseif where == 's' then
-      local entry = redis.call('XRANGE', stream_key, ref, ref)
-      if #entry > 0 then
-        local fields = entry[1][2]
-        for i = 1, #fields, 2 do
-          if fields[i] == 'm' then
-            body = fields[i + 1]
-          end
-        end
-      end
+      body = stream_body(ref) or false
     end
     return {'lock', holder, body}
   end
@@ -161,6 +183,9 @@ local function on_held(holder)
       if policy == 'debounce' then
         return nil  -- it left the delayed set: its quiet period is over
       end
+      return {'lock', holder}
+    end
+    if not compatible(ref, held_mode) then
       return {'lock', holder}
     end
     local body = holder_body(holder)
@@ -179,8 +204,9 @@ local function on_held(holder)
   if policy == 'debounce' then
     return nil  -- on the stream (or an older lock): the quiet period is over
   end
-  if where ~= 's' or #redis.call('XRANGE', stream_key, ref, ref) == 0 or delivered(ref) then
-    return {'lock', holder}  -- started (or not findable): as 'raise'
+  local old_body = where == 's' and stream_body(ref)
+  if not old_body or delivered(ref) or not compatible(old_body, held_mode) then
+    return {'lock', holder}  -- started (or not findable, or not alike): as 'raise'
   end
   local body = holder_body(holder)
   redis.call('XDEL', stream_key, ref)
