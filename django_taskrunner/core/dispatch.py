@@ -35,7 +35,7 @@ from django_taskrunner.exceptions import (
     TaskAlreadyDispatched,
     TaskIdConflict,
 )
-from django_taskrunner.store import keys, sharding
+from django_taskrunner.store import sharding
 from django_taskrunner.store.broker import Broker, get_broker
 from django_taskrunner.store.connection import built_client
 from django_taskrunner.store.errors import REDIS_DOWN, unavailable
@@ -117,6 +117,7 @@ def prepare(
     task: Task, payload: Any, *, queue: str | None = None, task_id: str | None = None,
     unique_key: KeySource = None, unique_for: float | None = None,
     unique_mode: str | None = None, expires: float | None = None, start_ms: int | None = None,
+    on_conflict: str | None = None,
 ) -> tuple[TaskMessage, Claim | None]:
     """The message and what it must reserve (lock, task_id), all checked, without Redis.
 
@@ -127,7 +128,13 @@ def prepare(
                           task_id=task_id)
     check_payload(payload, task.name)  # before a unique_key function walks the payload
     claim = locks.claim_for(task, message, get_settings().PREFIX, unique_key=unique_key,
-                            unique_for=unique_for, unique_mode=unique_mode)
+                            unique_for=unique_for, unique_mode=unique_mode,
+                            on_conflict=on_conflict)
+    quiet_ms = _debounce_ms(claim)
+    if quiet_ms is not None:  # it starts after its quiet period: expiry counts from there
+        now = clock.now_ms()
+        start = max(now if start_ms is None else start_ms, now + quiet_ms)
+        message.expires_at_ms = _expires_at(task, expires, start)
     return message, claim
 
 
@@ -160,7 +167,7 @@ def _redis_down(task: Task, exc: Exception) -> RedisUnavailable:
 def dispatch(
     name_or_task: str | Task, payload: Any = None, *, queue: str | None = None,
     task_id: str | None = None, unique_key: KeySource = None, unique_for: float | None = None,
-    unique_mode: str | None = None, expires: float | None = None,
+    unique_mode: str | None = None, expires: float | None = None, on_conflict: str | None = None,
 ) -> TaskMessage:
     """Queue a task to run as soon as a worker is free.
 
@@ -174,6 +181,9 @@ def dispatch(
         unique_mode: when the lock frees, instead of the task's (see docs/unique.md).
             Any of the three `unique_*` makes this dispatch unique.
         expires: seconds after which the task, if not started, is not run.
+        on_conflict: what a held unique lock means, instead of the task's: "raise",
+            "return" (the holder's message) or "replace" (a holder not started yet takes
+            this payload, keeping its id); see docs/unique.md.
 
     Raises:
         TaskNotFound: no task has that name.
@@ -189,10 +199,14 @@ def dispatch(
     """
     task = resolve_task(name_or_task)
     message, claim = prepare(task, payload, queue=queue, task_id=task_id, unique_key=unique_key,
-                             unique_for=unique_for, unique_mode=unique_mode, expires=expires)
+                             unique_for=unique_for, unique_mode=unique_mode, expires=expires,
+                             on_conflict=on_conflict)
     body = message.to_json()
     if get_settings().EAGER:
         return eager.run(task, message, body, claim)
+    quiet_ms = _debounce_ms(claim)
+    if quiet_ms is not None:  # unique_mode="debounce": it waits out its quiet period
+        return add_delayed(message, clock.now_ms() + quiet_ms, claim, task=task)
     try:
         broker = get_broker()
         if claim is None:
@@ -200,9 +214,9 @@ def dispatch(
             message.stream_id = broker.add(shard, body, dispatch_record(message, task, shard))
         else:
             reply = get_locks().add_reserved(
-                claim.reservation(broker.stream(claim.shard), body, None),
+                locks.reservation_for(claim, broker, message, body),
                 dispatch_record(message, task, claim.shard, claim=claim))
-            message.stream_id = claim.read_reply(reply)
+            message = claim.settle(reply, message)
     except REDIS_DOWN as exc:
         raise _redis_down(task, exc) from exc
     announce_queue(broker, message.queue)
@@ -248,7 +262,7 @@ def schedule_for(
 
 
 DISPATCH_OPTIONS = frozenset({"queue", "task_id", "unique_key", "unique_for", "unique_mode",
-                              "expires"})
+                              "expires", "on_conflict"})
 
 
 def _dispatch_at(task: Task, payload: Any, due_ms: int, options: dict[str, Any]) -> TaskMessage:
@@ -258,16 +272,24 @@ def _dispatch_at(task: Task, payload: Any, due_ms: int, options: dict[str, Any])
     if due_ms <= clock.now_ms() or get_settings().EAGER:  # eager mode ignores delays
         return dispatch(task, payload, **options)
     message, claim = prepare(task, payload, start_ms=due_ms, **options)
-    add_delayed(message, due_ms, claim, task=task)
-    return message
+    quiet_ms = _debounce_ms(claim)
+    if quiet_ms is not None:  # never before the quiet period after this dispatch ends
+        due_ms = max(due_ms, clock.now_ms() + quiet_ms)
+    return add_delayed(message, due_ms, claim, task=task)
+
+
+def _debounce_ms(claim: Claim | None) -> int | None:
+    """The quiet period of a debounced dispatch, else None."""
+    return None if claim is None or claim.lock is None else claim.lock.debounce_ms
 
 
 def add_delayed(
     message: TaskMessage, due_ms: int, claim: Claim | None = None, task: Task | None = None,
-) -> None:
+) -> TaskMessage:
     """Put `message` in its queue's delayed set until `due_ms` (the one delayed add path),
     taking its unique lock / task_id in the same script when it has a `claim`; with its
-    `task`, the task's record ("delayed") goes in the same round trip."""
+    `task`, the task's record ("delayed") goes in the same round trip. Returns the
+    message the dispatch gives back (the holder's, under on_conflict "return")."""
     body = message.to_json()
     try:
         broker = get_broker()
@@ -276,29 +298,31 @@ def add_delayed(
             record = None if task is None else dispatch_record(message, task, shard, due_ms)
             broker.add_delayed(shard, body, due_ms, record)
         else:
-            reservation = claim.reservation(
-                keys.delayed_key(broker.prefix, claim.shard), body, due_ms,
-                wake_channel=keys.wake_channel(broker.prefix, claim.shard))
+            reservation = locks.reservation_for(claim, broker, message, body, due_ms)
             record = None if task is None else dispatch_record(message, task, claim.shard,
                                                                due_ms, claim)
-            claim.read_reply(get_locks().add_reserved(reservation, record))
+            message = claim.settle(get_locks().add_reserved(reservation, record), message)
     except REDIS_DOWN as exc:
         raise unavailable(f"cannot dispatch {message.task_name!r}", exc,
                           built_client()) from exc
     announce_queue(broker, message.queue)
+    return message
 
 
 def dispatch_many(
     name_or_task: str | Task, payloads: Iterable[Any], *, queue: str | None = None,
     unique_key: KeySource = None, unique_for: float | None = None,
-    unique_mode: str | None = None, expires: float | None = None,
+    unique_mode: str | None = None, expires: float | None = None, on_conflict: str | None = None,
 ) -> list[TaskMessage]:
     """Queue one task per payload in one round trip; nothing is queued if one is bad
     (`InvalidTaskPayload`, as for `dispatch`).
 
     For a unique task (or with a `unique_*` override) each payload takes its lock in the
     same round trip; a payload whose lock is held (by an earlier task, or by an earlier
-    payload of this batch) is skipped and logged. Returns the messages queued, in order.
+    payload of this batch) is skipped and logged under on_conflict "raise"; under
+    "return" its place in the list is the holder's message, under "replace" the holder
+    (when not started) takes the payload and its message is listed. Returns the
+    messages, in order.
     """
     task = resolve_task(name_or_task)
     payloads = list(payloads)
@@ -306,15 +330,18 @@ def dispatch_many(
         return []
     if get_settings().EAGER:
         prepared = [prepare(task, payload, queue=queue, unique_key=unique_key,
-                            unique_for=unique_for, unique_mode=unique_mode, expires=expires)
+                            unique_for=unique_for, unique_mode=unique_mode, expires=expires,
+                            on_conflict=on_conflict)
                     for payload in payloads]
         return eager.run_many(task, [(message, message.to_json(), claim)
                                      for message, claim in prepared])
     if not (task.options.unique or unique_key is not None or unique_for is not None
-            or unique_mode is not None):
+            or unique_mode is not None or on_conflict is not None
+            or task.options.unique_mode == "debounce"):
         return _dispatch_many_plain(task, payloads, queue, expires)
     prepared = [prepare(task, payload, queue=queue, unique_key=unique_key,
-                        unique_for=unique_for, unique_mode=unique_mode, expires=expires)
+                        unique_for=unique_for, unique_mode=unique_mode, expires=expires,
+                        on_conflict=on_conflict)
                 for payload in payloads]
     bodies = [message.to_json() for message, _claim in prepared]
     # One task with one set of options: either every payload claims a lock or none does.
@@ -373,15 +400,18 @@ def _add_claimed(
     broker: Broker, task: Task, claimed: list[tuple[TaskMessage, Claim, str]]
 ) -> list[TaskMessage]:
     """One enqueue script per message, pipelined; the messages whose claim was free."""
+    now = clock.now_ms()
+    due = [None if (quiet_ms := _debounce_ms(claim)) is None else now + quiet_ms
+           for _message, claim, _body in claimed]
     replies = get_locks().add_reserved_many(
-        [claim.reservation(broker.stream(claim.shard), body, None)
-         for _message, claim, body in claimed],
-        [dispatch_record(message, task, claim.shard, claim=claim)
-         for message, claim, _body in claimed])
+        [locks.reservation_for(claim, broker, message, body, due_ms)
+         for (message, claim, body), due_ms in zip(claimed, due, strict=True)],
+        [dispatch_record(message, task, claim.shard, due_ms, claim=claim)
+         for (message, claim, _body), due_ms in zip(claimed, due, strict=True)])
     queued = []
     for (message, claim, _body), reply in zip(claimed, replies, strict=True):
         try:
-            message.stream_id = claim.read_reply(reply)
+            message = claim.settle(reply, message)
         except TaskAlreadyDispatched as exc:
             logger.info("dispatch_many: skipped a duplicate of task=%s: lock %s is held by %s",
                         exc.task_name, exc.lock_key, exc.holder_id)

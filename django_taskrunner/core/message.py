@@ -426,3 +426,18 @@ def _expires_from_entry(message: TaskMessage) -> None:
     stamp = (message.stream_id or "").partition("-")[0]
     if message.expires_at_ms is None and stamp.isdigit():
         message.expires_at_ms = min(int(stamp) + message.workflow["xr"], MAX_EPOCH_MS)
+def holder_parts(body: str, message: TaskMessage) -> tuple[str, str]:
+    """`body` (`message.to_json()`) cut around its id and dispatch token: (head, rest).
+
+    A replacing dispatch hands these to `store/lua/enqueue.lua`, which puts the holder's
+    id and token in between, so the holder keeps its id while taking this body (its "tok"
+    field moves next to "id"; JSON does not care about the order). The token is found
+    from the end: it comes after the payload, whose text may contain anything.
+    """
+    head = f'{{"v":{WIRE_VERSION},"id":'
+    start = head + _encode(message.id) + ","
+    token_field = f',"tok":"{message.dispatch_token}"'
+    at = body.rfind(token_field)
+    if not body.startswith(start) or message.dispatch_token is None or at < 0:
+        raise ValueError("not the wire form of this message")
+    return head, body[len(start):at] + body[at + len(token_field):]

@@ -21,6 +21,8 @@ from django_taskrunner.core.limits import check_limit_options
 from django_taskrunner.core.options import (
     MAX_SECONDS,
     TaskOptions,
+    check_debounce,
+    check_on_conflict,
     check_queue_name,
     check_seconds,
     check_unique_for,
@@ -65,12 +67,19 @@ def check_options(options: TaskOptions, task_name: str) -> None:
                             or not 0 <= ttl <= MAX_SECONDS):
         raise InvalidTaskOptions(f"result_ttl must be an integer of seconds from 0 to "
                                  f"{MAX_SECONDS:,}, not {ttl!r}")
-    if options.unique:
+    check_debounce(options, task_name)
+    debounced = options.unique_mode == "debounce"  # unique, its lock lives `debounce` s
+    if options.unique and not debounced:
         check_unique_for(options.unique_for, task_name)
     elif options.unique_for is not None:
         check_unique_for(options.unique_for, task_name)
     check_limit_options(task_name, options.rate_limit, options.rate_key,
                         options.concurrency_limit, options.concurrency_key)
+    check_on_conflict(options.on_conflict, task_name)
+    if options.on_conflict != "raise" and not (options.unique or debounced):
+        raise InvalidTaskOptions(f"task {task_name!r} is not unique, so on_conflict="
+                                 f"{options.on_conflict!r} has no lock to meet: declare "
+                                 f"unique=True (and unique_for) or leave on_conflict out")
 
 
 @dataclass(frozen=True)
