@@ -186,3 +186,9 @@ def cancelled_key(prefix: str, queue: str) -> str:
     """Set of the ids cancelled while queued, delayed or running on a queue (or shard):
     its fetcher reads it with each XREADGROUP and skips those messages."""
     return f"{prefix}:{{{queue}}}:cancelled"
+
+
+def outbox_mark_key(prefix: str, queue: str, message_id: str) -> str:
+    """Mark of an outbox row already moved onto its stream (the holder, with a TTL):
+    a flush that meets it again adds nothing (`core/outbox.py`)."""
+    return f"{prefix}:{{{queue}}}:outbox:{message_id}"
