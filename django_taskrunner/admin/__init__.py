@@ -7,6 +7,7 @@ from django.contrib import admin
 from django_taskrunner.admin import (
     delayed,  # noqa: F401 - registers the delayed-tasks page
     locks,  # noqa: F401 - registers the unique-locks page
+    outbox,  # noqa: F401 - registers the outbox rows
     queues,  # noqa: F401 - registers the queues dashboard
     tasks,  # noqa: F401 - registers the tasks pages
 )
