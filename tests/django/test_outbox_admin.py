@@ -1,6 +1,6 @@
 """The outbox in the admin: its line on the queues dashboard (with Redis down too), the
 read-only list of its rows, and "Flush now" (POST with CSRF, its own permission, a
-confirmation first)."""
+confirmation first); its Prometheus gauges and its system check."""
 
 from __future__ import annotations
 
@@ -113,3 +113,42 @@ def test_flush_now_needs_post_csrf_and_the_permission():
                         enforce_csrf_checks=True)
     assert flusher.post(FLUSH, {"confirm": "yes"}).status_code == 403  # no CSRF token
     assert OutboxMessage.objects.count() == 1
+
+
+def test_prometheus_exports_the_outbox_size_and_oldest_age():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from django_taskrunner.stats.metrics import render
+
+    leave_rows(3, age=timedelta(seconds=90))
+    body, _type = render()
+    samples = {sample.name: sample.value
+               for family in text_string_to_metric_families(body.decode())
+               for sample in family.samples}
+    assert samples["taskrunner_outbox_size"] == 3
+    assert 89 <= samples["taskrunner_outbox_oldest_seconds"] < 200
+
+
+def test_the_system_check_warns_when_rows_wait_past_the_threshold(taskrunner_settings):
+    from django.core import checks
+
+    def outbox_warnings() -> list[checks.CheckMessage]:
+        found = checks.run_checks(tags=[checks.Tags.database], databases=["default"])
+        return [message for message in found if message.id == "taskrunner.W030"]
+
+    leave_rows(2, age=timedelta(seconds=30))
+    taskrunner_settings(OUTBOX_WARN_AGE=60)
+    assert outbox_warnings() == []
+    taskrunner_settings(OUTBOX_WARN_AGE=10)
+    [warning] = outbox_warnings()
+    assert "2 task(s) wait in the outbox" in warning.msg
+    # Without --database no query is made, as for Django's own database checks.
+    assert all(message.id != "taskrunner.W030" for message in checks.run_checks())
+
+
+def test_the_threshold_setting_is_validated(taskrunner_settings):
+    from django_taskrunner.checks import validate_settings
+
+    assert [e.id for e in validate_settings({"OUTBOX_WARN_AGE": 0})] == ["taskrunner.E002"]
+    assert [e.id for e in validate_settings({"OUTBOX": "yes"})] == ["taskrunner.E005"]
+    assert validate_settings({"OUTBOX": False, "OUTBOX_WARN_AGE": 3600}) == []
