@@ -113,7 +113,7 @@ def test_a_hundred_rolled_back_transactions_dispatch_nothing(r, prefix):
                 Note.objects.create(text=f"rolled back {index}")
                 raise RuntimeError("roll back")
     finally:
-        post_save.disconnect(receiver, sender=Note)
+        assert receiver.disconnect()
     assert not OutboxMessage.objects.exists()
     assert not Note.objects.exists()
     assert outbox.flush_all() == 0
@@ -142,7 +142,7 @@ def test_with_redis_down_a_thousand_saves_commit_and_run_exactly_once_when_it_is
             with transaction.atomic():  # no exception reaches the caller after commit
                 Note.objects.create(text=f"note {index}")
     finally:
-        post_save.disconnect(receiver, sender=Note)
+        assert receiver.disconnect()
 
     assert Note.objects.count() == 1000
     assert OutboxMessage.objects.count() == 1000
