@@ -298,3 +298,13 @@ def test_two_flushers_on_postgresql_skip_the_rows_the_other_holds(r, prefix):
     assert OutboxMessage.objects.count() == 4
     assert outbox.flush_all() == 4
     assert len(queued(r, prefix)) == 10
+
+
+def test_a_move_after_the_server_lost_its_scripts_loads_them_and_queues_once(r, prefix):
+    with transaction.atomic():
+        first = dispatch_on_commit(noop, {"n": 1})
+    r.script_flush()  # as after a Redis restart: the bare EVALSHA meets NOSCRIPT
+    with transaction.atomic():
+        second = dispatch_on_commit(noop, {"n": 2})
+    assert [m.id for m in queued(r, prefix)] == [first.id, second.id]
+    assert not OutboxMessage.objects.exists()
