@@ -205,3 +205,38 @@ class Limit(models.Model):
 
     def __str__(self) -> str:
         return f"limit {self.pk}"
+
+
+class OutboxMessage(models.Model):
+    """A task dispatched inside a transaction, written in that transaction (the outbox).
+
+    A rollback takes the row with it; a commit guarantees the task is queued: the
+    committing process moves the row to Redis at once and deletes it, and whatever is
+    left (Redis down, the process died) is flushed by the leader, oldest first
+    (`core/outbox.py`). `body` is the message as it will be queued, so `message_id` is
+    the task's id from the start.
+    """
+
+    message_id = models.CharField(max_length=255, unique=True)
+    task_name = models.CharField(max_length=255)
+    queue = models.CharField(max_length=100)
+    shard = models.CharField(
+        max_length=120, blank=True,
+        help_text="The stream its unique lock or task_id lives in (blank: any shard).")
+    lock_ttl_ms = models.BigIntegerField(
+        default=0, help_text="The unique lock's TTL in ms (0: it takes no lock).")
+    body = models.TextField(help_text="The message as queued (JSON).")
+    created_at = models.DateTimeField(db_index=True)
+    attempts = models.PositiveIntegerField(
+        default=0, help_text="Flushes that met this row (and Redis down, or another flusher).")
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        default_permissions = ("view",)
+        permissions = [("flush_outboxmessage", "Can flush the outbox now")]
+        verbose_name = "outbox message"
+        verbose_name_plural = "outbox messages"
+
+    def __str__(self) -> str:
+        return f"{self.task_name} ({self.message_id})"

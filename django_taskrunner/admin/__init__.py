@@ -8,6 +8,7 @@ from django_taskrunner.admin import (
     delayed,  # noqa: F401 - registers the delayed-tasks page
     limits,  # noqa: F401 - registers the limits page
     locks,  # noqa: F401 - registers the unique-locks page
+    outbox,  # noqa: F401 - registers the outbox rows
     queues,  # noqa: F401 - registers the queues dashboard
     tasks,  # noqa: F401 - registers the tasks pages
     workflows,  # noqa: F401 - registers the workflows pages

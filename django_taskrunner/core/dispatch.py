@@ -23,7 +23,7 @@ from django.db import transaction
 
 from django_taskrunner import tracing
 from django_taskrunner.conf import get_settings, on_reset
-from django_taskrunner.core import clock, due, eager
+from django_taskrunner.core import clock, due, eager, outbox
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.options import TaskOptions, check_queue_name, check_seconds
@@ -168,6 +168,7 @@ def dispatch(
     name_or_task: str | Task, payload: Any = None, *, queue: str | None = None,
     task_id: str | None = None, unique_key: KeySource = None, unique_for: float | None = None,
     unique_mode: str | None = None, expires: float | None = None, on_conflict: str | None = None,
+    transactional: bool = False,
 ) -> TaskMessage:
     """Queue a task to run as soon as a worker is free.
 
@@ -184,6 +185,9 @@ def dispatch(
         on_conflict: what a held unique lock means, instead of the task's: "raise",
             "return" (the holder's message) or "replace" (a holder not started yet takes
             this payload, keeping its id); see docs/unique.md.
+        transactional: write the task to the outbox in the current transaction of the
+            default database instead: queued once it commits, never if it rolls back,
+            and never lost after the commit, even with Redis down (docs/outbox.md).
 
     Raises:
         TaskNotFound: no task has that name.
@@ -204,6 +208,8 @@ def dispatch(
     body = message.to_json()
     if get_settings().EAGER:
         return eager.run(task, message, body, claim)
+    if transactional:
+        return outbox.put(message, body, claim)
     quiet_ms = _debounce_ms(claim)
     if quiet_ms is not None:  # unique_mode="debounce": it waits out its quiet period
         return add_delayed(message, clock.now_ms() + quiet_ms, claim, task=task)
@@ -422,16 +428,25 @@ def _add_claimed(
 
 def dispatch_on_commit(
     name_or_task: str | Task, payload: Any = None, *, using: str | None = None, **options: Any
-) -> None:
+) -> TaskMessage | None:
     """Queue the task once the current transaction commits (at once outside one).
 
     The task, payload and options are checked now, so a mistake raises here, not at
-    commit. A duplicate found at commit (the unique lock or task_id is taken) is logged
-    and skipped: raising there would stop Django's other on-commit callbacks.
+    commit. With `TASKRUNNER["OUTBOX"]` (the default) the task is written to the outbox
+    of `using` in the same transaction and its message is returned: a commit guarantees
+    it is queued, even if Redis is down then (docs/outbox.md). Without it, the task is
+    dispatched by an on-commit callback and None is returned; a Redis outage then raises
+    from the commit, and the task is lost.
+
+    A duplicate found at commit (the unique lock or task_id is taken) is logged and
+    skipped (with the outbox, also written as a FailedTask row): raising there would stop
+    Django's other on-commit callbacks.
     """
     task = resolve_task(name_or_task)
-    message, _claim = prepare(task, payload, **options)
-    message.to_json()
+    message, claim = prepare(task, payload, **options)
+    body = message.to_json()
+    if outbox.enabled():
+        return outbox.put(message, body, claim, using)
 
     def send() -> None:
         try:
@@ -440,3 +455,4 @@ def dispatch_on_commit(
             logger.info("dispatch on commit skipped a duplicate: %s", exc)
 
     transaction.on_commit(send, using=using)
+    return None

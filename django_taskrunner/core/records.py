@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from django.db import DatabaseError
+
 from django_taskrunner.conf import get_settings
-from django_taskrunner.core import clock
+from django_taskrunner.core import clock, outbox_rows
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.store import keys
 from django_taskrunner.store.connection import built_client, get_redis
@@ -133,6 +135,9 @@ def _checked_id(task_id: Any) -> str | None:
 def lookup(task_id: str) -> TaskRecord | None:
     """The record of `task_id`; None for an unknown id, or one whose record expired.
 
+    A task written to the transactional outbox and not yet moved to Redis reads as
+    "queued" (from its outbox row), also while Redis is down.
+
     Raises:
         RedisUnavailable: Redis could not be reached.
     """
@@ -142,8 +147,21 @@ def lookup(task_id: str) -> TaskRecord | None:
     try:
         fields = records().load(checked)
     except REDIS_DOWN as exc:
-        raise unavailable(f"cannot look task {checked!r} up", exc, built_client()) from exc
+        fields = _in_outbox(checked)  # a task still in the outbox has a "queued" record
+        if fields is None:
+            raise unavailable(f"cannot look task {checked!r} up", exc, built_client()) from exc
+    if fields is None:
+        fields = _in_outbox(checked)
     return None if fields is None else from_fields(checked, fields)
+
+
+def _in_outbox(task_id: str) -> dict[str, str] | None:
+    """The "queued" fields of a task waiting in the outbox (docs/outbox.md), or None; None
+    too when the outbox cannot be read (no table yet, the database down)."""
+    try:
+        return outbox_rows.waiting_fields(task_id)
+    except DatabaseError:
+        return None
 
 
 def wait(task_id: str, timeout: float) -> TaskRecord | None:

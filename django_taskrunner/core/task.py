@@ -120,9 +120,10 @@ class Task:
         """Queue one task per payload in one round trip."""
         return dispatching.dispatch_many(self, payloads, **overrides)
 
-    def dispatch_on_commit(self, payload: Any = None, **overrides: Any) -> None:
-        """Queue this task once the current database transaction commits."""
-        dispatching.dispatch_on_commit(self, payload, **overrides)
+    def dispatch_on_commit(self, payload: Any = None, **overrides: Any) -> TaskMessage | None:
+        """Queue this task once the current database transaction commits (through the
+        outbox by default: returns its message; see `dispatch_on_commit`)."""
+        return dispatching.dispatch_on_commit(self, payload, **overrides)
 
     def dispatch_delayed(
         self, payload: Any = None, *, delay: float | timedelta, **overrides: Any

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 
 from django_taskrunner.core import clock
 from django_taskrunner.scheduling.election import LeaderElection
+from django_taskrunner.scheduling.outbox_flush import OutboxFlusher
 from django_taskrunner.scheduling.periodic import RELOAD_SECONDS, PeriodicRunner
 from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import Broker
@@ -199,6 +200,7 @@ class LeaderScheduler:
             identity=identity, on_promote=self._start_scheduler, on_demote=self._stop_scheduler,
         )
         self.scheduler: Scheduler | None = None
+        self.flusher: OutboxFlusher | None = None  # the outbox's, while leading
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -214,12 +216,18 @@ class LeaderScheduler:
                 self.scheduler = Scheduler(self.broker, self.queues,
                                            periodic=PeriodicRunner(self.broker))
                 self.scheduler.start()
+            if self.flusher is None:
+                self.flusher = OutboxFlusher()
+                self.flusher.start()
 
     def _stop_scheduler(self) -> None:
         with self._lock:
             scheduler, self.scheduler = self.scheduler, None
+            flusher, self.flusher = self.flusher, None
         if scheduler is not None:
             scheduler.stop()
+        if flusher is not None:
+            flusher.stop()
 
 
 def _close(pubsub: WakeSubscription | None) -> None:

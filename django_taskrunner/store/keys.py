@@ -216,6 +216,8 @@ def workflow_bodies_key(prefix: str, workflow_id: str) -> str:
 def workflow_index_key(prefix: str) -> str:
     """Sorted set of workflow ids scored by dispatch time (epoch ms), for the admin."""
     return f"{prefix}:workflows"
+
+
 LIMIT_KINDS = ("rate", "concurrency")
 
 
@@ -249,3 +251,9 @@ def waiting_of(prefix: str, limit: str) -> str:
 def limit_pattern(prefix: str) -> str:
     """SCAN pattern matching every limit key (rate logs and concurrency slots)."""
     return f"{glob_escape(prefix)}:{{*}}:limit:*"
+
+
+def outbox_mark_key(prefix: str, queue: str, message_id: str) -> str:
+    """Mark of an outbox row already moved onto its stream (the holder, with a TTL):
+    a flush that meets it again adds nothing (`core/outbox.py`)."""
+    return f"{prefix}:{{{queue}}}:outbox:{message_id}"

@@ -133,16 +133,25 @@ class UniqueLocks:
 
     def add_reserved_many(
         self, reservations: Sequence[Reservation],
-        records: Sequence[RecordWrite | None] = (),
+        records: Sequence[RecordWrite | None] = (), delete: Sequence[str] = (),
     ) -> list[AddReply]:
         """`add_reserved` for each, pipelined in one round trip; replies in order. With
-        `records` (one per reservation, None for none), as `add_reserved`."""
+        `records` (one per reservation, None for none), as `add_reserved`. The keys of
+        `delete` are DELeted in the same round trip, first (the outbox's spent marks)."""
         store = Records(self.client, self.prefix)
-        pipe = self.client.pipeline(transaction=False)
-        for index, reservation in enumerate(reservations):
-            record = records[index] if index < len(records) else None
-            scripts.run(pipe, "enqueue", *_script_call(reservation, record, store))
-        replies = [_add_reply(reply) for reply in pipe.execute()]
+        calls = [_script_call(reservation, records[index] if index < len(records) else None,
+                              store) for index, reservation in enumerate(reservations)]
+
+        def build(pipe: Any) -> None:
+            for key in delete:
+                pipe.delete(key)
+            for call in calls:
+                scripts.queue(pipe, "enqueue", *call)
+
+        # Bare EVALSHAs: `scripts.run` on a pipeline would ask SCRIPT EXISTS first, one more
+        # round trip. On NOSCRIPT no enqueue ran, so the batch is sent again whole.
+        sent = scripts.execute_loading(self.client, build, ["enqueue"])
+        replies = [_add_reply(reply) for reply in sent[len(delete):]]
         if store.clustered:
             store.save_new([record for record, reply in zip(records, replies, strict=False)
                             if record is not None and reply[0] == "ok"])
