@@ -410,7 +410,9 @@ def enqueue(
     `destination` is the queue's stream (`due_ms=None`: XADD now, returns the stream id)
     or its delayed set (ZADD at `due_ms`, returns "delayed"). `client` is only handed to
     the store (`UniqueLocks`). Raises `TaskIdConflict` / `TaskAlreadyDispatched` (with the
-    holder's id) on contention.
+    holder's id) on contention. For a claim under on_conflict "raise" only (its
+    `reservation` refuses the others): dispatch goes through `reservation_for` and
+    `Claim.settle`.
     """
     store = UniqueLocks(client, "")
     return claim.read_reply(store.add_reserved(claim.reservation(destination, body, due_ms,
