@@ -1,13 +1,14 @@
 """Rate and concurrency limits: what they cost per task, beside a plain task.
 
     taskset -c 0,1 python bench/limits.py                 # 5,000 tasks of each, 3 reps
+    taskset -c 0,1 python bench/limits.py --concurrency 8 # eight worker threads
     python bench/limits.py --jobs 1000 --reps 1            # a quick look
 
 Three no-op tasks side by side in one run: a plain one, one with `rate_limit`
 ("1000000/s": never refused, so only the check is measured) and one with
 `concurrency_limit` (100,000 per key: never refused). For each, every repetition
 queues `--jobs` tasks with `dispatch_many`, then drains them with a `Worker` in burst
-mode and one thread, in this process (pinned to one CPU, Redis to the other), and
+mode and one thread (`--concurrency`), in this process (pinned to one CPU, Redis to the other), and
 reads per task: Redis round trips (requests the client sent: a pipeline is one),
 Redis commands (INFO commandstats, reset before the drain; a script's inner calls
 count too) and the worker's CPU time. The kinds alternate order across repetitions;
@@ -84,7 +85,7 @@ def commands(client: Any) -> int:
     return sum(int(stats["calls"]) for stats in client.info("commandstats").values())
 
 
-def one_drain(client: Any, declared: Any, jobs: int) -> dict[str, float]:
+def one_drain(client: Any, declared: Any, jobs: int, threads: int) -> dict[str, float]:
     from django_taskrunner.store.broker import get_broker
     from django_taskrunner.worker.settings import worker_settings
     from django_taskrunner.worker.worker import Worker
@@ -93,7 +94,7 @@ def one_drain(client: Any, declared: Any, jobs: int) -> dict[str, float]:
     for start in range(0, jobs, 1000):
         declared.dispatch_many([{"k": n % 10} for n in range(start, min(jobs, start + 1000))])
     worker = Worker(get_broker(), worker_settings(
-        [QUEUE], concurrency=1, burst=True, scheduler=False, batch_size=100))
+        [QUEUE], concurrency=threads, burst=True, scheduler=False, batch_size=100))
     client.config_resetstat()
     trips, cpu, wall = RoundTrips.count, time.process_time(), time.perf_counter()
     worker.run()
@@ -111,6 +112,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=5_000)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=1, help="worker threads")
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated subset")
     args = parser.parse_args(argv)
     kinds = tuple(kind for kind in KINDS if kind in args.kinds.split(","))
@@ -126,7 +128,7 @@ def main(argv: list[str]) -> int:
         for rep in range(args.reps):
             order = kinds if rep % 2 == 0 else tuple(reversed(kinds))
             for kind in order:
-                figures = one_drain(client, tasks[kind], args.jobs)
+                figures = one_drain(client, tasks[kind], args.jobs, args.concurrency)
                 rows[kind].append(figures)
                 print(f"rep {rep + 1} {kind:>11}: {figures['trips']:5.2f} round trips/task  "
                       f"{figures['commands']:5.2f} commands/task  "
@@ -139,7 +141,8 @@ def main(argv: list[str]) -> int:
                      for name in ("trips", "commands", "cpu_us", "rate")} for kind in kinds}
     plain = median.get("plain", median[kinds[0]])
     print()
-    print(f"{args.jobs:,} no-op tasks of each kind, one worker thread, median of {args.reps}")
+    print(f"{args.jobs:,} no-op tasks of each kind, {args.concurrency} worker thread(s), "
+          f"median of {args.reps}")
     print("| task | round trips/task | Redis commands/task | worker CPU (us/task) | "
           "CPU vs plain | drain (tasks/s) |")
     print("|---|---:|---:|---:|---:|---:|")

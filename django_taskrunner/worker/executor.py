@@ -1,13 +1,14 @@
 """Running one delivery: the policies as small steps (worker/steps/), called in order.
 
     BEFORE_RUN: decode -> look up the task -> expiry -> (a reclaimed message: give up if
-                its workers died running it too often) -> start (free an
-                `until_executing` lock)
+                its workers died running it too often) -> limits (a concurrency slot,
+                a rate start; a task over a limit waits in the delayed set) -> start
+                (free an `until_executing` lock)
     run the function (Django's connection hygiene; the watchdog enforces time limits),
                 or hand an `async def` task to the event loop (`async_runner.py`), which
                 awaits it and then calls the AFTER_RUN steps itself
-    AFTER_RUN:  time limit -> count the run -> retry (keeping the lock) -> record the
-                failure for good -> success (free the lock)
+    AFTER_RUN:  free the slots -> time limit -> count the run -> retry (keeping the
+                lock) -> record the failure for good -> success (free the lock)
 
 Each step returns True to go on, or False once it settled the delivery: acked, requeued
 or recorded. Every delivery ends in exactly one `ack()` or `requeue()`, both the acker's.

@@ -157,9 +157,12 @@ class Heartbeat(threading.Thread):
                             attempt.task.name, attempt.message.id)
                 attempt.cancelled_by_request()
         self._lost &= running
+        # Running still, after the round trip: one that ended meanwhile was acked by
+        # this worker (not lost to another), so only these are reported.
+        still = {(attempt.shard, attempt.stream_id) for attempt in self.running.snapshot()}
         for queue, lost_ids in lost_by_queue.items():
             for stream_id in lost_ids:
-                if (queue, stream_id) in running:
+                if (queue, stream_id) in running and (queue, stream_id) in still:
                     self._report_lost(queue, stream_id)
                 else:  # still in the buffer: the worker checks it before it runs
                     logger.debug("buffered message %s of queue %s was reclaimed by another "

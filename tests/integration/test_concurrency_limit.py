@@ -16,6 +16,7 @@ from django_taskrunner.store.limits import Limits
 from tests.integration.scheduling_helpers import leads, running_worker, wait_for
 from tests.testapp.limit_tasks import (
     LIMITS_QUEUE,
+    async_one_at_a_time,
     key_not_a_string,
     limit_runs_key,
     one_per_key,
@@ -87,3 +88,14 @@ def test_a_concurrency_key_returning_no_string_fails_the_task_clearly(r):
     row = FailedTask.objects.get(message_id=message.id)
     assert "concurrency_key of task" in row.error and "returned 42" in row.error
     assert r.hget(limit_runs_key(), "key_not_a_string") is None
+
+
+def test_async_tasks_on_the_event_loop_hold_and_free_their_slots_too(r):
+    with running_worker(LIMITS_QUEUE, concurrency=2) as worker:
+        wait_for(lambda: leads(worker), 10)
+        async_one_at_a_time.dispatch_many([{"n": n} for n in range(4)])
+        wait_for(lambda: len(spans(r)) == 4, 30)
+    assert most_at_once([(s, e) for _k, s, e in spans(r)]) == 1
+    store = Limits(r, get_broker().prefix)
+    key = keys.limit_key(store.prefix, LIMITS_QUEUE, "concurrency", async_one_at_a_time.name, "")
+    assert store.slot_holders(key, clock.now_ms()) == []

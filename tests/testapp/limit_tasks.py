@@ -80,3 +80,13 @@ def holds_its_slot(payload: Any) -> None:
 @task(queue=LIMITS_QUEUE, rate_limit="1/h")
 def once_an_hour(payload: Any) -> None:
     get_redis().hincrby(limit_runs_key(), f"once_an_hour:{payload['n']}", 1)
+
+
+@task(queue=LIMITS_QUEUE, concurrency_limit=1)
+async def async_one_at_a_time(payload: Any) -> None:
+    """An `async def` task under a concurrency limit: records (key, start, end)."""
+    import asyncio
+
+    start = time.time()
+    await asyncio.sleep(0.1)
+    get_redis().rpush(spans_key(), json.dumps(["async", start, time.time()]))
