@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock, due
 from django_taskrunner.core import dispatch as dispatching
-from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.awaitables import run_to_end
 from django_taskrunner.core.context import TaskContext
+from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.records import PENDING_TTL_S, cancel, dispatch_record, encode_value
 from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import InvalidTaskOptions, TaskAlreadyDispatched, TaskIdConflict
