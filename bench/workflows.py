@@ -4,14 +4,15 @@ Celery's chord, on the same private Redis.
     taskset -c 0,1 python bench/workflows.py               # 10,000 members, 3 reps
     python bench/workflows.py --members 1000 --reps 1       # a quick look
 
-Each repetition runs both systems in turn (the order alternates): one worker process
+Each repetition runs the systems in turn (the order alternates): one worker process
 (`runtasks --concurrency 1`; Celery `--pool solo`, its result backend on the same Redis)
 pinned to its own CPU, Redis and this process on the other. After a warm-up workflow of
 10 members, Redis's statistics are reset, the group is dispatched from this process,
-and the time runs until the callback notes it ran. Printed per system: the dispatch
-time, the time from dispatch to the callback, and what Redis did per member: commands
-(INFO commandstats: every command, those scripts run included) and script calls
-(EVALSHA/EVAL). BENCH_SHOW_COMMANDS=1 prints the calls per command.
+and the time runs until the callback notes it ran (`plain`: the same tasks by
+`dispatch_many`, no workflow, timed until the queue is empty). Printed per system: the
+dispatch time, the time from dispatch to the callback, and what Redis did per member:
+commands (INFO commandstats: every command, those scripts run included) and script
+calls (EVALSHA/EVAL). BENCH_SHOW_COMMANDS=1 prints the calls per command.
 """
 
 from __future__ import annotations
@@ -42,10 +43,35 @@ DONE_KEY = "bench:wf:done"
 
 
 def taskrunner_dispatch(members: int) -> None:
-    from django_taskrunner import group
     from djsite.benchapp.tasks import wf_done, wf_member
 
+    from django_taskrunner import group
+
     group(*(wf_member.s({"n": n}) for n in range(members)), then=wf_done.s({})).dispatch()
+
+
+def plain_dispatch(members: int) -> None:
+    """The same members without a workflow (`dispatch_many`), then the callback alone
+    once they all ran: what being a workflow's member costs."""
+    from djsite.benchapp.tasks import wf_member
+
+    wf_member.dispatch_many({"n": n} for n in range(members))
+
+
+def plain_wait(client: Any, count: int, timeout: float) -> tuple[float, int]:
+    """Until the stream is empty and nothing is pending (acked and deleted)."""
+    from django_taskrunner.store.broker import get_broker
+
+    broker = get_broker()
+    deadline = time.monotonic() + timeout
+    while broker.length("default") or broker.pending("default"):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the tasks did not run within {timeout:.0f} s")
+        time.sleep(0.002)
+    return time.time(), PLAIN_MEMBERS[0]
+
+
+PLAIN_MEMBERS = [0]
 
 
 def celery_dispatch(members: int) -> None:
@@ -81,20 +107,22 @@ def one_run(url: str, workdir: str, system: str, members: int) -> dict[str, floa
     client = redis.Redis.from_url(url)
     client.flushall()
     env = procs.child_env(url, BENCH_DB=str(Path(workdir) / "bench.sqlite3"))
-    argv = (procs.python(*TASKRUNNER_WORKER, "--concurrency", "1") if system == "taskrunner"
-            else procs.python(*CELERY_WORKER))
-    dispatch: Callable[[int], None] = (taskrunner_dispatch if system == "taskrunner"
-                                       else celery_dispatch)
+    argv = (procs.python(*CELERY_WORKER) if system == "celery"
+            else procs.python(*TASKRUNNER_WORKER, "--concurrency", "1"))
+    dispatch: Callable[[int], None] = {"taskrunner": taskrunner_dispatch,
+                                       "celery": celery_dispatch,
+                                       "plain": plain_dispatch}[system]
     worker = procs.spawn(argv, cpu=procs.WORKER_CPU, env=env)
     try:
-        dispatch(10)  # warm-up: the worker is up and has run a workflow
+        (celery_dispatch if system == "celery" else taskrunner_dispatch)(10)  # warm-up
         wait_done(client, 1, 120)
         time.sleep(0.3)
         client.config_resetstat()
         started = time.time()
         dispatch(members)
         dispatched = time.time()
-        finished, results = wait_done(client, 2, 600)
+        PLAIN_MEMBERS[0] = members
+        finished, results = (plain_wait if system == "plain" else wait_done)(client, 2, 600)
         commands, script_calls, by_command = redis_calls(client)
     finally:
         procs.kill(worker)
@@ -110,7 +138,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--members", type=int, default=10_000)
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--systems", default="taskrunner,celery")
+    parser.add_argument("--systems", default="taskrunner,celery",
+                        help="comma-separated subset of taskrunner,celery,plain (plain: the "
+                             "members by dispatch_many, no workflow, no callback)")
     args = parser.parse_args(argv)
     procs.pin_self(procs.LOAD_CPU)
     workdir = tempfile.mkdtemp(prefix="bench-workflows-")
@@ -144,6 +174,7 @@ def main(argv: list[str]) -> int:
           "| script calls per member |")
     print("|---|---:|---:|---:|---:|")
     names = {"taskrunner": "django-taskrunner (`group(..., then=...)`, -c 1)",
+             "plain": "django-taskrunner, the same tasks by `dispatch_many`, no workflow",
              "celery": "Celery (`chord`, solo pool, Redis result backend)"}
     medians = {}
     for system in systems:

@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock, due
 from django_taskrunner.core import dispatch as dispatching
-from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.awaitables import run_to_end
 from django_taskrunner.core.context import TaskContext
+from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.records import PENDING_TTL_S, cancel, dispatch_record, encode_value
 from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import InvalidTaskOptions, TaskAlreadyDispatched, TaskIdConflict
@@ -109,7 +109,16 @@ class Signature:
         object.__setattr__(self, "task", task)
         object.__setattr__(self, "options", dict(self.options))
         _check_options(task.name, self.options)
-        self.prepare(clock.now_ms()).to_json()  # InvalidTaskPayload, InvalidTaskOptions
+        if self.plain:  # the payload's checks, without a whole dispatch's preparation
+            TaskMessage(id="0" * 32, task_name=task.name, queue="", payload=self.payload
+                        ).to_json()
+        else:
+            self.prepare(clock.now_ms()).to_json()  # InvalidTaskPayload, InvalidTaskOptions
+
+    @property
+    def plain(self) -> bool:
+        """No option of its own and no lock: its message is the task's template's."""
+        return not self.options and not self.task.options.unique
 
     def prepare(self, now_ms: int) -> TaskMessage:
         """A checked first-attempt message (its claim, if any, through `claim()`)."""
@@ -330,6 +339,7 @@ def dispatch_workflow(workflow: Workflow) -> WorkflowHandle:
     settings = get_settings()
     now = clock.now_ms()
     workflow_id = dispatching.new_message_id()
+    templates: dict[str, TaskMessage] = {}
     built: list[list[_Member]] = []
     index = 0
     for stage, (_kind, members) in enumerate(stages):
@@ -341,7 +351,10 @@ def dispatch_workflow(workflow: Workflow) -> WorkflowHandle:
                     raise InvalidTaskOptions(
                         f"option(s) {', '.join(later)} of task {signature.task.name!r} apply "
                         f"to a workflow's first step only")
-            message, claim = signature.prepared(now)
+            if signature.plain:  # as dispatch_many: one template per task
+                message, claim = _from_template(templates, signature), None
+            else:
+                message, claim = signature.prepared(now)
             message.workflow = {"id": workflow_id, "j": index, "k": stage}
             if stage > 0 and message.expires_at_ms is not None:
                 # Counted from when the step is sent, not from now (see TaskMessage).
@@ -453,6 +466,21 @@ def _eager_member(task: Task, message: TaskMessage, parent: Any) -> Any:
             if received.attempt > task.options.max_retry:
                 raise
             received = replace(received, attempt=received.attempt + 1)
+
+
+def _from_template(templates: dict[str, TaskMessage], signature: Signature) -> TaskMessage:
+    """A plain signature's message: queue, expiry, reservation timeout and trace are
+    worked out once per task (`new_message`), as `dispatch_many` does for a batch."""
+    task = signature.task
+    first = templates.get(task.name)
+    if first is None:
+        first = templates[task.name] = dispatching.new_message(task, None)
+    return TaskMessage(id=dispatching.new_message_id(), task_name=first.task_name,
+                       queue=first.queue, payload=signature.payload,
+                       dispatched_at_ms=first.dispatched_at_ms,
+                       expires_at_ms=first.expires_at_ms,
+                       reservation_timeout_ms=first.reservation_timeout_ms,
+                       trace_context=first.trace_context)
 
 
 def _waiting(record: RecordWrite) -> RecordWrite:

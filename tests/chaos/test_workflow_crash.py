@@ -67,7 +67,9 @@ def test_a_group_callback_runs_once_when_a_worker_is_killed_mid_run(chaos: Chaos
                f"a third of the members to run\n{chaos.log_tail()}")
     victim.kill(signal.SIGKILL)
     victim.proc.wait(10)
-    chaos.spawn("victim-2", "-c", "8")
+    restarted = chaos.spawn("victim-2", "-c", "8")
+    # (started for good: a SIGTERM before its handlers are installed would kill it)
+    wait_until(lambda: "started" in restarted.log.read_text(), 60, "the restarted worker")
 
     # Then every member ran, the workflow finished, and the callback ran exactly once
     wait_until(lambda: callback_runs(chaos) >= 1, scenarios.TIMEOUT,

@@ -79,7 +79,8 @@ def test_the_detail_page_links_each_member_to_its_task_page(root):
         assert f"/admin/django_taskrunner/task/detail/?queue=default&amp;id={task_id}" in html
     assert "tests.testapp.workflow_tasks.wf_collect" in html
     assert "Cancel this workflow" not in html  # finished
-    member = root.get(f"/admin/django_taskrunner/task/detail/?queue=default&id={handle.task_ids[0]}")
+    member = root.get("/admin/django_taskrunner/task/detail/",
+                      {"queue": "default", "id": handle.task_ids[0]})
     assert member.status_code == 200
 
 

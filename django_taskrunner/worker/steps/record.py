@@ -66,9 +66,9 @@ def write_outcome(
     expired, cancelled (final) or retrying (the next attempt's, not final)."""
     message = run.message
     ttl = record_ttl(executor, run)
-    if message is not None and message.workflow is not None:
-        note_outcome(executor, run, status)  # queued before the record: sent after it
     if message is None or ttl <= 0 or not message.task_name:
+        if message is not None and message.workflow is not None:
+            note_outcome(executor, run, status)
         return
     attempt = run.attempt
     final = status != "retrying"
@@ -92,6 +92,8 @@ def write_outcome(
     executor.record(RecordWrite(message.id, tuple(fields), ttl if final else PENDING_TTL_S,
                                 final=final, uncancel=uncancel,
                                 cancel_member=locks.holder_value(message)))
+    if message.workflow is not None:  # after its record: the next step reads its result
+        note_outcome(executor, run, status)
 
 
 def started_write(attempt: Attempt, consumer: str) -> RecordWrite:
