@@ -59,7 +59,7 @@ TIMING_OPTIONS = frozenset({"delay", "when"})
 # later stage's messages are sent by a script that takes no lock and knows no clock.
 FIRST_STAGE_ONLY = frozenset({"task_id", "unique_key", "unique_for", "unique_mode", "when"})
 # A record not written yet: the workflow has not sent this member (a later stage).
-WAITING = "waiting"
+WAITING = "delayed"  # a later step: not sent yet, no due time (`due_at` None)
 
 
 def _option_names(function: Any) -> frozenset[str]:
@@ -484,7 +484,8 @@ def _from_template(templates: dict[str, TaskMessage], signature: Signature) -> T
 
 
 def _waiting(record: RecordWrite) -> RecordWrite:
-    """The record of a later stage's member: "waiting" until the workflow sends it."""
+    """The record of a later stage's member: "delayed" (with no due time) until the
+    workflow sends it."""
     fields = tuple((name, WAITING if name == "s" else value) for name, value in record.fields)
     return replace(record, fields=fields)
 

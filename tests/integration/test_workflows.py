@@ -48,7 +48,7 @@ def test_a_chain_runs_in_order_and_passes_each_result_on(r):
     handle = chain(wf_add.s({"name": "a", "add": 1}), wf_add.s({"name": "b", "add": 10}),
                    wf_add.s({"name": "c", "add": 100})).dispatch()
     assert lookup(handle.task_ids[0]).status == "queued"
-    assert lookup(handle.task_ids[1]).status == "waiting"
+    assert lookup(handle.task_ids[1]).status == "delayed"
     with worker_thread():
         record = wait_for(lambda: finished(handle.id))
     assert noted("order") == [["a", None], ["b", 1], ["c", 11]]
@@ -70,7 +70,7 @@ def test_a_failed_step_stops_the_chain_and_says_which(r):
         assert record.failed_step == 1
         assert (record.succeeded, record.failed, record.pending) == (1, 1, 1)
     assert noted("order") == [["a", None], ["fail", None]]
-    assert lookup(handle.task_ids[2]).status == "waiting"  # never sent
+    assert lookup(handle.task_ids[2]).status == "delayed"  # never sent
     assert FailedTask.objects.filter(message_id=handle.task_ids[1]).exists()
 
 
