@@ -273,11 +273,13 @@ class Broker:
 
     def hold_and_sync(
         self, consumer: str, held: Mapping[str, Sequence[str]], writes: Sequence[RecordWrite],
-        watched: Sequence[str],
-    ) -> tuple[dict[str, list[str]], set[str]]:
-        """`hold_many()`, with the running tasks' record writes (started, progress) and
-        the read of the `watched` ids' cancel flags, in the same pipelined round trip;
-        returns the lost ids per queue and the ids found cancelled."""
+        watched: Sequence[str], buffered: Sequence[str] = (),
+    ) -> tuple[dict[str, list[str]], set[str], dict[str, set[str]]]:
+        """`hold_many()`, with the running tasks' record writes (started, progress), the
+        read of the `watched` ids' cancel flags and of the cancelled sets of the
+        `buffered` shards (those holding fetched messages not started yet), in the same
+        pipelined round trip; returns the lost ids per queue, the ids found cancelled and
+        each buffered shard's cancelled set."""
         store = self.records
 
         def build(pipe: Any) -> None:
@@ -285,11 +287,17 @@ class Broker:
                 self.hold(queue, consumer, stream_ids, pipe=pipe)
             store.queue_writes(pipe, writes)
             store.queue_flags(pipe, watched)
+            for shard in buffered:
+                store.queue_cancelled(pipe, shard)
 
         replies = scripts.execute_loading(self.client, build, SCRIPTS)
         lost = {queue: [text(lost) for lost in lost_ids]
                 for queue, lost_ids in zip(held, replies, strict=False)}
-        return lost, store.cancelled_ids(watched, replies[len(replies) - len(watched):])
+        sets = replies[len(replies) - len(buffered):] if buffered else []
+        flags = replies[len(replies) - len(buffered) - len(watched):len(replies) - len(buffered)]
+        cancelled_sets = {shard: {text(member) for member in members}
+                          for shard, members in zip(buffered, sets, strict=True)}
+        return lost, store.cancelled_ids(watched, flags), cancelled_sets
 
     def pending_idle(
         self, queue: str, min_idle_ms: int, start: str, count: int, consumer: str | None = None
