@@ -302,17 +302,20 @@ def gather(browser: StreamBrowser, queue: str, *, stream_id: str = "",
     of another queue or prefix is not found. `facts.found` is False for an unknown id.
     """
     facts = TaskFacts(queue=queue, message_id=message_id)
+    record = record_in(message_id, queue) if message_id and not stream_id else None
     if stream_id:
         if STREAM_ID.match(stream_id):
             _from_stream(browser, facts, stream_id)
-    elif message_id and hint != "failed":
+    elif message_id and hint != "failed" and not _from_record(browser, facts, record):
         if hint != "delayed" or not _find_delayed(browser, facts, message_id):
             _find_by_id(browser, facts, message_id)
     if facts.message is not None:
+        if facts.message.id != message_id:
+            record = None
         facts.message_id = facts.message.id
         _held_keys(browser, facts)
     if facts.message_id:
-        facts.record = record_in(facts.message_id, queue)
+        facts.record = record if record is not None else record_in(facts.message_id, queue)
         facts.failed_rows = list(FailedTask.objects.filter(
             message_id=facts.message_id, queue=keys.queue_of(queue)).order_by("-failed_at")[:10])
     return facts
@@ -325,6 +328,24 @@ def record_in(message_id: str, queue: str) -> TaskRecord | None:
     if record is None or record.queue != keys.queue_of(queue):
         return None
     return record
+
+
+def _from_record(browser: StreamBrowser, facts: TaskFacts, record: TaskRecord | None) -> bool:
+    """True when the task's record settles where it is, so nothing is searched: a final
+    record (its message left the stream), or the entry its stream id names (read at
+    once). False: search (no record, or one that does not know its entry)."""
+    if record is None:
+        return False
+    if record.finished:
+        return True
+    if record.status == "delayed":
+        return _find_delayed(browser, facts, record.id)
+    if record.stream_id and record.shard == facts.queue and STREAM_ID.match(record.stream_id):
+        _from_stream(browser, facts, record.stream_id)
+        if facts.message is not None and facts.message.id != record.id:
+            facts.status, facts.stream_id, facts.body, facts.message = "", "", None, None
+        return bool(facts.status)
+    return False
 
 
 def _from_stream(browser: StreamBrowser, facts: TaskFacts, stream_id: str) -> None:

@@ -68,6 +68,11 @@ class TaskRecord:
     finished_at: datetime | None
     due_at: datetime | None  # a delayed task's start time
     cancel_requested: bool
+    # Where its message was last added or started: the stream entry id and the stream (the
+    # queue, or one shard of it); None when the record does not know (a cluster, a
+    # delayed task moved by the scheduler, a retry not started yet).
+    stream_id: str | None = None
+    shard: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -255,4 +260,5 @@ def from_fields(task_id: str, fields: Mapping[str, str]) -> TaskRecord:
         dispatched_at=_time(fields, "d"), started_at=_time(fields, "st"),
         finished_at=_time(fields, "f"), due_at=_time(fields, "due"),
         cancel_requested=fields.get("c") == "1",
+        stream_id=fields.get("sid") or None, shard=fields.get("sh") or fields.get("q") or None,
     )

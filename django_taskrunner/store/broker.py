@@ -18,7 +18,7 @@ from redis.exceptions import ResponseError
 from django_taskrunner.conf import get_settings, on_reset
 from django_taskrunner.store import keys, scripts, server
 from django_taskrunner.store.connection import get_redis
-from django_taskrunner.store.records import SCRIPTS, Records, RecordWrite
+from django_taskrunner.store.records import ADD_SCRIPTS, SCRIPTS, Records, RecordWrite
 from django_taskrunner.store.values import text
 
 # An entry as read: (stream id, body or None when the entry was deleted meanwhile).
@@ -76,6 +76,8 @@ class Broker:
         written first (HSET, EXPIRE) in the same pipelined round trip."""
         if record is None:
             return text(self.client.xadd(self.stream(queue), {keys.ENTRY_FIELD: body}))
+        if not self.records.clustered:  # the record keeps the stream id (record_add.lua)
+            return text(self.records.add(self.stream(queue), body, record))
         pipe = self.client.pipeline(transaction=False)
         self.records.queue_new(pipe, record)
         pipe.execute_command("XADD", self.stream(queue), "*", keys.ENTRY_FIELD, body)
@@ -84,9 +86,14 @@ class Broker:
     def add_many(
         self, queue: str, bodies: Sequence[str], records: Sequence[RecordWrite] = (),
     ) -> list[str]:
-        """XADD many messages in one pipelined round trip (with their `records` first)."""
-        pipe = self.client.pipeline(transaction=False)
+        """XADD many messages in one pipelined round trip (with their `records` first).
+
+        `records`: none, or one per body in the same order; then, on one server, each
+        record keeps its message's stream id (`record_add.lua` per message)."""
         store = self.records
+        if records and len(records) == len(bodies) and not store.clustered:
+            return self._add_recorded([(queue, body) for body in bodies], records)
+        pipe = self.client.pipeline(transaction=False)
         for record in records:
             store.queue_new(pipe, record)
         stream = self.stream(queue)
@@ -102,14 +109,29 @@ class Broker:
         self, entries: Sequence[tuple[str, str]], records: Sequence[RecordWrite] = (),
     ) -> list[str]:
         """XADD each (queue or shard, body) in one pipelined round trip (any slots),
-        with their `records` first."""
-        pipe = self.client.pipeline(transaction=False)
+        with their `records` first (none, or one per entry, as `add_many`)."""
         store = self.records
+        if records and len(records) == len(entries) and not store.clustered:
+            return self._add_recorded(entries, records)
+        pipe = self.client.pipeline(transaction=False)
         for record in records:
             store.queue_new(pipe, record)
         for queue, body in entries:
             pipe.xadd(self.stream(queue), {keys.ENTRY_FIELD: body})
         return [text(stream_id) for stream_id in pipe.execute()[2 * len(records):]]
+
+    def _add_recorded(
+        self, entries: Sequence[tuple[str, str]], records: Sequence[RecordWrite],
+    ) -> list[str]:
+        """`record_add.lua` for each (queue, body) and its record, one pipeline."""
+        store = self.records
+
+        def build(pipe: Any) -> None:
+            for (queue, body), record in zip(entries, records, strict=True):
+                store.queue_add(pipe, self.stream(queue), body, record)
+
+        return [text(stream_id) for stream_id in
+                scripts.execute_loading(self.client, build, ADD_SCRIPTS)]
 
     def ensure_group(self, queue: str) -> None:
         """Create the consumer group (and the stream) unless they exist.

@@ -104,3 +104,26 @@ def test_an_unknown_id_or_another_queues_task_answers_404(root):
                               "confirm": "yes"}).status_code == 404
     assert root.post(CANCEL, {"queue": "no{such}", "id": other.id}).status_code == 404
     assert lookup(other.id).status == "queued"
+
+
+def test_a_task_page_by_id_reads_the_entry_its_record_names_without_searching(root):
+    from django_taskrunner import dispatch_many
+    from django_taskrunner.admin import task_facts
+    from django_taskrunner.store.browse import get_browser
+
+    plain = dispatch("tests.testapp.tasks.noop", {"n": 1})
+    unique = tasks.unique_records.dispatch({"n": 3})
+    many = dispatch_many("tests.testapp.tasks.noop", [{"n": i} for i in range(3)])
+    for message in (plain, unique, *many):
+        record = lookup(message.id)
+        assert (record.stream_id, record.shard) == (message.stream_id, "default")
+        facts = task_facts.gather(get_browser(), "default", message_id=message.id)
+        assert (facts.status, facts.stream_id, facts.searched) == ("queued",
+                                                                  message.stream_id, 0)
+
+    html = root.get(DETAIL, {"queue": "default", "id": many[-1].id}).content.decode()
+    assert many[-1].stream_id in html
+
+    call_command("runtasks", "--burst")
+    facts = task_facts.gather(get_browser(), "default", message_id=plain.id)
+    assert facts.record.status == "succeeded" and facts.searched == 0

@@ -26,7 +26,8 @@
 -- ARGV[9] optional: the lock's unique mode, written to the mode record with the lock's
 --         TTL so the admin can show it (the lock's value stays the holder)
 -- ARGV[10] optional: the TTL in seconds of the task's record, '' for none; then
---         ARGV[11...] its field, value pairs; the record's two keys (record, done list)
+--         ARGV[11...] its field, value pairs (the stream id is added as 'sid'); the
+--         record's two keys (record, done list)
 --         come last in KEYS. A single server only: on a cluster the record lives in the
 --         id's slot, not the queue's, and is written after this script (store/records.py).
 -- Returns {'ok', <stream id> | 'delayed'}; {'id', <holder>} when the task_id is
@@ -84,7 +85,12 @@ if id_key then
 end
 if record_ttl ~= '' then
   redis.call('DEL', KEYS[n], KEYS[n + 1])
-  redis.call('HSET', KEYS[n], unpack(ARGV, 11))
+  local fields = {unpack(ARGV, 11)}
+  if added ~= 'delayed' then  -- its stream id: a lookup by id reads the entry at once
+    fields[#fields + 1] = 'sid'
+    fields[#fields + 1] = added
+  end
+  redis.call('HSET', KEYS[n], unpack(fields))
   redis.call('EXPIRE', KEYS[n], record_ttl)
 end
 return {'ok', added}

@@ -98,6 +98,10 @@ def started_write(attempt: Attempt, consumer: str) -> RecordWrite:
     fields = [("s", "running"), ("t", message.task_name), ("q", message.queue),
               ("a", str(message.attempt)), ("w", consumer), ("st", str(attempt.started_ms)),
               ("d", str(message.dispatched_at_ms)), ("ttl", str(attempt.record_ttl))]
+    if attempt.stream_id:  # a retried attempt runs from an entry of its own
+        fields.append(("sid", attempt.stream_id))
+        if attempt.shard != message.queue:
+            fields.append(("sh", attempt.shard))
     if message.dispatch_token is not None:
         fields.append(("h", locks.holder_value(message)))
     progress = attempt.take_progress()
