@@ -40,6 +40,9 @@ SEARCH_SCAN = 5000  # stream entries a search page walks at most
 # server (a batch blocks Redis well under a millisecond).
 FIND_SCAN = 200_000
 FIND_BATCH = 1000
+# How far before a record's dispatch time a search for its message starts (the clocks of
+# the dispatching host and of the Redis server may differ that much).
+CLOCK_SLACK_MS = 5 * 60 * 1000
 PAYLOAD_PREVIEW = 300  # characters of payload shown per row of a list
 STATUSES = ("queued", "running", "delayed")
 
@@ -308,7 +311,7 @@ def gather(browser: StreamBrowser, queue: str, *, stream_id: str = "",
             _from_stream(browser, facts, stream_id)
     elif message_id and hint != "failed" and not _from_record(browser, facts, record):
         if hint != "delayed" or not _find_delayed(browser, facts, message_id):
-            _find_by_id(browser, facts, message_id)
+            _find_by_id(browser, facts, message_id, _search_start(record))
     if facts.message is not None:
         if facts.message.id != message_id:
             record = None
@@ -365,9 +368,27 @@ def _from_stream(browser: StreamBrowser, facts: TaskFacts, stream_id: str) -> No
     facts.message = decode(facts.body)
 
 
-def _find_by_id(browser: StreamBrowser, facts: TaskFacts, message_id: str) -> None:
+def _search_start(record: TaskRecord | None) -> str:
+    """Where a search of the stream for a task may start: `CLOCK_SLACK_MS` before its
+    record's dispatch time (a stream id is the server's clock at XADD), else the start."""
+    if record is None or record.dispatched_at is None:
+        return "0-0"
+    start = int(record.dispatched_at.timestamp() * 1000) - CLOCK_SLACK_MS
+    return f"{max(0, start)}-0"
+
+
+def _find_by_id(browser: StreamBrowser, facts: TaskFacts, message_id: str,
+                start: str = "0-0") -> None:
+    """Search the stream from `start` (then from its beginning, when not found after a
+    later start: the clocks of the server and the dispatcher disagree), then the
+    delayed set."""
+    if _search_for(browser, facts, message_id, start) or start == "0-0":
+        return
+    _search_for(browser, facts, message_id, "0-0")
+
+
+def _search_for(browser: StreamBrowser, facts: TaskFacts, message_id: str, cursor: str) -> bool:
     needle = b'"id":' + json.dumps(message_id, ensure_ascii=False).encode("utf-8")
-    cursor = "0-0"
     while cursor and facts.searched < FIND_SCAN:
         candidates, cursor = browser.find_in_stream(facts.queue, cursor, FIND_BATCH, needle)
         facts.searched += FIND_BATCH
@@ -377,8 +398,8 @@ def _find_by_id(browser: StreamBrowser, facts: TaskFacts, message_id: str) -> No
             if message is not None and message.id == message_id:
                 _from_stream(browser, facts, stream_id)
                 if facts.status:
-                    return
-    _find_delayed(browser, facts, message_id)
+                    return True
+    return _find_delayed(browser, facts, message_id)
 
 
 def _find_delayed(browser: StreamBrowser, facts: TaskFacts, message_id: str) -> bool:

@@ -127,3 +127,18 @@ def test_a_task_page_by_id_reads_the_entry_its_record_names_without_searching(ro
     call_command("runtasks", "--burst")
     facts = task_facts.gather(get_browser(), "default", message_id=plain.id)
     assert facts.record.status == "succeeded" and facts.searched == 0
+
+
+def test_a_record_without_its_stream_id_is_found_by_a_search_from_its_dispatch_time(root):
+    from django_taskrunner.admin import task_facts
+    from django_taskrunner.store import keys
+    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store.browse import get_browser
+
+    message = dispatch("tests.testapp.tasks.noop", {"n": 1})
+    broker = get_broker()
+    broker.client.hdel(keys.record_key(broker.prefix, message.id), "sid")  # as on a cluster
+
+    facts = task_facts.gather(get_browser(), "default", message_id=message.id)
+    assert (facts.status, facts.stream_id) == ("queued", message.stream_id)
+    assert facts.searched > 0
