@@ -186,3 +186,18 @@ def cancelled_key(prefix: str, queue: str) -> str:
     """Set of the ids cancelled while queued, delayed or running on a queue (or shard):
     its fetcher reads it with each XREADGROUP and skips those messages."""
     return f"{prefix}:{{{queue}}}:cancelled"
+
+
+def queues_seen_key(prefix: str) -> str:
+    """Sorted set of the known queues, scored by when each was last seen (epoch ms): a
+    worker consuming it (its heartbeat) or a dispatch to it. The leader forgets those
+    not seen for long that hold nothing (`scheduling/queues.py`). Supersedes the plain
+    set of `known_queues_key`, which is read too until the leader folds it in."""
+    return f"{prefix}:queues:seen"
+
+
+def queues_used_key(prefix: str) -> str:
+    """Sorted set of the queues dispatches used, scored by the last such dispatch (epoch
+    ms): `runtasks` without `--queue` consumes those used recently, besides the declared
+    ones (a queue only a worker's mistyped `-Q` named is never in it)."""
+    return f"{prefix}:queues:used"
