@@ -87,10 +87,16 @@ def result_ttl(task: Task) -> int:
     return int(get_settings().RESULT_TTL if own is None else own)
 
 
+# One encoder for every value: `json.dumps` with options builds a new one per call.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def encode_value(value: Any, what: str) -> tuple[str | None, str | None]:
     """(JSON text, None), or (None, why it cannot be kept): not JSON, or too large."""
+    if value is None:  # what most tasks return: no encoder call at all
+        return "null", None
     try:
-        encoded = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        encoded = _ENCODER.encode(value)
         size = len(encoded.encode("utf-8"))
     except (TypeError, ValueError, RecursionError) as exc:
         return None, f"{what} not kept: it cannot be encoded as JSON ({type(exc).__name__}: {exc})"

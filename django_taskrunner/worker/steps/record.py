@@ -70,8 +70,9 @@ def write_outcome(
     attempt = run.attempt
     final = status != "retrying"
     fields = [("s", status), ("t", message.task_name), ("q", message.queue),
-              ("a", str(message.attempt + (0 if final else 1))), ("w", executor.consumer),
-              ("d", str(message.dispatched_at_ms)), ("ttl", str(ttl))]
+              ("a", str(message.attempt + (0 if final else 1))), ("w", executor.consumer)]
+    if not final:  # a final record keeps the dispatch's 'd'; it needs no 'ttl' any more
+        fields += [("d", str(message.dispatched_at_ms)), ("ttl", str(ttl))]
     if attempt is not None:
         fields.append(("st", str(attempt.started_ms)))
     if message.dispatch_token is not None:  # a later dispatch of its task_id is not ours
