@@ -152,7 +152,7 @@ def announce_queue(broker: Broker, queue: str) -> None:
     if last is not None and now - last < ANNOUNCE_EVERY_S:
         return
     try:
-        schedule_store(broker).add_known_queues([queue], used=True)
+        schedule_store(broker).add_known_queues([queue], clock.now_ms(), used=True)
     except REDIS_DOWN:
         return  # the next dispatch tries again
     _announced[(broker.prefix, queue)] = now

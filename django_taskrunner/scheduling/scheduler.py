@@ -55,7 +55,7 @@ def promote_all_due(broker: Broker, queues: Iterable[str], now_ms: int,
 
 def register_queues(broker: Broker, queues: Iterable[str]) -> None:
     """Record the queues a worker consumes, so the leader promotes their delayed sets."""
-    for_broker(broker).add_known_queues(list(queues))
+    for_broker(broker).add_known_queues(list(queues), clock.now_ms())
 
 
 def _app_now_ms() -> int:
