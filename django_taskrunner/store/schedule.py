@@ -132,11 +132,13 @@ class ScheduleStore:
         return any(int(count) for count in pipe.execute())
 
     def forget_queue(self, name: str, cutoff_ms: int) -> bool:
-        """`forget_queue.lua`: ZREM the queue from both sorted sets unless it was seen at
-        or after `cutoff_ms`; True when forgotten."""
-        return bool(scripts.run(self.client, "forget_queue",
-                                [keys.queues_seen_key(self.prefix),
-                                 keys.queues_used_key(self.prefix)], [name, str(cutoff_ms)]))
+        """`forget_queue.lua`: ZREM the queue from the seen set unless it was seen at or
+        after `cutoff_ms`, then (when it was) from the used set; True when forgotten."""
+        forgotten = bool(scripts.run(self.client, "forget_queue",
+                                     [keys.queues_seen_key(self.prefix)], [name, str(cutoff_ms)]))
+        if forgotten:
+            self.client.zrem(keys.queues_used_key(self.prefix), name)
+        return forgotten
 
     def subscription(self) -> WakeSubscription:
         """A new pub/sub connection, subscribed to nothing yet."""
