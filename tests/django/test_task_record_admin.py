@@ -111,15 +111,19 @@ def test_a_task_page_by_id_reads_the_entry_its_record_names_without_searching(ro
     from django_taskrunner.admin import task_facts
     from django_taskrunner.store.browse import get_browser
 
+    from django_taskrunner.store.broker import get_broker
+
+    clustered = get_broker().records.clustered  # there the record is in another slot
     plain = dispatch("tests.testapp.tasks.noop", {"n": 1})
     unique = tasks.unique_records.dispatch({"n": 3})
     many = dispatch_many("tests.testapp.tasks.noop", [{"n": i} for i in range(3)])
     for message in (plain, unique, *many):
         record = lookup(message.id)
-        assert (record.stream_id, record.shard) == (message.stream_id, "default")
+        assert record.shard == "default"
+        assert record.stream_id == (None if clustered else message.stream_id)
         facts = task_facts.gather(get_browser(), "default", message_id=message.id)
-        assert (facts.status, facts.stream_id, facts.searched) == ("queued",
-                                                                  message.stream_id, 0)
+        assert (facts.status, facts.stream_id) == ("queued", message.stream_id)
+        assert (facts.searched > 0) if clustered else (facts.searched == 0)
 
     html = root.get(DETAIL, {"queue": "default", "id": many[-1].id}).content.decode()
     assert many[-1].stream_id in html
