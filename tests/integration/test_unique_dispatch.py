@@ -72,7 +72,9 @@ def test_a_plain_dispatch_is_one_xadd_and_a_unique_one_is_one_evalsha(r):
     dispatch("tests.testapp.tasks.noop", {"n": 1})
     # One EVALSHA (record_add.lua): the XADD, then the task's record with its stream id
     # (HSET, EXPIRE). On a cluster: one pipelined HSET, EXPIRE and XADD.
-    assert command_counts(r) == {"evalsha": 1, "xadd": 1, "hset": 1, "expire": 1}
+    plain = {"xadd": 1, "hset": 1, "expire": 1}
+    assert command_counts(r) == (plain if get_broker().records.clustered
+                                 else {"evalsha": 1, **plain})
 
     reset_counts(r)
     dispatch(ORDER, {"order": "rt-1"})
