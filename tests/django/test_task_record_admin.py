@@ -109,9 +109,8 @@ def test_an_unknown_id_or_another_queues_task_answers_404(root):
 def test_a_task_page_by_id_reads_the_entry_its_record_names_without_searching(root):
     from django_taskrunner import dispatch_many
     from django_taskrunner.admin import task_facts
-    from django_taskrunner.store.browse import get_browser
-
     from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store.browse import get_browser
 
     clustered = get_broker().records.clustered  # there the record is in another slot
     plain = dispatch("tests.testapp.tasks.noop", {"n": 1})
