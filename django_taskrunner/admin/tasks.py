@@ -179,6 +179,10 @@ class TaskAdmin(RedisPageAdmin):
             candidates = [stream]
         else:
             raise Http404("no such queue")
+        if message_id and not stream_id and len(candidates) > 1:
+            record = facts_of.record_in(message_id, candidates[0])  # its shard first
+            if record is not None and record.shard in candidates:
+                candidates = [record.shard, *(c for c in candidates if c != record.shard)]
         for shard in candidates:
             facts = facts_of.gather(browser, shard, stream_id=stream_id,
                                     message_id=message_id, hint=hint)

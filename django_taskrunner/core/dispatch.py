@@ -138,8 +138,10 @@ def prepare(
     return message, claim
 
 
-# (prefix, queue) this process has announced in the known-queues set already.
-_announced: set[tuple[str, str]] = set()
+# (prefix, queue) this process has announced in the known queues, and when (monotonic s).
+_announced: dict[tuple[str, str], float] = {}
+# A queue is announced again after this long, so the leader sees it is still in use.
+ANNOUNCE_EVERY_S = 3600.0
 
 
 @on_reset
@@ -148,16 +150,19 @@ def _forget_announced() -> None:
 
 
 def announce_queue(broker: Broker, queue: str) -> None:
-    """Add `queue` to the known queues (`keys.known_queues_key`) once per process, so the
-    dashboard, `runtasks`' default queues and the leader's promotions know a queue used
-    only through `dispatch(queue=...)`: one SADD on the first dispatch, none after."""
-    if (broker.prefix, queue) in _announced:
+    """Add `queue` to the known queues (`keys.queues_seen_key`, `queues_used_key`), so
+    the dashboard, `runtasks`' default queues and the leader's promotions know a queue
+    used only through `dispatch(queue=...)`: one round trip on the first dispatch, and
+    again an hour later (so the leader does not forget it), none in between."""
+    last = _announced.get((broker.prefix, queue))
+    now = clock.monotonic()
+    if last is not None and now - last < ANNOUNCE_EVERY_S:
         return
     try:
-        schedule_store(broker).add_known_queues([queue])
+        schedule_store(broker).add_known_queues([queue], clock.now_ms(), used=True)
     except REDIS_DOWN:
         return  # the next dispatch tries again
-    _announced.add((broker.prefix, queue))
+    _announced[(broker.prefix, queue)] = now
 
 
 def _redis_down(task: Task, exc: Exception) -> RedisUnavailable:

@@ -70,6 +70,11 @@ class TaskRecord:
     finished_at: datetime | None
     due_at: datetime | None  # a delayed task's start time
     cancel_requested: bool
+    # Where its message was last added or started: the stream entry id and the stream (the
+    # queue, or one shard of it); None when the record does not know (a cluster, a
+    # delayed task moved by the scheduler, a retry not started yet).
+    stream_id: str | None = None
+    shard: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -84,10 +89,16 @@ def result_ttl(task: Task) -> int:
     return int(get_settings().RESULT_TTL if own is None else own)
 
 
+# One encoder for every value: `json.dumps` with options builds a new one per call.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def encode_value(value: Any, what: str) -> tuple[str | None, str | None]:
     """(JSON text, None), or (None, why it cannot be kept): not JSON, or too large."""
+    if value is None:  # what most tasks return: no encoder call at all
+        return "null", None
     try:
-        encoded = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        encoded = _ENCODER.encode(value)
         size = len(encoded.encode("utf-8"))
     except (TypeError, ValueError, RecursionError) as exc:
         return None, f"{what} not kept: it cannot be encoded as JSON ({type(exc).__name__}: {exc})"
@@ -273,4 +284,5 @@ def from_fields(task_id: str, fields: Mapping[str, str]) -> TaskRecord:
         dispatched_at=_time(fields, "d"), started_at=_time(fields, "st"),
         finished_at=_time(fields, "f"), due_at=_time(fields, "due"),
         cancel_requested=fields.get("c") == "1",
+        stream_id=fields.get("sid") or None, shard=fields.get("sh") or fields.get("q") or None,
     )

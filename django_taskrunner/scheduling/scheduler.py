@@ -22,6 +22,7 @@ from django_taskrunner.core import clock
 from django_taskrunner.scheduling.election import LeaderElection
 from django_taskrunner.scheduling.outbox_flush import OutboxFlusher
 from django_taskrunner.scheduling.periodic import RELOAD_SECONDS, PeriodicRunner
+from django_taskrunner.scheduling.queues import CHECK_EVERY_MS, forget_idle_queues
 from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_DOWN
@@ -55,7 +56,7 @@ def promote_all_due(broker: Broker, queues: Iterable[str], now_ms: int,
 
 def register_queues(broker: Broker, queues: Iterable[str]) -> None:
     """Record the queues a worker consumes, so the leader promotes their delayed sets."""
-    for_broker(broker).add_known_queues(list(queues))
+    for_broker(broker).add_known_queues(list(queues), clock.now_ms())
 
 
 def _app_now_ms() -> int:
@@ -73,6 +74,8 @@ class Scheduler(threading.Thread):
         self.broker = broker
         self.store = for_broker(broker)
         self.queues = set(queues)
+        self.own_queues = frozenset(self.queues)  # never dropped by `forget_idle_queues`
+        self._forget_at = 0
         self.periodic = periodic
         self.batch = batch
         # Looked up at each call, so a test that moves the app's clock moves the scheduler's.
@@ -170,7 +173,11 @@ class Scheduler(threading.Thread):
             wake_at = min(wake_at, due)
 
     def _resync(self, pubsub: WakeSubscription, now: int) -> None:
-        """Learn new queues, subscribe to their wake channels, and recheck every set."""
+        """Learn new queues (forget idle ones), subscribe to their wake channels, and
+        recheck every set."""
+        if now >= self._forget_at:
+            self._forget_at = now + CHECK_EVERY_MS
+            self.queues -= set(forget_idle_queues(self.store, now)) - self.own_queues
         self.queues |= self.store.known_queues()
         shards = sharding.all_shards(sorted(self.queues))
         new = {keys.wake_channel(self.broker.prefix, s): s for s in shards

@@ -19,7 +19,7 @@ from django_taskrunner.conf import get_settings, on_reset
 from django_taskrunner.store import keys, scripts, server
 from django_taskrunner.store.connection import get_redis
 from django_taskrunner.store.limits import RENEW_SCRIPT, Limits, Slot
-from django_taskrunner.store.records import SCRIPTS, Records, RecordWrite
+from django_taskrunner.store.records import ADD_SCRIPTS, SCRIPTS, Records, RecordWrite
 from django_taskrunner.store.values import text
 from django_taskrunner.store.workflows import SCRIPTS as WORKFLOW_SCRIPTS
 from django_taskrunner.store.workflows import MemberDone, WorkflowStore
@@ -79,6 +79,8 @@ class Broker:
         written first (HSET, EXPIRE) in the same pipelined round trip."""
         if record is None:
             return text(self.client.xadd(self.stream(queue), {keys.ENTRY_FIELD: body}))
+        if not self.records.clustered:  # the record keeps the stream id (record_add.lua)
+            return text(self.records.add(self.stream(queue), body, record))
         pipe = self.client.pipeline(transaction=False)
         self.records.queue_new(pipe, record)
         pipe.execute_command("XADD", self.stream(queue), "*", keys.ENTRY_FIELD, body)
@@ -87,9 +89,14 @@ class Broker:
     def add_many(
         self, queue: str, bodies: Sequence[str], records: Sequence[RecordWrite] = (),
     ) -> list[str]:
-        """XADD many messages in one pipelined round trip (with their `records` first)."""
-        pipe = self.client.pipeline(transaction=False)
+        """XADD many messages in one pipelined round trip (with their `records` first).
+
+        `records`: none, or one per body in the same order; then, on one server, each
+        record keeps its message's stream id (`record_add.lua` per message)."""
         store = self.records
+        if records and len(records) == len(bodies) and not store.clustered:
+            return self._add_recorded([(queue, body) for body in bodies], records)
+        pipe = self.client.pipeline(transaction=False)
         for record in records:
             store.queue_new(pipe, record)
         stream = self.stream(queue)
@@ -105,14 +112,29 @@ class Broker:
         self, entries: Sequence[tuple[str, str]], records: Sequence[RecordWrite] = (),
     ) -> list[str]:
         """XADD each (queue or shard, body) in one pipelined round trip (any slots),
-        with their `records` first."""
-        pipe = self.client.pipeline(transaction=False)
+        with their `records` first (none, or one per entry, as `add_many`)."""
         store = self.records
+        if records and len(records) == len(entries) and not store.clustered:
+            return self._add_recorded(entries, records)
+        pipe = self.client.pipeline(transaction=False)
         for record in records:
             store.queue_new(pipe, record)
         for queue, body in entries:
             pipe.xadd(self.stream(queue), {keys.ENTRY_FIELD: body})
         return [text(stream_id) for stream_id in pipe.execute()[2 * len(records):]]
+
+    def _add_recorded(
+        self, entries: Sequence[tuple[str, str]], records: Sequence[RecordWrite],
+    ) -> list[str]:
+        """`record_add.lua` for each (queue, body) and its record, one pipeline."""
+        store = self.records
+
+        def build(pipe: Any) -> None:
+            for (queue, body), record in zip(entries, records, strict=True):
+                store.queue_add(pipe, self.stream(queue), body, record)
+
+        return [text(stream_id) for stream_id in
+                scripts.execute_loading(self.client, build, ADD_SCRIPTS)]
 
     def ensure_group(self, queue: str) -> None:
         """Create the consumer group (and the stream) unless they exist.
@@ -282,12 +304,14 @@ class Broker:
 
     def hold_and_sync(
         self, consumer: str, held: Mapping[str, Sequence[str]], writes: Sequence[RecordWrite],
-        watched: Sequence[str], renewals: Sequence[Slot] = (),
-    ) -> tuple[dict[str, list[str]], set[str]]:
-        """`hold_many()`, with the running tasks' record writes (started, progress) and
-        the read of the `watched` ids' cancel flags, in the same pipelined round trip;
-        returns the lost ids per queue and the ids found cancelled. `renewals`: the
-        running attempts' concurrency slots, their leases pushed on (`Limits`)."""
+        watched: Sequence[str], renewals: Sequence[Slot] = (), buffered: Sequence[str] = (),
+    ) -> tuple[dict[str, list[str]], set[str], dict[str, set[str]]]:
+        """`hold_many()`, with the running tasks' record writes (started, progress), the
+        read of the `watched` ids' cancel flags and of the cancelled sets of the
+        `buffered` shards (those holding fetched messages not started yet), in the same
+        pipelined round trip; returns the lost ids per queue, the ids found cancelled and
+        each buffered shard's cancelled set. `renewals`: the running attempts'
+        concurrency slots, their leases pushed on (`Limits`)."""
         store = self.records
 
         def build(pipe: Any) -> None:
@@ -296,12 +320,18 @@ class Broker:
             store.queue_writes(pipe, writes)
             Limits.queue_renewals(pipe, renewals)
             store.queue_flags(pipe, watched)
+            for shard in buffered:
+                store.queue_cancelled(pipe, shard)
 
         names = (*SCRIPTS, RENEW_SCRIPT) if renewals else SCRIPTS
         replies = scripts.execute_loading(self.client, build, names)
         lost = {queue: [text(lost) for lost in lost_ids]
                 for queue, lost_ids in zip(held, replies, strict=False)}
-        return lost, store.cancelled_ids(watched, replies[len(replies) - len(watched):])
+        sets = replies[len(replies) - len(buffered):] if buffered else []
+        flags = replies[len(replies) - len(buffered) - len(watched):len(replies) - len(buffered)]
+        cancelled_sets = {shard: {text(member) for member in members}
+                          for shard, members in zip(buffered, sets, strict=True)}
+        return lost, store.cancelled_ids(watched, flags), cancelled_sets
 
     def pending_idle(
         self, queue: str, min_idle_ms: int, start: str, count: int, consumer: str | None = None

@@ -182,8 +182,14 @@ class Inspector:
         return None if holder is None else text(holder)
 
     def recorded_queues(self) -> set[str]:
-        """SMEMBERS `keys.known_queues_key`: the queues workers have consumed."""
-        return {text(name) for name in self.client.smembers(keys.known_queues_key(self.prefix))}
+        """The known queues: ZRANGE of `keys.queues_seen_key` and SMEMBERS of the older
+        `keys.known_queues_key` (one round trip): those workers consumed or dispatches
+        used, until the leader forgets them."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zrange(keys.queues_seen_key(self.prefix), 0, -1)
+        pipe.smembers(keys.known_queues_key(self.prefix))
+        seen, legacy = pipe.execute()
+        return {text(name) for name in (*seen, *legacy)}
 
 
 def inspector_for(broker: Broker) -> Inspector:

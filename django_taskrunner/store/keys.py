@@ -257,3 +257,18 @@ def outbox_mark_key(prefix: str, queue: str, message_id: str) -> str:
     """Mark of an outbox row already moved onto its stream (the holder, with a TTL):
     a flush that meets it again adds nothing (`core/outbox.py`)."""
     return f"{prefix}:{{{queue}}}:outbox:{message_id}"
+
+
+def queues_seen_key(prefix: str) -> str:
+    """Sorted set of the known queues, scored by when each was last seen (epoch ms): a
+    worker consuming it (its heartbeat) or a dispatch to it. The leader forgets those
+    not seen for long that hold nothing (`scheduling/queues.py`). Supersedes the plain
+    set of `known_queues_key`, which is read too until the leader folds it in."""
+    return f"{prefix}:queues:seen"
+
+
+def queues_used_key(prefix: str) -> str:
+    """Sorted set of the queues dispatches used, scored by the last such dispatch (epoch
+    ms): `runtasks` without `--queue` consumes those used recently, besides the declared
+    ones (a queue only a worker's mistyped `-Q` named is never in it)."""
+    return f"{prefix}:queues:used"

@@ -98,7 +98,8 @@ class Worker:
                     for shard in sharding.all_shards(self.queues)}
         floor = min(shortest.values(), default=timeout)
         self.heartbeat = Heartbeat(self.broker, self.consumer, self.running, timeout,
-                                   self.status, held=self.held_messages, floor=floor)
+                                   self.status, held=self.held_messages, floor=floor,
+                                   cancelled=self.executor.cancelled)
         self.reclaimer = Reclaimer(
             self.broker, self.consumer, sharding.all_shards(self.queues), self,
             reservation_timeout=timeout,

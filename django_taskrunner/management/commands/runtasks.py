@@ -16,9 +16,11 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_taskrunner.checks import MAX_BATCH, MAX_POOL, QUEUE_NAME
 from django_taskrunner.conf import get_settings
+from django_taskrunner.core import clock
 from django_taskrunner.core.options import check_queue_name
-from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import InvalidTaskOptions
+from django_taskrunner.scheduling.queues import FORGET_AFTER_MS
+from django_taskrunner.stats.figures import declared_queues
 from django_taskrunner.stats.metrics import serve_metrics
 from django_taskrunner.store.broker import Broker, get_broker
 from django_taskrunner.store.errors import REDIS_DOWN
@@ -234,23 +236,20 @@ class Command(BaseCommand):
     @staticmethod
     def _default_queues(default_queue: str, broker: Broker) -> list[str]:
         """Queues that registered tasks name, DEFAULT_QUEUE, the QUEUES of every Django
-        Tasks framework backend of ours in TASKS, and the known queues in Redis (those
-        workers consume and dispatches used, `dispatch(queue=...)` included). When Redis
-        does not answer, the configured ones alone, and a log line says so."""
-        from django.conf import settings
-
-        queues = registry.queues() | {default_queue}
-        for params in getattr(settings, "TASKS", {}).values():
-            if params.get("BACKEND") == "django_taskrunner.backends.TaskRunnerBackend":
-                queues |= set(params.get("QUEUES", ["default"]))
+        Tasks framework backend of ours in TASKS, and the queues dispatches used in the
+        last `FORGET_AFTER_MS` (`dispatch(queue=...)` included). Not every queue ever
+        seen: one only a worker's mistyped `-Q` named is not consumed. When Redis does
+        not answer, the configured ones alone, and a log line says so."""
+        queues = declared_queues() | {default_queue}
         try:
-            known = schedule_store(broker).known_queues()
+            store = schedule_store(broker)
+            used = store.used_queues(clock.now_ms() - FORGET_AFTER_MS)
         except REDIS_DOWN as exc:
             logger.warning("cannot read the known queues from Redis (%s): consuming the "
                            "queues registered tasks and TASKS name: %s", exc,
                            ", ".join(sorted(queues)))
             return sorted(queues)
-        return sorted(queues | {name for name in known if QUEUE_NAME.fullmatch(name)})
+        return sorted(queues | {name for name in used if QUEUE_NAME.fullmatch(name)})
 
     @staticmethod
     def _install_signal_handlers(worker: Worker) -> dict[int, Any]:

@@ -38,7 +38,8 @@
 --         body is ARGV[12] .. <holder id as JSON> .. ',"tok":"<holder token>",' ..
 --         ARGV[13] (core/message.py, `holder_parts`)
 -- ARGV[14] optional: the TTL in seconds of the task's record, '' for none; then
---         ARGV[15...] its field, value pairs; the record's two keys (record, done list)
+--         ARGV[15...] its field, value pairs (the stream id is added as 'sid'); the
+--         record's two keys (record, done list)
 --         come last in KEYS. A single server only: on a cluster the record lives in the
 --         id's slot, not the queue's, and is written after this script (store/records.py).
 --
@@ -260,7 +261,12 @@ if id_key then
 end
 if record_ttl ~= '' then
   redis.call('DEL', KEYS[n], KEYS[n + 1])
-  redis.call('HSET', KEYS[n], unpack(ARGV, 15))
+  local fields = {unpack(ARGV, 15)}
+  if added ~= 'delayed' then  -- its stream id: a lookup by id reads the entry at once
+    fields[#fields + 1] = 'sid'
+    fields[#fields + 1] = added
+  end
+  redis.call('HSET', KEYS[n], unpack(fields))
   redis.call('EXPIRE', KEYS[n], record_ttl)
 end
 return {'ok', added}

@@ -73,8 +73,9 @@ def write_outcome(
     attempt = run.attempt
     final = status != "retrying"
     fields = [("s", status), ("t", message.task_name), ("q", message.queue),
-              ("a", str(message.attempt + (0 if final else 1))), ("w", executor.consumer),
-              ("d", str(message.dispatched_at_ms)), ("ttl", str(ttl))]
+              ("a", str(message.attempt + (0 if final else 1))), ("w", executor.consumer)]
+    if not final:  # a final record keeps the dispatch's 'd'; it needs no 'ttl' any more
+        fields += [("d", str(message.dispatched_at_ms)), ("ttl", str(ttl))]
     if attempt is not None:
         fields.append(("st", str(attempt.started_ms)))
     if message.dispatch_token is not None:  # a later dispatch of its task_id is not ours
@@ -103,6 +104,10 @@ def started_write(attempt: Attempt, consumer: str) -> RecordWrite:
     fields = [("s", "running"), ("t", message.task_name), ("q", message.queue),
               ("a", str(message.attempt)), ("w", consumer), ("st", str(attempt.started_ms)),
               ("d", str(message.dispatched_at_ms)), ("ttl", str(attempt.record_ttl))]
+    if attempt.stream_id:  # a retried attempt runs from an entry of its own
+        fields.append(("sid", attempt.stream_id))
+        if attempt.shard != message.queue:
+            fields.append(("sh", attempt.shard))
     if message.dispatch_token is not None:
         fields.append(("h", locks.holder_value(message)))
     progress = attempt.take_progress()
