@@ -313,3 +313,11 @@ def test_a_move_after_the_server_lost_its_scripts_loads_them_and_queues_once(r, 
         second = dispatch_on_commit(noop, {"n": 2})
     assert [m.id for m in queued(r, prefix)] == [first.id, second.id]
     assert not OutboxMessage.objects.exists()
+
+
+def test_runtasks_burst_moves_what_waits_in_the_outbox_and_runs_it(r, prefix, run_burst):
+    ids = _leave_rows(3)
+    run_burst("--queue", "default")
+    assert not OutboxMessage.objects.exists()
+    assert all(lookup(task_id).status == "succeeded" for task_id in ids)
+    assert runs(r) == {"noop:0": 1, "noop:1": 1, "noop:2": 1}
