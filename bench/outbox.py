@@ -7,7 +7,8 @@ task on commit, on PostgreSQL.
 
 Each repetition runs the same "view" (one `transaction.atomic()`: one INSERT of a row,
 one `dispatch_on_commit()` of a no-op task) `--transactions` times in each of three
-modes, in an order that rotates from one repetition to the next:
+modes, in blocks of `--block` (50) taking turns, the order rotating from one block to
+the next, so that the noise of a shared machine falls on the three alike:
 
 - `save only`: the row, no dispatch (what the database alone costs);
 - `on-commit`: `TASKRUNNER["OUTBOX"] = False`, the dispatch sent by an on-commit callback
@@ -50,7 +51,7 @@ def configure(database_url: str, redis_url: str) -> None:
 
     parsed = urlsplit(database_url)
     settings.configure(
-        SECRET_KEY="bench-only-not-secret", USE_TZ=True,
+        SECRET_KEY="bench-only-not-secret", USE_TZ=True,  # noqa: S106
         INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth",
                         "django_taskrunner"],
         DATABASES={"default": {
@@ -79,17 +80,16 @@ def ensure_database(database_url: str) -> None:
             conn.execute(f'CREATE DATABASE "{name}"')
 
 
-def run_mode(mode: str, count: int, start: int, noop: Any) -> float:
-    """`count` view-like transactions in `mode`; transactions per second."""
+def run_block(mode: str, count: int, start: int, noop: Any) -> float:
+    """`count` view-like transactions in `mode`; the seconds they took."""
     from django.contrib.auth.models import Group
     from django.db import transaction
     from django.test.utils import override_settings
 
     from django_taskrunner import dispatch_on_commit
 
-    outbox = mode == "outbox"
     with override_settings(TASKRUNNER={"REDIS_URL": os.environ["BENCH_REDIS_URL"],
-                                       "PREFIX": "bench", "OUTBOX": outbox}):
+                                       "PREFIX": "bench", "OUTBOX": mode == "outbox"}):
         dispatch_on_commit(noop, {"warm": True})  # the client, scripts and settings built
         began = time.perf_counter()
         for n in range(start, start + count):
@@ -97,14 +97,27 @@ def run_mode(mode: str, count: int, start: int, noop: Any) -> float:
                 Group.objects.create(name=f"bench-{n}")
                 if mode != "save only":
                     dispatch_on_commit(noop, {"n": n})
-        elapsed = time.perf_counter() - began
-    return count / elapsed
+        return time.perf_counter() - began
+
+
+def run_rep(count: int, block: int, start: int, noop: Any) -> dict[str, float]:
+    """`count` transactions per mode, in blocks of `block` taking turns (the order
+    rotating), so that the load of a shared machine falls on the three alike; the
+    transactions per second of each mode."""
+    spent = dict.fromkeys(MODES, 0.0)
+    for index in range(max(1, count // block)):
+        for mode in MODES[index % 3:] + MODES[:index % 3]:
+            spent[mode] += run_block(mode, block, start, noop)
+            start += block
+    return {mode: (count // block) * block / seconds for mode, seconds in spent.items()}
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--transactions", type=int, default=2000)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--block", type=int, default=50,
+                        help="transactions of one mode before the next mode's turn")
     args = parser.parse_args(argv)
     database_url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_DATABASE)
     workdir = tempfile.mkdtemp(prefix="bench-outbox-")
@@ -127,16 +140,14 @@ def main(argv: list[str]) -> int:
             """Never run here: the benchmark measures the dispatch."""
 
         rates: dict[str, list[float]] = {mode: [] for mode in MODES}
-        serial = 0
         for rep in range(args.reps):
-            order = MODES[rep % 3:] + MODES[:rep % 3]
-            for mode in order:
-                Group.objects.filter(name__startswith="bench-").delete()
-                get_redis().flushall()
-                rate = run_mode(mode, args.transactions, serial, noop)
-                serial += args.transactions
-                rates[mode].append(rate)
-                print(f"rep {rep + 1} {mode:>9}: {rate:8,.0f} transactions/s", flush=True)
+            Group.objects.filter(name__startswith="bench-").delete()
+            get_redis().flushall()
+            figures = run_rep(args.transactions, args.block, rep * 3 * args.transactions, noop)
+            for mode in MODES:
+                rates[mode].append(figures[mode])
+            print(f"rep {rep + 1}: " + "  ".join(f"{mode} {figures[mode]:7,.0f}/s"
+                                               for mode in MODES), flush=True)
             if OutboxMessage.objects.exists():
                 raise SystemExit("outbox rows were left behind: the fast path failed")
         print()

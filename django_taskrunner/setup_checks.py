@@ -8,6 +8,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Tags, Warning, register
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 
 from django_taskrunner.checks import error
@@ -59,8 +60,10 @@ def check_outbox_age(app_configs: Any = None, databases: Any = None,
     longer than OUTBOX_WARN_AGE: Redis down, or no worker leading to flush them."""
     if not databases:
         return []
-    from_settings = get_settings()
-    limit = float(from_settings.OUTBOX_WARN_AGE)
+    try:
+        limit = float(get_settings().OUTBOX_WARN_AGE)
+    except ImproperlyConfigured:
+        return []  # the settings checks report what is wrong
     warnings: list[CheckMessage] = []
     for alias in databases:
         try:

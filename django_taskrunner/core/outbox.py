@@ -399,6 +399,8 @@ def flush(batch: int = FLUSH_BATCH, using: str = DEFAULT_DB_ALIAS) -> int:
     `last_error` set). Safe to run in many processes at once.
     """
     taken: list[Row] = []
+    if not outbox_model().objects.using(using).exists():
+        return 0  # the usual case: one small read, no transaction, no lock
     try:
         with transaction.atomic(using=using):
             taken = _take(batch, using)

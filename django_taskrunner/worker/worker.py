@@ -24,6 +24,7 @@ import threading
 from collections.abc import Sequence
 
 from django_taskrunner.core import clock
+from django_taskrunner.scheduling.outbox_flush import flush_waiting
 from django_taskrunner.scheduling.scheduler import LeaderScheduler, promote_all_due, register_queues
 from django_taskrunner.store import sharding
 from django_taskrunner.store.broker import Broker, Entry
@@ -279,6 +280,7 @@ class Worker:
         except REDIS_DOWN as exc:
             logger.error("burst: cannot move due delayed tasks (%s); retrying", exc)
             return False
+        moved += flush_waiting()  # tasks committed through the outbox and left there
         if moved:
             # Fetchers must read again after this: only a read that started later counts.
             with self._cond:
