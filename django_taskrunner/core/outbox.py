@@ -29,7 +29,7 @@ import json
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
@@ -41,8 +41,17 @@ from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.outbox_rows import failed_model, outbox_model
 from django_taskrunner.core.records import dispatch_record
 from django_taskrunner.core.registry import registry
-from django_taskrunner.core.unique import TASK_ID_TTL_MS, Claim, LockSpec, holder_id, holder_value
+from django_taskrunner.core.clock import now_ms
+from django_taskrunner.core.unique import (
+    TASK_ID_TTL_MS,
+    Claim,
+    LockSpec,
+    holder_id,
+    holder_value,
+    reservation_for,
+)
 from django_taskrunner.exceptions import (
+    InvalidTaskOptions,
     InvalidTaskPayload,
     TaskAlreadyDispatched,
     TaskIdConflict,
@@ -111,6 +120,12 @@ def put(message: TaskMessage, body: str, claim: Claim | None,
     the task's id, for `lookup()`, from now on."""
     alias = using or DEFAULT_DB_ALIAS
     lock = None if claim is None else claim.lock
+    if lock is not None and lock.on_conflict != _declared_policy(message):
+        # The row keeps the message, not the call's options: the flush reads the task's.
+        raise InvalidTaskOptions(
+            f"dispatch of task {message.task_name!r} through the outbox takes the task's "
+            f"declared on_conflict, not on_conflict={lock.on_conflict!r} per call: declare "
+            f"it on the task, or dispatch with transactional=False outside the outbox")
     row = outbox_model().objects.using(alias).create(
         message_id=message.id, task_name=message.task_name, queue=message.queue,
         shard="" if claim is None else claim.shard,
@@ -183,25 +198,39 @@ def _no_flush_wait(using: str) -> None:
 
 # -- moving (Redis) ----------------------------------------------------------------------
 
+def _declared_policy(message: TaskMessage) -> str:
+    """What a held lock means for this message's task: its declared on_conflict, or
+    "debounce" for that mode (as `core/unique.py` decides it for a dispatch)."""
+    options = registry.get(message.task_name).options
+    if (message.unique_mode or options.unique_mode) == "debounce":
+        return "debounce"
+    return options.on_conflict
+
+
 def _claim(message: TaskMessage, row: Row, prefix: str) -> Claim | None:
-    """The claim the dispatch worked out, rebuilt from the message and its row."""
+    """The claim the dispatch worked out, rebuilt from the message and its row (and the
+    task's declared conflict policy)."""
     if not message.lock_key and not message.has_task_id:
         return None
     shard = row.shard or message.queue
     lock = mode_key = None
     if message.lock_key:
         lock = LockSpec(message.lock_key, row.lock_ttl_ms,
-                        message.unique_mode or "until_finished", shard)
+                        message.unique_mode or "until_finished", shard,
+                        _declared_policy(message))
         mode_key = keys.unique_mode_key(prefix, shard, message.lock_key)
     id_key = keys.task_id_key(prefix, shard, message.id) if message.has_task_id else None
     return Claim(message.task_name, message.id, lock, id_key, mode_key=mode_key, shard=shard,
                  holder=holder_value(message))
 
 
-def _plan(row: Row, prefix: str, stream: Any) -> tuple[Outcome, Reservation, RecordWrite | None]:
+def _plan(row: Row, broker: Any) -> tuple[Outcome, Reservation, RecordWrite | None]:
     """What one row adds: (its outcome so far, the reservation, the task record).
 
-    Raises InvalidTaskPayload / TaskNotFound for a row that cannot be queued."""
+    A unique row meets a held lock as a direct dispatch would under the task's policy
+    (a debounced one waits out its quiet period from now). Raises InvalidTaskPayload /
+    TaskNotFound for a row that cannot be queued."""
+    prefix = broker.prefix
     message = TaskMessage.from_json(row.body)
     task = registry.get(message.task_name)
     claim = _claim(message, row, prefix)
@@ -212,14 +241,15 @@ def _plan(row: Row, prefix: str, stream: Any) -> tuple[Outcome, Reservation, Rec
     else:
         id_key = outcome.mark = keys.outbox_mark_key(prefix, shard, message.id)
         id_ttl_ms = MARK_TTL_MS
-    lock = None if claim is None else claim.lock
-    reservation = Reservation(
-        destination=stream(shard), body=row.body,
-        holder=holder_value(message) if claim is None else claim.value,
-        lock_key=None if lock is None else lock.key,
-        lock_ttl_ms=0 if lock is None else lock.ttl_ms,
-        mode_key=None if claim is None else claim.mode_key,
-        mode="" if lock is None else lock.mode, id_key=id_key, id_ttl_ms=id_ttl_ms)
+    if claim is None:
+        reservation = Reservation(destination=broker.stream(shard), body=row.body,
+                                  holder=holder_value(message), id_key=id_key,
+                                  id_ttl_ms=id_ttl_ms)
+    else:
+        quiet_ms = None if claim.lock is None else claim.lock.debounce_ms
+        due_ms = None if quiet_ms is None else now_ms() + quiet_ms
+        reservation = replace(reservation_for(claim, broker, message, row.body, due_ms),
+                              id_key=id_key, id_ttl_ms=id_ttl_ms)
     return outcome, reservation, dispatch_record(message, task, shard, claim=claim)
 
 
@@ -234,7 +264,7 @@ def move(rows: Sequence[Row]) -> list[Outcome]:
     planned: list[tuple[Outcome, Reservation, RecordWrite | None]] = []
     for row in rows:
         try:
-            planned.append(_plan(row, broker.prefix, broker.stream))
+            planned.append(_plan(row, broker))
         except (InvalidTaskPayload, TaskNotFound) as exc:
             outcomes.append(Outcome(row, FAILED, None, exc))
     if planned:
@@ -258,8 +288,12 @@ def _read(outcome: Outcome, reservation: Reservation, reply: tuple[str, str]) ->
     message = outcome.message
     assert message is not None
     if status == "ok":
-        message.stream_id = value
+        message.stream_id = None if value == "delayed" else value
     elif value == reservation.holder:
+        outcome.status = ALREADY
+    elif status == "replaced":  # on_conflict "replace" / debounce: the holder took it
+        outcome.status = ALREADY
+    elif status == "lock" and reservation.policy == "return":  # the holder stands for it
         outcome.status = ALREADY
     elif status == "id":
         outcome.status = FAILED

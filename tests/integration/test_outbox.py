@@ -16,12 +16,14 @@ from django.db import connection, transaction
 from django.db.models.signals import post_save
 
 from django_taskrunner import (
+    InvalidTaskOptions,
     InvalidTaskPayload,
     TaskNotFound,
     dispatch,
     dispatch_on,
     dispatch_on_commit,
     lookup,
+    task,
 )
 from django_taskrunner.core import outbox
 from django_taskrunner.core.message import TaskMessage
@@ -321,3 +323,60 @@ def test_runtasks_burst_moves_what_waits_in_the_outbox_and_runs_it(r, prefix, ru
     assert not OutboxMessage.objects.exists()
     assert all(lookup(task_id).status == "succeeded" for task_id in ids)
     assert runs(r) == {"noop:0": 1, "noop:1": 1, "noop:2": 1}
+
+
+# -- conflict policies at flush time ------------------------------------------------------
+
+@task(name="tests.outbox.returning", unique=True, unique_for=60, on_conflict="return",
+      unique_key=lambda payload: str(payload["k"]))
+def returning(payload: Any) -> None:
+    """A unique task whose duplicates are meant to fold into the holder."""
+
+
+@task(name="tests.outbox.replacing", unique=True, unique_for=60, on_conflict="replace",
+      unique_key=lambda payload: str(payload["k"]))
+def replacing(payload: Any) -> None:
+    """A unique task whose later dispatches replace a holder not started yet."""
+
+
+@task(name="tests.outbox.debounced", unique_mode="debounce", debounce=60)
+def debounced(payload: Any) -> None:
+    """One run per quiet period, with the last payload."""
+
+
+def test_a_conflict_under_on_conflict_return_folds_into_the_holder_without_a_failed_row(
+        r, prefix):
+    holder = returning.dispatch({"k": 1, "v": "first"})
+    with transaction.atomic():
+        dispatch_on_commit(returning, {"k": 1, "v": "second"})
+    assert [(m.id, m.payload["v"]) for m in queued(r, prefix)] == [(holder.id, "first")]
+    assert not FailedTask.objects.exists()
+    assert not OutboxMessage.objects.exists()
+
+
+def test_a_conflict_under_on_conflict_replace_gives_the_holder_the_new_payload(r, prefix):
+    holder = replacing.dispatch({"k": 2, "v": "first"})
+    with transaction.atomic():
+        dispatch_on_commit(replacing, {"k": 2, "v": "second"})
+    assert [(m.id, m.payload["v"]) for m in queued(r, prefix)] == [(holder.id, "second")]
+    assert not FailedTask.objects.exists()
+    assert not OutboxMessage.objects.exists()
+
+
+def test_a_debounced_task_through_the_outbox_waits_its_quiet_period_with_the_last_payload(
+        r, prefix):
+    for n in range(3):
+        with transaction.atomic():
+            dispatch_on_commit(debounced, {"n": n})
+    assert queued(r, prefix) == []
+    waiting = r.zrange(keys.delayed_key(prefix, "default"), 0, -1)
+    assert [TaskMessage.from_json(body).payload for body in waiting] == [{"n": 2}]
+    assert not FailedTask.objects.exists()
+    assert not OutboxMessage.objects.exists()
+
+
+def test_a_per_call_on_conflict_is_refused_through_the_outbox_before_anything_is_written():
+    with pytest.raises(InvalidTaskOptions, match="declared on_conflict"):
+        with transaction.atomic():
+            dispatch(unique_order, {"order": "o-1"}, transactional=True, on_conflict="return")
+    assert not OutboxMessage.objects.exists()

@@ -113,16 +113,18 @@ local function stream_body(id)
 end
 
 -- A replacing body must mean what the holder's did: the same mode, and a task_id
--- reservation exactly when the holder has one (the worker frees what the body names).
+-- exactly when the holder has one (the worker frees what the body names). The bodies
+-- tell, not ARGV[6]: an outbox move reserves a mark there for a body without a task_id.
 local function compatible(old_body, old_mode)
   if old_mode ~= mode then
     return false
   end
   local ok, old = pcall(cjson.decode, old_body)
-  if not ok or type(old) ~= 'table' then
+  local ok_new, new = pcall(cjson.decode, ARGV[2])
+  if not ok or type(old) ~= 'table' or not ok_new or type(new) ~= 'table' then
     return false
   end
-  return (old['tid'] == true) == (ARGV[6] ~= '')
+  return (old['tid'] == true) == (new['tid'] == true)
 end
 
 -- True once the consumer group has been delivered the entry `id` (or a later one).
