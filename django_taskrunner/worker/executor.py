@@ -34,6 +34,7 @@ from django_taskrunner.exceptions import TaskExpired, TaskRunnerError
 from django_taskrunner.stats.recorder import StatsRecorder
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.records import RecordWrite
+from django_taskrunner.worker.connections import close_old_connections as check_connections
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.failures import record_failure
 from django_taskrunner.worker.running import Attempt, RunningSet
@@ -183,7 +184,7 @@ class Executor:
         """Run the attempt on this thread (an `async def` task to completion on a loop of
         its own); return what it raised, or None."""
         task = attempt.task
-        close_old_connections()
+        check_connections()  # Django's close_old_connections(), cheaper (connections.py)
         try:
             result = self.invoke(attempt)
             if task.is_async:
@@ -195,7 +196,7 @@ class Executor:
         except BaseException as exc:  # noqa: BLE001 - a task's SystemExit must not stop us
             return exc
         finally:
-            close_old_connections()
+            check_connections()
         return None
 
     def invoke(self, attempt: Attempt) -> Any:
