@@ -31,7 +31,7 @@ def rows():
 
 @pytest.fixture
 def staff_client(client):
-    client.force_login(User.objects.create_superuser("root", password="pw"))
+    client.force_login(User.objects.create_superuser("root", password="pw"))  # noqa: S106
     return client
 
 
