@@ -15,9 +15,10 @@ is the floor: what a system costs on top of it is the runner's own cost.
 
 Figures per task: *drain* (tasks/s), *worker CPU* (the worker process and its children,
 user + system), *PostgreSQL CPU* (from /proc: the backends connected to the benchmark's
-database, plus the CPU of backends that exited meanwhile, which the postmaster collects;
-that part also counts other databases' backends that exit meanwhile), and *connections*
-opened per task (`pg_stat_database.sessions`).
+database; when the system opened connections during the drain, plus the CPU of backends
+that exited meanwhile, which the postmaster collects for the whole server, so other
+databases' backends that exit meanwhile count too), and *connections* opened per task
+(`pg_stat_database.sessions`).
 """
 
 from __future__ import annotations
@@ -339,7 +340,12 @@ def block(args: argparse.Namespace, url: str, mode: str, system: OrmSystem, moni
         print(f"  {system.key}: Redis calls per task: " + ", ".join(
             f"{name.removeprefix('cmdstat_')} {n / tasks:.2f}" for name, n in
             sorted(calls.items(), key=lambda kv: -kv[1]) if n), file=sys.stderr)
-    pg = sum(cpu - b1.get(pid, 0.0) for pid, cpu in b2.items()) + (reaped2 - reaped1)
+    # The backends of the benchmark's database that lived through the drain; plus, when
+    # it opened connections, the CPU of exited backends (which the postmaster collects
+    # for every database of the server: other work on a shared server shows up there).
+    pg = sum(cpu - b1.get(pid, 0.0) for pid, cpu in b2.items())
+    if s2 > s1:
+        pg += reaped2 - reaped1
     return {"drain": tasks / (t2 - t1), "worker_cpu": (w2 - w1) / tasks * 1e6,
             "pg_cpu": pg / tasks * 1e6, "connections": (s2 - s1) / tasks, "cut": float(cut),
             "redis_calls": sum(calls.values()) / tasks}
