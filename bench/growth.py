@@ -2,10 +2,8 @@
 "How cost grows").
 
     python bench/growth.py failed  [--sizes 10000,100000,1000000]   # FailedTask admin, PostgreSQL
-    python bench/growth.py delayed [--sizes 10000,100000,1000000]   # delayed backlog
     python bench/growth.py queues  [--sizes 1,10,100]                # queues of one worker, idle
     python bench/growth.py workers [--sizes 1,10,50]                 # idle workers on one Redis
-    python bench/growth.py rss     [--queued 1000000]                # worker RSS idle and loaded
     ... --smoke                                                      # small sizes, quick
 
 Every subcommand starts what it needs (a private redis-server, its own PostgreSQL
@@ -158,9 +156,83 @@ def cmd_failed(args: argparse.Namespace) -> str:
                      "< 300 ms"], rows)
 
 
-SUBCOMMANDS = {"failed": cmd_failed}
-DEFAULT_SIZES = {"failed": "10000,100000,1000000"}
-SMOKE_SIZES = {"failed": "200,2000"}
+# ---------------------------------------------------------------- idle workers and queues
+
+def idle_figures(args: argparse.Namespace, workers: int, queues: int) -> dict[str, float]:
+    """Start `workers` runtasks processes, each reading `queues` empty queues; after they
+    settle, Redis commands per second, Redis CPU and the workers' CPU over `--window` s."""
+    import psutil
+    import redis
+    from benchlib.systems import TASKRUNNER_WORKER
+
+    workdir = tempfile.mkdtemp(prefix="bench-growth-")
+    redis_proc, url = procs.start_redis(workdir)
+    env = procs.child_env(url, BENCH_DB=str(Path(workdir) / "bench.sqlite3"))
+    names = [arg for n in range(queues) for arg in ("--queue", f"q{n}")]
+    started = []
+    try:
+        for n in range(workers):
+            started.append(procs.spawn(procs.python(*TASKRUNNER_WORKER, *names,
+                                                    "--consumer-name", f"idle-{n}"),
+                                       cpu=procs.WORKER_CPU, env=env))
+        client = redis.Redis.from_url(url)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # every worker has read every queue once
+            groups = sum(len(client.xinfo_groups(key)) for key in client.scan_iter("*:stream"))
+            clients = int(client.info("clients")["connected_clients"])
+            if groups >= queues and clients > workers:
+                break
+            time.sleep(0.5)
+        time.sleep(args.settle)
+        for proc in started:
+            if proc.poll() is not None:
+                raise SystemExit(f"a worker exited with {proc.returncode}")
+
+        def snap() -> tuple[float, int, float, float]:
+            info = client.info()
+            cpu = sum(procs.cpu_seconds(proc.pid) for proc in started)
+            return (time.monotonic(), int(info["total_commands_processed"]),
+                    float(info["used_cpu_sys"]) + float(info["used_cpu_user"]), cpu)
+
+        t1, c1, r1, w1 = snap()
+        time.sleep(args.window)
+        t2, c2, r2, w2 = snap()
+        seconds = t2 - t1
+        rss = sum(psutil.Process(proc.pid).memory_info().rss for proc in started)
+        return {"commands": (c2 - c1 - 2) / seconds, "redis_cpu": (r2 - r1) / seconds * 100,
+                "worker_cpu": (w2 - w1) / seconds * 100, "rss_mb": rss / workers / 2**20}
+    finally:
+        for proc in started:
+            procs.kill(proc)
+        procs.kill(redis_proc)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def cmd_queues(args: argparse.Namespace) -> str:
+    rows = []
+    for size in args.sizes:
+        f = idle_figures(args, 1, size)
+        rows.append([str(size), f"{f['commands']:,.1f}", f"{f['redis_cpu']:.2f}%",
+                     f"{f['worker_cpu']:.2f}%", f"{f['rss_mb']:.0f}"])
+        print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
+    return markdown(["queues of one idle worker", "Redis commands/s", "Redis CPU",
+                     "worker CPU", "worker RSS MB"], rows)
+
+
+def cmd_workers(args: argparse.Namespace) -> str:
+    rows = []
+    for size in args.sizes:
+        f = idle_figures(args, size, 1)
+        rows.append([str(size), f"{f['commands']:,.1f}", f"{f['redis_cpu']:.2f}%",
+                     f"{f['worker_cpu']:.2f}%", f"{f['commands'] / size:,.1f}"])
+        print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
+    return markdown(["idle workers, one queue each", "Redis commands/s", "Redis CPU",
+                     "the workers' CPU", "commands/s per worker"], rows)
+
+
+SUBCOMMANDS = {"failed": cmd_failed, "queues": cmd_queues, "workers": cmd_workers}
+DEFAULT_SIZES = {"failed": "10000,100000,1000000", "queues": "1,10,100", "workers": "1,10,50"}
+SMOKE_SIZES = {"failed": "200,2000", "queues": "1,3", "workers": "1,2"}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -170,6 +242,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=5, help="timed requests per page")
     parser.add_argument("--smoke", action="store_true", help="small sizes, quick")
     parser.add_argument("--verbose", action="store_true", help="print each page's slowest query")
+    parser.add_argument("--window", type=float, default=20.0,
+                        help="seconds idle figures are measured over (default 20)")
+    parser.add_argument("--settle", type=float, default=5.0,
+                        help="seconds idle workers run before they are measured (default 5)")
     parser.add_argument("--pg-host", default=os.environ.get("BENCH_PG_HOST", "127.0.0.1"))
     parser.add_argument("--pg-port", default=os.environ.get("BENCH_PG_PORT", "5432"))
     parser.add_argument("--pg-user", default=os.environ.get("BENCH_PG_USER", "postgres"))
@@ -179,7 +255,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     sizes = args.sizes or (SMOKE_SIZES if args.smoke else DEFAULT_SIZES)[args.what]
     args.sizes = [int(s) for s in sizes.split(",")]
     if args.smoke:
-        args.repeat = 1
+        args.repeat, args.window, args.settle = 1, 3.0, 1.0
     return args
 
 

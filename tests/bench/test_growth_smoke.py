@@ -70,3 +70,13 @@ def test_failed_rows_every_page_is_timed() -> None:
     assert len(rows) == 2 * 7, out
     for row in rows:
         assert row[3].replace(",", "").isdigit() and row[4].replace(",", "").isdigit(), row
+
+
+@pytest.mark.skipif(importlib.util.find_spec("psutil") is None, reason="psutil not installed")
+@pytest.mark.parametrize("what, sizes", [("queues", {"1", "3"}), ("workers", {"1", "2"})])
+def test_idle_costs_are_measured(what, sizes) -> None:
+    rows = table_rows(run(what))
+    assert {row[0] for row in rows} == sizes
+    for row in rows:
+        assert all(cell.rstrip("%").replace(",", "").replace(".", "").isdigit()
+                   for cell in row[1:]), row
