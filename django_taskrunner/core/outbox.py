@@ -37,11 +37,11 @@ from django.db.models import F
 from django.utils import timezone
 
 from django_taskrunner.conf import get_settings, on_reset
+from django_taskrunner.core.clock import now_ms
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.outbox_rows import failed_model, outbox_model
 from django_taskrunner.core.records import dispatch_record
 from django_taskrunner.core.registry import registry
-from django_taskrunner.core.clock import now_ms
 from django_taskrunner.core.unique import (
     TASK_ID_TTL_MS,
     Claim,

@@ -37,6 +37,7 @@ from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.limits import Limits, Slot
 from django_taskrunner.store.records import RecordWrite
 from django_taskrunner.store.workflows import MemberDone, WorkflowStore
+from django_taskrunner.worker.connections import close_old_connections as check_connections
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.failures import record_failure
 from django_taskrunner.worker.running import Attempt, RunningSet
@@ -201,7 +202,7 @@ class Executor:
         """Run the attempt on this thread (an `async def` task to completion on a loop of
         its own); return what it raised, or None."""
         task = attempt.task
-        close_old_connections()
+        check_connections()  # Django's close_old_connections(), cheaper (connections.py)
         try:
             result = self.invoke(attempt)
             if task.is_async:
@@ -213,7 +214,7 @@ class Executor:
         except BaseException as exc:  # noqa: BLE001 - a task's SystemExit must not stop us
             return exc
         finally:
-            close_old_connections()
+            check_connections()
         return None
 
     def invoke(self, attempt: Attempt) -> Any:

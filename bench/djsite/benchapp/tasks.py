@@ -8,6 +8,7 @@ from typing import Any
 
 from benchlib.async_io import io_done
 from benchlib.job import job as run_job
+from benchlib.orm_job import orm_job
 
 from django_taskrunner import task
 from django_taskrunner.store.connection import get_redis
@@ -16,6 +17,17 @@ from django_taskrunner.store.connection import get_redis
 @task(name="bench.job")
 def job(payload: Any) -> None:
     run_job(payload)
+
+
+@task(name="bench.orm")
+def orm(payload: Any) -> None:
+    """bench/orm.py: insert one row through the ORM and read it back."""
+    orm_job(payload)
+
+
+@task(name="bench.noop")
+def noop(payload: Any) -> None:
+    """bench/handle_cost.py: the runner's own cost per task, nothing else."""
 
 
 @task(name="bench.sized")

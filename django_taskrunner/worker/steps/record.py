@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from django_taskrunner.worker.executor import Executor
     from django_taskrunner.worker.running import Attempt
 
+NULL_JSON = "null"  # encode_value(None)[0]
+
 
 def skip_cancelled(executor: Executor, run: Run) -> bool:
     """False after acking a message cancelled before it started (its fetch read the
@@ -83,8 +85,11 @@ def write_outcome(
     if final:
         fields.append(("f", str(clock.now_ms())))
     if status == "succeeded" and attempt is not None:
-        encoded, why = encode_value(attempt.result, "result")
-        fields.append(("r", encoded) if encoded is not None else ("e", why or ""))
+        if attempt.result is None:  # most tasks: the JSON of None, without building an encoder
+            fields.append(("r", NULL_JSON))
+        else:
+            encoded, why = encode_value(attempt.result, "result")
+            fields.append(("r", encoded) if encoded is not None else ("e", why or ""))
     if error is not None:
         fields.append(("e", f"{type(error).__name__}: {error}"))
         fields.append(("ec", f"{type(error).__module__}.{type(error).__qualname__}"))
