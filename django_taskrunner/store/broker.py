@@ -159,6 +159,51 @@ class Broker:
             return [], set()
         return _entries(reply), {text(task_id) for task_id in cancelled}
 
+    def read_checked_many(
+        self, queues: Sequence[str], consumer: str, count: int, block_ms: int | None,
+    ) -> tuple[dict[str, list[Entry]], set[str]]:
+        """`read_checked()` of several streams of one shard (its priority levels) in one
+        XREADGROUP: up to `count` entries from each stream that has some, by name, and
+        the shard's cancelled ids (one set for all its levels)."""
+        names = {self.stream(queue): queue for queue in queues}
+        pipe = self.client.pipeline(transaction=False)
+        pipe.xreadgroup(self.group, consumer, dict.fromkeys(names, ">"), count=count,
+                        block=block_ms)
+        self.records.queue_cancelled(pipe, queues[0])
+        try:
+            reply, cancelled = pipe.execute()
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            for queue in queues:
+                self.ensure_group(queue)
+            return {}, set()
+        streams = (reply or {}).items() if isinstance(reply, dict) else (reply or [])
+        read = {}
+        for stream, entries in streams:
+            if isinstance(reply, dict):
+                entries = entries[0]
+            read[names[text(stream)]] = [(text(stream_id), _body(fields))
+                                         for stream_id, fields in entries]
+        return read, {text(task_id) for task_id in cancelled}
+
+    def levels_in_use(self, shards: Sequence[str]) -> dict[str, list[str]]:
+        """Every stream of each shard, highest priority first: its own (level 5) and each
+        level whose stream or delayed set exists (EXISTS of each, one pipeline)."""
+        probes = [(shard, level) for shard in shards for level in range(10)
+                  if level != keys.DEFAULT_LEVEL]
+        pipe = self.client.pipeline(transaction=False)
+        for shard, level in probes:
+            name = keys.level_name(shard, level)
+            pipe.exists(self.stream(name), keys.delayed_key(self.prefix, name))
+        found = pipe.execute() if probes else []
+        streams: dict[str, list[str]] = {shard: [] for shard in shards}
+        for (shard, level), hits in zip(probes, found, strict=True):
+            if hits:
+                streams[shard].append(keys.level_name(shard, level))
+        return {shard: sorted([*names, shard], key=keys.level_of, reverse=True)
+                for shard, names in streams.items()}
+
     def ack(self, queue: str, stream_ids: Sequence[str], pipe: Any = None) -> None:
         """XACK (and XDEL when DELETE_ON_ACK) the given entries, in one round trip.
 

@@ -107,6 +107,14 @@ class Worker:
         # A message that waited this long in the buffer is checked to be ours before it runs.
         self._recheck_after = {shard: seconds / 2 for shard, seconds in shortest.items()}
 
+    def add_stream(self, stream: str, shard: str) -> None:
+        """A priority level of `shard` came into use: its fetcher reads `stream` too, with
+        the shard's reclaim and recheck timings."""
+        self.reclaimer.add_stream(stream, shard)
+        with self._cond:
+            if shard in self._recheck_after:
+                self._recheck_after.setdefault(stream, self._recheck_after[shard])
+
     # -- the buffer -----------------------------------------------------------------
 
     def limit(self) -> int:
