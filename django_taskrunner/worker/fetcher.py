@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from django_taskrunner.core import clock
+from django_taskrunner.store import keys
 from django_taskrunner.worker.outage import redis_call
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ class Fetcher(threading.Thread):
         self.worker = worker
         self.queue = queue
         self.streams = [queue]
+        self.queue_name = keys.queue_of(queue)
         self._levels_at = 0.0
         # Burst mode: the worker's generation seen when a read found the stream empty.
         self.idle_at: tuple[int, int, int] | None = None
@@ -52,11 +54,17 @@ class Fetcher(threading.Thread):
                     room -= reclaimer.reclaim_due(stream, room)
             if room <= 0:
                 continue
+            turns = worker.turns
+            if turns is not None and not turns.may_read(self.queue_name):
+                turns.wait(0.05)  # an earlier queue (or one with turns left) reads first
+                continue
             generation = worker.generation()
             count = min(room, worker.settings.batch_size)
             block = None if worker.settings.burst else worker.settings.block_ms
             if len(self.streams) > 1:
-                self._read_levels(count, block, generation)
+                found = self._read_levels(count, block, generation)
+                if turns is not None and found is not None:
+                    turns.read(self.queue_name, self.queue, found)
                 continue
             read = self._with_retries(
                 lambda: broker.read_checked(self.queue, worker.consumer, count,  # noqa: B023
@@ -64,6 +72,8 @@ class Fetcher(threading.Thread):
             entries = None if read is None else read[0]
             if read is not None:  # the ids cancelled on this stream, as of this read
                 worker.executor.cancelled[self.queue] = read[1]
+                if turns is not None:
+                    turns.read(self.queue_name, self.queue, bool(entries))
             if entries:
                 self.idle_at = None
                 worker.accept(self.queue, entries)
@@ -96,9 +106,10 @@ class Fetcher(threading.Thread):
         self.streams = streams
 
     def _read_levels(self, count: int, block: int | None,
-                     generation: tuple[int, int, int]) -> None:
+                     generation: tuple[int, int, int]) -> bool | None:
         """Non-blocking reads level by level, highest first, until `count` is read; when
-        every level is empty, one read blocking on all of them (up to one entry each)."""
+        every level is empty, one read blocking on all of them (up to one entry each).
+        Whether it read anything (None: stopping)."""
         worker, broker = self.worker, self.worker.broker
         read_any = False
         for stream in self.streams:
@@ -107,7 +118,7 @@ class Fetcher(threading.Thread):
             read = self._with_retries(
                 lambda: broker.read_checked(stream, worker.consumer, count, None))  # noqa: B023
             if read is None:
-                return
+                return None
             worker.executor.cancelled[stream] = read[1]
             if read[0]:
                 read_any = True
@@ -115,21 +126,22 @@ class Fetcher(threading.Thread):
                 worker.accept(stream, read[0])
         if read_any:
             self.idle_at = None
-            return
+            return True
         if worker.settings.burst:
             self.idle_at = generation
             worker.wait_for_change(0.05)
-            return
+            return False
         many = self._with_retries(
             lambda: broker.read_checked_many(self.streams, worker.consumer, 1, block))
         if many is None:
-            return
+            return None
         for stream in self.streams:
             worker.executor.cancelled[stream] = many[1]
         for stream in self.streams:  # highest first
             if many[0].get(stream):
                 self.idle_at = None
                 worker.accept(stream, many[0][stream])
+        return any(many[0].values())
 
     def _with_retries(self, call: Callable[[], T]) -> T | None:
         """Run `call`, retrying with capped backoff while Redis is down; None if stopping."""

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from django_taskrunner.core import clock
 from django_taskrunner.scheduling.scheduler import LeaderScheduler, promote_all_due, register_queues
-from django_taskrunner.store import sharding
+from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import Broker, Entry
 from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.worker.acker import Acker
@@ -33,6 +33,7 @@ from django_taskrunner.worker.async_runner import AsyncRunner
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
 from django_taskrunner.worker.fetcher import Fetcher
+from django_taskrunner.worker.turns import QueueTurns
 from django_taskrunner.worker.keepalive import Heartbeat
 from django_taskrunner.worker.monitor import Monitor
 from django_taskrunner.worker.outage import RedisStatus
@@ -76,6 +77,10 @@ class Worker:
         self._held: set[tuple[str, str]] = set()  # (queue, stream id) fetched, not finished
         # One reader per stream: a queue split into shards has one stream per shard.
         self.fetchers = [Fetcher(self, shard) for shard in sharding.all_shards(self.queues)]
+        # `runtasks -Q a -Q b[:weight]`: which queue's fetchers read when (None: all at once).
+        self.turns = (QueueTurns(settings.queue_order) if settings.queue_order else None)
+        for fetcher in self.fetchers if self.turns else ():
+            self.turns.register(keys.queue_of(fetcher.queue), fetcher.queue)
 
     def _build_guards(self, settings: WorkerSettings) -> None:
         """The executor and what keeps messages safe: heartbeat, watchdog, reclaimer."""

@@ -165,3 +165,24 @@ def test_a_failed_attempt_retries_on_its_level(r, prefix):
         wait_for(lambda: r.xlen(stream_key(prefix, "default!2")) == 0)  # acked
     assert runs == [1, 1]
     assert r.xlen(stream_key(prefix, "default")) == 0
+
+
+def test_queues_given_in_order_are_read_strictly_in_that_order(r):
+    dispatch_many(step, [{"n": f"b-{n}"} for n in range(20)], queue="b")
+    dispatch_many(step, [{"n": f"a-{n}"} for n in range(20)], queue="a")
+    with worker_thread(("a", "b"), concurrency=1, batch_size=2,
+                       queue_order=(("a", 0), ("b", 0))):
+        wait_for(lambda: len(started) == 40)
+    assert started == [f"a-{n}" for n in range(20)] + [f"b-{n}" for n in range(20)]
+
+
+def test_weighted_queues_are_read_in_a_weighted_round_robin(r):
+    dispatch_many(step, [{"n": f"a-{n}"} for n in range(60)], queue="a")
+    dispatch_many(step, [{"n": f"b-{n}"} for n in range(60)], queue="b")
+    with worker_thread(("a", "b"), concurrency=1, batch_size=1,
+                       queue_order=(("a", 3), ("b", 1))):
+        wait_for(lambda: len(started) == 120)
+    # every read takes one message: each round of four reads is three of a, one of b
+    first = started[:40]
+    assert sum(n.startswith("a-") for n in first) == 30
+    assert [n for n in started if n.startswith("a-")] == [f"a-{n}" for n in range(60)]
