@@ -33,7 +33,6 @@ from django_taskrunner.worker.async_runner import AsyncRunner
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
 from django_taskrunner.worker.fetcher import Fetcher
-from django_taskrunner.worker.turns import QueueTurns
 from django_taskrunner.worker.keepalive import Heartbeat
 from django_taskrunner.worker.monitor import Monitor
 from django_taskrunner.worker.outage import RedisStatus
@@ -43,6 +42,7 @@ from django_taskrunner.worker.running import Attempt, RunningSet
 from django_taskrunner.worker.settings import WorkerSettings
 from django_taskrunner.worker.steps.record import requeued_write
 from django_taskrunner.worker.timelimit import TimeLimitWatchdog, interrupt
+from django_taskrunner.worker.turns import QueueTurns
 
 logger = logging.getLogger(__name__)
 
