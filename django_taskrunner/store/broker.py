@@ -190,19 +190,7 @@ class Broker:
     def levels_in_use(self, shards: Sequence[str]) -> dict[str, list[str]]:
         """Every stream of each shard, highest priority first: its own (level 5) and each
         level whose stream or delayed set exists (EXISTS of each, one pipeline)."""
-        probes = [(shard, level) for shard in shards for level in range(10)
-                  if level != keys.DEFAULT_LEVEL]
-        pipe = self.client.pipeline(transaction=False)
-        for shard, level in probes:
-            name = keys.level_name(shard, level)
-            pipe.exists(self.stream(name), keys.delayed_key(self.prefix, name))
-        found = pipe.execute() if probes else []
-        streams: dict[str, list[str]] = {shard: [] for shard in shards}
-        for (shard, level), hits in zip(probes, found, strict=True):
-            if hits:
-                streams[shard].append(keys.level_name(shard, level))
-        return {shard: sorted([*names, shard], key=keys.level_of, reverse=True)
-                for shard, names in streams.items()}
+        return levels_in_use(self.client, self.prefix, shards)
 
     def ack(self, queue: str, stream_ids: Sequence[str], pipe: Any = None) -> None:
         """XACK (and XDEL when DELETE_ON_ACK) the given entries, in one round trip.
@@ -417,6 +405,20 @@ class Broker:
         except ResponseError:
             return 0
         return int(summary["pending"])
+
+
+def levels_in_use(client: Any, prefix: str, shards: Sequence[str]) -> dict[str, list[str]]:
+    """`Broker.levels_in_use`, for any client (the admin's browser too)."""
+    probes = [(shard, name) for shard in shards for name in keys.level_names(shard)]
+    pipe = client.pipeline(transaction=False)
+    for _shard, name in probes:
+        pipe.exists(keys.stream_key(prefix, name), keys.delayed_key(prefix, name))
+    found = pipe.execute() if probes else []
+    streams: dict[str, list[str]] = {shard: [shard] for shard in shards}
+    for (shard, name), hits in zip(probes, found, strict=True):
+        if hits:
+            streams[shard].append(name)
+    return {shard: keys.by_level(names) for shard, names in streams.items()}
 
 
 def _entries(reply: Any) -> list[Entry]:

@@ -65,10 +65,15 @@ def level_of(name: str) -> int:
     return int(level) if mark else DEFAULT_LEVEL
 
 
-def levels_key(prefix: str, queue: str) -> str:
-    """Set of the priority levels (other than the default) ever used on a queue or shard:
-    its workers read those streams too (SADD by a dispatch with a priority only)."""
-    return f"{prefix}:{{{shard_of(queue)}}}:levels"
+def level_names(shard: str) -> list[str]:
+    """The names of every priority level of `shard` other than its own stream, highest
+    first: the streams a reader probes (EXISTS) to find the levels in use."""
+    return [level_name(shard, level) for level in range(9, -1, -1) if level != DEFAULT_LEVEL]
+
+
+def by_level(names: list[str]) -> list[str]:
+    """Stream names, highest priority first (a shard's own stream counts as 5)."""
+    return sorted(names, key=level_of, reverse=True)
 
 
 def stream_key(prefix: str, queue: str) -> str:
