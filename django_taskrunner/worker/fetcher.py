@@ -47,8 +47,8 @@ class Fetcher(threading.Thread):
         self._take_back_own(self.queue)
         reclaimer = worker.reclaimer
         while not worker.stopping.is_set():
-            self._look_for_levels()
             room = worker.wait_for_room()
+            self._look_for_levels()  # just before reading: what came in while it waited
             for stream in self.streams:  # messages of dead workers go before new ones
                 if room > 0:
                     room -= reclaimer.reclaim_due(stream, room)

@@ -65,3 +65,23 @@ def test_the_figures_count_the_levels(root):
     noop.dispatch({"n": 1})
     noop.dispatch_many([{"n": n} for n in range(3)], priority=7)
     assert get_stats("default", tasks=False).waiting == 4
+
+
+DELAYED = "/admin/django_taskrunner/delayedtask/"
+DELAYED_ACTION = "/admin/django_taskrunner/delayedtask/action/"
+
+
+def test_the_delayed_page_lists_a_levels_entries_and_runs_one_on_its_level(root):
+    broker = get_broker()
+    plain = noop.dispatch_delayed({"n": 1}, delay=600)
+    urgent = noop.dispatch_delayed({"n": 2}, delay=900, priority=9)
+
+    html = root.get(DELAYED, {"queue": "default"}).content.decode()
+    assert plain.id in html and urgent.id in html
+    score = broker.client.zscore(keys.delayed_key(broker.prefix, "default!9"),
+                                 urgent.to_json())
+    done = root.post(DELAYED_ACTION, {"action": "run", "queue": "default", "confirm": "yes",
+                                      "selected": [f"{int(score)}:{urgent.id}"]})
+    assert done.status_code == 302
+    assert broker.length("default!9") == 1
+    assert broker.client.zcard(keys.delayed_key(broker.prefix, "default!9")) == 0
