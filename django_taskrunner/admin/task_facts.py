@@ -47,15 +47,19 @@ PAYLOAD_PREVIEW = 300  # characters of payload shown per row of a list
 STATUSES = ("queued", "running", "delayed")
 
 
-def stream_names(queues: list[str]) -> list[str]:
-    """Every stream of these queues: a queue, or each shard of a split one."""
-    return sharding.all_shards(queues)
+def stream_names(queues: list[str], browser: StreamBrowser | None = None) -> list[str]:
+    """Every stream of these queues: a queue, or each shard of a split one; with a
+    `browser`, also each priority level in use (docs/priorities.md)."""
+    shards = sharding.all_shards(queues)
+    return shards if browser is None else browser.streams(shards)
 
 
 def valid_stream(name: str, queues: list[str]) -> bool:
     """`name` is a stream of one of `queues` (a crafted name never reaches Redis)."""
     queue = keys.queue_of(name)
-    return bool(QUEUE_NAME.match(queue)) and queue in queues and name in sharding.shards(queue)
+    shard = keys.shard_of(name)
+    return (bool(QUEUE_NAME.match(queue)) and queue in queues and shard in sharding.shards(queue)
+            and (name == shard or name in keys.level_names(shard)))
 
 
 def decode(body: bytes | None) -> TaskMessage | None:

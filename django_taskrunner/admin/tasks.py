@@ -66,7 +66,7 @@ class TaskAdmin(RedisPageAdmin):
         browser = get_browser()
         try:
             queues = dashboard_queues()
-            streams = facts_of.stream_names(queues)
+            streams = facts_of.stream_names(queues, browser)
             stream = request.GET.get("queue", "") or (streams[0] if streams else "")
             if stream in queues and stream not in streams:  # a split queue: its first shard
                 stream = sharding.shards(stream)[0]
@@ -174,7 +174,7 @@ class TaskAdmin(RedisPageAdmin):
         """The facts from one stream; a split queue's name looks in each of its shards."""
         queues = dashboard_queues()
         if stream in queues and stream not in facts_of.stream_names(queues):
-            candidates = sharding.shards(stream)
+            candidates = browser.streams(sharding.shards(stream))
         elif facts_of.valid_stream(stream, queues):
             candidates = [stream]
         else:

@@ -26,7 +26,13 @@ from django_taskrunner.conf import get_settings, on_reset
 from django_taskrunner.core import clock, due, eager, outbox
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.core.options import TaskOptions, check_queue_name, check_seconds
+from django_taskrunner.core.options import (
+    DEFAULT_PRIORITY,
+    TaskOptions,
+    check_priority,
+    check_queue_name,
+    check_seconds,
+)
 from django_taskrunner.core.records import dispatch_record
 from django_taskrunner.core.registry import registry
 from django_taskrunner.core.unique import Claim, KeySource
@@ -35,7 +41,7 @@ from django_taskrunner.exceptions import (
     TaskAlreadyDispatched,
     TaskIdConflict,
 )
-from django_taskrunner.store import sharding
+from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import Broker, get_broker
 from django_taskrunner.store.connection import built_client
 from django_taskrunner.store.errors import REDIS_DOWN, unavailable
@@ -91,12 +97,15 @@ def new_message_id() -> str:
 
 def new_message(
     task: Task, payload: Any, *, queue: str | None = None, expires: float | None = None,
-    start_ms: int | None = None, task_id: str | None = None,
+    start_ms: int | None = None, task_id: str | None = None, priority: int | None = None,
 ) -> TaskMessage:
     """A first-attempt message for `task`; `start_ms` is when it may first run.
 
-    With `task_id` the message id is that id (checked), else a random one.
+    With `task_id` the message id is that id (checked), else a random one. `priority`
+    (checked) overrides the task's; the default one is left out of the message.
     """
+    level = check_priority(priority if priority is not None else task.options.priority,
+                           task.name)
     now = clock.now_ms()
     message = TaskMessage(
         id=new_message_id() if task_id is None else locks.check_task_id(task_id, task.name),
@@ -108,6 +117,7 @@ def new_message(
         expires_at_ms=_expires_at(task, expires, start_ms if start_ms is not None else now),
         has_task_id=task_id is not None,
         reservation_timeout_ms=_reservation_timeout_ms(task),
+        priority=None if level == DEFAULT_PRIORITY else level,
     )
     message.trace_context = tracing.producer_context(message)  # None unless traced
     return message
@@ -117,7 +127,7 @@ def prepare(
     task: Task, payload: Any, *, queue: str | None = None, task_id: str | None = None,
     unique_key: KeySource = None, unique_for: float | None = None,
     unique_mode: str | None = None, expires: float | None = None, start_ms: int | None = None,
-    on_conflict: str | None = None,
+    on_conflict: str | None = None, priority: int | None = None,
 ) -> tuple[TaskMessage, Claim | None]:
     """The message and what it must reserve (lock, task_id), all checked, without Redis.
 
@@ -125,7 +135,7 @@ def prepare(
     reservation with the delayed set as destination.
     """
     message = new_message(task, payload, queue=queue, expires=expires, start_ms=start_ms,
-                          task_id=task_id)
+                          task_id=task_id, priority=priority)
     check_payload(payload, task.name)  # before a unique_key function walks the payload
     claim = locks.claim_for(task, message, get_settings().PREFIX, unique_key=unique_key,
                             unique_for=unique_for, unique_mode=unique_mode,
@@ -173,7 +183,7 @@ def dispatch(
     name_or_task: str | Task, payload: Any = None, *, queue: str | None = None,
     task_id: str | None = None, unique_key: KeySource = None, unique_for: float | None = None,
     unique_mode: str | None = None, expires: float | None = None, on_conflict: str | None = None,
-    transactional: bool = False,
+    transactional: bool = False, priority: int | None = None,
 ) -> TaskMessage:
     """Queue a task to run as soon as a worker is free.
 
@@ -193,6 +203,8 @@ def dispatch(
         transactional: write the task to the outbox in the current transaction of the
             default database instead: queued once it commits, never if it rolls back,
             and never lost after the commit, even with Redis down (docs/outbox.md).
+        priority: 0..9, instead of the task's: within its queue, a higher one is read
+            first (docs/priorities.md).
 
     Raises:
         TaskNotFound: no task has that name.
@@ -209,7 +221,7 @@ def dispatch(
     task = resolve_task(name_or_task)
     message, claim = prepare(task, payload, queue=queue, task_id=task_id, unique_key=unique_key,
                              unique_for=unique_for, unique_mode=unique_mode, expires=expires,
-                             on_conflict=on_conflict)
+                             on_conflict=on_conflict, priority=priority)
     body = message.to_json()
     if get_settings().EAGER:
         return eager.run(task, message, body, claim)
@@ -221,12 +233,12 @@ def dispatch(
     try:
         broker = get_broker()
         if claim is None:
-            shard = sharding.next_shard(message.queue)
+            shard = keys.level_name(sharding.next_shard(message.queue), message.priority)
             message.stream_id = broker.add(shard, body, dispatch_record(message, task, shard))
         else:
             reply = get_locks().add_reserved(
                 locks.reservation_for(claim, broker, message, body),
-                dispatch_record(message, task, claim.shard, claim=claim))
+                dispatch_record(message, task, level_of(claim, message), claim=claim))
             message = claim.settle(reply, message)
     except REDIS_DOWN as exc:
         raise _redis_down(task, exc) from exc
@@ -273,7 +285,7 @@ def schedule_for(
 
 
 DISPATCH_OPTIONS = frozenset({"queue", "task_id", "unique_key", "unique_for", "unique_mode",
-                              "expires", "on_conflict"})
+                              "expires", "on_conflict", "priority"})
 
 
 def _dispatch_at(task: Task, payload: Any, due_ms: int, options: dict[str, Any]) -> TaskMessage:
@@ -287,6 +299,11 @@ def _dispatch_at(task: Task, payload: Any, due_ms: int, options: dict[str, Any])
     if quiet_ms is not None:  # never before the quiet period after this dispatch ends
         due_ms = max(due_ms, clock.now_ms() + quiet_ms)
     return add_delayed(message, due_ms, claim, task=task)
+
+
+def level_of(claim: Claim, message: TaskMessage) -> str:
+    """The stream a claimed message goes to: its shard's, or its priority level's there."""
+    return keys.level_name(claim.shard, message.priority)
 
 
 def _debounce_ms(claim: Claim | None) -> int | None:
@@ -305,13 +322,13 @@ def add_delayed(
     try:
         broker = get_broker()
         if claim is None:
-            shard = sharding.next_shard(message.queue)
+            shard = keys.level_name(sharding.next_shard(message.queue), message.priority)
             record = None if task is None else dispatch_record(message, task, shard, due_ms)
             broker.add_delayed(shard, body, due_ms, record)
         else:
             reservation = locks.reservation_for(claim, broker, message, body, due_ms)
-            record = None if task is None else dispatch_record(message, task, claim.shard,
-                                                               due_ms, claim)
+            record = None if task is None else dispatch_record(
+                message, task, level_of(claim, message), due_ms, claim)
             message = claim.settle(get_locks().add_reserved(reservation, record), message)
     except REDIS_DOWN as exc:
         raise unavailable(f"cannot dispatch {message.task_name!r}", exc,
@@ -324,6 +341,7 @@ def dispatch_many(
     name_or_task: str | Task, payloads: Iterable[Any], *, queue: str | None = None,
     unique_key: KeySource = None, unique_for: float | None = None,
     unique_mode: str | None = None, expires: float | None = None, on_conflict: str | None = None,
+    priority: int | None = None,
 ) -> list[TaskMessage]:
     """Queue one task per payload in one round trip; nothing is queued if one is bad
     (`InvalidTaskPayload`, as for `dispatch`).
@@ -342,17 +360,17 @@ def dispatch_many(
     if get_settings().EAGER:
         prepared = [prepare(task, payload, queue=queue, unique_key=unique_key,
                             unique_for=unique_for, unique_mode=unique_mode, expires=expires,
-                            on_conflict=on_conflict)
+                            on_conflict=on_conflict, priority=priority)
                     for payload in payloads]
         return eager.run_many(task, [(message, message.to_json(), claim)
                                      for message, claim in prepared])
     if not (task.options.unique or unique_key is not None or unique_for is not None
             or unique_mode is not None or on_conflict is not None
             or task.options.unique_mode == "debounce"):
-        return _dispatch_many_plain(task, payloads, queue, expires)
+        return _dispatch_many_plain(task, payloads, queue, expires, priority)
     prepared = [prepare(task, payload, queue=queue, unique_key=unique_key,
                         unique_for=unique_for, unique_mode=unique_mode, expires=expires,
-                        on_conflict=on_conflict)
+                        on_conflict=on_conflict, priority=priority)
                 for payload in payloads]
     bodies = [message.to_json() for message, _claim in prepared]
     # One task with one set of options: either every payload claims a lock or none does.
@@ -371,16 +389,18 @@ def dispatch_many(
 
 
 def _dispatch_many_plain(
-    task: Task, payloads: list[Any], queue: str | None, expires: float | None
+    task: Task, payloads: list[Any], queue: str | None, expires: float | None,
+    priority: int | None = None,
 ) -> list[TaskMessage]:
     """The common case, no locks: queue, expiry and dispatch time are worked out once,
     since the batch shares them, and the bodies go in one pipelined round trip."""
-    first = new_message(task, None, queue=queue, expires=expires)
+    first = new_message(task, None, queue=queue, expires=expires, priority=priority)
     messages = [TaskMessage(id=new_message_id(), task_name=first.task_name, queue=first.queue,
                             payload=payload, dispatched_at_ms=first.dispatched_at_ms,
                             expires_at_ms=first.expires_at_ms,
                             reservation_timeout_ms=first.reservation_timeout_ms,
-                            trace_context=first.trace_context)  # one span for the batch
+                            trace_context=first.trace_context,  # one span for the batch
+                            priority=first.priority)
                 for payload in payloads]
     bodies = [message.to_json() for message in messages]
     try:
@@ -398,12 +418,14 @@ def _add_plain(
 ) -> list[str]:
     """XADD every body (and its record) in one round trip; a queue split into shards
     gets them round robin."""
-    queue = messages[0].queue
+    queue, priority = messages[0].queue, messages[0].priority
     shards = sharding.spread(queue, len(bodies))
+    if priority is not None:
+        shards = [keys.level_name(shard, priority) for shard in shards]
     records = [record for message, shard in zip(messages, shards, strict=True)
                if (record := dispatch_record(message, task, shard)) is not None]
     if sharding.shard_count(queue) == 1:
-        return broker.add_many(queue, bodies, records)
+        return broker.add_many(shards[0], bodies, records)
     return broker.add_each(list(zip(shards, bodies, strict=True)), records)
 
 
@@ -417,7 +439,7 @@ def _add_claimed(
     replies = get_locks().add_reserved_many(
         [locks.reservation_for(claim, broker, message, body, due_ms)
          for (message, claim, body), due_ms in zip(claimed, due, strict=True)],
-        [dispatch_record(message, task, claim.shard, due_ms, claim=claim)
+        [dispatch_record(message, task, level_of(claim, message), due_ms, claim=claim)
          for (message, claim, _body), due_ms in zip(claimed, due, strict=True)])
     queued = []
     for (message, claim, _body), reply in zip(claimed, replies, strict=True):

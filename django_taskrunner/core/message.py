@@ -125,6 +125,9 @@ class TaskMessage:
     # "j": member index, "k": stage index, "nx": shards of the next stage, "xr": a later
     # step's expiry in ms after it is sent}; None outside any workflow (core/workflows.py).
     workflow: dict[str, Any] | None = None
+    # Priority 0..9 (wire key "pr"), None for the default: which level stream of its
+    # queue the message goes to (store/keys.py `level_name`), on dispatch and move.
+    priority: int | None = None
     # Stream entry id, set by the worker for the delivery it is processing.
     stream_id: str | None = field(default=None, compare=False)
 
@@ -162,6 +165,8 @@ class TaskMessage:
             data["tc"] = self.trace_context
         if self.workflow is not None:
             data["wf"] = self.workflow
+        if self.priority is not None:
+            data["pr"] = self.priority
         check_payload(self.payload, self.task_name)
         try:
             text = _encode(data)
@@ -253,6 +258,7 @@ class TaskMessage:
             dispatch_token=_dispatch_token(get("tok"), task_name) if "tok" in data else None,
             trace_context=_traceparent(get("tc")) if "tc" in data else None,
             workflow=_workflow(get("wf"), task_name) if "wf" in data else None,
+            priority=_number(data, "pr", task_name, 0, 9) if "pr" in data else None,
             stream_id=stream_id,
         )
         if nested_too_deep(message.payload):

@@ -46,6 +46,7 @@ class TaskOptions:
     concurrency_key: Callable[[Any], str] | None = None
     on_conflict: str = "raise"  # a unique dispatch meeting a held lock: ON_CONFLICT
     debounce: float | None = None  # seconds of quiet before a unique_mode="debounce" run
+    priority: int | None = None  # 0..9, higher first within a queue; None: DEFAULT_PRIORITY
 
 
 def check_queue_name(queue: Any) -> str:
@@ -128,3 +129,20 @@ def check_debounce(options: TaskOptions, task_name: str) -> None:
     if not is_finite(value) or not 0 < value <= UNIQUE_FOR_MAX:
         raise InvalidTaskOptions(f"debounce of task {task_name!r} must be a positive number "
                                  f"of seconds (at most 7 days), not {value!r}")
+
+
+# Priorities (docs/priorities.md): 0..9, higher first within a queue. A message without
+# one (or with DEFAULT_PRIORITY) stays on the queue's own stream; the others go to one
+# stream per level in the queue's slot (store/keys.py, `level_name`).
+PRIORITIES = range(10)
+DEFAULT_PRIORITY = 5
+
+
+def check_priority(value: Any, task_name: str) -> int | None:
+    """`priority` is None or an int 0..9 (not a bool)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value not in PRIORITIES:
+        raise InvalidTaskOptions(f"priority of task {task_name!r} must be an integer from "
+                                 f"0 to 9 (higher runs first), not {value!r}")
+    return value

@@ -234,7 +234,9 @@ def _plan(row: Row, broker: Any) -> tuple[Outcome, Reservation, RecordWrite | No
     message = TaskMessage.from_json(row.body)
     task = registry.get(message.task_name)
     claim = _claim(message, row, prefix)
-    shard = claim.shard if claim is not None else sharding.next_shard(message.queue)
+    shard = keys.level_name(  # its priority's stream there, if it has one
+        claim.shard if claim is not None else sharding.next_shard(message.queue),
+        message.priority)
     outcome = Outcome(row, SENT, message)
     if claim is not None and claim.id_key is not None:
         id_key, id_ttl_ms = claim.id_key, TASK_ID_TTL_MS

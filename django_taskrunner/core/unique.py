@@ -343,8 +343,9 @@ def reservation_for(
 ) -> Reservation:
     """The claim's reservation on `broker`: to the stream (`due_ms` None) or the delayed
     set, with what a held lock needs under the claim's policy."""
-    stream = broker.stream(claim.shard)
-    delayed = keys.delayed_key(broker.prefix, claim.shard)
+    level = keys.level_name(claim.shard, message.priority)  # the shard's, unless a priority
+    stream = broker.stream(level)
+    delayed = keys.delayed_key(broker.prefix, level)
     if due_ms is None:
         destination, other, wake = stream, delayed, ""
     else:

@@ -361,7 +361,9 @@ def dispatch_workflow(workflow: Workflow) -> WorkflowHandle:
                 start = _due_ms(signature.options, now) or now
                 message.workflow["xr"] = max(0, message.expires_at_ms - start)
                 message.expires_at_ms = None
-            shard = claim.shard if claim is not None else sharding.next_shard(message.queue)
+            shard = keys.level_name(  # its priority's stream there, if it has one
+                claim.shard if claim is not None else sharding.next_shard(message.queue),
+                message.priority)
             row.append(_Member(signature, message, claim, shard, _due_ms(signature.options, now)))
             index += 1
         built.append(row)

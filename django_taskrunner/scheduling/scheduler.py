@@ -45,7 +45,8 @@ def promote_all_due(broker: Broker, queues: Iterable[str], now_ms: int,
     Used by burst mode, which must run what is due before deciding queues are empty.
     """
     total = 0
-    for shard in sharding.all_shards(queues):
+    levels = broker.levels_in_use(sharding.all_shards(queues))
+    for shard in [stream for streams in levels.values() for stream in streams]:
         while True:
             moved, _ = broker.promote_due(shard, now_ms, batch)
             total += moved
@@ -180,13 +181,16 @@ class Scheduler(threading.Thread):
             self.queues -= set(forget_idle_queues(self.store, now)) - self.own_queues
         self.queues |= self.store.known_queues()
         shards = sharding.all_shards(sorted(self.queues))
-        new = {keys.wake_channel(self.broker.prefix, s): s for s in shards
+        # Each priority level of a shard has a delayed set and a wake channel of its own.
+        levels = [keys.level_name(shard, level) for shard in shards for level in range(10)]
+        new = {keys.wake_channel(self.broker.prefix, s): s for s in levels
                if keys.wake_channel(self.broker.prefix, s) not in self._channels}
         if new:
             # Subscribed before the sets are read, so no wake-up can fall in between.
             self._subscribe(pubsub, list(new))
             self._channels.update(new)
-        self._next_due = {shard: 0 for shard in shards}
+        in_use = self.broker.levels_in_use(shards)
+        self._next_due = {stream: 0 for streams in in_use.values() for stream in streams}
         self._resync_at = now + round(RESYNC_SECONDS * 1000)
 
     @staticmethod

@@ -147,6 +147,8 @@ def get_stats(queue: str, *, tasks: bool = True, broker: Broker | None = None,
     inspector = inspector_for(broker)
     now_ms = clock.now_ms() if now_ms is None else now_ms
     first = inspector.read_queue(queue, sharding.shards(queue), now_ms)
+    if first.levels:  # priorities in use: read their streams too
+        first = inspector.read_queue(queue, [*sharding.shards(queue), *first.levels], now_ms)
     streams = [_stream_figures(group, broker.delete_on_ack) for group in first.groups]
     pending = sum(stream.pending for stream in streams)
     waiting = sum(stream.waiting for stream in streams)

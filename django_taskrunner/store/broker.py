@@ -181,6 +181,39 @@ class Broker:
             return [], set()
         return _entries(reply), {text(task_id) for task_id in cancelled}
 
+    def read_checked_many(
+        self, queues: Sequence[str], consumer: str, count: int, block_ms: int | None,
+    ) -> tuple[dict[str, list[Entry]], set[str]]:
+        """`read_checked()` of several streams of one shard (its priority levels) in one
+        XREADGROUP: up to `count` entries from each stream that has some, by name, and
+        the shard's cancelled ids (one set for all its levels)."""
+        names = {self.stream(queue): queue for queue in queues}
+        pipe = self.client.pipeline(transaction=False)
+        pipe.xreadgroup(self.group, consumer, dict.fromkeys(names, ">"), count=count,
+                        block=block_ms)
+        self.records.queue_cancelled(pipe, queues[0])
+        try:
+            reply, cancelled = pipe.execute()
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            for queue in queues:
+                self.ensure_group(queue)
+            return {}, set()
+        streams = (reply or {}).items() if isinstance(reply, dict) else (reply or [])
+        read = {}
+        for stream, entries in streams:
+            if isinstance(reply, dict):
+                entries = entries[0]
+            read[names[text(stream)]] = [(text(stream_id), _body(fields))
+                                         for stream_id, fields in entries]
+        return read, {text(task_id) for task_id in cancelled}
+
+    def levels_in_use(self, shards: Sequence[str]) -> dict[str, list[str]]:
+        """Every stream of each shard, highest priority first: its own (level 5) and each
+        level whose stream or delayed set exists (EXISTS of each, one pipeline)."""
+        return levels_in_use(self.client, self.prefix, shards)
+
     def ack(self, queue: str, stream_ids: Sequence[str], pipe: Any = None) -> None:
         """XACK (and XDEL when DELETE_ON_ACK) the given entries, in one round trip.
 
@@ -402,6 +435,20 @@ class Broker:
         except ResponseError:
             return 0
         return int(summary["pending"])
+
+
+def levels_in_use(client: Any, prefix: str, shards: Sequence[str]) -> dict[str, list[str]]:
+    """`Broker.levels_in_use`, for any client (the admin's browser too)."""
+    probes = [(shard, name) for shard in shards for name in keys.level_names(shard)]
+    pipe = client.pipeline(transaction=False)
+    for _shard, name in probes:
+        pipe.exists(keys.stream_key(prefix, name), keys.delayed_key(prefix, name))
+    found = pipe.execute() if probes else []
+    streams: dict[str, list[str]] = {shard: [shard] for shard in shards}
+    for (shard, name), hits in zip(probes, found, strict=True):
+        if hits:
+            streams[shard].append(name)
+    return {shard: keys.by_level(names) for shard, names in streams.items()}
 
 
 def _entries(reply: Any) -> list[Entry]:

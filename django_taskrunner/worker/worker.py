@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from django_taskrunner.core import clock
 from django_taskrunner.scheduling.outbox_flush import flush_waiting
 from django_taskrunner.scheduling.scheduler import LeaderScheduler, promote_all_due, register_queues
-from django_taskrunner.store import sharding
+from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import Broker, Entry
 from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.worker.acker import Acker
@@ -43,6 +43,7 @@ from django_taskrunner.worker.running import Attempt, RunningSet
 from django_taskrunner.worker.settings import WorkerSettings
 from django_taskrunner.worker.steps.record import requeued_write
 from django_taskrunner.worker.timelimit import TimeLimitWatchdog, interrupt
+from django_taskrunner.worker.turns import QueueTurns
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +78,10 @@ class Worker:
         self._held: set[tuple[str, str]] = set()  # (queue, stream id) fetched, not finished
         # One reader per stream: a queue split into shards has one stream per shard.
         self.fetchers = [Fetcher(self, shard) for shard in sharding.all_shards(self.queues)]
+        # `runtasks -Q a -Q b[:weight]`: which queue's fetchers read when (None: all at once).
+        self.turns = (QueueTurns(settings.queue_order) if settings.queue_order else None)
+        for fetcher in self.fetchers if self.turns else ():
+            self.turns.register(keys.queue_of(fetcher.queue), fetcher.queue)
 
     def _build_guards(self, settings: WorkerSettings) -> None:
         """The executor and what keeps messages safe: heartbeat, watchdog, reclaimer."""
@@ -108,6 +113,14 @@ class Worker:
         )
         # A message that waited this long in the buffer is checked to be ours before it runs.
         self._recheck_after = {shard: seconds / 2 for shard, seconds in shortest.items()}
+
+    def add_stream(self, stream: str, shard: str) -> None:
+        """A priority level of `shard` came into use: its fetcher reads `stream` too, with
+        the shard's reclaim and recheck timings."""
+        self.reclaimer.add_stream(stream, shard)
+        with self._cond:
+            if shard in self._recheck_after:
+                self._recheck_after.setdefault(stream, self._recheck_after[shard])
 
     # -- the buffer -----------------------------------------------------------------
 

@@ -67,6 +67,36 @@ def queue_name(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+MAX_WEIGHT = 100
+
+
+def queue_spec(value: str) -> tuple[str, int | None]:
+    """argparse type: `queue` or `queue:weight` (1..100), for `--queue`."""
+    name, sep, weight = value.partition(":")
+    queue = queue_name(name)
+    if not sep:
+        return queue, None
+    if not weight.isdigit() or not 1 <= int(weight) <= MAX_WEIGHT:
+        raise argparse.ArgumentTypeError(
+            f"the weight of queue {queue!r} must be an integer from 1 to {MAX_WEIGHT}, "
+            f"not {weight!r}")
+    return queue, int(weight)
+
+
+def queue_order(specs: list[tuple[str, int | None]]) -> tuple[tuple[str, int], ...] | None:
+    """The worker's `queue_order` from the `--queue` options: None for one queue (or
+    none); every weight 0 (a strict order) when none has a weight; else a missing weight
+    counts 1. A queue named twice keeps its first place."""
+    order = dict[str, int | None]()
+    for queue, weight in specs:
+        order.setdefault(queue, weight)
+    if len(order) < 2:
+        return None
+    if all(weight is None for weight in order.values()):
+        return tuple((queue, 0) for queue in order)
+    return tuple((queue, 1 if weight is None else weight) for queue, weight in order.items())
+
+
 port_number = int_up_to(65535)  # argparse type: a TCP port
 pool_size = int_up_to(MAX_POOL)  # as MIN_WORKERS and MAX_WORKERS
 batch_size = int_up_to(MAX_BATCH)  # as BATCH_SIZE
@@ -128,10 +158,11 @@ class Command(BaseCommand):
     help = "Run background tasks from the Redis streams of the given queues."
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--queue", "-Q", action="append", type=queue_name, dest="queues",
-                            help="queue to consume (repeatable; default: every queue a "
-                                 "registered task or TASKS names, DEFAULT_QUEUE, and the "
-                                 "queues known in Redis)")
+        parser.add_argument("--queue", "-Q", action="append", type=queue_spec, dest="queues",
+                            help="queue to consume, or queue:weight (repeatable: read in the "
+                                 "order given, or a weighted round robin with weights; "
+                                 "default: every queue a registered task or TASKS names, "
+                                 "DEFAULT_QUEUE, and the queues known in Redis, side by side)")
         parser.add_argument("--concurrency", "-c", type=pool_size,
                             help="worker threads of a fixed pool (default: "
                                  "TASKRUNNER['MAX_WORKERS'])")
@@ -168,8 +199,10 @@ class Command(BaseCommand):
 
     def _run(self, settings: Any, options: dict[str, Any]) -> None:
         broker = self._connect(wait=not options["burst"])
-        queues = options["queues"] or self._default_queues(settings.DEFAULT_QUEUE, broker)
-        worker = Worker(broker, self._worker_settings(queues, options))
+        specs = options["queues"] or []
+        queues = ([queue for queue, _weight in specs]
+                  or self._default_queues(settings.DEFAULT_QUEUE, broker))
+        worker = Worker(broker, self._worker_settings(queues, options, queue_order(specs)))
         stop_metrics = self._serve_metrics(options["metrics_port"], options["metrics_addr"])
         previous = self._install_signal_handlers(worker)
         try:
@@ -182,7 +215,8 @@ class Command(BaseCommand):
             sys.exit(code)
 
     @staticmethod
-    def _worker_settings(queues: list[str], options: dict[str, Any]) -> WorkerSettings:
+    def _worker_settings(queues: list[str], options: dict[str, Any],
+                         order: tuple[tuple[str, int], ...] | None = None) -> WorkerSettings:
         """The worker's settings: these options over TASKRUNNER over the defaults."""
         try:
             return worker_settings(
@@ -190,6 +224,7 @@ class Command(BaseCommand):
                 min_workers=options.get("min_workers"), max_workers=options.get("max_workers"),
                 batch_size=options.get("batch_size"), consumer=options.get("consumer_name"),
                 burst=options.get("burst"), scheduler=not options.get("no_scheduler"),
+                queue_order=order,
             )
         except PoolSizeConflict as exc:
             raise CommandError(str(exc)) from None
