@@ -18,6 +18,13 @@ from django_taskrunner.core.records import TaskRecord, cancel, lookup, wait
 from django_taskrunner.core.registry import register_task
 from django_taskrunner.core.task import Task, task
 from django_taskrunner.core.unique import payload_key
+from django_taskrunner.core.workflows import (
+    WorkflowRecord,
+    cancel_workflow,
+    chain,
+    group,
+    lookup_workflow,
+)
 from django_taskrunner.exceptions import (
     InvalidTaskOptions,
     InvalidTaskPayload,
@@ -52,6 +59,7 @@ __all__ = [
     "TimeLimitExceeded",
     "UniqueForRequired",
     "WorkerLost",
+    "WorkflowRecord",
     "cancel",
     "dispatch",
     "dispatch_delayed",
@@ -68,5 +76,9 @@ __all__ = [
     "task_started",
     "task_succeeded",
     "wait",
+    "cancel_workflow",
+    "chain",
+    "group",
+    "lookup_workflow",
 ]
 

@@ -110,6 +110,7 @@ NUMBERS: dict[str, NumberRule] = {
     "TIME_LIMIT_GRACE": NumberRule(False, 0, MAX_SECONDS),
     "DEAD_CONSUMER_TIMEOUT": NumberRule(False, 1, MAX_SECONDS, none_allowed=True),
     "RESULT_TTL": NumberRule(True, 0, MAX_SECONDS),
+    "OUTBOX_WARN_AGE": NumberRule(False, 1, MAX_SECONDS),
 }
 
 
@@ -237,6 +238,7 @@ KEY_CHECKS: dict[str, Callable[[Any], list[CheckMessage]]] = {
     "FAILED_TASK_HANDLER": _optional_string_check("FAILED_TASK_HANDLER"),
     "LONG_QUEUE_HOOK": _optional_string_check("LONG_QUEUE_HOOK"),
     "METRICS_TOKEN": _check_metrics_token,
+    "OUTBOX": _bool_check("OUTBOX"),
 }
 
 

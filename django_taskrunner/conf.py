@@ -60,6 +60,8 @@ class Settings:
     TIME_LIMIT_GRACE: float
     DEAD_CONSUMER_TIMEOUT: float | None
     RESULT_TTL: int
+    OUTBOX: bool
+    OUTBOX_WARN_AGE: float
 
 
 def raw_settings() -> Any:

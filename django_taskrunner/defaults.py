@@ -83,4 +83,11 @@ DEFAULTS: dict[str, Option] = {
         None, "Seconds a consumer with nothing pending may stay idle before it is removed from "
         "the group (None: the larger of 1 hour and 10 x RESERVATION_TIMEOUT).",
     ),
+    "OUTBOX": Option(
+        True, "Dispatches on commit (dispatch_on_commit, dispatch_on) go through the "
+        "transactional outbox: written in the caller's transaction, never lost after it commits.",
+    ),
+    "OUTBOX_WARN_AGE": Option(
+        300, "Seconds an outbox row may wait before `check --database` warns (taskrunner.W030)."
+    ),
 }

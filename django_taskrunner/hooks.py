@@ -21,7 +21,9 @@ def dispatch_on(
     `payload` and `when` are called with the signal's arguments (`sender=`, `instance=`,
     `created=`, ...); `when` returning False skips the dispatch. With `on_commit`
     (default) the dispatch waits for the current transaction to commit, so the worker
-    never reads a row that is not yet visible. Returns the receiver (to disconnect it).
+    never reads a row that is not yet visible; it goes through the transactional outbox
+    (`TASKRUNNER["OUTBOX"]`, docs/outbox.md), so a commit guarantees the task is queued.
+    Returns the receiver; `receiver.disconnect()` disconnects it.
 
     Example:
         dispatch_on(post_save, send_receipt, sender=Order,
@@ -45,6 +47,10 @@ def dispatch_on(
         send(resolved, value, **dispatch_options)
 
     name = resolved.name if isinstance(resolved, Task) else resolved
-    signal.connect(receiver, sender=sender, weak=False,
-                   dispatch_uid=f"django_taskrunner:{name}:{id(signal)}:{id(sender)}")
+    uid = f"django_taskrunner:{name}:{id(signal)}:{id(sender)}"
+    signal.connect(receiver, sender=sender, weak=False, dispatch_uid=uid)
+    # Connected under a dispatch_uid, which `signal.disconnect(receiver)` does not find.
+    receiver.dispatch_uid = uid  # type: ignore[attr-defined]
+    receiver.disconnect = (  # type: ignore[attr-defined]
+        lambda: signal.disconnect(sender=sender, dispatch_uid=uid))
     return receiver

@@ -176,3 +176,67 @@ class Task(models.Model):
 
     def __str__(self) -> str:
         return f"task {self.pk}"
+
+
+class Workflow(models.Model):
+    """Not a table: stands for the workflows in Redis (chains, groups), behind the
+    admin's Workflows pages; "view" opens them, "cancel" cancels one workflow."""
+
+    class Meta:
+        managed = False
+        default_permissions = ("view",)
+        permissions = [("cancel_workflow", "Can cancel a running workflow")]
+        verbose_name = "workflow"
+        verbose_name_plural = "workflows"
+
+    def __str__(self) -> str:
+        return f"workflow {self.pk}"
+
+
+class Limit(models.Model):
+    """Not a table: stands for the rate and concurrency limits in Redis, behind the
+    admin's "Limits" page (its "view" permission opens it)."""
+
+    class Meta:
+        managed = False
+        default_permissions = ("view",)
+        verbose_name = "limit"
+        verbose_name_plural = "limits"
+
+    def __str__(self) -> str:
+        return f"limit {self.pk}"
+
+
+class OutboxMessage(models.Model):
+    """A task dispatched inside a transaction, written in that transaction (the outbox).
+
+    A rollback takes the row with it; a commit guarantees the task is queued: the
+    committing process moves the row to Redis at once and deletes it, and whatever is
+    left (Redis down, the process died) is flushed by the leader, oldest first
+    (`core/outbox.py`). `body` is the message as it will be queued, so `message_id` is
+    the task's id from the start.
+    """
+
+    message_id = models.CharField(max_length=255, unique=True)
+    task_name = models.CharField(max_length=255)
+    queue = models.CharField(max_length=100)
+    shard = models.CharField(
+        max_length=120, blank=True,
+        help_text="The stream its unique lock or task_id lives in (blank: any shard).")
+    lock_ttl_ms = models.BigIntegerField(
+        default=0, help_text="The unique lock's TTL in ms (0: it takes no lock).")
+    body = models.TextField(help_text="The message as queued (JSON).")
+    created_at = models.DateTimeField(db_index=True)
+    attempts = models.PositiveIntegerField(
+        default=0, help_text="Flushes that met this row (and Redis down, or another flusher).")
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        default_permissions = ("view",)
+        permissions = [("flush_outboxmessage", "Can flush the outbox now")]
+        verbose_name = "outbox message"
+        verbose_name_plural = "outbox messages"
+
+    def __str__(self) -> str:
+        return f"{self.task_name} ({self.message_id})"

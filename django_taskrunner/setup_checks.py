@@ -8,9 +8,12 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Tags, Warning, register
+from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError
 
 from django_taskrunner.checks import error
-from django_taskrunner.conf import default_embedded_dir, user_settings
+from django_taskrunner.conf import default_embedded_dir, get_settings, user_settings
+from django_taskrunner.core import outbox_rows
 
 
 @register(Tags.compatibility)
@@ -48,3 +51,30 @@ def check_embedded_redis_in_production(app_configs: Any = None,
         hint="point TASKRUNNER['REDIS_URL'] at your Redis server; the embedded one serves "
              "only this machine and keeps its data in the project folder",
         id="taskrunner.W001")]
+
+
+@register(Tags.database)
+def check_outbox_age(app_configs: Any = None, databases: Any = None,
+                     **kwargs: Any) -> list[CheckMessage]:
+    """`check --database default` (and `migrate`): warn when outbox rows have waited
+    longer than OUTBOX_WARN_AGE: Redis down, or no worker leading to flush them."""
+    if not databases:
+        return []
+    try:
+        limit = float(get_settings().OUTBOX_WARN_AGE)
+    except ImproperlyConfigured:
+        return []  # the settings checks report what is wrong
+    warnings: list[CheckMessage] = []
+    for alias in databases:
+        try:
+            figures = outbox_rows.figures(alias)
+        except DatabaseError:
+            continue  # not migrated yet: migrate's own checks come first
+        if figures.count and figures.oldest_age > limit:
+            warnings.append(Warning(
+                f"{figures.count} task(s) wait in the outbox of database {alias!r}; the oldest "
+                f"for {figures.oldest_age:.0f} s (OUTBOX_WARN_AGE is {limit:g} s)",
+                hint="is Redis reachable, and does a `runtasks` worker run (its leader moves "
+                     "the rows)? See docs/outbox.md",
+                id="taskrunner.W030"))
+    return warnings

@@ -45,6 +45,14 @@ DATABASES = {
     "default": {"ENGINE": "django.db.backends.sqlite3",
                 "NAME": str(BASE_DIR / "admin-bench.sqlite3")}
 }
+# bench/growth.py failed: a PostgreSQL database of its own.
+if os.environ.get("BENCH_PG_NAME"):
+    DATABASES["default"] = {
+        "ENGINE": "django.db.backends.postgresql", "NAME": os.environ["BENCH_PG_NAME"],
+        "HOST": os.environ.get("BENCH_PG_HOST", "127.0.0.1"),
+        "PORT": os.environ.get("BENCH_PG_PORT", "5432"),
+        "USER": os.environ.get("BENCH_PG_USER", "postgres"),
+    }
 STATIC_URL = "/static/"
 TASKRUNNER = {
     "REDIS_URL": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),

@@ -48,39 +48,40 @@ def bare_senders() -> tuple[Send, SendMany]:
     return send, send_many
 
 
-def taskrunner_senders() -> tuple[Send, SendMany]:
+def taskrunner_senders(name: str = "job") -> tuple[Send, SendMany]:
     os.environ["DJANGO_SETTINGS_MODULE"] = "djsite.settings"
     import django
 
     django.setup()
-    from djsite.benchapp.tasks import job
+    from djsite.benchapp import tasks
 
+    job = getattr(tasks, name)
     return job.dispatch, job.dispatch_many
 
 
-def celery_senders() -> tuple[Send, None]:
-    from benchlib.peer_apps.celery_app import job
+def celery_senders(name: str = "job") -> tuple[Send, None]:
+    from benchlib.peer_apps import celery_app
 
-    return job.delay, None
+    return getattr(celery_app, name).delay, None
 
 
-def rq_senders() -> tuple[Send, None]:
-    from benchlib.peer_apps.rq_tasks import job, queue
+def rq_senders(name: str = "job") -> tuple[Send, None]:
+    from benchlib.peer_apps import rq_tasks
 
-    q = queue()
+    q, job = rq_tasks.queue(), getattr(rq_tasks, name)
     return (lambda payload: q.enqueue(job, payload)), None
 
 
-def dramatiq_senders() -> tuple[Send, None]:
-    from benchlib.peer_apps.dramatiq_tasks import job
+def dramatiq_senders(name: str = "job") -> tuple[Send, None]:
+    from benchlib.peer_apps import dramatiq_tasks
 
-    return job.send, None
+    return getattr(dramatiq_tasks, name).send, None
 
 
-def huey_senders() -> tuple[Send, None]:
-    from benchlib.peer_apps.huey_tasks import job
+def huey_senders(name: str = "job") -> tuple[Send, None]:
+    from benchlib.peer_apps import huey_tasks
 
-    return job, None
+    return getattr(huey_tasks, name), None
 
 
 SENDERS = {
@@ -92,6 +93,12 @@ SENDERS = {
 def payloads(n: int, smoke: bool) -> Iterator[dict[str, Any]]:
     for i in range(n):
         yield {"i": i} if smoke else {}
+
+
+def numbered(n: int) -> Iterator[dict[str, Any]]:
+    """bench/orm.py: every task carries its number, the row it inserts."""
+    for i in range(n):
+        yield {"i": i}
 
 
 def timed_plain(send: Send, items: list[Any]) -> float:
@@ -153,13 +160,16 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--rate", type=float, default=500.0)
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--paired", action="store_true", help="alternate with raw XADD")
+    parser.add_argument("--job", default="job", choices=["job", "orm"],
+                        help="the task dispatched: the no-op job, or bench/orm.py's ORM job")
     args = parser.parse_args(argv)
     raw_seconds = None
     if args.system == "raw":
         seconds = run_raw(args.mode, args.n)
     else:
-        send, send_many = SENDERS[args.system]()
-        items = list(payloads(args.n, args.smoke))
+        send, send_many = (SENDERS[args.system]() if args.job == "job"
+                           else SENDERS[args.system](args.job))
+        items = list(payloads(args.n, args.smoke) if args.job == "job" else numbered(args.n))
         if args.mode == "plain" and args.paired:
             seconds, raw_seconds = paired(lambda chunk: timed_plain(send, chunk), "xadd", items)
         elif args.mode == "plain":

@@ -92,17 +92,19 @@ def table(results: Results) -> str:
     return "\n".join(lines)
 
 
-def write_section(path: Path, body: str) -> None:
-    """Replace only the text between the peers markers (adding them, or the file, if missing)."""
+def write_section(path: Path, body: str, *, begin: str = BEGIN, end: str = END,
+                  title: str = "Peers") -> None:
+    """Replace only the text between the markers (adding them, or the file, if missing)."""
+    BEGIN, END = begin, end  # noqa: N806 - the markers of this section
     span = f"{BEGIN}\n{body.rstrip()}\n{END}"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"# Benchmarks\n\n## Peers\n\n{span}\n", encoding="utf-8")
+        path.write_text(f"# Benchmarks\n\n## {title}\n\n{span}\n", encoding="utf-8")
         return
     text = path.read_text(encoding="utf-8")
     start, end = text.find(BEGIN), text.find(END)
     if start == -1 or end == -1 or end < start:
-        text = text.rstrip() + f"\n\n## Peers\n\n{span}\n"
+        text = text.rstrip() + f"\n\n## {title}\n\n{span}\n"
     else:
         text = text[:start] + span + text[end + len(END):]
     path.write_text(text, encoding="utf-8")

@@ -58,7 +58,7 @@ def missing_packages() -> list[str]:
     for name in ("celery", "rq", "dramatiq", "huey", "psutil"):
         try:
             importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFound:
+        except importlib.metadata.PackageNotFoundError:
             missing.append(name)
     return missing
 
@@ -66,5 +66,5 @@ def missing_packages() -> list[str]:
 def version(package: str) -> str:
     try:
         return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFound:
+    except importlib.metadata.PackageNotFoundError:
         return "not installed"

@@ -14,6 +14,19 @@ DATABASES = {
         "NAME": os.environ.get("BENCH_DB") or str(Path(tempfile.gettempdir()) / "bench.sqlite3"),
     }
 }
+# bench/orm.py: PostgreSQL (BENCH_PG_NAME, on BENCH_PG_HOST/PORT/USER), CONN_MAX_AGE from
+# BENCH_CONN_MAX_AGE (unset: Django's default, a connection per request or task).
+if os.environ.get("BENCH_PG_NAME"):
+    DATABASES["default"] = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": os.environ["BENCH_PG_NAME"],
+        "HOST": os.environ.get("BENCH_PG_HOST", "127.0.0.1"),
+        "PORT": os.environ.get("BENCH_PG_PORT", "5432"),
+        "USER": os.environ.get("BENCH_PG_USER", "postgres"),
+    }
+    if os.environ.get("BENCH_CONN_MAX_AGE"):
+        DATABASES["default"]["CONN_MAX_AGE"] = int(os.environ["BENCH_CONN_MAX_AGE"])
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 TASKRUNNER = {"REDIS_URL": os.environ.get("BENCH_REDIS_URL"), "PREFIX": "bench",
               # bench/records.py compares task records on and off (0)
               "RESULT_TTL": int(os.environ.get("BENCH_RESULT_TTL", "86400")),

@@ -6,9 +6,12 @@ from django.contrib import admin
 
 from django_taskrunner.admin import (
     delayed,  # noqa: F401 - registers the delayed-tasks page
+    limits,  # noqa: F401 - registers the limits page
     locks,  # noqa: F401 - registers the unique-locks page
+    outbox,  # noqa: F401 - registers the outbox rows
     queues,  # noqa: F401 - registers the queues dashboard
     tasks,  # noqa: F401 - registers the tasks pages
+    workflows,  # noqa: F401 - registers the workflows pages
 )
 from django_taskrunner.admin.failed import FailedTaskAdmin
 from django_taskrunner.admin.periodic import PeriodicTaskAdmin

@@ -96,6 +96,12 @@ def _score_ms(score: float) -> int:
     return int(min(max(score, 0), MAX_EPOCH_MS))
 
 
+def streams_of(broker: Broker, queue: str) -> list[str]:
+    """The delayed sets of `queue`: each shard's own, and its priority levels in use."""
+    found = broker.levels_in_use(sharding.shards(queue))
+    return [stream for streams in found.values() for stream in streams]
+
+
 class DelayedSet:
     """A sequence view of one queue's delayed set(s), ordered by due time (for Paginator)."""
 
@@ -103,7 +109,7 @@ class DelayedSet:
         self.broker = broker
         self.store = for_broker(broker)
         self.queue = queue
-        self.shards = sharding.shards(queue)
+        self.shards = streams_of(broker, queue)
 
     def count(self) -> int:
         return sum(self.store.count_delayed(self.shards))
@@ -147,7 +153,7 @@ def search(broker: Broker, queue: str, text: str, limit: int = SEARCH_LIMIT) -> 
     needle = text.lower()
     found: list[DelayedEntry] = []
     store = for_broker(broker)
-    for shard in sharding.shards(queue):
+    for shard in streams_of(broker, queue):
         for body, score in store.scan_delayed(shard, pattern):
             entry = _entry(queue, body, score)
             if entry.message is not None and needle in entry.message.task_name.lower():
@@ -173,7 +179,7 @@ def find(broker: Broker, queue: str, ref: str) -> DelayedEntry | None:
         return None
     due_ms, message_id = parsed
     store = for_broker(broker)
-    for shard in sharding.shards(queue):
+    for shard in streams_of(broker, queue):
         for body, score in store.delayed_at(shard, due_ms):
             entry = _entry(queue, body, score)
             if entry.message is not None and entry.message.id == message_id:
@@ -188,7 +194,7 @@ def take(broker: Broker, queue: str, ref: str, *, run: bool) -> TaskMessage | No
         return None
     due_ms, message_id = parsed
     store = for_broker(broker)
-    for shard in sharding.shards(queue):
+    for shard in streams_of(broker, queue):
         body = store.take_delayed(shard, due_ms, message_id, run)
         if body is None:
             continue
@@ -226,7 +232,9 @@ def release_unique_lock_on_cancel(broker: Broker, message: TaskMessage) -> None:
 
 def queues_with_counts(broker: Broker, queues: list[str]) -> list[tuple[str, int]]:
     """Each queue with the number of messages in its delayed set(s), in one round trip."""
-    shards = [sharding.shards(queue) for queue in queues]
+    found = broker.levels_in_use(sharding.all_shards(queues))
+    shards = [[stream for shard in sharding.shards(queue) for stream in found[shard]]
+              for queue in queues]
     counts = iter(for_broker(broker).count_delayed(list(itertools.chain.from_iterable(shards))))
     return [(queue, sum(next(counts) for _ in names))
             for queue, names in zip(queues, shards, strict=True)]

@@ -11,6 +11,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
+from django.db import connections, router
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -40,9 +41,48 @@ def pretty_json(text: str) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 
 
+# The distinct values of one indexed column, one index seek each (a "loose index scan"):
+# SELECT DISTINCT reads every row, 3 s at a million rows on PostgreSQL. Runs on
+# PostgreSQL and SQLite (recursive CTEs); the order is the column's, as ORDER BY's.
+DISTINCT_SQL = """
+WITH RECURSIVE seen(value) AS (
+    SELECT MIN({column}) FROM {table}
+    UNION ALL
+    SELECT (SELECT MIN({column}) FROM {table} WHERE {column} > seen.value)
+    FROM seen WHERE seen.value IS NOT NULL
+)
+SELECT value FROM seen WHERE value IS NOT NULL
+"""
+
+
+def distinct_values(column: str) -> list[str]:
+    """Every value of an indexed, non-null column of FailedTask, in order."""
+    connection = connections[router.db_for_read(FailedTask)]
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(DISTINCT_SQL.format(column=quote(column),
+                                           table=quote(FailedTask._meta.db_table)))
+        return [row[0] for row in cursor.fetchall()]
+
+
+class IndexedValuesFilter(admin.AllValuesFieldListFilter):
+    """The admin's list of every value of a column, found through its index.
+
+    Only for FailedTaskAdmin, whose queryset is every row (the values Django would list).
+    """
+
+    def __init__(self, field: Any, request: HttpRequest, params: Any, model: Any,
+                 model_admin: Any, field_path: str) -> None:
+        super().__init__(field, request, params, model, model_admin, field_path)
+        self.lookup_choices = distinct_values(field.column)
+
+
 class FailedTaskAdmin(NulFreeChangeListMixin, admin.ModelAdmin):
     list_display = ("task_name", "queue", "error_class", "short_error", "attempts", "failed_at")
-    list_filter = ("task_name", "queue", "error_class", "failed_at")
+    list_filter = (("task_name", IndexedValuesFilter), ("queue", IndexedValuesFilter),
+                   ("error_class", IndexedValuesFilter), "failed_at")
+    # Django's search: `icontains` on each field, OR-ed, for each word. On PostgreSQL the
+    # trigram indexes of migration 0010 serve it (words of 3 characters or more).
     search_fields = ("payload", "error", "task_name", "message_id")
     # No date_hierarchy: its SELECT DISTINCT over a date function reads every row (1.3 s
     # at 100,000 rows on SQLite); the failed_at filter (today, past 7 days...) costs nothing.

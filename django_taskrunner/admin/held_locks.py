@@ -9,7 +9,8 @@ time is shown once.
 
 A lock's mode comes from its mode record (`keys.unique_mode_key`, written with the lock
 by `store/lua/enqueue.lua`); a lock taken before mode records existed shows its task's
-declared mode, marked as such.
+declared mode, marked as such. The record also names the holder's conflict policy
+(`on_conflict`, or "debounce"), shown next to the mode.
 """
 
 from __future__ import annotations
@@ -64,6 +65,10 @@ class HeldLock:
     ttl_ms: int | None  # None: the key has no TTL
     # The lock's value (id and dispatch token): what a release must match.
     holder_value: str = ""
+    # What a dispatch meeting the lock does (the holder's on_conflict, else the task's
+    # declared one); `policy_recorded` False: the declared one (an older lock).
+    policy: str | None = None
+    policy_recorded: bool = False
 
     @property
     def time_left(self) -> str:
@@ -167,6 +172,8 @@ def read_locks(store: UniqueLocks, lock_keys: list[str]) -> list[HeldLock]:
             mode=state.mode if state.mode is not None else _declared_mode(task_name),
             mode_recorded=state.mode is not None, ttl_ms=state.ttl_ms,
             holder_value=state.holder,
+            policy=state.policy if state.policy is not None else _declared_policy(task_name),
+            policy_recorded=state.policy is not None,
         ))
     held.sort(key=lambda lock: (lock.queue, lock.task_name, lock.unique_key))
     return held
@@ -187,3 +194,8 @@ def release(store: UniqueLocks, lock_key: str, holder: str) -> str:
 def _declared_mode(task_name: str) -> str | None:
     task = registry.find(task_name)
     return task.options.unique_mode if task is not None else None
+
+
+def _declared_policy(task_name: str) -> str | None:
+    task = registry.find(task_name)
+    return task.options.on_conflict if task is not None else None

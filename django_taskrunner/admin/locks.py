@@ -1,5 +1,5 @@
 """The admin's "Unique locks" page: every held unique lock, found with SCAN, with its
-queue, task, key, holder, mode and time left, and a "Release" action.
+queue, task, key, holder, mode, conflict policy and time left, and a "Release" action.
 
 Listing needs the "view" permission of `UniqueLock`, releasing "release_uniquelock".
 A release is POST only (CSRF-checked), asks for confirmation first, and is value-guarded:

@@ -11,6 +11,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 
+from django_taskrunner.admin.nul_free import NulFreeChangeListMixin
 from django_taskrunner.core import clock
 from django_taskrunner.exceptions import TaskRunnerError
 from django_taskrunner.models import PeriodicTask
@@ -50,8 +51,6 @@ def declared_schedules(now_ms: int | None = None) -> list[CodeSchedule]:
         shown.append(CodeSchedule(schedule.task_name, schedule.queue, describe(schedule),
                                   next_run))
     return shown
-
-from django_taskrunner.admin.nul_free import NulFreeChangeListMixin
 
 
 class PeriodicTaskAdmin(NulFreeChangeListMixin, admin.ModelAdmin):

@@ -111,7 +111,7 @@ def purge_delayed(browser: StreamBrowser, shard: str, count: int) -> int:
 def purge_queue(browser: StreamBrowser, queue: str) -> PurgeCount:
     """Purge every shard of `queue`: waiting messages and delayed entries."""
     waiting = delayed = 0
-    for shard in sharding.shards(queue):
+    for shard in browser.streams(sharding.shards(queue)):  # and its priority levels
         waiting += purge_waiting(browser, shard)
         delayed += purge_delayed(browser, shard, browser.delayed_count(shard))
     return PurgeCount(waiting, delayed)
@@ -120,7 +120,7 @@ def purge_queue(browser: StreamBrowser, queue: str) -> PurgeCount:
 def counts(browser: StreamBrowser, queue: str) -> tuple[int, int, int]:
     """(waiting, running, delayed) of a queue now, for the confirmation page."""
     waiting = running = delayed = 0
-    for shard in sharding.shards(queue):
+    for shard in browser.streams(sharding.shards(queue)):  # and its priority levels
         state = browser.group_state(shard)
         waiting += state.waiting
         running += state.pending

@@ -21,7 +21,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.http import urlencode
 
-from django_taskrunner.admin import live, purge
+from django_taskrunner.admin import live, outbox, purge
 from django_taskrunner.admin.base import RedisPageAdmin
 from django_taskrunner.admin.chart import throughput_chart
 from django_taskrunner.models import Queue
@@ -79,20 +79,22 @@ class QueueAdmin(RedisPageAdmin):
         """Every known queue (or `?queue=<name>` only), and the leader."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        broker = get_broker()
+        in_outbox = outbox.dashboard_context(request, self.admin_site.name)  # Redis down too
         try:
+            broker = get_broker()
             names = health.dashboard_queues(broker)
             chosen = request.GET.get("queue", "")
             shown = [chosen] if chosen in names else names
             leader = health.get_leader(broker)
             queues = [health.get_health(name, broker=broker) for name in shown]
         except REDIS_ERROR as exc:
-            return self.render(request, "dashboard.html", {"redis_error": str(exc)})
+            return self.render(request, "dashboard.html", {"redis_error": str(exc), **in_outbox})
         failed_url = self._failed_url(request)
         return self.render(request, "dashboard.html", {
             "leader": leader, "leader_left": seconds(leader.lease_left),
             "queue_names": names, "chosen": chosen if chosen in names else "",
             "queues": [self._view_of(item, failed_url) for item in queues],
+            **in_outbox,
         })
 
     def _view_of(self, item: health.QueueHealth, failed_url: str | None) -> dict[str, Any]:

@@ -40,19 +40,26 @@ SEARCH_SCAN = 5000  # stream entries a search page walks at most
 # server (a batch blocks Redis well under a millisecond).
 FIND_SCAN = 200_000
 FIND_BATCH = 1000
+# How far before a record's dispatch time a search for its message starts (the clocks of
+# the dispatching host and of the Redis server may differ that much).
+CLOCK_SLACK_MS = 5 * 60 * 1000
 PAYLOAD_PREVIEW = 300  # characters of payload shown per row of a list
 STATUSES = ("queued", "running", "delayed")
 
 
-def stream_names(queues: list[str]) -> list[str]:
-    """Every stream of these queues: a queue, or each shard of a split one."""
-    return sharding.all_shards(queues)
+def stream_names(queues: list[str], browser: StreamBrowser | None = None) -> list[str]:
+    """Every stream of these queues: a queue, or each shard of a split one; with a
+    `browser`, also each priority level in use (docs/priorities.md)."""
+    shards = sharding.all_shards(queues)
+    return shards if browser is None else browser.streams(shards)
 
 
 def valid_stream(name: str, queues: list[str]) -> bool:
     """`name` is a stream of one of `queues` (a crafted name never reaches Redis)."""
     queue = keys.queue_of(name)
-    return bool(QUEUE_NAME.match(queue)) and queue in queues and name in sharding.shards(queue)
+    shard = keys.shard_of(name)
+    return (bool(QUEUE_NAME.match(queue)) and queue in queues and shard in sharding.shards(queue)
+            and (name == shard or name in keys.level_names(shard)))
 
 
 def decode(body: bytes | None) -> TaskMessage | None:
@@ -302,17 +309,20 @@ def gather(browser: StreamBrowser, queue: str, *, stream_id: str = "",
     of another queue or prefix is not found. `facts.found` is False for an unknown id.
     """
     facts = TaskFacts(queue=queue, message_id=message_id)
+    record = record_in(message_id, queue) if message_id and not stream_id else None
     if stream_id:
         if STREAM_ID.match(stream_id):
             _from_stream(browser, facts, stream_id)
-    elif message_id and hint != "failed":
+    elif message_id and hint != "failed" and not _from_record(browser, facts, record):
         if hint != "delayed" or not _find_delayed(browser, facts, message_id):
-            _find_by_id(browser, facts, message_id)
+            _find_by_id(browser, facts, message_id, _search_start(record))
     if facts.message is not None:
+        if facts.message.id != message_id:
+            record = None
         facts.message_id = facts.message.id
         _held_keys(browser, facts)
     if facts.message_id:
-        facts.record = record_in(facts.message_id, queue)
+        facts.record = record if record is not None else record_in(facts.message_id, queue)
         facts.failed_rows = list(FailedTask.objects.filter(
             message_id=facts.message_id, queue=keys.queue_of(queue)).order_by("-failed_at")[:10])
     return facts
@@ -325,6 +335,24 @@ def record_in(message_id: str, queue: str) -> TaskRecord | None:
     if record is None or record.queue != keys.queue_of(queue):
         return None
     return record
+
+
+def _from_record(browser: StreamBrowser, facts: TaskFacts, record: TaskRecord | None) -> bool:
+    """True when the task's record settles where it is, so nothing is searched: a final
+    record (its message left the stream), or the entry its stream id names (read at
+    once). False: search (no record, or one that does not know its entry)."""
+    if record is None:
+        return False
+    if record.finished:
+        return True
+    if record.status == "delayed":
+        return _find_delayed(browser, facts, record.id)
+    if record.stream_id and record.shard == facts.queue and STREAM_ID.match(record.stream_id):
+        _from_stream(browser, facts, record.stream_id)
+        if facts.message is not None and facts.message.id != record.id:
+            facts.status, facts.stream_id, facts.body, facts.message = "", "", None, None
+        return bool(facts.status)
+    return False
 
 
 def _from_stream(browser: StreamBrowser, facts: TaskFacts, stream_id: str) -> None:
@@ -344,9 +372,27 @@ def _from_stream(browser: StreamBrowser, facts: TaskFacts, stream_id: str) -> No
     facts.message = decode(facts.body)
 
 
-def _find_by_id(browser: StreamBrowser, facts: TaskFacts, message_id: str) -> None:
+def _search_start(record: TaskRecord | None) -> str:
+    """Where a search of the stream for a task may start: `CLOCK_SLACK_MS` before its
+    record's dispatch time (a stream id is the server's clock at XADD), else the start."""
+    if record is None or record.dispatched_at is None:
+        return "0-0"
+    start = int(record.dispatched_at.timestamp() * 1000) - CLOCK_SLACK_MS
+    return f"{max(0, start)}-0"
+
+
+def _find_by_id(browser: StreamBrowser, facts: TaskFacts, message_id: str,
+                start: str = "0-0") -> None:
+    """Search the stream from `start` (then from its beginning, when not found after a
+    later start: the clocks of the server and the dispatcher disagree), then the
+    delayed set."""
+    if _search_for(browser, facts, message_id, start) or start == "0-0":
+        return
+    _search_for(browser, facts, message_id, "0-0")
+
+
+def _search_for(browser: StreamBrowser, facts: TaskFacts, message_id: str, cursor: str) -> bool:
     needle = b'"id":' + json.dumps(message_id, ensure_ascii=False).encode("utf-8")
-    cursor = "0-0"
     while cursor and facts.searched < FIND_SCAN:
         candidates, cursor = browser.find_in_stream(facts.queue, cursor, FIND_BATCH, needle)
         facts.searched += FIND_BATCH
@@ -356,8 +402,8 @@ def _find_by_id(browser: StreamBrowser, facts: TaskFacts, message_id: str) -> No
             if message is not None and message.id == message_id:
                 _from_stream(browser, facts, stream_id)
                 if facts.status:
-                    return
-    _find_delayed(browser, facts, message_id)
+                    return True
+    return _find_delayed(browser, facts, message_id)
 
 
 def _find_delayed(browser: StreamBrowser, facts: TaskFacts, message_id: str) -> bool:

@@ -66,7 +66,7 @@ class TaskAdmin(RedisPageAdmin):
         browser = get_browser()
         try:
             queues = dashboard_queues()
-            streams = facts_of.stream_names(queues)
+            streams = facts_of.stream_names(queues, browser)
             stream = request.GET.get("queue", "") or (streams[0] if streams else "")
             if stream in queues and stream not in streams:  # a split queue: its first shard
                 stream = sharding.shards(stream)[0]
@@ -174,11 +174,15 @@ class TaskAdmin(RedisPageAdmin):
         """The facts from one stream; a split queue's name looks in each of its shards."""
         queues = dashboard_queues()
         if stream in queues and stream not in facts_of.stream_names(queues):
-            candidates = sharding.shards(stream)
+            candidates = browser.streams(sharding.shards(stream))
         elif facts_of.valid_stream(stream, queues):
             candidates = [stream]
         else:
             raise Http404("no such queue")
+        if message_id and not stream_id and len(candidates) > 1:
+            record = facts_of.record_in(message_id, candidates[0])  # its shard first
+            if record is not None and record.shard in candidates:
+                candidates = [record.shard, *(c for c in candidates if c != record.shard)]
         for shard in candidates:
             facts = facts_of.gather(browser, shard, stream_id=stream_id,
                                     message_id=message_id, hint=hint)

@@ -19,6 +19,8 @@ class TaskContext:
     _heartbeat: Callable[[], bool] = field(repr=False, default=lambda: True)
     _cancel: threading.Event = field(repr=False, default_factory=threading.Event)
     _progress: Callable[[Any], None] = field(repr=False, default=lambda value: None)
+    # A workflow member's reader of what the step before it returned (core/workflows.py).
+    _parent: Callable[[], Any] = field(repr=False, default=lambda: None)
 
     def heartbeat(self) -> bool:
         """Tell the queue this attempt is alive, so its message is not reclaimed.
@@ -44,3 +46,12 @@ class TaskContext:
                 (`core.records.VALUE_MAX_BYTES`).
         """
         self._progress(value)
+
+    @property
+    def parent_result(self) -> Any:
+        """In a workflow: the return value of the step before (None for the first), or
+        for a step after a group the list of its members' results in order (None for a
+        member that failed). Read from their task records on first use, then kept."""
+        if not hasattr(self, "_parent_value"):
+            self._parent_value = self._parent()
+        return self._parent_value

@@ -23,10 +23,16 @@ from django.db import transaction
 
 from django_taskrunner import tracing
 from django_taskrunner.conf import get_settings, on_reset
-from django_taskrunner.core import clock, due, eager
+from django_taskrunner.core import clock, due, eager, outbox
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.core.options import TaskOptions, check_queue_name, check_seconds
+from django_taskrunner.core.options import (
+    DEFAULT_PRIORITY,
+    TaskOptions,
+    check_priority,
+    check_queue_name,
+    check_seconds,
+)
 from django_taskrunner.core.records import dispatch_record
 from django_taskrunner.core.registry import registry
 from django_taskrunner.core.unique import Claim, KeySource
@@ -91,12 +97,15 @@ def new_message_id() -> str:
 
 def new_message(
     task: Task, payload: Any, *, queue: str | None = None, expires: float | None = None,
-    start_ms: int | None = None, task_id: str | None = None,
+    start_ms: int | None = None, task_id: str | None = None, priority: int | None = None,
 ) -> TaskMessage:
     """A first-attempt message for `task`; `start_ms` is when it may first run.
 
-    With `task_id` the message id is that id (checked), else a random one.
+    With `task_id` the message id is that id (checked), else a random one. `priority`
+    (checked) overrides the task's; the default one is left out of the message.
     """
+    level = check_priority(priority if priority is not None else task.options.priority,
+                           task.name)
     now = clock.now_ms()
     message = TaskMessage(
         id=new_message_id() if task_id is None else locks.check_task_id(task_id, task.name),
@@ -108,6 +117,7 @@ def new_message(
         expires_at_ms=_expires_at(task, expires, start_ms if start_ms is not None else now),
         has_task_id=task_id is not None,
         reservation_timeout_ms=_reservation_timeout_ms(task),
+        priority=None if level == DEFAULT_PRIORITY else level,
     )
     message.trace_context = tracing.producer_context(message)  # None unless traced
     return message
@@ -117,6 +127,7 @@ def prepare(
     task: Task, payload: Any, *, queue: str | None = None, task_id: str | None = None,
     unique_key: KeySource = None, unique_for: float | None = None,
     unique_mode: str | None = None, expires: float | None = None, start_ms: int | None = None,
+    on_conflict: str | None = None, priority: int | None = None,
 ) -> tuple[TaskMessage, Claim | None]:
     """The message and what it must reserve (lock, task_id), all checked, without Redis.
 
@@ -124,15 +135,23 @@ def prepare(
     reservation with the delayed set as destination.
     """
     message = new_message(task, payload, queue=queue, expires=expires, start_ms=start_ms,
-                          task_id=task_id)
+                          task_id=task_id, priority=priority)
     check_payload(payload, task.name)  # before a unique_key function walks the payload
     claim = locks.claim_for(task, message, get_settings().PREFIX, unique_key=unique_key,
-                            unique_for=unique_for, unique_mode=unique_mode)
+                            unique_for=unique_for, unique_mode=unique_mode,
+                            on_conflict=on_conflict)
+    quiet_ms = _debounce_ms(claim)
+    if quiet_ms is not None:  # it starts after its quiet period: expiry counts from there
+        now = clock.now_ms()
+        start = max(now if start_ms is None else start_ms, now + quiet_ms)
+        message.expires_at_ms = _expires_at(task, expires, start)
     return message, claim
 
 
-# (prefix, queue) this process has announced in the known-queues set already.
-_announced: set[tuple[str, str]] = set()
+# (prefix, queue) this process has announced in the known queues, and when (monotonic s).
+_announced: dict[tuple[str, str], float] = {}
+# A queue is announced again after this long, so the leader sees it is still in use.
+ANNOUNCE_EVERY_S = 3600.0
 
 
 @on_reset
@@ -141,16 +160,19 @@ def _forget_announced() -> None:
 
 
 def announce_queue(broker: Broker, queue: str) -> None:
-    """Add `queue` to the known queues (`keys.known_queues_key`) once per process, so the
-    dashboard, `runtasks`' default queues and the leader's promotions know a queue used
-    only through `dispatch(queue=...)`: one SADD on the first dispatch, none after."""
-    if (broker.prefix, queue) in _announced:
+    """Add `queue` to the known queues (`keys.queues_seen_key`, `queues_used_key`), so
+    the dashboard, `runtasks`' default queues and the leader's promotions know a queue
+    used only through `dispatch(queue=...)`: one round trip on the first dispatch, and
+    again an hour later (so the leader does not forget it), none in between."""
+    last = _announced.get((broker.prefix, queue))
+    now = clock.monotonic()
+    if last is not None and now - last < ANNOUNCE_EVERY_S:
         return
     try:
-        schedule_store(broker).add_known_queues([queue])
+        schedule_store(broker).add_known_queues([queue], clock.now_ms(), used=True)
     except REDIS_DOWN:
         return  # the next dispatch tries again
-    _announced.add((broker.prefix, queue))
+    _announced[(broker.prefix, queue)] = now
 
 
 def _redis_down(task: Task, exc: Exception) -> RedisUnavailable:
@@ -160,7 +182,8 @@ def _redis_down(task: Task, exc: Exception) -> RedisUnavailable:
 def dispatch(
     name_or_task: str | Task, payload: Any = None, *, queue: str | None = None,
     task_id: str | None = None, unique_key: KeySource = None, unique_for: float | None = None,
-    unique_mode: str | None = None, expires: float | None = None,
+    unique_mode: str | None = None, expires: float | None = None, on_conflict: str | None = None,
+    transactional: bool = False, priority: int | None = None,
 ) -> TaskMessage:
     """Queue a task to run as soon as a worker is free.
 
@@ -174,6 +197,14 @@ def dispatch(
         unique_mode: when the lock frees, instead of the task's (see docs/unique.md).
             Any of the three `unique_*` makes this dispatch unique.
         expires: seconds after which the task, if not started, is not run.
+        on_conflict: what a held unique lock means, instead of the task's: "raise",
+            "return" (the holder's message) or "replace" (a holder not started yet takes
+            this payload, keeping its id); see docs/unique.md.
+        transactional: write the task to the outbox in the current transaction of the
+            default database instead: queued once it commits, never if it rolls back,
+            and never lost after the commit, even with Redis down (docs/outbox.md).
+        priority: 0..9, instead of the task's: within its queue, a higher one is read
+            first (docs/priorities.md).
 
     Raises:
         TaskNotFound: no task has that name.
@@ -189,20 +220,26 @@ def dispatch(
     """
     task = resolve_task(name_or_task)
     message, claim = prepare(task, payload, queue=queue, task_id=task_id, unique_key=unique_key,
-                             unique_for=unique_for, unique_mode=unique_mode, expires=expires)
+                             unique_for=unique_for, unique_mode=unique_mode, expires=expires,
+                             on_conflict=on_conflict, priority=priority)
     body = message.to_json()
     if get_settings().EAGER:
         return eager.run(task, message, body, claim)
+    if transactional:
+        return outbox.put(message, body, claim)
+    quiet_ms = _debounce_ms(claim)
+    if quiet_ms is not None:  # unique_mode="debounce": it waits out its quiet period
+        return add_delayed(message, clock.now_ms() + quiet_ms, claim, task=task)
     try:
         broker = get_broker()
         if claim is None:
-            shard = sharding.next_shard(message.queue)
+            shard = keys.level_name(sharding.next_shard(message.queue), message.priority)
             message.stream_id = broker.add(shard, body, dispatch_record(message, task, shard))
         else:
             reply = get_locks().add_reserved(
-                claim.reservation(broker.stream(claim.shard), body, None),
-                dispatch_record(message, task, claim.shard, claim=claim))
-            message.stream_id = claim.read_reply(reply)
+                locks.reservation_for(claim, broker, message, body),
+                dispatch_record(message, task, level_of(claim, message), claim=claim))
+            message = claim.settle(reply, message)
     except REDIS_DOWN as exc:
         raise _redis_down(task, exc) from exc
     announce_queue(broker, message.queue)
@@ -248,7 +285,7 @@ def schedule_for(
 
 
 DISPATCH_OPTIONS = frozenset({"queue", "task_id", "unique_key", "unique_for", "unique_mode",
-                              "expires"})
+                              "expires", "on_conflict", "priority"})
 
 
 def _dispatch_at(task: Task, payload: Any, due_ms: int, options: dict[str, Any]) -> TaskMessage:
@@ -258,47 +295,63 @@ def _dispatch_at(task: Task, payload: Any, due_ms: int, options: dict[str, Any])
     if due_ms <= clock.now_ms() or get_settings().EAGER:  # eager mode ignores delays
         return dispatch(task, payload, **options)
     message, claim = prepare(task, payload, start_ms=due_ms, **options)
-    add_delayed(message, due_ms, claim, task=task)
-    return message
+    quiet_ms = _debounce_ms(claim)
+    if quiet_ms is not None:  # never before the quiet period after this dispatch ends
+        due_ms = max(due_ms, clock.now_ms() + quiet_ms)
+    return add_delayed(message, due_ms, claim, task=task)
+
+
+def level_of(claim: Claim, message: TaskMessage) -> str:
+    """The stream a claimed message goes to: its shard's, or its priority level's there."""
+    return keys.level_name(claim.shard, message.priority)
+
+
+def _debounce_ms(claim: Claim | None) -> int | None:
+    """The quiet period of a debounced dispatch, else None."""
+    return None if claim is None or claim.lock is None else claim.lock.debounce_ms
 
 
 def add_delayed(
     message: TaskMessage, due_ms: int, claim: Claim | None = None, task: Task | None = None,
-) -> None:
+) -> TaskMessage:
     """Put `message` in its queue's delayed set until `due_ms` (the one delayed add path),
     taking its unique lock / task_id in the same script when it has a `claim`; with its
-    `task`, the task's record ("delayed") goes in the same round trip."""
+    `task`, the task's record ("delayed") goes in the same round trip. Returns the
+    message the dispatch gives back (the holder's, under on_conflict "return")."""
     body = message.to_json()
     try:
         broker = get_broker()
         if claim is None:
-            shard = sharding.next_shard(message.queue)
+            shard = keys.level_name(sharding.next_shard(message.queue), message.priority)
             record = None if task is None else dispatch_record(message, task, shard, due_ms)
             broker.add_delayed(shard, body, due_ms, record)
         else:
-            reservation = claim.reservation(
-                keys.delayed_key(broker.prefix, claim.shard), body, due_ms,
-                wake_channel=keys.wake_channel(broker.prefix, claim.shard))
-            record = None if task is None else dispatch_record(message, task, claim.shard,
-                                                               due_ms, claim)
-            claim.read_reply(get_locks().add_reserved(reservation, record))
+            reservation = locks.reservation_for(claim, broker, message, body, due_ms)
+            record = None if task is None else dispatch_record(
+                message, task, level_of(claim, message), due_ms, claim)
+            message = claim.settle(get_locks().add_reserved(reservation, record), message)
     except REDIS_DOWN as exc:
         raise unavailable(f"cannot dispatch {message.task_name!r}", exc,
                           built_client()) from exc
     announce_queue(broker, message.queue)
+    return message
 
 
 def dispatch_many(
     name_or_task: str | Task, payloads: Iterable[Any], *, queue: str | None = None,
     unique_key: KeySource = None, unique_for: float | None = None,
-    unique_mode: str | None = None, expires: float | None = None,
+    unique_mode: str | None = None, expires: float | None = None, on_conflict: str | None = None,
+    priority: int | None = None,
 ) -> list[TaskMessage]:
     """Queue one task per payload in one round trip; nothing is queued if one is bad
     (`InvalidTaskPayload`, as for `dispatch`).
 
     For a unique task (or with a `unique_*` override) each payload takes its lock in the
     same round trip; a payload whose lock is held (by an earlier task, or by an earlier
-    payload of this batch) is skipped and logged. Returns the messages queued, in order.
+    payload of this batch) is skipped and logged under on_conflict "raise"; under
+    "return" its place in the list is the holder's message, under "replace" the holder
+    (when not started) takes the payload and its message is listed. Returns the
+    messages, in order.
     """
     task = resolve_task(name_or_task)
     payloads = list(payloads)
@@ -306,15 +359,18 @@ def dispatch_many(
         return []
     if get_settings().EAGER:
         prepared = [prepare(task, payload, queue=queue, unique_key=unique_key,
-                            unique_for=unique_for, unique_mode=unique_mode, expires=expires)
+                            unique_for=unique_for, unique_mode=unique_mode, expires=expires,
+                            on_conflict=on_conflict, priority=priority)
                     for payload in payloads]
         return eager.run_many(task, [(message, message.to_json(), claim)
                                      for message, claim in prepared])
     if not (task.options.unique or unique_key is not None or unique_for is not None
-            or unique_mode is not None):
-        return _dispatch_many_plain(task, payloads, queue, expires)
+            or unique_mode is not None or on_conflict is not None
+            or task.options.unique_mode == "debounce"):
+        return _dispatch_many_plain(task, payloads, queue, expires, priority)
     prepared = [prepare(task, payload, queue=queue, unique_key=unique_key,
-                        unique_for=unique_for, unique_mode=unique_mode, expires=expires)
+                        unique_for=unique_for, unique_mode=unique_mode, expires=expires,
+                        on_conflict=on_conflict, priority=priority)
                 for payload in payloads]
     bodies = [message.to_json() for message, _claim in prepared]
     # One task with one set of options: either every payload claims a lock or none does.
@@ -333,16 +389,18 @@ def dispatch_many(
 
 
 def _dispatch_many_plain(
-    task: Task, payloads: list[Any], queue: str | None, expires: float | None
+    task: Task, payloads: list[Any], queue: str | None, expires: float | None,
+    priority: int | None = None,
 ) -> list[TaskMessage]:
     """The common case, no locks: queue, expiry and dispatch time are worked out once,
     since the batch shares them, and the bodies go in one pipelined round trip."""
-    first = new_message(task, None, queue=queue, expires=expires)
+    first = new_message(task, None, queue=queue, expires=expires, priority=priority)
     messages = [TaskMessage(id=new_message_id(), task_name=first.task_name, queue=first.queue,
                             payload=payload, dispatched_at_ms=first.dispatched_at_ms,
                             expires_at_ms=first.expires_at_ms,
                             reservation_timeout_ms=first.reservation_timeout_ms,
-                            trace_context=first.trace_context)  # one span for the batch
+                            trace_context=first.trace_context,  # one span for the batch
+                            priority=first.priority)
                 for payload in payloads]
     bodies = [message.to_json() for message in messages]
     try:
@@ -360,12 +418,14 @@ def _add_plain(
 ) -> list[str]:
     """XADD every body (and its record) in one round trip; a queue split into shards
     gets them round robin."""
-    queue = messages[0].queue
+    queue, priority = messages[0].queue, messages[0].priority
     shards = sharding.spread(queue, len(bodies))
+    if priority is not None:
+        shards = [keys.level_name(shard, priority) for shard in shards]
     records = [record for message, shard in zip(messages, shards, strict=True)
                if (record := dispatch_record(message, task, shard)) is not None]
     if sharding.shard_count(queue) == 1:
-        return broker.add_many(queue, bodies, records)
+        return broker.add_many(shards[0], bodies, records)
     return broker.add_each(list(zip(shards, bodies, strict=True)), records)
 
 
@@ -373,15 +433,18 @@ def _add_claimed(
     broker: Broker, task: Task, claimed: list[tuple[TaskMessage, Claim, str]]
 ) -> list[TaskMessage]:
     """One enqueue script per message, pipelined; the messages whose claim was free."""
+    now = clock.now_ms()
+    due = [None if (quiet_ms := _debounce_ms(claim)) is None else now + quiet_ms
+           for _message, claim, _body in claimed]
     replies = get_locks().add_reserved_many(
-        [claim.reservation(broker.stream(claim.shard), body, None)
-         for _message, claim, body in claimed],
-        [dispatch_record(message, task, claim.shard, claim=claim)
-         for message, claim, _body in claimed])
+        [locks.reservation_for(claim, broker, message, body, due_ms)
+         for (message, claim, body), due_ms in zip(claimed, due, strict=True)],
+        [dispatch_record(message, task, level_of(claim, message), due_ms, claim=claim)
+         for (message, claim, _body), due_ms in zip(claimed, due, strict=True)])
     queued = []
     for (message, claim, _body), reply in zip(claimed, replies, strict=True):
         try:
-            message.stream_id = claim.read_reply(reply)
+            message = claim.settle(reply, message)
         except TaskAlreadyDispatched as exc:
             logger.info("dispatch_many: skipped a duplicate of task=%s: lock %s is held by %s",
                         exc.task_name, exc.lock_key, exc.holder_id)
@@ -392,16 +455,25 @@ def _add_claimed(
 
 def dispatch_on_commit(
     name_or_task: str | Task, payload: Any = None, *, using: str | None = None, **options: Any
-) -> None:
+) -> TaskMessage | None:
     """Queue the task once the current transaction commits (at once outside one).
 
     The task, payload and options are checked now, so a mistake raises here, not at
-    commit. A duplicate found at commit (the unique lock or task_id is taken) is logged
-    and skipped: raising there would stop Django's other on-commit callbacks.
+    commit. With `TASKRUNNER["OUTBOX"]` (the default) the task is written to the outbox
+    of `using` in the same transaction and its message is returned: a commit guarantees
+    it is queued, even if Redis is down then (docs/outbox.md). Without it, the task is
+    dispatched by an on-commit callback and None is returned; a Redis outage then raises
+    from the commit, and the task is lost.
+
+    A duplicate found at commit (the unique lock or task_id is taken) is logged and
+    skipped (with the outbox, also written as a FailedTask row): raising there would stop
+    Django's other on-commit callbacks.
     """
     task = resolve_task(name_or_task)
-    message, _claim = prepare(task, payload, **options)
-    message.to_json()
+    message, claim = prepare(task, payload, **options)
+    body = message.to_json()
+    if outbox.enabled():
+        return outbox.put(message, body, claim, using)
 
     def send() -> None:
         try:
@@ -410,3 +482,4 @@ def dispatch_on_commit(
             logger.info("dispatch on commit skipped a duplicate: %s", exc)
 
     transaction.on_commit(send, using=using)
+    return None

@@ -108,7 +108,13 @@ def run(task: Task, message: TaskMessage, body: str, claim: Claim | None) -> Tas
     raised, or `TaskAlreadyDispatched` / `TaskIdConflict` like a real dispatch.
     """
     if claim is not None:
-        held_keys.take(claim)
+        try:
+            held_keys.take(claim)
+        except TaskAlreadyDispatched as exc:
+            # The holder has run already (eager runs at once): "replace" acts as "raise".
+            if claim.policy != "return" or claim.lock is None:
+                raise
+            return locks.holder_message(exc.holder_id, None, message, claim.lock)
     # What a worker would read back: the payload after its JSON round trip.
     received = TaskMessage.from_json(body)
     try:

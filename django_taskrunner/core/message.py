@@ -121,6 +121,13 @@ class TaskMessage:
     # The W3C `traceparent` of the dispatch's span (wire key "tc"), when traced: the
     # worker's span of each attempt is its child (django_taskrunner/tracing.py).
     trace_context: str | None = None
+    # The workflow this message is a member of (wire key "wf"): {"id": workflow id,
+    # "j": member index, "k": stage index, "nx": shards of the next stage, "xr": a later
+    # step's expiry in ms after it is sent}; None outside any workflow (core/workflows.py).
+    workflow: dict[str, Any] | None = None
+    # Priority 0..9 (wire key "pr"), None for the default: which level stream of its
+    # queue the message goes to (store/keys.py `level_name`), on dispatch and move.
+    priority: int | None = None
     # Stream entry id, set by the worker for the delivery it is processing.
     stream_id: str | None = field(default=None, compare=False)
 
@@ -156,6 +163,10 @@ class TaskMessage:
             data["tok"] = self.dispatch_token
         if self.trace_context is not None:
             data["tc"] = self.trace_context
+        if self.workflow is not None:
+            data["wf"] = self.workflow
+        if self.priority is not None:
+            data["pr"] = self.priority
         check_payload(self.payload, self.task_name)
         try:
             text = _encode(data)
@@ -246,12 +257,16 @@ class TaskMessage:
             reservation_timeout_ms=_advisory_ms(get("rt")) if "rt" in data else None,
             dispatch_token=_dispatch_token(get("tok"), task_name) if "tok" in data else None,
             trace_context=_traceparent(get("tc")) if "tc" in data else None,
+            workflow=_workflow(get("wf"), task_name) if "wf" in data else None,
+            priority=_number(data, "pr", task_name, 0, 9) if "pr" in data else None,
             stream_id=stream_id,
         )
         if nested_too_deep(message.payload):
             raise InvalidTaskPayload(
                 f"payload of task {task_name!r} is nested more than {PAYLOAD_MAX_DEPTH} "
                 f"levels deep", task_name=task_name)
+        if message.workflow is not None and "xr" in message.workflow:
+            _expires_from_entry(message)
         return message
 
 
@@ -389,3 +404,46 @@ def _traceparent(value: Any) -> str | None:
     if isinstance(value, str) and TRACEPARENT.fullmatch(value) and not value.startswith("ff"):
         return value
     return None
+
+
+def _workflow(value: Any, task_name: str | None) -> dict[str, Any] | None:
+    """The workflow field (`wf`): its id, member and stage indexes, the next stage's
+    shards; anything else is refused, since the worker builds key names from it."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _wrong("wf", "a workflow object", value, task_name)
+    workflow_id, member, stage = value.get("id"), value.get("j"), value.get("k")
+    shards = value.get("nx", [])
+    relative = value.get("xr", 0)
+    if type(relative) is not int or not 0 <= relative <= MAX_EPOCH_MS:
+        raise _wrong("wf", "a workflow object whose xr is an integer of ms", value, task_name)
+    if (not isinstance(workflow_id, str) or not DISPATCH_TOKEN.fullmatch(workflow_id)
+            or type(member) is not int or type(stage) is not int or member < 0 or stage < 0
+            or not isinstance(shards, list)
+            or not all(isinstance(shard, str) and shard for shard in shards)):
+        raise _wrong("wf", "a workflow object (id, j, k, nx)", value, task_name)
+    return value
+
+
+def _expires_from_entry(message: TaskMessage) -> None:
+    """A later workflow step's expiry counts from when its workflow sent it: the time in
+    its stream entry id (`xr` ms after it), fixed from then on (a retry writes `exp`)."""
+    stamp = (message.stream_id or "").partition("-")[0]
+    if message.expires_at_ms is None and stamp.isdigit():
+        message.expires_at_ms = min(int(stamp) + message.workflow["xr"], MAX_EPOCH_MS)
+def holder_parts(body: str, message: TaskMessage) -> tuple[str, str]:
+    """`body` (`message.to_json()`) cut around its id and dispatch token: (head, rest).
+
+    A replacing dispatch hands these to `store/lua/enqueue.lua`, which puts the holder's
+    id and token in between, so the holder keeps its id while taking this body (its "tok"
+    field moves next to "id"; JSON does not care about the order). The token is found
+    from the end: it comes after the payload, whose text may contain anything.
+    """
+    head = f'{{"v":{WIRE_VERSION},"id":'
+    start = head + _encode(message.id) + ","
+    token_field = f',"tok":"{message.dispatch_token}"'
+    at = body.rfind(token_field)
+    if not body.startswith(start) or message.dispatch_token is None or at < 0:
+        raise ValueError("not the wire form of this message")
+    return head, body[len(start):at] + body[at + len(token_field):]

@@ -15,8 +15,11 @@ from typing import Any
 from django_taskrunner.checks import MAX_SECONDS, QUEUE_NAME
 from django_taskrunner.exceptions import InvalidTaskOptions, UniqueForRequired
 
-UNIQUE_MODES = ("until_finished", "until_executed", "until_executing", "while_locked")
+UNIQUE_MODES = ("until_finished", "until_executed", "until_executing", "while_locked",
+                "debounce")
 UNIQUE_FOR_MAX = 7 * 24 * 3600
+# What a unique dispatch does when the lock is held (docs/unique.md, "on_conflict").
+ON_CONFLICT = ("raise", "return", "replace")
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,13 @@ class TaskOptions:
     unique_mode: str = "until_finished"
     takes_context: bool = False
     result_ttl: int | None = None  # None: TASKRUNNER["RESULT_TTL"]; 0: no record
+    rate_limit: str | None = None  # "N/s", "N/m" or "N/h" (core/limits.py)
+    rate_key: Callable[[Any], str] | None = None
+    concurrency_limit: int | None = None
+    concurrency_key: Callable[[Any], str] | None = None
+    on_conflict: str = "raise"  # a unique dispatch meeting a held lock: ON_CONFLICT
+    debounce: float | None = None  # seconds of quiet before a unique_mode="debounce" run
+    priority: int | None = None  # 0..9, higher first within a queue; None: DEFAULT_PRIORITY
 
 
 def check_queue_name(queue: Any) -> str:
@@ -94,3 +104,45 @@ def check_unique_mode(mode: Any) -> str:
         raise InvalidTaskOptions(
             f"unique_mode must be one of {', '.join(UNIQUE_MODES)}, not {mode!r}")
     return str(mode)
+
+
+def check_on_conflict(value: Any, task_name: str) -> str:
+    """`on_conflict` is one of `ON_CONFLICT`."""
+    if not isinstance(value, str) or value not in ON_CONFLICT:
+        raise InvalidTaskOptions(f"on_conflict of task {task_name!r} must be one of "
+                                 f"{', '.join(ON_CONFLICT)}, not {value!r}")
+    return value
+
+
+def check_debounce(options: TaskOptions, task_name: str) -> None:
+    """`debounce` goes with `unique_mode="debounce"` (and that mode needs it): a
+    positive, finite number of seconds, at most `UNIQUE_FOR_MAX`."""
+    value = options.debounce
+    if value is None:
+        if options.unique_mode == "debounce":
+            raise InvalidTaskOptions(f"task {task_name!r} has unique_mode='debounce' but no "
+                                     f"debounce: give the quiet period in seconds")
+        return
+    if options.unique_mode != "debounce":
+        raise InvalidTaskOptions(f"debounce={value!r} of task {task_name!r} needs "
+                                 f"unique_mode='debounce', not {options.unique_mode!r}")
+    if not is_finite(value) or not 0 < value <= UNIQUE_FOR_MAX:
+        raise InvalidTaskOptions(f"debounce of task {task_name!r} must be a positive number "
+                                 f"of seconds (at most 7 days), not {value!r}")
+
+
+# Priorities (docs/priorities.md): 0..9, higher first within a queue. A message without
+# one (or with DEFAULT_PRIORITY) stays on the queue's own stream; the others go to one
+# stream per level in the queue's slot (store/keys.py, `level_name`).
+PRIORITIES = range(10)
+DEFAULT_PRIORITY = 5
+
+
+def check_priority(value: Any, task_name: str) -> int | None:
+    """`priority` is None or an int 0..9 (not a bool)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value not in PRIORITIES:
+        raise InvalidTaskOptions(f"priority of task {task_name!r} must be an integer from "
+                                 f"0 to 9 (higher runs first), not {value!r}")
+    return value

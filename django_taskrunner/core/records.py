@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from django.db import DatabaseError
+
 from django_taskrunner.conf import get_settings
-from django_taskrunner.core import clock
+from django_taskrunner.core import clock, outbox_rows
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.store import keys
 from django_taskrunner.store.connection import built_client, get_redis
@@ -68,6 +70,11 @@ class TaskRecord:
     finished_at: datetime | None
     due_at: datetime | None  # a delayed task's start time
     cancel_requested: bool
+    # Where its message was last added or started: the stream entry id and the stream (the
+    # queue, or one shard of it); None when the record does not know (a cluster, a
+    # delayed task moved by the scheduler, a retry not started yet).
+    stream_id: str | None = None
+    shard: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -82,10 +89,16 @@ def result_ttl(task: Task) -> int:
     return int(get_settings().RESULT_TTL if own is None else own)
 
 
+# One encoder for every value: `json.dumps` with options builds a new one per call.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def encode_value(value: Any, what: str) -> tuple[str | None, str | None]:
     """(JSON text, None), or (None, why it cannot be kept): not JSON, or too large."""
+    if value is None:  # what most tasks return: no encoder call at all
+        return "null", None
     try:
-        encoded = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        encoded = _ENCODER.encode(value)
         size = len(encoded.encode("utf-8"))
     except (TypeError, ValueError, RecursionError) as exc:
         return None, f"{what} not kept: it cannot be encoded as JSON ({type(exc).__name__}: {exc})"
@@ -133,6 +146,9 @@ def _checked_id(task_id: Any) -> str | None:
 def lookup(task_id: str) -> TaskRecord | None:
     """The record of `task_id`; None for an unknown id, or one whose record expired.
 
+    A task written to the transactional outbox and not yet moved to Redis reads as
+    "queued" (from its outbox row), also while Redis is down.
+
     Raises:
         RedisUnavailable: Redis could not be reached.
     """
@@ -142,8 +158,21 @@ def lookup(task_id: str) -> TaskRecord | None:
     try:
         fields = records().load(checked)
     except REDIS_DOWN as exc:
-        raise unavailable(f"cannot look task {checked!r} up", exc, built_client()) from exc
+        fields = _in_outbox(checked)  # a task still in the outbox has a "queued" record
+        if fields is None:
+            raise unavailable(f"cannot look task {checked!r} up", exc, built_client()) from exc
+    if fields is None:
+        fields = _in_outbox(checked)
     return None if fields is None else from_fields(checked, fields)
+
+
+def _in_outbox(task_id: str) -> dict[str, str] | None:
+    """The "queued" fields of a task waiting in the outbox (docs/outbox.md), or None; None
+    too when the outbox cannot be read (no table yet, the database down)."""
+    try:
+        return outbox_rows.waiting_fields(task_id)
+    except DatabaseError:
+        return None
 
 
 def wait(task_id: str, timeout: float) -> TaskRecord | None:
@@ -255,4 +284,5 @@ def from_fields(task_id: str, fields: Mapping[str, str]) -> TaskRecord:
         dispatched_at=_time(fields, "d"), started_at=_time(fields, "st"),
         finished_at=_time(fields, "f"), due_at=_time(fields, "due"),
         cancel_requested=fields.get("c") == "1",
+        stream_id=fields.get("sid") or None, shard=fields.get("sh") or fields.get("q") or None,
     )

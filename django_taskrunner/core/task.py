@@ -15,10 +15,15 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, overload
 
 from django_taskrunner.core import dispatch as dispatching
+from django_taskrunner.core import workflows
 from django_taskrunner.core.cron import check_cron
+from django_taskrunner.core.limits import check_limit_options
 from django_taskrunner.core.options import (
     MAX_SECONDS,
     TaskOptions,
+    check_debounce,
+    check_on_conflict,
+    check_priority,
     check_queue_name,
     check_seconds,
     check_unique_for,
@@ -63,10 +68,20 @@ def check_options(options: TaskOptions, task_name: str) -> None:
                             or not 0 <= ttl <= MAX_SECONDS):
         raise InvalidTaskOptions(f"result_ttl must be an integer of seconds from 0 to "
                                  f"{MAX_SECONDS:,}, not {ttl!r}")
-    if options.unique:
+    check_debounce(options, task_name)
+    debounced = options.unique_mode == "debounce"  # unique, its lock lives `debounce` s
+    if options.unique and not debounced:
         check_unique_for(options.unique_for, task_name)
     elif options.unique_for is not None:
         check_unique_for(options.unique_for, task_name)
+    check_limit_options(task_name, options.rate_limit, options.rate_key,
+                        options.concurrency_limit, options.concurrency_key)
+    check_on_conflict(options.on_conflict, task_name)
+    check_priority(options.priority, task_name)
+    if options.on_conflict != "raise" and not (options.unique or debounced):
+        raise InvalidTaskOptions(f"task {task_name!r} is not unique, so on_conflict="
+                                 f"{options.on_conflict!r} has no lock to meet: declare "
+                                 f"unique=True (and unique_for) or leave on_conflict out")
 
 
 @dataclass(frozen=True)
@@ -107,9 +122,10 @@ class Task:
         """Queue one task per payload in one round trip."""
         return dispatching.dispatch_many(self, payloads, **overrides)
 
-    def dispatch_on_commit(self, payload: Any = None, **overrides: Any) -> None:
-        """Queue this task once the current database transaction commits."""
-        dispatching.dispatch_on_commit(self, payload, **overrides)
+    def dispatch_on_commit(self, payload: Any = None, **overrides: Any) -> TaskMessage | None:
+        """Queue this task once the current database transaction commits (through the
+        outbox by default: returns its message; see `dispatch_on_commit`)."""
+        return dispatching.dispatch_on_commit(self, payload, **overrides)
 
     def dispatch_delayed(
         self, payload: Any = None, *, delay: float | timedelta, **overrides: Any
@@ -120,6 +136,14 @@ class Task:
     def schedule_for(self, payload: Any = None, *, when: datetime, **overrides: Any) -> TaskMessage:
         """Queue this task to start at `when`."""
         return dispatching.schedule_for(self, payload, when=when, **overrides)
+
+    def s(self, payload: Any = None, **options: Any) -> workflows.Signature:
+        """A signature: this dispatch described, not done, for `chain()` and `group()`.
+
+        Takes `dispatch()`'s options, and `delay` or `when`; checked now, as `dispatch()`
+        checks them (TaskNotFound, InvalidTaskPayload, InvalidTaskOptions).
+        """
+        return workflows.Signature(self, payload, options)
 
 
 @overload

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from django_taskrunner.core import clock
-from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.core.options import UNIQUE_MODES, check_unique_for
+from django_taskrunner.core.message import TaskMessage, holder_parts
+from django_taskrunner.core.options import UNIQUE_MODES, check_on_conflict, check_unique_for
 from django_taskrunner.exceptions import (
     InvalidTaskOptions,
     InvalidTaskPayload,
@@ -47,6 +47,7 @@ from django_taskrunner.store.values import text
 
 if TYPE_CHECKING:
     from django_taskrunner.core.task import Task
+    from django_taskrunner.store.broker import Broker
 from django_taskrunner.core.message import DISPATCH_TOKEN
 
 logger = logging.getLogger(__name__)
@@ -69,6 +70,8 @@ RELEASE_ON: dict[str, frozenset[str]] = {
     "until_executed": frozenset({SUCCEEDED, DROPPED, CANCELLED}),
     "until_executing": frozenset({STARTED, DROPPED, CANCELLED}),
     "while_locked": frozenset({CANCELLED}),
+    # The lock lives as long as the quiet period; once the task starts, a new one opens.
+    "debounce": frozenset({STARTED, DROPPED, CANCELLED}),
 }
 TASK_ID_FREED_ON = frozenset({SUCCEEDED, FAILED, DROPPED, CANCELLED})
 
@@ -175,33 +178,55 @@ class LockSpec:
     mode: str
     # The shard the lock (and so the message) lives in; the queue when it is not split.
     shard: str = field(default="", compare=False)
+    # What this dispatch does when the lock is held: "raise", "return" or "replace"
+    # ("debounce" for that mode: the waiting holder takes the payload and a later start).
+    on_conflict: str = "raise"
+
+    @property
+    def debounce_ms(self) -> int | None:
+        """The quiet period of a debounce lock (its TTL), else None."""
+        return self.ttl_ms if self.mode == "debounce" else None
 
 
 def lock_spec(
     task: Task, payload: Any, queue: str, prefix: str, *, unique_key: KeySource = None,
-    unique_for: Any = None, unique_mode: Any = None,
+    unique_for: Any = None, unique_mode: Any = None, on_conflict: Any = None,
 ) -> LockSpec | None:
     """The lock a dispatch takes, or None; any unique override makes the call unique."""
     options = task.options
     overridden = unique_key is not None or unique_for is not None or unique_mode is not None
-    if not options.unique and not overridden:
+    if not options.unique and not overridden and options.unique_mode != "debounce":
+        if on_conflict is not None and on_conflict != "raise":
+            raise InvalidTaskOptions(
+                f"dispatch of task {task.name!r} is not unique, so on_conflict="
+                f"{on_conflict!r} has no lock to meet; make it unique or leave it out")
         return None
-    seconds = unique_for if unique_for is not None else options.unique_for
-    if seconds is None:
-        raise UniqueForRequired(
-            f"dispatch of task {task.name!r} is unique but has no unique_for: pass "
-            f"unique_for=SECONDS (the lock's TTL) or declare it on the task"
-        )
-    ttl = check_unique_for(seconds, task.name)
+    policy = check_on_conflict(on_conflict if on_conflict is not None else options.on_conflict,
+                               task.name)
     mode = unique_mode if unique_mode is not None else options.unique_mode
     if mode not in UNIQUE_MODES:
         raise InvalidTaskOptions(f"unique_mode of task {task.name!r} must be one of "
                                  f"{', '.join(UNIQUE_MODES)}, not {mode!r}")
+    if mode == "debounce":
+        # Every dispatch in the quiet period replaces the waiting one: the lock lives
+        # as long as the period, whatever unique_for says.
+        if options.debounce is None:
+            raise InvalidTaskOptions(f"dispatch of task {task.name!r} with unique_mode="
+                                     f"'debounce' needs @task(debounce=SECONDS) on the task")
+        ttl, policy = float(options.debounce), "debounce"
+    else:
+        seconds = unique_for if unique_for is not None else options.unique_for
+        if seconds is None:
+            raise UniqueForRequired(
+                f"dispatch of task {task.name!r} is unique but has no unique_for: pass "
+                f"unique_for=SECONDS (the lock's TTL) or declare it on the task"
+            )
+        ttl = check_unique_for(seconds, task.name)
     source = unique_key if unique_key is not None else options.unique_key
     part = derive_key(task, payload, source)
     shard = sharding.shard_for(queue, f"{task.name}\x00{part}")
     return LockSpec(keys.unique_key(prefix, shard, task.name, part), round(ttl * 1000), mode,
-                    shard)
+                    shard, policy)
 
 
 @dataclass(frozen=True)
@@ -223,21 +248,56 @@ class Claim:
         return self.holder or self.holder_id
 
     def reservation(
-        self, destination: str, body: str, due_ms: int | None, wake_channel: str = ""
+        self, destination: str, body: str, due_ms: int | None, wake_channel: str = "",
+        conflict: Conflict | None = None,
     ) -> Reservation:
         """What the store writes for this claim: the message with its lock / task_id.
 
         A task_id queued for later stays reserved `TASK_ID_TTL_MS` past its due time.
+        With a `conflict` (a policy other than "raise"), what a held lock means.
         """
         lock = self.lock
         id_ttl_ms = 0
         if self.id_key is not None:
             id_ttl_ms = TASK_ID_TTL_MS + (0 if due_ms is None else max(0, due_ms - clock.now_ms()))
+        extra: dict[str, Any] = {}
+        if lock is not None and lock.on_conflict != "raise":  # "" means "raise" to the script
+            extra["policy"] = lock.on_conflict
+        if conflict is None and self.policy != "raise":
+            raise ValueError(f"a claim with on_conflict={self.policy!r} needs its Conflict")
+        if conflict is not None:
+            extra.update(other=conflict.other, group=conflict.group, head=conflict.head,
+                         rest=conflict.rest)
         return Reservation(
             destination=destination, body=body, holder=self.value, due_ms=due_ms,
             wake_channel=wake_channel, lock_key=None if lock is None else lock.key,
             lock_ttl_ms=0 if lock is None else lock.ttl_ms, mode_key=self.mode_key,
-            mode="" if lock is None else lock.mode, id_key=self.id_key, id_ttl_ms=id_ttl_ms)
+            mode="" if lock is None else lock.mode, id_key=self.id_key, id_ttl_ms=id_ttl_ms,
+            **extra)
+
+    @property
+    def policy(self) -> str:
+        """What this dispatch does on a held lock ("raise" without a lock)."""
+        return "raise" if self.lock is None else self.lock.on_conflict
+
+    def settle(self, reply: Sequence[Any], message: TaskMessage) -> TaskMessage:
+        """The message a dispatch returns, from the script's reply: `message` queued (with
+        its stream id), or the holder's (policy "return"), or `message` under the
+        holder's id and token once the holder took its payload ("replace")."""
+        status = text(reply[0])
+        if status == "replaced":
+            holder = text(reply[1])
+            message.id = holder_id(holder)
+            token = holder[len(message.id) + 1:]
+            message.dispatch_token = token or None
+            value = text(reply[2])
+            message.stream_id = None if value == "delayed" else value
+            return message
+        if status == "lock" and self.policy == "return" and self.lock is not None:
+            return holder_message(text(reply[1]), reply[2] if len(reply) > 2 else None,
+                                  message, self.lock)
+        message.stream_id = self.read_reply(reply)
+        return message
 
     def script_call(
         self, destination: str, body: str, due_ms: int | None, wake_channel: str = ""
@@ -257,9 +317,62 @@ class Claim:
         raise RuntimeError(f"unexpected reply from enqueue.lua: {reply!r}")
 
 
+@dataclass(frozen=True)
+class Conflict:
+    """What enqueue.lua needs to act on a held lock for "return" or "replace": the
+    queue's other structure, the consumer group, and the body cut around its id."""
+
+    other: str
+    group: str
+    head: str = ""
+    rest: str = ""
+
+
+def conflict_for(
+    claim: Claim, message: TaskMessage, body: str, other: str, group: str,
+) -> Conflict | None:
+    """The `Conflict` of a claim whose policy is not "raise", else None."""
+    if claim.policy == "raise":
+        return None
+    head, rest = holder_parts(body, message) if claim.policy != "return" else ("", "")
+    return Conflict(other, group, head, rest)
+
+
+def reservation_for(
+    claim: Claim, broker: Broker, message: TaskMessage, body: str, due_ms: int | None = None,
+) -> Reservation:
+    """The claim's reservation on `broker`: to the stream (`due_ms` None) or the delayed
+    set, with what a held lock needs under the claim's policy."""
+    level = keys.level_name(claim.shard, message.priority)  # the shard's, unless a priority
+    stream = broker.stream(level)
+    delayed = keys.delayed_key(broker.prefix, level)
+    if due_ms is None:
+        destination, other, wake = stream, delayed, ""
+    else:
+        destination, other, wake = delayed, stream, keys.wake_channel(broker.prefix, claim.shard)
+    conflict = conflict_for(claim, message, body, other, broker.group)
+    return claim.reservation(destination, body, due_ms, wake, conflict)
+
+
+def holder_message(
+    holder: str, body: Any, message: TaskMessage, lock: LockSpec
+) -> TaskMessage:
+    """The holder's message for on_conflict="return": decoded from its body when it is
+    still queued or delayed, else built from the lock (its id, task and queue)."""
+    if body:
+        try:
+            found = TaskMessage.from_json(body)
+        except InvalidTaskPayload:
+            found = None
+        if found is not None and holder_value(found) == holder:
+            return found
+    return TaskMessage(id=holder_id(holder), task_name=message.task_name, queue=message.queue,
+                       payload=None, lock_key=lock.key, unique_mode=lock.mode)
+
+
 def claim_for(
     task: Task, message: TaskMessage, prefix: str, *, unique_key: KeySource = None,
-    unique_for: Any = None, unique_mode: Any = None,
+    unique_for: Any = None, unique_mode: Any = None, on_conflict: Any = None,
 ) -> Claim | None:
     """What `message` must reserve, or None for a plain dispatch (one XADD).
 
@@ -270,7 +383,7 @@ def claim_for(
     with another unique key would land in another shard and not meet the reservation.
     """
     lock = lock_spec(task, message.payload, message.queue, prefix, unique_key=unique_key,
-                     unique_for=unique_for, unique_mode=unique_mode)
+                     unique_for=unique_for, unique_mode=unique_mode, on_conflict=on_conflict)
     if lock is None and not message.has_task_id:
         return None
     if lock is not None and message.has_task_id and sharding.shard_count(message.queue) > 1:
@@ -298,7 +411,9 @@ def enqueue(
     `destination` is the queue's stream (`due_ms=None`: XADD now, returns the stream id)
     or its delayed set (ZADD at `due_ms`, returns "delayed"). `client` is only handed to
     the store (`UniqueLocks`). Raises `TaskIdConflict` / `TaskAlreadyDispatched` (with the
-    holder's id) on contention.
+    holder's id) on contention. For a claim under on_conflict "raise" only (its
+    `reservation` refuses the others): dispatch goes through `reservation_for` and
+    `Claim.settle`.
     """
     store = UniqueLocks(client, "")
     return claim.read_reply(store.add_reserved(claim.reservation(destination, body, due_ms,

@@ -20,7 +20,9 @@ from collections.abc import Callable, Iterable
 
 from django_taskrunner.core import clock
 from django_taskrunner.scheduling.election import LeaderElection
+from django_taskrunner.scheduling.outbox_flush import OutboxFlusher
 from django_taskrunner.scheduling.periodic import RELOAD_SECONDS, PeriodicRunner
+from django_taskrunner.scheduling.queues import CHECK_EVERY_MS, forget_idle_queues
 from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_DOWN
@@ -43,7 +45,8 @@ def promote_all_due(broker: Broker, queues: Iterable[str], now_ms: int,
     Used by burst mode, which must run what is due before deciding queues are empty.
     """
     total = 0
-    for shard in sharding.all_shards(queues):
+    levels = broker.levels_in_use(sharding.all_shards(queues))
+    for shard in [stream for streams in levels.values() for stream in streams]:
         while True:
             moved, _ = broker.promote_due(shard, now_ms, batch)
             total += moved
@@ -54,7 +57,7 @@ def promote_all_due(broker: Broker, queues: Iterable[str], now_ms: int,
 
 def register_queues(broker: Broker, queues: Iterable[str]) -> None:
     """Record the queues a worker consumes, so the leader promotes their delayed sets."""
-    for_broker(broker).add_known_queues(list(queues))
+    for_broker(broker).add_known_queues(list(queues), clock.now_ms())
 
 
 def _app_now_ms() -> int:
@@ -72,6 +75,8 @@ class Scheduler(threading.Thread):
         self.broker = broker
         self.store = for_broker(broker)
         self.queues = set(queues)
+        self.own_queues = frozenset(self.queues)  # never dropped by `forget_idle_queues`
+        self._forget_at = 0
         self.periodic = periodic
         self.batch = batch
         # Looked up at each call, so a test that moves the app's clock moves the scheduler's.
@@ -169,16 +174,23 @@ class Scheduler(threading.Thread):
             wake_at = min(wake_at, due)
 
     def _resync(self, pubsub: WakeSubscription, now: int) -> None:
-        """Learn new queues, subscribe to their wake channels, and recheck every set."""
+        """Learn new queues (forget idle ones), subscribe to their wake channels, and
+        recheck every set."""
+        if now >= self._forget_at:
+            self._forget_at = now + CHECK_EVERY_MS
+            self.queues -= set(forget_idle_queues(self.store, now)) - self.own_queues
         self.queues |= self.store.known_queues()
         shards = sharding.all_shards(sorted(self.queues))
-        new = {keys.wake_channel(self.broker.prefix, s): s for s in shards
+        # Each priority level of a shard has a delayed set and a wake channel of its own.
+        levels = [keys.level_name(shard, level) for shard in shards for level in range(10)]
+        new = {keys.wake_channel(self.broker.prefix, s): s for s in levels
                if keys.wake_channel(self.broker.prefix, s) not in self._channels}
         if new:
             # Subscribed before the sets are read, so no wake-up can fall in between.
             self._subscribe(pubsub, list(new))
             self._channels.update(new)
-        self._next_due = {shard: 0 for shard in shards}
+        in_use = self.broker.levels_in_use(shards)
+        self._next_due = {stream: 0 for streams in in_use.values() for stream in streams}
         self._resync_at = now + round(RESYNC_SECONDS * 1000)
 
     @staticmethod
@@ -199,6 +211,7 @@ class LeaderScheduler:
             identity=identity, on_promote=self._start_scheduler, on_demote=self._stop_scheduler,
         )
         self.scheduler: Scheduler | None = None
+        self.flusher: OutboxFlusher | None = None  # the outbox's, while leading
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -214,12 +227,18 @@ class LeaderScheduler:
                 self.scheduler = Scheduler(self.broker, self.queues,
                                            periodic=PeriodicRunner(self.broker))
                 self.scheduler.start()
+            if self.flusher is None:
+                self.flusher = OutboxFlusher()
+                self.flusher.start()
 
     def _stop_scheduler(self) -> None:
         with self._lock:
             scheduler, self.scheduler = self.scheduler, None
+            flusher, self.flusher = self.flusher, None
         if scheduler is not None:
             scheduler.stop()
+        if flusher is not None:
+            flusher.stop()
 
 
 def _close(pubsub: WakeSubscription | None) -> None:

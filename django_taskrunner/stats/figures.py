@@ -23,6 +23,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from django.conf import settings
+
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
 from django_taskrunner.core.registry import registry
@@ -145,6 +147,8 @@ def get_stats(queue: str, *, tasks: bool = True, broker: Broker | None = None,
     inspector = inspector_for(broker)
     now_ms = clock.now_ms() if now_ms is None else now_ms
     first = inspector.read_queue(queue, sharding.shards(queue), now_ms)
+    if first.levels:  # priorities in use: read their streams too
+        first = inspector.read_queue(queue, [*sharding.shards(queue), *first.levels], now_ms)
     streams = [_stream_figures(group, broker.delete_on_ack) for group in first.groups]
     pending = sum(stream.pending for stream in streams)
     waiting = sum(stream.waiting for stream in streams)
@@ -306,8 +310,21 @@ def minute_counts(queue: str, minutes: int = 60, *, broker: Broker | None = None
 
 
 def known_queues() -> list[str]:
-    """Every queue a registered task names, plus DEFAULT_QUEUE."""
-    return sorted(registry.queues() | {get_settings().DEFAULT_QUEUE})
+    """Every queue declared in code and settings: those registered tasks name,
+    DEFAULT_QUEUE, and the QUEUES of every Django Tasks backend of ours in TASKS."""
+    return sorted(declared_queues())
+
+
+TASKS_BACKEND = "django_taskrunner.backends.TaskRunnerBackend"
+
+
+def declared_queues() -> set[str]:
+    """The queues code and settings name (see `known_queues`), without asking Redis."""
+    queues = registry.queues() | {get_settings().DEFAULT_QUEUE}
+    for params in getattr(settings, "TASKS", {}).values():
+        if isinstance(params, dict) and params.get("BACKEND") == TASKS_BACKEND:
+            queues |= {name for name in params.get("QUEUES", ["default"]) if isinstance(name, str)}
+    return queues
 
 
 def _int(values: dict[str, str], name: str) -> int:

@@ -11,8 +11,13 @@ from typing import Any
 
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
-from django_taskrunner.core.registry import registry
-from django_taskrunner.stats.figures import MinuteCounts, QueueStats, get_stats, minute_counts
+from django_taskrunner.stats.figures import (
+    MinuteCounts,
+    QueueStats,
+    declared_queues,
+    get_stats,
+    minute_counts,
+)
 from django_taskrunner.store.broker import Broker, get_broker
 from django_taskrunner.store.inspect import inspector_for
 
@@ -98,9 +103,11 @@ def dashboard_queues(broker: Broker | None = None) -> list[str]:
 
 
 def known_queues(broker: Broker, extra: Any = ()) -> list[str]:
-    """Queues workers consume, queues tasks declare, and `extra`, sorted."""
+    """Queues workers consume and dispatches used (until the leader forgets them),
+    queues declared in code and settings (the Tasks backend's QUEUES too), and `extra`,
+    sorted."""
     recorded = inspector_for(broker).recorded_queues()
-    return sorted(recorded | registry.queues() | set(extra))
+    return sorted(recorded | declared_queues() | set(extra))
 
 
 def _consumers(broker: Broker, queue: str, now_ms: int) -> tuple[tuple[ConsumerInfo, ...], int]:

@@ -18,11 +18,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
 from django_taskrunner.conf import get_settings
+from django_taskrunner.core import outbox_rows
 from django_taskrunner.stats.figures import QueueStats, TaskStats, get_stats
 from django_taskrunner.stats.health import dashboard_queues
 from django_taskrunner.stats.recorder import BUCKET_LABELS, PICKUP_LABELS
@@ -66,6 +68,7 @@ class TaskrunnerCollector:
         yield from _task_metrics(core, figures)
         if leader_available():
             yield _leader_metric(core)
+        yield from _outbox_metrics(core)
 
 
 def _queue_metrics(core: Any, figures: list[QueueStats]) -> Iterator[Any]:
@@ -151,6 +154,23 @@ def _leader_metric(core: Any) -> Any:
         labels=["group", "holder"])
     family.add_metric([settings.CONSUMER_GROUP, holder or ""], 1.0 if holder else 0.0)
     return family
+
+
+def _outbox_metrics(core: Any) -> Iterator[Any]:
+    """The transactional outbox's size and the age of its oldest row (from the database;
+    left out when it cannot be read)."""
+    try:
+        figures = outbox_rows.figures()
+    except DatabaseError:
+        return
+    size = core.GaugeMetricFamily("taskrunner_outbox_size",
+                                  "Tasks committed to the outbox and not yet moved to Redis.")
+    size.add_metric([], float(figures.count))
+    yield size
+    oldest = core.GaugeMetricFamily("taskrunner_outbox_oldest_seconds",
+                                    "Age of the oldest outbox row (0 when it is empty).")
+    oldest.add_metric([], figures.oldest_age)
+    yield oldest
 
 
 def registry() -> Any:

@@ -18,8 +18,11 @@ from redis.exceptions import ResponseError
 from django_taskrunner.conf import get_settings, on_reset
 from django_taskrunner.store import keys, scripts, server
 from django_taskrunner.store.connection import get_redis
-from django_taskrunner.store.records import SCRIPTS, Records, RecordWrite
+from django_taskrunner.store.limits import RENEW_SCRIPT, Limits, Slot
+from django_taskrunner.store.records import ADD_SCRIPTS, SCRIPTS, Records, RecordWrite
 from django_taskrunner.store.values import text
+from django_taskrunner.store.workflows import SCRIPTS as WORKFLOW_SCRIPTS
+from django_taskrunner.store.workflows import MemberDone, WorkflowStore
 
 # An entry as read: (stream id, body or None when the entry was deleted meanwhile).
 Entry = tuple[str, bytes | None]
@@ -76,6 +79,8 @@ class Broker:
         written first (HSET, EXPIRE) in the same pipelined round trip."""
         if record is None:
             return text(self.client.xadd(self.stream(queue), {keys.ENTRY_FIELD: body}))
+        if not self.records.clustered:  # the record keeps the stream id (record_add.lua)
+            return text(self.records.add(self.stream(queue), body, record))
         pipe = self.client.pipeline(transaction=False)
         self.records.queue_new(pipe, record)
         pipe.execute_command("XADD", self.stream(queue), "*", keys.ENTRY_FIELD, body)
@@ -84,9 +89,14 @@ class Broker:
     def add_many(
         self, queue: str, bodies: Sequence[str], records: Sequence[RecordWrite] = (),
     ) -> list[str]:
-        """XADD many messages in one pipelined round trip (with their `records` first)."""
-        pipe = self.client.pipeline(transaction=False)
+        """XADD many messages in one pipelined round trip (with their `records` first).
+
+        `records`: none, or one per body in the same order; then, on one server, each
+        record keeps its message's stream id (`record_add.lua` per message)."""
         store = self.records
+        if records and len(records) == len(bodies) and not store.clustered:
+            return self._add_recorded([(queue, body) for body in bodies], records)
+        pipe = self.client.pipeline(transaction=False)
         for record in records:
             store.queue_new(pipe, record)
         stream = self.stream(queue)
@@ -102,14 +112,29 @@ class Broker:
         self, entries: Sequence[tuple[str, str]], records: Sequence[RecordWrite] = (),
     ) -> list[str]:
         """XADD each (queue or shard, body) in one pipelined round trip (any slots),
-        with their `records` first."""
-        pipe = self.client.pipeline(transaction=False)
+        with their `records` first (none, or one per entry, as `add_many`)."""
         store = self.records
+        if records and len(records) == len(entries) and not store.clustered:
+            return self._add_recorded(entries, records)
+        pipe = self.client.pipeline(transaction=False)
         for record in records:
             store.queue_new(pipe, record)
         for queue, body in entries:
             pipe.xadd(self.stream(queue), {keys.ENTRY_FIELD: body})
         return [text(stream_id) for stream_id in pipe.execute()[2 * len(records):]]
+
+    def _add_recorded(
+        self, entries: Sequence[tuple[str, str]], records: Sequence[RecordWrite],
+    ) -> list[str]:
+        """`record_add.lua` for each (queue, body) and its record, one pipeline."""
+        store = self.records
+
+        def build(pipe: Any) -> None:
+            for (queue, body), record in zip(entries, records, strict=True):
+                store.queue_add(pipe, self.stream(queue), body, record)
+
+        return [text(stream_id) for stream_id in
+                scripts.execute_loading(self.client, build, ADD_SCRIPTS)]
 
     def ensure_group(self, queue: str) -> None:
         """Create the consumer group (and the stream) unless they exist.
@@ -156,6 +181,39 @@ class Broker:
             return [], set()
         return _entries(reply), {text(task_id) for task_id in cancelled}
 
+    def read_checked_many(
+        self, queues: Sequence[str], consumer: str, count: int, block_ms: int | None,
+    ) -> tuple[dict[str, list[Entry]], set[str]]:
+        """`read_checked()` of several streams of one shard (its priority levels) in one
+        XREADGROUP: up to `count` entries from each stream that has some, by name, and
+        the shard's cancelled ids (one set for all its levels)."""
+        names = {self.stream(queue): queue for queue in queues}
+        pipe = self.client.pipeline(transaction=False)
+        pipe.xreadgroup(self.group, consumer, dict.fromkeys(names, ">"), count=count,
+                        block=block_ms)
+        self.records.queue_cancelled(pipe, queues[0])
+        try:
+            reply, cancelled = pipe.execute()
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            for queue in queues:
+                self.ensure_group(queue)
+            return {}, set()
+        streams = (reply or {}).items() if isinstance(reply, dict) else (reply or [])
+        read = {}
+        for stream, entries in streams:
+            if isinstance(reply, dict):
+                entries = entries[0]
+            read[names[text(stream)]] = [(text(stream_id), _body(fields))
+                                         for stream_id, fields in entries]
+        return read, {text(task_id) for task_id in cancelled}
+
+    def levels_in_use(self, shards: Sequence[str]) -> dict[str, list[str]]:
+        """Every stream of each shard, highest priority first: its own (level 5) and each
+        level whose stream or delayed set exists (EXISTS of each, one pipeline)."""
+        return levels_in_use(self.client, self.prefix, shards)
+
     def ack(self, queue: str, stream_ids: Sequence[str], pipe: Any = None) -> None:
         """XACK (and XDEL when DELETE_ON_ACK) the given entries, in one round trip.
 
@@ -188,7 +246,8 @@ class Broker:
 
     def settle(
         self, consumer: str, acks: Mapping[str, Sequence[str]], requeues: Sequence[Requeue],
-        records: Sequence[RecordWrite] = (),
+        records: Sequence[RecordWrite] = (), releases: Sequence[Slot] = (), *,
+        workflows: Sequence[MemberDone] = (),
     ) -> None:
         """Ack finished entries (`{queue: [stream id, ...]}`, as `ack()`) and requeue
         others (`requeue.lua`, which acks each old entry in the same script), all in one
@@ -198,15 +257,20 @@ class Broker:
         Redis outage errors pass through; nothing of the batch may have been applied,
         or all of it: sending it again is safe (an ack is idempotent, a requeue of an
         entry already acked finds it no longer pending and does nothing).
+        `releases`: concurrency slots freed by the attempts that ended (ZREM, as safe).
         """
         def build(pipe: Any) -> None:
             self.records.queue_writes(pipe, records)
+            if workflows:  # after the records: a next step reads its parents' results
+                WorkflowStore(self.client, self.prefix).queue_member_done(pipe, workflows)
+            Limits.queue_releases(pipe, releases)
             for queue, stream_ids in acks.items():
                 self.ack(queue, stream_ids, pipe=pipe)
             for requeue in requeues:
                 self._requeue(pipe, consumer, requeue)
 
-        scripts.execute_loading(self.client, build, SCRIPTS)
+        scripts.execute_loading(self.client, build,
+                                SCRIPTS + WORKFLOW_SCRIPTS if workflows else SCRIPTS)
 
     def _requeue(self, client: Any, consumer: str, requeue: Requeue) -> Any:
         """Run (or, on a pipeline, queue) `requeue.lua` for one entry."""
@@ -273,23 +337,34 @@ class Broker:
 
     def hold_and_sync(
         self, consumer: str, held: Mapping[str, Sequence[str]], writes: Sequence[RecordWrite],
-        watched: Sequence[str],
-    ) -> tuple[dict[str, list[str]], set[str]]:
-        """`hold_many()`, with the running tasks' record writes (started, progress) and
-        the read of the `watched` ids' cancel flags, in the same pipelined round trip;
-        returns the lost ids per queue and the ids found cancelled."""
+        watched: Sequence[str], renewals: Sequence[Slot] = (), buffered: Sequence[str] = (),
+    ) -> tuple[dict[str, list[str]], set[str], dict[str, set[str]]]:
+        """`hold_many()`, with the running tasks' record writes (started, progress), the
+        read of the `watched` ids' cancel flags and of the cancelled sets of the
+        `buffered` shards (those holding fetched messages not started yet), in the same
+        pipelined round trip; returns the lost ids per queue, the ids found cancelled and
+        each buffered shard's cancelled set. `renewals`: the running attempts'
+        concurrency slots, their leases pushed on (`Limits`)."""
         store = self.records
 
         def build(pipe: Any) -> None:
             for queue, stream_ids in held.items():
                 self.hold(queue, consumer, stream_ids, pipe=pipe)
             store.queue_writes(pipe, writes)
+            Limits.queue_renewals(pipe, renewals)
             store.queue_flags(pipe, watched)
+            for shard in buffered:
+                store.queue_cancelled(pipe, shard)
 
-        replies = scripts.execute_loading(self.client, build, SCRIPTS)
+        names = (*SCRIPTS, RENEW_SCRIPT) if renewals else SCRIPTS
+        replies = scripts.execute_loading(self.client, build, names)
         lost = {queue: [text(lost) for lost in lost_ids]
                 for queue, lost_ids in zip(held, replies, strict=False)}
-        return lost, store.cancelled_ids(watched, replies[len(replies) - len(watched):])
+        sets = replies[len(replies) - len(buffered):] if buffered else []
+        flags = replies[len(replies) - len(buffered) - len(watched):len(replies) - len(buffered)]
+        cancelled_sets = {shard: {text(member) for member in members}
+                          for shard, members in zip(buffered, sets, strict=True)}
+        return lost, store.cancelled_ids(watched, flags), cancelled_sets
 
     def pending_idle(
         self, queue: str, min_idle_ms: int, start: str, count: int, consumer: str | None = None
@@ -360,6 +435,20 @@ class Broker:
         except ResponseError:
             return 0
         return int(summary["pending"])
+
+
+def levels_in_use(client: Any, prefix: str, shards: Sequence[str]) -> dict[str, list[str]]:
+    """`Broker.levels_in_use`, for any client (the admin's browser too)."""
+    probes = [(shard, name) for shard in shards for name in keys.level_names(shard)]
+    pipe = client.pipeline(transaction=False)
+    for _shard, name in probes:
+        pipe.exists(keys.stream_key(prefix, name), keys.delayed_key(prefix, name))
+    found = pipe.execute() if probes else []
+    streams: dict[str, list[str]] = {shard: [shard] for shard in shards}
+    for (shard, name), hits in zip(probes, found, strict=True):
+        if hits:
+            streams[shard].append(name)
+    return {shard: keys.by_level(names) for shard, names in streams.items()}
 
 
 def _entries(reply: Any) -> list[Entry]:

@@ -25,7 +25,7 @@ from redis.exceptions import ResponseError
 
 from django_taskrunner.conf import on_reset
 from django_taskrunner.store import keys, scripts
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store.broker import get_broker, levels_in_use
 from django_taskrunner.store.values import text
 
 STREAM_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
@@ -92,6 +92,12 @@ class StreamBrowser:
         self.client = client
         self.prefix = prefix
         self.group = group
+
+    def streams(self, shards: Sequence[str]) -> list[str]:
+        """The streams of `shards`: each shard's own and its priority levels in use,
+        highest first (one pipelined round trip of EXISTS)."""
+        found = levels_in_use(self.client, self.prefix, shards)
+        return [stream for shard in shards for stream in found[shard]]
 
     def stream(self, queue: str) -> str:
         return keys.stream_key(self.prefix, queue)

@@ -40,6 +40,8 @@ class QueueSnapshot:
     window: list[int]  # the queue's recent run times, microseconds, newest first
     minutes: tuple[dict[str, str], dict[str, str]]  # this minute's hash, the previous one's
     live_workers: list[str]  # consumers whose heartbeat has not expired
+    # Priority levels in use of the shards read, not among `streams` (docs/priorities.md).
+    levels: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,12 @@ class Inspector:
         pipe.hgetall(keys.minute_key(self.prefix, queue, minute))
         pipe.hgetall(keys.minute_key(self.prefix, queue, minute - 1))
         pipe.zrangebyscore(keys.queue_workers_key(self.prefix, queue), now_ms, "+inf")
+        probes = [name for stream in streams if keys.LEVEL_MARK not in stream
+                  for name in keys.level_names(stream) if name not in streams]
+        for name in probes:  # the levels in use, in the same round trip
+            pipe.exists(keys.stream_key(self.prefix, name), keys.delayed_key(self.prefix, name))
         replies = pipe.execute(raise_on_error=False)
+        replies, found = replies[:len(replies) - len(probes)], replies[len(replies) - len(probes):]
         per_stream, rest = replies[:2 * len(streams)], replies[2 * len(streams):]
         for reply in [*per_stream[1::2], *rest]:
             if isinstance(reply, Exception):
@@ -96,7 +103,9 @@ class Inspector:
                          in zip(streams, per_stream[0::2], per_stream[1::2], strict=True)),
             stats=_hash(stats), window=[int(value) for value in window],
             minutes=(_hash(current), _hash(previous)),
-            live_workers=[text(name) for name in workers])
+            live_workers=[text(name) for name in workers],
+            levels=tuple(name for name, hits in zip(probes, found, strict=True)
+                         if hits and not isinstance(hits, Exception)))
 
     def _group(self, stream: str, groups: Any, length: Any) -> GroupInfo:
         if isinstance(groups, Exception):  # no stream yet: nothing dispatched, no worker
@@ -182,8 +191,14 @@ class Inspector:
         return None if holder is None else text(holder)
 
     def recorded_queues(self) -> set[str]:
-        """SMEMBERS `keys.known_queues_key`: the queues workers have consumed."""
-        return {text(name) for name in self.client.smembers(keys.known_queues_key(self.prefix))}
+        """The known queues: ZRANGE of `keys.queues_seen_key` and SMEMBERS of the older
+        `keys.known_queues_key` (one round trip): those workers consumed or dispatches
+        used, until the leader forgets them."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zrange(keys.queues_seen_key(self.prefix), 0, -1)
+        pipe.smembers(keys.known_queues_key(self.prefix))
+        seen, legacy = pipe.execute()
+        return {text(name) for name in (*seen, *legacy)}
 
 
 def inspector_for(broker: Broker) -> Inspector:

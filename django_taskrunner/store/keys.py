@@ -14,6 +14,13 @@ split (N = 1) keeps its plain name, so its keys are the same as before shards ex
 The functions below that take a `queue` take a shard name just as well. Figures that
 describe the whole queue (`stats`, `window`, `minute`, `workers`, `long-queue-gate`)
 use the queue name.
+
+Priority levels (docs/priorities.md): a message of priority p (0..9, other than the
+default 5) goes to the level `<shard>!<p>` of its queue or shard. A level shares the
+slot of its shard: only its stream and delayed set get a suffix (`{<shard>}:stream!<p>`,
+`{<shard>}:delayed!<p>`); every other key of a level name (locks, task ids, cancelled,
+wake, periodic) is the shard's own, so unique locks meet across levels. A queue that
+never uses a priority has no level and no key more than before.
 """
 
 from __future__ import annotations
@@ -31,29 +38,65 @@ def shard_name(queue: str, index: int, count: int) -> str:
 
 
 def queue_of(name: str) -> str:
-    """The queue a shard name belongs to (`"emails#2"` -> `"emails"`); a queue is its own."""
-    return name.partition(SHARD_MARK)[0]
+    """The queue a shard (or level) name belongs to (`"emails#2"`, `"emails!9"` ->
+    `"emails"`); a queue is its own."""
+    return name.partition(SHARD_MARK)[0].partition(LEVEL_MARK)[0]
+
+
+LEVEL_MARK = "!"
+DEFAULT_LEVEL = 5  # core/options.DEFAULT_PRIORITY: the shard's own stream
+
+
+def level_name(shard: str, priority: int | None) -> str:
+    """The stream name of `priority` in `shard`: the shard itself for None or the default."""
+    if priority is None or priority == DEFAULT_LEVEL:
+        return shard
+    return f"{shard}{LEVEL_MARK}{priority}"
+
+
+def shard_of(name: str) -> str:
+    """The shard (or queue) a level name belongs to (`"emails#1!9"` -> `"emails#1"`)."""
+    return name.partition(LEVEL_MARK)[0]
+
+
+def level_of(name: str) -> int:
+    """The priority of a stream name (`"emails!9"` -> 9; a shard's own stream: 5)."""
+    _base, mark, level = name.partition(LEVEL_MARK)
+    return int(level) if mark else DEFAULT_LEVEL
+
+
+def level_names(shard: str) -> list[str]:
+    """The names of every priority level of `shard` other than its own stream, highest
+    first: the streams a reader probes (EXISTS) to find the levels in use."""
+    return [level_name(shard, level) for level in range(9, -1, -1) if level != DEFAULT_LEVEL]
+
+
+def by_level(names: list[str]) -> list[str]:
+    """Stream names, highest priority first (a shard's own stream counts as 5)."""
+    return sorted(names, key=level_of, reverse=True)
 
 
 def stream_key(prefix: str, queue: str) -> str:
-    """The Redis stream holding a queue's ready messages."""
-    return f"{prefix}:{{{queue}}}:stream"
+    """The Redis stream holding a queue's (or a priority level's) ready messages."""
+    base, mark, level = queue.partition(LEVEL_MARK)
+    return f"{prefix}:{{{base}}}:stream{mark}{level}"
 
 
 def delayed_key(prefix: str, queue: str) -> str:
-    """Sorted set of a queue's delayed messages, scored by due time in ms."""
-    return f"{prefix}:{{{queue}}}:delayed"
+    """Sorted set of a queue's (or a level's) delayed messages, scored by due time in ms."""
+    base, mark, level = queue.partition(LEVEL_MARK)
+    return f"{prefix}:{{{base}}}:delayed{mark}{level}"
 
 
 def unique_key(prefix: str, queue: str, task_name: str, key: str) -> str:
     """A unique task's lock; one lock per task name when `key` is empty."""
-    base = f"{prefix}:{{{queue}}}:unique:{task_name}"
+    base = f"{prefix}:{{{shard_of(queue)}}}:unique:{task_name}"
     return f"{base}:{key}" if key else base
 
 
 def unique_key_space(prefix: str, queue: str) -> str:
     """`<prefix>:{<queue>}:unique:`, how every unique lock of one queue (or shard) starts."""
-    return f"{prefix}:{{{queue}}}:unique:"
+    return f"{prefix}:{{{shard_of(queue)}}}:unique:"
 
 
 def unique_mode_key(prefix: str, queue: str, lock_key: str) -> str:
@@ -65,7 +108,7 @@ def unique_mode_key(prefix: str, queue: str, lock_key: str) -> str:
     start = unique_key_space(prefix, queue)
     if not lock_key.startswith(start):
         raise ValueError(f"{lock_key!r} is not a unique lock of queue {queue!r}")
-    return f"{prefix}:{{{queue}}}:unique-mode:{lock_key[len(start):]}"
+    return f"{prefix}:{{{shard_of(queue)}}}:unique-mode:{lock_key[len(start):]}"
 
 
 def glob_escape(text: str) -> str:
@@ -90,7 +133,7 @@ def unique_patterns(prefix: str, queue: str) -> list[str]:
 
 def task_id_key(prefix: str, queue: str, task_id: str) -> str:
     """Reservation of a caller-chosen `task_id` while its task is queued or running."""
-    return f"{prefix}:{{{queue}}}:id:{task_id}"
+    return f"{prefix}:{{{shard_of(queue)}}}:id:{task_id}"
 
 
 def stats_key(prefix: str, queue: str) -> str:
@@ -139,12 +182,13 @@ def result_key(prefix: str, result_id: str) -> str:
 
 def wake_channel(prefix: str, queue: str) -> str:
     """Pub/sub channel on which a queue announces a delayed entry due earlier than the rest."""
-    return f"{prefix}:{{{queue}}}:wake"
+    base, mark, level = queue.partition(LEVEL_MARK)  # a level's: `...:wake!<p>`
+    return f"{prefix}:{{{base}}}:wake{mark}{level}"
 
 
 def periodic_key(prefix: str, queue: str) -> str:
     """Hash of a queue's periodic schedules: schedule id -> last occurrence fired (epoch ms)."""
-    return f"{prefix}:{{{queue}}}:periodic"
+    return f"{prefix}:{{{shard_of(queue)}}}:periodic"
 
 
 def periodic_channel(prefix: str) -> str:
@@ -185,4 +229,90 @@ def record_done_key(prefix: str, task_id: str) -> str:
 def cancelled_key(prefix: str, queue: str) -> str:
     """Set of the ids cancelled while queued, delayed or running on a queue (or shard):
     its fetcher reads it with each XREADGROUP and skips those messages."""
-    return f"{prefix}:{{{queue}}}:cancelled"
+    return f"{prefix}:{{{shard_of(queue)}}}:cancelled"
+
+
+def workflow_key(prefix: str, workflow_id: str) -> str:
+    """Hash of one workflow (status, counts, its stages' sizes and offsets), with a TTL.
+
+    `<prefix>:workflow:{<id>}`: every key of one workflow shares the tag `{<id>}` (its
+    id is letters and digits), so `workflow_member.lua` touches a single slot of them.
+    """
+    return f"{prefix}:workflow:{{{workflow_id}}}"
+
+
+def workflow_done_key(prefix: str, workflow_id: str) -> str:
+    """Set of the member indexes of one workflow that finished for good (counted once)."""
+    return f"{workflow_key(prefix, workflow_id)}:done"
+
+
+def workflow_members_key(prefix: str, workflow_id: str) -> str:
+    """List of one workflow's member task ids, stage after stage."""
+    return f"{workflow_key(prefix, workflow_id)}:members"
+
+
+def workflow_bodies_key(prefix: str, workflow_id: str) -> str:
+    """List parallel to the members: the message each later stage's member is sent as
+    ('' for the first stage's, sent at dispatch)."""
+    return f"{workflow_key(prefix, workflow_id)}:bodies"
+
+
+def workflow_index_key(prefix: str) -> str:
+    """Sorted set of workflow ids scored by dispatch time (epoch ms), for the admin."""
+    return f"{prefix}:workflows"
+
+
+LIMIT_KINDS = ("rate", "concurrency")
+
+
+def limit_key(prefix: str, queue: str, kind: str, task_name: str, key: str) -> str:
+    """A rate limit's log of recent starts (`kind` "rate": sorted set, member -> start
+    ms) or a concurrency limit's slots (`kind` "concurrency": holder -> lease expiry ms).
+
+    `<prefix>:{<queue>}:limit:<kind>:<task>[:<key>]`, tagged by the task's declared queue
+    (never a shard), so the shards of a queue share one limit; each script touches this
+    key and its `limit_waiting_key` only, one slot.
+    """
+    base = f"{prefix}:{{{queue}}}:limit:{kind}:{task_name}"
+    return f"{base}:{key}" if key else base
+
+
+def limit_waiting_key(prefix: str, queue: str, kind: str, task_name: str, key: str) -> str:
+    """Sorted set of the task ids waiting on one limit, scored by when each tries again:
+    `<prefix>:{<queue>}:limit-waiting:<kind>:<task>[:<key>]`."""
+    base = f"{prefix}:{{{queue}}}:limit-waiting:{kind}:{task_name}"
+    return f"{base}:{key}" if key else base
+
+
+def waiting_of(prefix: str, limit: str) -> str:
+    """The waiting set of the limit key `limit` (a name `limit_key` built)."""
+    head, sep, tail = limit.partition("}:limit:")
+    if not sep or not head.startswith(f"{prefix}:{{"):
+        raise ValueError(f"{limit!r} is not a limit key")
+    return f"{head}}}:limit-waiting:{tail}"
+
+
+def limit_pattern(prefix: str) -> str:
+    """SCAN pattern matching every limit key (rate logs and concurrency slots)."""
+    return f"{glob_escape(prefix)}:{{*}}:limit:*"
+
+
+def outbox_mark_key(prefix: str, queue: str, message_id: str) -> str:
+    """Mark of an outbox row already moved onto its stream (the holder, with a TTL):
+    a flush that meets it again adds nothing (`core/outbox.py`)."""
+    return f"{prefix}:{{{shard_of(queue)}}}:outbox:{message_id}"
+
+
+def queues_seen_key(prefix: str) -> str:
+    """Sorted set of the known queues, scored by when each was last seen (epoch ms): a
+    worker consuming it (its heartbeat) or a dispatch to it. The leader forgets those
+    not seen for long that hold nothing (`scheduling/queues.py`). Supersedes the plain
+    set of `known_queues_key`, which is read too until the leader folds it in."""
+    return f"{prefix}:queues:seen"
+
+
+def queues_used_key(prefix: str) -> str:
+    """Sorted set of the queues dispatches used, scored by the last such dispatch (epoch
+    ms): `runtasks` without `--queue` consumes those used recently, besides the declared
+    ones (a queue only a worker's mistyped `-Q` named is never in it)."""
+    return f"{prefix}:queues:used"

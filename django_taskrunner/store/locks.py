@@ -46,6 +46,15 @@ class Reservation:
     mode: str = ""
     id_key: str | None = None
     id_ttl_ms: int = 0
+    # What a held lock means (enqueue.lua's ARGV[10]): "" / "raise", "return", "replace",
+    # "debounce"; for the last three `other` is the queue's other structure (the delayed
+    # set of a stream destination, or the stream), `group` the consumer group, and
+    # `head` + `rest` the body split around its id and token (`message.holder_parts`).
+    policy: str = ""
+    other: str | None = None
+    group: str = ""
+    head: str = ""
+    rest: str = ""
 
     def script_call(self) -> tuple[list[str], list[str]]:
         """KEYS and ARGV of enqueue.lua (see the script's header)."""
@@ -65,12 +74,18 @@ class Reservation:
                 self.wake_channel]
         if self.lock_key is not None and self.mode_key is not None:
             args.append(self.mode)
+        if self.policy:
+            args += [""] * (9 - len(args))
+            args += [self.policy, self.group, self.head, self.rest]
+            if self.other is not None:
+                call_keys.append(self.other)
         return call_keys, args
 
 
 # What `add_reserved` returns: ("ok", stream id | "delayed"), ("lock", holder found) or
-# ("id", holder found).
-AddReply = tuple[str, str]
+# ("id", holder found), ("replaced", holder, stream id | "delayed") when the holder took
+# the payload; with policy "return", ("lock", holder, the holder's body or "").
+AddReply = tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -80,6 +95,14 @@ class LockState:
     holder: str
     ttl_ms: int | None
     mode: str | None  # None: no mode record (a lock older than mode records)
+    policy: str | None = None  # the holder's on_conflict; None: not recorded
+
+
+def read_mode_record(value: str) -> tuple[str, str | None]:
+    """(mode, policy) of a mode record: `<mode>` alone (older), or
+    `<mode>\\n<policy>\\n<where>\\n<ref>` (see enqueue.lua)."""
+    parts = value.split("\n", 2)
+    return parts[0], parts[1] if len(parts) > 1 else None
 
 
 class UniqueLocks:
@@ -110,19 +133,28 @@ class UniqueLocks:
 
     def add_reserved_many(
         self, reservations: Sequence[Reservation],
-        records: Sequence[RecordWrite | None] = (),
+        records: Sequence[RecordWrite | None] = (), delete: Sequence[str] = (),
     ) -> list[AddReply]:
         """`add_reserved` for each, pipelined in one round trip; replies in order. With
-        `records` (one per reservation, None for none), as `add_reserved`."""
+        `records` (one per reservation, None for none), as `add_reserved`. The keys of
+        `delete` are DELeted in the same round trip, first (the outbox's spent marks)."""
         store = Records(self.client, self.prefix)
-        pipe = self.client.pipeline(transaction=False)
-        for index, reservation in enumerate(reservations):
-            record = records[index] if index < len(records) else None
-            scripts.run(pipe, "enqueue", *_script_call(reservation, record, store))
-        replies = [_add_reply(reply) for reply in pipe.execute()]
+        calls = [_script_call(reservation, records[index] if index < len(records) else None,
+                              store) for index, reservation in enumerate(reservations)]
+
+        def build(pipe: Any) -> None:
+            for key in delete:
+                pipe.delete(key)
+            for call in calls:
+                scripts.queue(pipe, "enqueue", *call)
+
+        # Bare EVALSHAs: `scripts.run` on a pipeline would ask SCRIPT EXISTS first, one more
+        # round trip. On NOSCRIPT no enqueue ran, so the batch is sent again whole.
+        sent = scripts.execute_loading(self.client, build, ["enqueue"])
+        replies = [_add_reply(reply) for reply in sent[len(delete):]]
         if store.clustered:
-            store.save_new([record for record, (status, _) in zip(records, replies, strict=False)
-                            if record is not None and status == "ok"])
+            store.save_new([record for record, reply in zip(records, replies, strict=False)
+                            if record is not None and reply[0] == "ok"])
         return replies
 
     # -- freeing (worker, admin) ---------------------------------------------------------
@@ -161,9 +193,11 @@ class UniqueLocks:
         states: list[LockState | None] = []
         for index in range(len(locks)):
             holder, ttl_ms, mode = replies[3 * index:3 * index + 3]
+            recorded = (None, None) if mode is None else read_mode_record(
+                text(mode, errors="replace"))
             states.append(None if holder is None else LockState(
                 text(holder, errors="replace"), int(ttl_ms) if int(ttl_ms) >= 0 else None,
-                None if mode is None else text(mode, errors="replace")))
+                recorded[0], recorded[1]))
         return states
 
     def scan_nodes(self) -> int:
@@ -197,12 +231,12 @@ def _script_call(
     if record is None or store.clustered:
         return call_keys, args
     record_keys, record_args = store.enqueue_args(record)
-    args = args + [""] * (9 - len(args))  # ARGV[9], the mode: "" when there is none
+    args = args + [""] * (13 - len(args))  # ARGV[9..13], mode and policy: "" when none
     return call_keys + record_keys, args + record_args
 
 
 def _add_reply(reply: Any) -> AddReply:
-    return text(reply[0]), text(reply[1])
+    return tuple("" if part is None or part is False else text(part) for part in reply)
 
 
 def for_broker(broker: Broker) -> UniqueLocks:

@@ -23,6 +23,7 @@ from django_taskrunner.store import keys, scripts
 from django_taskrunner.store.values import text
 
 SCRIPTS = ("record_write",)  # queued as bare EVALSHA: loaded again on NOSCRIPT
+ADD_SCRIPTS = ("record_add",)  # the dispatch's, queued the same way
 FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "expired"})
 # How long a set of cancelled ids may wait for its fetcher (a delayed message's due time
 # is added): as long as a task id stays reserved.
@@ -80,6 +81,20 @@ class Records:
         key = keys.record_key(self.prefix, write.task_id)
         pipe.execute_command("HSET", key, *_flat(write.fields))
         pipe.execute_command("EXPIRE", key, write.ttl_s)
+
+    def queue_add(self, pipe: Any, stream: str, body: str, write: RecordWrite) -> None:
+        """Queue `record_add.lua` on `pipe`: XADD `body` to `stream` and write the new
+        record with the entry's stream id ('sid'), one step (a single server only: see
+        `clustered`; the caller executes with `scripts.execute_loading(..., ADD_SCRIPTS)`,
+        the reply is the stream id)."""
+        scripts.queue(pipe, "record_add", [stream, keys.record_key(self.prefix, write.task_id)],
+                      [keys.ENTRY_FIELD, body, str(write.ttl_s), *_flat(write.fields)])
+
+    def add(self, stream: str, body: str, write: RecordWrite) -> Any:
+        """`record_add.lua` for one message (one round trip); its stream id."""
+        return scripts.run(self.client, "record_add",
+                           [stream, keys.record_key(self.prefix, write.task_id)],
+                           [keys.ENTRY_FIELD, body, str(write.ttl_s), *_flat(write.fields)])
 
     def save_new(self, writes: Sequence[RecordWrite]) -> None:
         """DEL, HSET and EXPIRE each record (an id may be a reused `task_id`), one

@@ -74,14 +74,71 @@ class ScheduleStore:
 
     # -- queues and wake-ups (scheduler) --------------------------------------------------
 
-    def add_known_queues(self, names: Sequence[str]) -> None:
-        """SADD queue names to `keys.known_queues_key` (nothing for no names)."""
-        if names:
-            self.client.sadd(keys.known_queues_key(self.prefix), *names)
+    def add_known_queues(self, names: Sequence[str], now_ms: int | None = None, *,
+                         used: bool = False) -> None:
+        """ZADD queue names to `keys.queues_seen_key` at `now_ms` (the server's clock
+        when None), and with `used` (a dispatch) to `keys.queues_used_key` too; one round
+        trip, nothing for no names."""
+        if not names:
+            return
+        if now_ms is None:
+            seconds, micros = self.client.time()
+            now_ms = int(seconds) * 1000 + int(micros) // 1000
+        scores = dict.fromkeys(names, now_ms)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zadd(keys.queues_seen_key(self.prefix), scores)
+        if used:
+            pipe.zadd(keys.queues_used_key(self.prefix), scores)
+        pipe.execute()
 
     def known_queues(self) -> set[str]:
-        """SMEMBERS of `keys.known_queues_key`: every queue some worker consumes."""
-        return {text(name) for name in self.client.smembers(keys.known_queues_key(self.prefix))}
+        """Every known queue: the members of `keys.queues_seen_key` and of the older
+        plain set `keys.known_queues_key` (one round trip)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zrange(keys.queues_seen_key(self.prefix), 0, -1)
+        pipe.smembers(keys.known_queues_key(self.prefix))
+        seen, legacy = pipe.execute()
+        return {text(name) for name in (*seen, *legacy)}
+
+    def used_queues(self, since_ms: int) -> set[str]:
+        """ZRANGEBYSCORE of `keys.queues_used_key`: the queues a dispatch used since
+        `since_ms`."""
+        return {text(name) for name in self.client.zrangebyscore(
+            keys.queues_used_key(self.prefix), since_ms, "+inf")}
+
+    def queue_sightings(self) -> dict[str, int]:
+        """Each known queue and when it was last seen (ms); the older plain set's members
+        are first folded in, seen now (ZADD NX, then DEL of the set)."""
+        legacy_key = keys.known_queues_key(self.prefix)
+        seen_key = keys.queues_seen_key(self.prefix)
+        legacy = self.client.smembers(legacy_key)
+        if legacy:
+            seconds, micros = self.client.time()
+            now_ms = int(seconds) * 1000 + int(micros) // 1000
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zadd(seen_key, dict.fromkeys((text(name) for name in legacy), now_ms), nx=True)
+            pipe.srem(legacy_key, *legacy)
+            pipe.execute()
+        return {text(name): int(score)
+                for name, score in self.client.zrange(seen_key, 0, -1, withscores=True)}
+
+    def holds_messages(self, shards: Sequence[str]) -> bool:
+        """XLEN of each shard's stream and ZCARD of its delayed set, one pipeline: True
+        when any holds an entry."""
+        pipe = self.client.pipeline(transaction=False)
+        for shard in shards:
+            pipe.xlen(keys.stream_key(self.prefix, shard))
+            pipe.zcard(keys.delayed_key(self.prefix, shard))
+        return any(int(count) for count in pipe.execute())
+
+    def forget_queue(self, name: str, cutoff_ms: int) -> bool:
+        """`forget_queue.lua`: ZREM the queue from the seen set unless it was seen at or
+        after `cutoff_ms`, then (when it was) from the used set; True when forgotten."""
+        forgotten = bool(scripts.run(self.client, "forget_queue",
+                                     [keys.queues_seen_key(self.prefix)], [name, str(cutoff_ms)]))
+        if forgotten:
+            self.client.zrem(keys.queues_used_key(self.prefix), name)
+        return forgotten
 
     def subscription(self) -> WakeSubscription:
         """A new pub/sub connection, subscribed to nothing yet."""

@@ -67,6 +67,8 @@ class StatsStore:
         for write in writes:
             self._queue_write(pipe, write, now_ms=now_ms, window=window)
         self._queue_beat(pipe, beat, now_ms=now_ms, ttl=ttl)
+        if beat.queues:  # the queues it consumes were seen now (the leader forgets the rest)
+            pipe.zadd(keys.queues_seen_key(self.prefix), dict.fromkeys(beat.queues, now_ms))
         if own:
             pipe.execute()
 

@@ -20,7 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django_taskrunner.store.broker import Broker, Requeue
+from django_taskrunner.store.limits import Slot
 from django_taskrunner.store.records import RecordWrite
+from django_taskrunner.store.workflows import MemberDone
 from django_taskrunner.worker.outage import RedisStatus, redis_call
 
 logger = logging.getLogger(__name__)
@@ -41,6 +43,9 @@ class Batch:
     requeues: list[Requeue] = field(default_factory=list)
     records: list[RecordWrite] = field(default_factory=list)
     size: int = 0
+    # Workflow members' completions, sent after the records (an ack follows each too).
+    workflows: list[MemberDone] = field(default_factory=list)
+    releases: list[Slot] = field(default_factory=list)  # concurrency slots to free
 
 
 class Acker(threading.Thread):
@@ -77,6 +82,17 @@ class Acker(threading.Thread):
         follows at once)."""
         with self._cond:
             self._batch.records.append(write)
+
+    def workflow(self, done: MemberDone) -> None:
+        """Count a workflow member's completion with the next batch (its ack follows)."""
+        with self._cond:
+            self._batch.workflows.append(done)
+
+    def release(self, slots: tuple[Slot, ...]) -> None:
+        """Free concurrency slots with the next batch (the attempt's ack or requeue
+        follows at once)."""
+        with self._cond:
+            self._batch.releases.extend(slots)
 
     def requeue(self, shard: str, stream_id: str, body: str | bytes, due_ms: int = 0) -> None:
         """Move held `stream_id` back to `shard` with `body` (at `due_ms`, 0: now), and ack it."""
@@ -117,7 +133,7 @@ class Acker(threading.Thread):
                 logger.error("giving up on %d acks at exit; those tasks will be delivered "
                              "again", left)
                 return
-            if batch.requeues and self.on_requeued is not None:
+            if (batch.requeues or batch.workflows) and self.on_requeued is not None:
                 self.on_requeued()  # before idle() can be true: burst mode reads again
             with self._cond:
                 self._sending = 0
@@ -130,7 +146,8 @@ class Acker(threading.Thread):
 
     def flush(self, batch: Batch) -> bool:
         """Send one batch (one round trip); True once sent."""
-        self.broker.settle(self.consumer, batch.acks, batch.requeues, batch.records)
+        self.broker.settle(self.consumer, batch.acks, batch.requeues, batch.records,
+                           batch.releases, workflows=batch.workflows)
         return True
 
     def stop(self) -> None:

@@ -1,13 +1,14 @@
 """Running one delivery: the policies as small steps (worker/steps/), called in order.
 
     BEFORE_RUN: decode -> look up the task -> expiry -> (a reclaimed message: give up if
-                its workers died running it too often) -> start (free an
-                `until_executing` lock)
+                its workers died running it too often) -> limits (a concurrency slot,
+                a rate start; a task over a limit waits in the delayed set) -> start
+                (free an `until_executing` lock)
     run the function (Django's connection hygiene; the watchdog enforces time limits),
                 or hand an `async def` task to the event loop (`async_runner.py`), which
                 awaits it and then calls the AFTER_RUN steps itself
-    AFTER_RUN:  time limit -> count the run -> retry (keeping the lock) -> record the
-                failure for good -> success (free the lock)
+    AFTER_RUN:  free the slots -> time limit -> count the run -> retry (keeping the
+                lock) -> record the failure for good -> success (free the lock)
 
 Each step returns True to go on, or False once it settled the delivery: acked, requeued
 or recorded. Every delivery ends in exactly one `ack()` or `requeue()`, both the acker's.
@@ -33,13 +34,17 @@ from django_taskrunner.core.records import encode_value
 from django_taskrunner.exceptions import TaskExpired, TaskRunnerError
 from django_taskrunner.stats.recorder import StatsRecorder
 from django_taskrunner.store.broker import Broker
+from django_taskrunner.store.limits import Limits, Slot
 from django_taskrunner.store.records import RecordWrite
+from django_taskrunner.store.workflows import MemberDone, WorkflowStore
+from django_taskrunner.worker.connections import close_old_connections as check_connections
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.failures import record_failure
 from django_taskrunner.worker.running import Attempt, RunningSet
 from django_taskrunner.worker.steps.decode import decode
 from django_taskrunner.worker.steps.expiry import check_expiry
 from django_taskrunner.worker.steps.figures import count_run
+from django_taskrunner.worker.steps.limits import check_limits, free_slots
 from django_taskrunner.worker.steps.locks import release, release_on_start
 from django_taskrunner.worker.steps.lookup import lookup
 from django_taskrunner.worker.steps.observe import announce_start
@@ -55,6 +60,7 @@ from django_taskrunner.worker.steps.record import (
 from django_taskrunner.worker.steps.retry import retry, retry_delay
 from django_taskrunner.worker.steps.run import Run
 from django_taskrunner.worker.steps.time_limit import check_time_limit
+from django_taskrunner.worker.steps.workflow import parent_reader
 
 if TYPE_CHECKING:
     from django_taskrunner.worker.async_runner import AsyncRunner
@@ -75,8 +81,8 @@ Step = Callable[["Executor", Run], bool]
 
 # The order of the policies. A new one (a rate limit, a cancellation) is one line here.
 BEFORE_RUN: Sequence[Step] = (decode, skip_cancelled, lookup, check_expiry, check_reclaimed,
-                              release_on_start, announce_start)
-AFTER_RUN: Sequence[Step] = (check_time_limit, count_run, stop_cancelled, retry,
+                              check_limits, release_on_start, announce_start)
+AFTER_RUN: Sequence[Step] = (free_slots, check_time_limit, count_run, stop_cancelled, retry,
                              record_for_good, succeed)
 
 
@@ -98,6 +104,7 @@ class Executor:
         running: RunningSet | None = None, reservation_timeout: float = 300.0,
         requeue: Callable[[str, str, str, int], None] | None = None,
         record: Callable[[RecordWrite], None] | None = None, result_ttl: int | None = None,
+        workflow: Callable[[MemberDone], None] | None = None,
     ) -> None:
         self.broker = broker
         self.consumer = consumer
@@ -115,6 +122,11 @@ class Executor:
         # The worker's event loop for `async def` tasks; without one (an executor used on
         # its own) a coroutine is run to completion on the calling thread.
         self.coroutines: AsyncRunner | None = None
+        # Workflow members' completions: with the ack, in the acker's batch.
+        self.workflow = workflow if workflow is not None else self._workflow_now
+        # Frees the concurrency slots of an attempt that ended: the worker's acker sends
+        # it with the ack; without one, at once.
+        self.free_slots: Callable[[tuple[Slot, ...]], None] = self._free_slots_now
 
     def handle(self, delivery: Delivery) -> bool:
         """Process one stream entry to the end; never raises. False when an `async def`
@@ -158,6 +170,12 @@ class Executor:
     def _record_now(self, write: RecordWrite) -> None:
         self.broker.records.write([write])
 
+    def _workflow_now(self, done: MemberDone) -> None:
+        WorkflowStore(self.broker.client, self.broker.prefix).member_done(done)
+
+    def _free_slots_now(self, slots: tuple[Slot, ...]) -> None:
+        Limits(self.broker.client, self.broker.prefix).release(slots)
+
     def begin(self, run: Run) -> Attempt:
         """Register the attempt about to run (on this thread, or on the event loop)."""
         task, message = run.task, run.message
@@ -170,6 +188,7 @@ class Executor:
             task, message, self.reservation_timeout if timeout is None else timeout / 1000,
             run.shard, record_ttl=record_ttl(self, run),
             coroutine=task.is_async and self.coroutines is not None)
+        run.attempt.slots = run.slots
         return run.attempt
 
     def end(self, run: Run, error: BaseException | None) -> None:
@@ -183,7 +202,7 @@ class Executor:
         """Run the attempt on this thread (an `async def` task to completion on a loop of
         its own); return what it raised, or None."""
         task = attempt.task
-        close_old_connections()
+        check_connections()  # Django's close_old_connections(), cheaper (connections.py)
         try:
             result = self.invoke(attempt)
             if task.is_async:
@@ -195,7 +214,7 @@ class Executor:
         except BaseException as exc:  # noqa: BLE001 - a task's SystemExit must not stop us
             return exc
         finally:
-            close_old_connections()
+            check_connections()
         return None
 
     def invoke(self, attempt: Attempt) -> Any:
@@ -221,6 +240,7 @@ class Executor:
             id=message.id, task_name=message.task_name, queue=message.queue,
             attempt=message.attempt, _heartbeat=heartbeat, _cancel=attempt.cancel,
             _progress=lambda value: set_progress(attempt, value),
+            _parent=parent_reader(self, message),
         )
 
     def _requeue_now(self, shard: str, stream_id: str, body: str, due_ms: int) -> None:

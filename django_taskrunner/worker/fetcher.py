@@ -1,4 +1,10 @@
-"""Fetchers: one thread per stream that reads new messages into the worker's buffer."""
+"""Fetchers: one thread per stream that reads new messages into the worker's buffer.
+
+A shard (or queue) whose messages use priorities has a stream per level in use
+(`store/keys.py`, `level_name`): its one fetcher reads them highest first, a batch split
+across the levels (docs/priorities.md). It looks for levels when it starts and every
+`LEVELS_EVERY` seconds; a shard without them reads its one stream as before.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
+from django_taskrunner.core import clock
+from django_taskrunner.store import keys
 from django_taskrunner.worker.outage import redis_call
 
 if TYPE_CHECKING:
@@ -13,47 +21,127 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+# Seconds between two looks for new priority levels of a fetcher's shard (one pipelined
+# EXISTS of each level's stream and delayed set).
+LEVELS_EVERY = 2.0
+
 
 class Fetcher(threading.Thread):
     """Reads one stream (a queue, or one shard of it) into the worker's buffer while there
-    is room; `queue` is then the shard name, which the executor and acker use as is."""
+    is room; `queue` is then the shard name, which the executor and acker use as is.
+    With priority levels, `streams` holds the shard's streams, highest first."""
 
     def __init__(self, worker: Worker, queue: str) -> None:
         super().__init__(name=f"taskrunner-fetch-{queue}", daemon=True)
         self.worker = worker
         self.queue = queue
+        self.streams = [queue]
+        self.queue_name = keys.queue_of(queue)
+        self._levels_at = 0.0
         # Burst mode: the worker's generation seen when a read found the stream empty.
         self.idle_at: tuple[int, int, int] | None = None
 
     def run(self) -> None:
         worker, broker = self.worker, self.worker.broker
         self._with_retries(lambda: broker.ensure_group(self.queue))
+        self._take_back_own(self.queue)
         reclaimer = worker.reclaimer
-        # Messages this consumer name held before a restart come first.
-        while not worker.stopping.is_set() and self._with_retries(
-                lambda: reclaimer.take_back_own(self.queue, worker.wait_for_room())):
-            pass
         while not worker.stopping.is_set():
             room = worker.wait_for_room()
-            if room > 0:  # messages of dead workers go before new ones
-                room -= reclaimer.reclaim_due(self.queue, room)
+            self._look_for_levels()  # just before reading: what came in while it waited
+            for stream in self.streams:  # messages of dead workers go before new ones
+                if room > 0:
+                    room -= reclaimer.reclaim_due(stream, room)
             if room <= 0:
+                continue
+            turns = worker.turns
+            if turns is not None and not turns.may_read(self.queue_name):
+                turns.wait(0.05)  # an earlier queue (or one with turns left) reads first
                 continue
             generation = worker.generation()
             count = min(room, worker.settings.batch_size)
             block = None if worker.settings.burst else worker.settings.block_ms
+            if len(self.streams) > 1:
+                found = self._read_levels(count, block, generation)
+                if turns is not None and found is not None:
+                    turns.read(self.queue_name, self.queue, found)
+                continue
             read = self._with_retries(
                 lambda: broker.read_checked(self.queue, worker.consumer, count,  # noqa: B023
                                             block))  # noqa: B023
             entries = None if read is None else read[0]
             if read is not None:  # the ids cancelled on this stream, as of this read
                 worker.executor.cancelled[self.queue] = read[1]
+                if turns is not None:
+                    turns.read(self.queue_name, self.queue, bool(entries))
             if entries:
                 self.idle_at = None
                 worker.accept(self.queue, entries)
             elif entries is not None and worker.settings.burst:
                 self.idle_at = generation
                 worker.wait_for_change(0.05)
+
+    def _take_back_own(self, stream: str) -> None:
+        """Messages this consumer name held before a restart come first."""
+        worker = self.worker
+        while not worker.stopping.is_set() and self._with_retries(
+                lambda: worker.reclaimer.take_back_own(stream, worker.wait_for_room())):
+            pass
+
+    def _look_for_levels(self) -> None:
+        """Add the shard's priority levels that came into use (at most every LEVELS_EVERY)."""
+        now = clock.monotonic()
+        if now < self._levels_at:
+            return
+        self._levels_at = now + LEVELS_EVERY
+        found = self._with_retries(lambda: self.worker.broker.levels_in_use([self.queue]))
+        if found is None:
+            return
+        streams = found[self.queue]
+        for stream in streams:
+            if stream not in self.streams:
+                self._with_retries(lambda: self.worker.broker.ensure_group(stream))  # noqa: B023
+                self.worker.add_stream(stream, self.queue)
+                self._take_back_own(stream)
+        self.streams = streams
+
+    def _read_levels(self, count: int, block: int | None,
+                     generation: tuple[int, int, int]) -> bool | None:
+        """Non-blocking reads level by level, highest first, until `count` is read; when
+        every level is empty, one read blocking on all of them (up to one entry each).
+        Whether it read anything (None: stopping)."""
+        worker, broker = self.worker, self.worker.broker
+        read_any = False
+        for stream in self.streams:
+            if count <= 0:
+                break
+            read = self._with_retries(
+                lambda: broker.read_checked(stream, worker.consumer, count, None))  # noqa: B023
+            if read is None:
+                return None
+            worker.executor.cancelled[stream] = read[1]
+            if read[0]:
+                read_any = True
+                count -= len(read[0])
+                worker.accept(stream, read[0])
+        if read_any:
+            self.idle_at = None
+            return True
+        if worker.settings.burst:
+            self.idle_at = generation
+            worker.wait_for_change(0.05)
+            return False
+        many = self._with_retries(
+            lambda: broker.read_checked_many(self.streams, worker.consumer, 1, block))
+        if many is None:
+            return None
+        for stream in self.streams:
+            worker.executor.cancelled[stream] = many[1]
+        for stream in self.streams:  # highest first
+            if many[0].get(stream):
+                self.idle_at = None
+                worker.accept(stream, many[0][stream])
+        return any(many[0].values())
 
     def _with_retries(self, call: Callable[[], T]) -> T | None:
         """Run `call`, retrying with capped backoff while Redis is down; None if stopping."""

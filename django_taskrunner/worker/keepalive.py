@@ -9,10 +9,12 @@ per shortest timeout.
 
 The same round trip carries the task records of the running attempts: "running" once
 for each (a task that ends before the next beat never needs it: its outcome's record
-says all), the progress each gave since the last beat, and the read of their cancel
-flags. So while a task runs, the worker beats at least every `CANCEL_CHECK_S`, and a
-`cancel(id)` reaches `ctx.cancelled` within a second; an idle worker beats no more
-often than before.
+says all), the progress each gave since the last beat, the read of their cancel flags,
+and the read of the cancelled sets of the streams whose fetched messages wait in the
+buffer (so a message cancelled after its fetch is skipped when it comes out of the
+buffer, even when no fetch follows). So while a task runs, the worker beats at least
+every `CANCEL_CHECK_S`, and a `cancel(id)` reaches `ctx.cancelled` within a second; an
+idle worker beats no more often than before.
 
 The shortest timeout is the smallest of RESERVATION_TIMEOUT, the per-task timeouts of
 the tasks registered for the worker's queues (what a buffered message may have), and
@@ -64,7 +66,7 @@ class Heartbeat(threading.Thread):
     def __init__(
         self, broker: Broker, consumer: str, running: RunningSet, reservation_timeout: float,
         status: RedisStatus, *, held: Callable[[], list[tuple[str, str]]] | None = None,
-        floor: float | None = None,
+        floor: float | None = None, cancelled: dict[str, set[str]] | None = None,
     ) -> None:
         super().__init__(name="taskrunner-heartbeat", daemon=True)
         self.broker = broker
@@ -74,6 +76,9 @@ class Heartbeat(threading.Thread):
         self.floor = reservation_timeout if floor is None else min(floor, reservation_timeout)
         self.status = status
         self.held = held
+        # The executor's cancelled ids per shard, which each beat refreshes for the
+        # shards holding buffered messages (None: not kept).
+        self.cancelled = cancelled
         self._cond = threading.Condition()
         self._stopping = False
         self._planned_for = self.floor  # the timeout the current wait was computed from
@@ -122,12 +127,19 @@ class Heartbeat(threading.Thread):
     def _held_by_queue(self) -> tuple[dict[str, list[str]], set[tuple[str, str]]]:
         """Stream ids to beat per queue, and the (queue, id) of the running ones."""
         running = {(attempt.shard, attempt.stream_id) for attempt in self.running.snapshot()}
-        held = set(self.held()) | running if self.held is not None else running
+        held = self._held_now() | running
         by_queue: dict[str, list[str]] = defaultdict(list)
         for queue, stream_id in held:
             if stream_id:
                 by_queue[queue].append(stream_id)
         return by_queue, running
+
+    def _held_now(self) -> set[tuple[str, str]]:
+        return set(self.held()) if self.held is not None else set()
+
+    def _buffered(self, running: set[tuple[str, str]]) -> set[tuple[str, str]]:
+        """(queue, stream id) of the messages fetched and not started yet."""
+        return self._held_now() - running
 
     def beat(self) -> None:
         """One pipelined heartbeat for every held message; never raises."""
@@ -139,9 +151,14 @@ class Heartbeat(threading.Thread):
                   if (write := progress_write(attempt) if attempt.start_recorded
                       else started_write(attempt, self.consumer)) is not None]
         watched = [attempt.message.id for attempt in attempts]
+        renewals = [slot for attempt in self.running.snapshot() for slot in attempt.slots]
+        # Shards with fetched messages not started yet: their cancelled sets are read too,
+        # so a message cancelled after its fetch is skipped even when no fetch follows.
+        buffered = [] if self.cancelled is None else sorted(
+            {queue for queue, _stream_id in self._buffered(running)})
         try:
-            lost_by_queue, cancelled = self.broker.hold_and_sync(self.consumer, by_queue,
-                                                                 writes, watched)
+            lost_by_queue, cancelled, cancelled_sets = self.broker.hold_and_sync(
+                self.consumer, by_queue, writes, watched, renewals=renewals, buffered=buffered)
         except REDIS_DOWN as exc:
             self.status.failed(exc, "sending heartbeats")
             return
@@ -149,6 +166,10 @@ class Heartbeat(threading.Thread):
             logger.exception("heartbeat failed; trying again in %.1fs", self.interval())
             return
         self.status.succeeded()
+        if self.cancelled is not None:
+            for shard, members in cancelled_sets.items():
+                # A union: a fetch that read the set meanwhile may know newer members.
+                self.cancelled[shard] = self.cancelled.get(shard, set()) | members
         for attempt in attempts:
             attempt.start_recorded = True
             if attempt.message.id in cancelled and not attempt.cancel_requested:
@@ -156,9 +177,12 @@ class Heartbeat(threading.Thread):
                             attempt.task.name, attempt.message.id)
                 attempt.cancelled_by_request()
         self._lost &= running
+        # Running still, after the round trip: one that ended meanwhile was acked by
+        # this worker (not lost to another), so only these are reported.
+        still = {(attempt.shard, attempt.stream_id) for attempt in self.running.snapshot()}
         for queue, lost_ids in lost_by_queue.items():
             for stream_id in lost_ids:
-                if (queue, stream_id) in running:
+                if (queue, stream_id) in running and (queue, stream_id) in still:
                     self._report_lost(queue, stream_id)
                 else:  # still in the buffer: the worker checks it before it runs
                     logger.debug("buffered message %s of queue %s was reclaimed by another "

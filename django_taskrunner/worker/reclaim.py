@@ -122,6 +122,16 @@ class Reclaimer:
         self._next_pass = dict.fromkeys(queues, now + self.interval)
         self._next_sweep = dict.fromkeys(queues, now + self.sweep_interval)
 
+    def add_stream(self, stream: str, shard: str) -> None:
+        """Reclaim from `stream` too (a priority level of `shard`), on the shard's timings."""
+        if stream in self.floor_ms:
+            return
+        self.floor_ms[stream] = self.floor_ms.get(shard, self.default_ms)
+        self._cursor[stream] = self._own_cursor[stream] = "-"
+        now = clock.monotonic()
+        self._next_pass[stream] = now + self.interval
+        self._next_sweep[stream] = now + self.sweep_interval
+
     def reclaim_due(self, queue: str, room: int) -> int:
         """Reclaim into `room` if a pass over `queue` is due; returns how many were taken.
 

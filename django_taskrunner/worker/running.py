@@ -16,6 +16,7 @@ from typing import Any
 from django_taskrunner.core import clock
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.task import Task
+from django_taskrunner.store.limits import Slot
 
 
 @dataclass(eq=False)
@@ -53,6 +54,7 @@ class Attempt:
         self.request_cancel()
     coroutine: bool = False  # awaited on the worker's event loop: no thread of its own
     on_cancel: Callable[[], None] | None = None  # cancels the coroutine (from any thread)
+    slots: tuple[Slot, ...] = ()  # concurrency slots held (the heartbeat renews them)
 
     @property
     def cancel(self) -> threading.Event:

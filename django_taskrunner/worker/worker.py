@@ -24,8 +24,9 @@ import threading
 from collections.abc import Sequence
 
 from django_taskrunner.core import clock
+from django_taskrunner.scheduling.outbox_flush import flush_waiting
 from django_taskrunner.scheduling.scheduler import LeaderScheduler, promote_all_due, register_queues
-from django_taskrunner.store import sharding
+from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import Broker, Entry
 from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.worker.acker import Acker
@@ -42,6 +43,7 @@ from django_taskrunner.worker.running import Attempt, RunningSet
 from django_taskrunner.worker.settings import WorkerSettings
 from django_taskrunner.worker.steps.record import requeued_write
 from django_taskrunner.worker.timelimit import TimeLimitWatchdog, interrupt
+from django_taskrunner.worker.turns import QueueTurns
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +78,10 @@ class Worker:
         self._held: set[tuple[str, str]] = set()  # (queue, stream id) fetched, not finished
         # One reader per stream: a queue split into shards has one stream per shard.
         self.fetchers = [Fetcher(self, shard) for shard in sharding.all_shards(self.queues)]
+        # `runtasks -Q a -Q b[:weight]`: which queue's fetchers read when (None: all at once).
+        self.turns = (QueueTurns(settings.queue_order) if settings.queue_order else None)
+        for fetcher in self.fetchers if self.turns else ():
+            self.turns.register(keys.queue_of(fetcher.queue), fetcher.queue)
 
     def _build_guards(self, settings: WorkerSettings) -> None:
         """The executor and what keeps messages safe: heartbeat, watchdog, reclaimer."""
@@ -86,17 +92,20 @@ class Worker:
         self.executor = Executor(self.broker, self.consumer, self.acker.add,
                                  requeue=self.acker.requeue, stats=self.monitor.recorder,
                                  running=self.running, reservation_timeout=timeout,
-                                 record=self.acker.record, result_ttl=settings.result_ttl)
+                                 record=self.acker.record, result_ttl=settings.result_ttl,
+                                 workflow=self.acker.workflow)
         # `async def` tasks: awaited on one event loop beside the pool, holding no thread.
         self.coroutines = AsyncRunner(
             self.executor, settings.async_concurrency, room=self._room_changed,
             finished=lambda delivery: self._release(delivery.shard, delivery.stream_id))
         self.executor.coroutines = self.coroutines
+        self.executor.free_slots = self.acker.release
         shortest = {shard: shortest_timeout(shard, timeout)
                     for shard in sharding.all_shards(self.queues)}
         floor = min(shortest.values(), default=timeout)
         self.heartbeat = Heartbeat(self.broker, self.consumer, self.running, timeout,
-                                   self.status, held=self.held_messages, floor=floor)
+                                   self.status, held=self.held_messages, floor=floor,
+                                   cancelled=self.executor.cancelled)
         self.reclaimer = Reclaimer(
             self.broker, self.consumer, sharding.all_shards(self.queues), self,
             reservation_timeout=timeout,
@@ -104,6 +113,14 @@ class Worker:
         )
         # A message that waited this long in the buffer is checked to be ours before it runs.
         self._recheck_after = {shard: seconds / 2 for shard, seconds in shortest.items()}
+
+    def add_stream(self, stream: str, shard: str) -> None:
+        """A priority level of `shard` came into use: its fetcher reads `stream` too, with
+        the shard's reclaim and recheck timings."""
+        self.reclaimer.add_stream(stream, shard)
+        with self._cond:
+            if shard in self._recheck_after:
+                self._recheck_after.setdefault(stream, self._recheck_after[shard])
 
     # -- the buffer -----------------------------------------------------------------
 
@@ -276,6 +293,7 @@ class Worker:
         except REDIS_DOWN as exc:
             logger.error("burst: cannot move due delayed tasks (%s); retrying", exc)
             return False
+        moved += flush_waiting()  # tasks committed through the outbox and left there
         if moved:
             # Fetchers must read again after this: only a read that started later counts.
             with self._cond:

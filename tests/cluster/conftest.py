@@ -48,6 +48,9 @@ ON_CLUSTER_TOO = [
     "integration/test_unique_concurrency.py",
     "integration/test_unique_modes.py",
     "integration/test_worker_runs_tasks.py",
+    "integration/test_rate_limit.py",
+    "integration/test_concurrency_limit.py",
+    "django/test_limits_admin.py",
     # integration/test_unique_dispatch.py still comes through test_unique_dispatch.py here.
 ]
 

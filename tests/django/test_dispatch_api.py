@@ -126,7 +126,7 @@ def test_dispatch_on_a_signal_sends_the_payload_after_commit_when_wanted():
         note.text = "edited"
         note.save()  # not created: `when` says no
     finally:
-        post_save.disconnect(receiver, sender=Note)
+        assert receiver.disconnect()  # connected under a dispatch_uid
     assert [m.payload for m in stream_messages()] == [{"n": "hello"}]
 
 

@@ -237,3 +237,16 @@ def test_keys_and_holders_are_shown_escaped(root):
 
 def test_the_admin_index_links_the_page(root):
     assert LIST_URL in root.get("/admin/").content.decode()
+
+
+def test_each_lock_shows_its_holders_conflict_policy(root, r):
+    replaced = unique_order.dispatch({"order": "P-1"}, on_conflict="replace")
+    raised = unique_order.dispatch({"order": "P-2"})
+    older = unique_order.dispatch({"order": "P-3"})
+    r.set(keys.unique_mode_key(get_broker().prefix, "default", older.lock_key), "until_finished")
+
+    text = root.get(LIST_URL).content.decode()
+
+    assert replaced.id in text and raised.id in text
+    assert "<td>replace</td>" in text and "<td>raise</td>" in text
+    assert "raise (declared)" in text  # a record of the mode alone: the task's policy

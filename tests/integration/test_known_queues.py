@@ -23,7 +23,7 @@ def test_the_queue_is_announced_once_per_process(r):
     dispatch("tests.testapp.tasks.noop", {"n": 1}, queue="announced")
     r.config_resetstat()
     dispatch("tests.testapp.tasks.noop", {"n": 2}, queue="announced")
-    assert "cmdstat_sadd" not in r.info("commandstats")
+    assert "cmdstat_zadd" not in r.info("commandstats")
 
 
 def test_the_metrics_list_a_queue_named_only_at_dispatch(r, client):
@@ -60,3 +60,84 @@ def test_without_redis_the_default_queues_are_the_configured_ones(r, prefix, cap
         queues = Command._default_queues("default", gone)  # nothing listens on port 1
     assert "default" in queues and "dispatch-only" not in queues
     assert "cannot read the known queues from Redis" in caplog.text
+
+
+def _store():
+    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store.schedule import for_broker
+
+    return for_broker(get_broker())
+
+
+def test_the_tasks_backend_queues_are_known(r):
+    assert "framework" in dashboard_queues()  # TASKS["default"]["QUEUES"] of the settings
+
+
+def test_a_mistyped_queue_a_worker_consumed_is_listed_then_forgotten_once_idle_and_empty(r):
+    from django_taskrunner.core import clock
+    from django_taskrunner.management.commands.runtasks import Command
+    from django_taskrunner.scheduling.queues import FORGET_AFTER_MS, forget_idle_queues
+    from django_taskrunner.store.broker import get_broker
+    from tests.worker_helpers import wait_for, worker_thread
+
+    with worker_thread(queues=("emials",)):  # its heartbeat makes the queue seen
+        wait_for(lambda: "emials" in dashboard_queues())
+    # A worker started without -Q does not consume it: no dispatch ever used it.
+    assert "emials" not in Command._default_queues("default", get_broker())
+
+    now = clock.now_ms()
+    assert forget_idle_queues(_store(), now) == []  # seen just now: kept
+    assert "emials" in forget_idle_queues(_store(), now + FORGET_AFTER_MS + 1000)
+    assert "emials" not in dashboard_queues()
+
+
+def test_a_queue_not_seen_for_long_is_kept_while_it_holds_messages(r):
+    from django_taskrunner.core import clock
+    from django_taskrunner.scheduling.queues import FORGET_AFTER_MS, forget_idle_queues
+
+    dispatch("tests.testapp.tasks.noop", {"n": 1}, queue="stale-full")
+    dispatch_delayed("tests.testapp.tasks.noop", {"n": 2}, delay=3600, queue="stale-later")
+    later = clock.now_ms() + FORGET_AFTER_MS + 1000
+    forgotten = forget_idle_queues(_store(), later)
+    assert "stale-full" not in forgotten and "stale-later" not in forgotten
+    assert {"stale-full", "stale-later"} <= set(dashboard_queues())
+
+
+def test_a_queue_seen_again_after_the_leader_read_it_is_kept(r):
+    from django_taskrunner.core import clock
+
+    store = _store()
+    store.add_known_queues(["back-again"], clock.now_ms())
+    assert store.forget_queue("back-again", clock.now_ms() - 60_000) is False
+    assert store.forget_queue("back-again", clock.now_ms() + 60_000) is True
+    assert "back-again" not in store.known_queues()
+
+
+def test_runtasks_without_queues_consumes_queues_dispatched_to_recently_only(r):
+    from django_taskrunner.core import clock
+    from django_taskrunner.management.commands.runtasks import Command
+    from django_taskrunner.scheduling.queues import FORGET_AFTER_MS
+    from django_taskrunner.store.broker import get_broker
+
+    store = _store()
+    store.add_known_queues(["used-lately"], clock.now_ms(), used=True)
+    store.add_known_queues(["used-long-ago"], clock.now_ms() - FORGET_AFTER_MS - 1000, used=True)
+    store.add_known_queues(["consumed-only"], clock.now_ms())
+    queues = Command._default_queues("default", get_broker())
+    assert "used-lately" in queues and "framework" in queues
+    assert "used-long-ago" not in queues and "consumed-only" not in queues
+
+
+def test_the_older_plain_set_of_known_queues_is_still_read_and_folded_in(r, prefix):
+    from django_taskrunner.core import clock
+    from django_taskrunner.scheduling.queues import FORGET_AFTER_MS, forget_idle_queues
+    from django_taskrunner.store import keys
+    from django_taskrunner.store.broker import get_broker
+
+    r.sadd(keys.known_queues_key(get_broker().prefix), "from-before")
+    assert "from-before" in dashboard_queues()
+    store = _store()
+    assert forget_idle_queues(store, clock.now_ms()) == []  # folded in, seen now
+    assert not r.exists(keys.known_queues_key(get_broker().prefix))
+    assert "from-before" in store.queue_sightings()
+    assert "from-before" in forget_idle_queues(store, clock.now_ms() + FORGET_AFTER_MS + 1000)

@@ -288,3 +288,32 @@ def test_an_async_task_keeps_its_result_and_is_cancelled_outright(r):
     assert record.status == "cancelled"
     assert runs(r, "async_sleeper:start") == 1
     assert r.hget(tasks.runs_key(), "async_sleeper:long") is None  # it never finished
+
+
+def test_a_message_cancelled_while_in_the_buffer_never_starts(r):
+    """The buffer is full (one thread running a blocker, one message fetched behind it),
+    so no fetch reads the cancelled set again: the heartbeat must, or the cancelled
+    message starts once the blocker ends, after its lock was freed."""
+    from django_taskrunner.core import unique
+
+    blocker = tasks.gated_report.dispatch({"k": "buffer"})
+    buffered = tasks.unique_records.dispatch({"n": 7})
+    with worker_thread(concurrency=1, batch_size=1) as worker:
+        wait_for(lambda: r.hget(tasks.runs_key(), "gated_report:buffer") == b"1"
+                 and len(worker.held_messages()) == 2)
+        assert lookup(buffered.id).status == "queued"
+
+        assert cancel(buffered.id) is True
+        assert not r.exists(buffered.lock_key)
+        holder = unique.holder_value(buffered)
+        # the heartbeat (every 0.5 s while the blocker runs) reads the cancelled set
+        wait_for(lambda: holder in worker.executor.cancelled.get("default", ()))
+
+        r.set(f"{tasks.runs_key()}:gate:1", "1")
+        broker = get_broker()
+        wait_for(lambda: lookup(blocker.id).status == "succeeded"
+                 and broker.pending("default") == 0 and broker.length("default") == 0)
+
+    assert runs(r, "unique_records") == 0
+    assert lookup(buffered.id).status == "cancelled"
+    assert not r.smembers(keys.cancelled_key(get_broker().prefix, "default"))

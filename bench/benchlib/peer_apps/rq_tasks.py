@@ -6,6 +6,7 @@ import os
 
 import redis
 from benchlib.job import job as run_job
+from benchlib.orm_job import orm_job
 from rq import Queue
 from rq.worker import SimpleWorker
 
@@ -14,6 +15,11 @@ QUEUE = "bench"
 
 def job(payload: dict) -> None:
     run_job(payload)
+
+
+def orm(payload: dict) -> None:
+    """No connection hygiene: RQ has none (the connection lives as long as the worker)."""
+    orm_job(payload)
 
 
 def queue() -> Queue:

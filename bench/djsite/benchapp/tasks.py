@@ -8,13 +8,26 @@ from typing import Any
 
 from benchlib.async_io import io_done
 from benchlib.job import job as run_job
+from benchlib.orm_job import orm_job
 
 from django_taskrunner import task
+from django_taskrunner.store.connection import get_redis
 
 
 @task(name="bench.job")
 def job(payload: Any) -> None:
     run_job(payload)
+
+
+@task(name="bench.orm")
+def orm(payload: Any) -> None:
+    """bench/orm.py: insert one row through the ORM and read it back."""
+    orm_job(payload)
+
+
+@task(name="bench.noop")
+def noop(payload: Any) -> None:
+    """bench/handle_cost.py: the runner's own cost per task, nothing else."""
 
 
 @task(name="bench.sized")
@@ -35,3 +48,15 @@ def sync_io(payload: Any) -> None:
     """The same wait, blocking a worker thread (the comparison row of bench/async_io.py)."""
     time.sleep(payload["ms"] / 1000)
     io_done(payload["n"])
+
+
+@task(name="bench.wf_member")
+def wf_member(payload: Any) -> int:
+    """bench/workflows.py: a no-op group member returning its number."""
+    return payload["n"]
+
+
+@task(name="bench.wf_done", takes_context=True)
+def wf_done(ctx: Any, payload: Any) -> None:
+    """bench/workflows.py: the group's callback notes when it ran (and how many results)."""
+    get_redis().rpush("bench:wf:done", f"{time.time()}:{len(ctx.parent_result)}")

@@ -16,9 +16,11 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_taskrunner.checks import MAX_BATCH, MAX_POOL, QUEUE_NAME
 from django_taskrunner.conf import get_settings
+from django_taskrunner.core import clock
 from django_taskrunner.core.options import check_queue_name
-from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import InvalidTaskOptions
+from django_taskrunner.scheduling.queues import FORGET_AFTER_MS
+from django_taskrunner.stats.figures import declared_queues
 from django_taskrunner.stats.metrics import serve_metrics
 from django_taskrunner.store.broker import Broker, get_broker
 from django_taskrunner.store.errors import REDIS_DOWN
@@ -63,6 +65,36 @@ def queue_name(value: str) -> str:
         return check_queue_name(value)
     except InvalidTaskOptions as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+MAX_WEIGHT = 100
+
+
+def queue_spec(value: str) -> tuple[str, int | None]:
+    """argparse type: `queue` or `queue:weight` (1..100), for `--queue`."""
+    name, sep, weight = value.partition(":")
+    queue = queue_name(name)
+    if not sep:
+        return queue, None
+    if not weight.isdigit() or not 1 <= int(weight) <= MAX_WEIGHT:
+        raise argparse.ArgumentTypeError(
+            f"the weight of queue {queue!r} must be an integer from 1 to {MAX_WEIGHT}, "
+            f"not {weight!r}")
+    return queue, int(weight)
+
+
+def queue_order(specs: list[tuple[str, int | None]]) -> tuple[tuple[str, int], ...] | None:
+    """The worker's `queue_order` from the `--queue` options: None for one queue (or
+    none); every weight 0 (a strict order) when none has a weight; else a missing weight
+    counts 1. A queue named twice keeps its first place."""
+    order = dict[str, int | None]()
+    for queue, weight in specs:
+        order.setdefault(queue, weight)
+    if len(order) < 2:
+        return None
+    if all(weight is None for weight in order.values()):
+        return tuple((queue, 0) for queue in order)
+    return tuple((queue, 1 if weight is None else weight) for queue, weight in order.items())
 
 
 port_number = int_up_to(65535)  # argparse type: a TCP port
@@ -126,10 +158,11 @@ class Command(BaseCommand):
     help = "Run background tasks from the Redis streams of the given queues."
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--queue", "-Q", action="append", type=queue_name, dest="queues",
-                            help="queue to consume (repeatable; default: every queue a "
-                                 "registered task or TASKS names, DEFAULT_QUEUE, and the "
-                                 "queues known in Redis)")
+        parser.add_argument("--queue", "-Q", action="append", type=queue_spec, dest="queues",
+                            help="queue to consume, or queue:weight (repeatable: read in the "
+                                 "order given, or a weighted round robin with weights; "
+                                 "default: every queue a registered task or TASKS names, "
+                                 "DEFAULT_QUEUE, and the queues known in Redis, side by side)")
         parser.add_argument("--concurrency", "-c", type=pool_size,
                             help="worker threads of a fixed pool (default: "
                                  "TASKRUNNER['MAX_WORKERS'])")
@@ -166,8 +199,10 @@ class Command(BaseCommand):
 
     def _run(self, settings: Any, options: dict[str, Any]) -> None:
         broker = self._connect(wait=not options["burst"])
-        queues = options["queues"] or self._default_queues(settings.DEFAULT_QUEUE, broker)
-        worker = Worker(broker, self._worker_settings(queues, options))
+        specs = options["queues"] or []
+        queues = ([queue for queue, _weight in specs]
+                  or self._default_queues(settings.DEFAULT_QUEUE, broker))
+        worker = Worker(broker, self._worker_settings(queues, options, queue_order(specs)))
         stop_metrics = self._serve_metrics(options["metrics_port"], options["metrics_addr"])
         previous = self._install_signal_handlers(worker)
         try:
@@ -180,7 +215,8 @@ class Command(BaseCommand):
             sys.exit(code)
 
     @staticmethod
-    def _worker_settings(queues: list[str], options: dict[str, Any]) -> WorkerSettings:
+    def _worker_settings(queues: list[str], options: dict[str, Any],
+                         order: tuple[tuple[str, int], ...] | None = None) -> WorkerSettings:
         """The worker's settings: these options over TASKRUNNER over the defaults."""
         try:
             return worker_settings(
@@ -188,6 +224,7 @@ class Command(BaseCommand):
                 min_workers=options.get("min_workers"), max_workers=options.get("max_workers"),
                 batch_size=options.get("batch_size"), consumer=options.get("consumer_name"),
                 burst=options.get("burst"), scheduler=not options.get("no_scheduler"),
+                queue_order=order,
             )
         except PoolSizeConflict as exc:
             raise CommandError(str(exc)) from None
@@ -234,23 +271,20 @@ class Command(BaseCommand):
     @staticmethod
     def _default_queues(default_queue: str, broker: Broker) -> list[str]:
         """Queues that registered tasks name, DEFAULT_QUEUE, the QUEUES of every Django
-        Tasks framework backend of ours in TASKS, and the known queues in Redis (those
-        workers consume and dispatches used, `dispatch(queue=...)` included). When Redis
-        does not answer, the configured ones alone, and a log line says so."""
-        from django.conf import settings
-
-        queues = registry.queues() | {default_queue}
-        for params in getattr(settings, "TASKS", {}).values():
-            if params.get("BACKEND") == "django_taskrunner.backends.TaskRunnerBackend":
-                queues |= set(params.get("QUEUES", ["default"]))
+        Tasks framework backend of ours in TASKS, and the queues dispatches used in the
+        last `FORGET_AFTER_MS` (`dispatch(queue=...)` included). Not every queue ever
+        seen: one only a worker's mistyped `-Q` named is not consumed. When Redis does
+        not answer, the configured ones alone, and a log line says so."""
+        queues = declared_queues() | {default_queue}
         try:
-            known = schedule_store(broker).known_queues()
+            store = schedule_store(broker)
+            used = store.used_queues(clock.now_ms() - FORGET_AFTER_MS)
         except REDIS_DOWN as exc:
             logger.warning("cannot read the known queues from Redis (%s): consuming the "
                            "queues registered tasks and TASKS name: %s", exc,
                            ", ".join(sorted(queues)))
             return sorted(queues)
-        return sorted(queues | {name for name in known if QUEUE_NAME.fullmatch(name)})
+        return sorted(queues | {name for name in used if QUEUE_NAME.fullmatch(name)})
 
     @staticmethod
     def _install_signal_handlers(worker: Worker) -> dict[int, Any]:

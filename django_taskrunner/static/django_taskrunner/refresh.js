@@ -21,11 +21,16 @@
       var row = anchor && anchor.closest("tr");
       if (!row) { return; }
       var figures = data.queues[name];
-      Object.keys(figures).forEach(function (field) {
-        var cell = row.querySelector('[data-field="' + field + '"]');
-        if (!cell) { return; }
-        var target = cell.querySelector("a") || cell;
-        target.textContent = String(figures[field]);
+      // The summary row, and the figures of the queue's own panel below it.
+      var places = [row, document.getElementById("queue-" + name)];
+      places.forEach(function (place) {
+        if (!place) { return; }
+        Object.keys(figures).forEach(function (field) {
+          var cell = place.querySelector('[data-field="' + field + '"]');
+          if (!cell) { return; }
+          var target = cell.querySelector("a") || cell;
+          target.textContent = String(figures[field]);
+        });
       });
     });
   }

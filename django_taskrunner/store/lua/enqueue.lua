@@ -25,12 +25,31 @@
 --         before every waiting one, its due time is PUBLISHed there (as add_delayed.lua)
 -- ARGV[9] optional: the lock's unique mode, written to the mode record with the lock's
 --         TTL so the admin can show it (the lock's value stays the holder)
--- ARGV[10] optional: the TTL in seconds of the task's record, '' for none; then
---         ARGV[11...] its field, value pairs; the record's two keys (record, done list)
+-- ARGV[10] optional: the conflict policy, what a lock found held means: '' or 'raise'
+--         (return the holder), 'return' (the holder and its body), 'replace' (a holder
+--         not started yet takes this payload), 'debounce' (a holder still waiting in the
+--         delayed set takes this payload and this due time; one that left it no longer
+--         holds the lock). For the last three, the queue's other structure (the delayed
+--         set when KEYS[1] is the stream, else the stream) comes after the task_id key.
+--         A replace also needs the holder alike: the same mode, and a task_id exactly
+--         when this dispatch has one; otherwise the lock counts as held, as for 'raise'.
+-- ARGV[11] the consumer group: a stream entry it has been delivered to has started
+-- ARGV[12], ARGV[13] the body split around its id and dispatch token: the holder's
+--         body is ARGV[12] .. <holder id as JSON> .. ',"tok":"<holder token>",' ..
+--         ARGV[13] (core/message.py, `holder_parts`)
+-- ARGV[14] optional: the TTL in seconds of the task's record, '' for none; then
+--         ARGV[15...] its field, value pairs (the stream id is added as 'sid'); the
+--         record's two keys (record, done list)
 --         come last in KEYS. A single server only: on a cluster the record lives in the
 --         id's slot, not the queue's, and is written after this script (store/records.py).
+--
+-- The mode record holds '<mode>\n<policy>\n<where>\n<ref>': where the holder waits, 's'
+-- and its stream id, or 'd' and its body (the delayed set's member), kept up to date by
+-- a replace (older records hold the mode alone).
 -- Returns {'ok', <stream id> | 'delayed'}; {'id', <holder>} when the task_id is
--- reserved; {'lock', <holder>} when the lock is held (the value found, token included).
+-- reserved; {'lock', <holder>} when the lock is held (the value found, token included),
+-- with policy 'return' {'lock', <holder>, <holder's body> | false};
+-- {'replaced', <holder>, <stream id> | 'delayed'} when the holder took this payload.
 
 local lock_key, mode_key, id_key
 local mode = ARGV[9] or ''
@@ -47,7 +66,157 @@ if ARGV[6] ~= '' then
   id_key = KEYS[n]
   n = n + 1
 end
-local record_ttl = ARGV[10] or ''
+local policy = ARGV[10] or ''
+local stream_key, delayed_key = KEYS[1], nil
+if ARGV[1] == 'delayed' then
+  stream_key, delayed_key = nil, KEYS[1]
+end
+if policy == 'return' or policy == 'replace' or policy == 'debounce' then
+  if ARGV[1] == 'delayed' then
+    stream_key = KEYS[n]
+  else
+    delayed_key = KEYS[n]
+  end
+  n = n + 1
+end
+local record_ttl = ARGV[14] or ''
+
+-- The holder's place, from its mode record: where ('s' | 'd'), ref; nil for none.
+local function holder_place()
+  if not mode_key then
+    return nil
+  end
+  local value = redis.call('GET', mode_key)
+  if not value then
+    return nil
+  end
+  local m, p, where, ref = string.match(value, '^([^\n]*)\n([^\n]*)\n([sd])\n(.*)$')
+  if not where then
+    return nil
+  end
+  return where, ref, m .. '\n' .. p .. '\n', m
+end
+
+-- The body of stream entry `id`, or nil when it is gone.
+local function stream_body(id)
+  local entry = redis.call('XRANGE', stream_key, id, id)
+  if #entry == 0 then
+    return nil
+  end
+  local fields = entry[1][2]
+  for i = 1, #fields, 2 do
+    if fields[i] == 'm' then
+      return fields[i + 1]
+    end
+  end
+  return nil
+end
+
+-- A replacing body must mean what the holder's did: the same mode, and a task_id
+-- exactly when the holder has one (the worker frees what the body names). The bodies
+-- tell, not ARGV[6]: an outbox move reserves a mark there for a body without a task_id.
+local function compatible(old_body, old_mode)
+  if old_mode ~= mode then
+    return false
+  end
+  local ok, old = pcall(cjson.decode, old_body)
+  local ok_new, new = pcall(cjson.decode, ARGV[2])
+  if not ok or type(old) ~= 'table' or not ok_new or type(new) ~= 'table' then
+    return false
+  end
+  return (old['tid'] == true) == (new['tid'] == true)
+end
+
+-- True once the consumer group has been delivered the entry `id` (or a later one).
+local function delivered(id)
+  local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', stream_key)
+  if not ok then
+    return false
+  end
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  for _, group in ipairs(groups) do
+    local name, last
+    for i = 1, #group, 2 do
+      if group[i] == 'name' then
+        name = group[i + 1]
+      elseif group[i] == 'last-delivered-id' then
+        last = group[i + 1]
+      end
+    end
+    if name == ARGV[11] and last then
+      local lms, lseq = string.match(last, '^(%d+)-(%d+)$')
+      lms, lseq = tonumber(lms), tonumber(lseq)
+      return tonumber(ms) < lms or (tonumber(ms) == lms and tonumber(seq) <= lseq)
+    end
+  end
+  return false
+end
+
+-- The holder's body rebuilt around the new payload: same id, same dispatch token.
+local function holder_body(holder)
+  local id, token = string.match(holder, '^(.*)#(%w+)$')
+  if not id then
+    id, token = holder, nil
+  end
+  local tok = ''
+  if token then
+    tok = '"tok":"' .. token .. '",'
+  end
+  return ARGV[12] .. cjson.encode(id) .. ',' .. tok .. ARGV[13]
+end
+
+-- On a held lock: what the policy makes of it; nil means 'take the lock over' (debounce).
+local function on_held(holder)
+  if policy == '' or policy == 'raise' then
+    return {'lock', holder}
+  end
+  local where, ref, head, held_mode = holder_place()
+  if policy == 'return' then
+    local body = false
+    if where == 'd' then
+      body = ref
+    elseif where == 's' then
+      body = stream_body(ref) or false
+    end
+    return {'lock', holder, body}
+  end
+  if where == 'd' then
+    local score = redis.call('ZSCORE', delayed_key, ref)
+    if not score then
+      if policy == 'debounce' then
+        return nil  -- it left the delayed set: its quiet period is over
+      end
+      return {'lock', holder}
+    end
+    if not compatible(ref, held_mode) then
+      return {'lock', holder}
+    end
+    local body = holder_body(holder)
+    if policy == 'debounce' then
+      score = ARGV[3]
+      redis.call('PEXPIRE', lock_key, ARGV[5])
+    end
+    redis.call('ZREM', delayed_key, ref)
+    redis.call('ZADD', delayed_key, score, body)
+    redis.call('SET', mode_key, head .. 'd\n' .. body, 'KEEPTTL')
+    if policy == 'debounce' then
+      redis.call('PEXPIRE', mode_key, ARGV[5])
+    end
+    return {'replaced', holder, 'delayed'}
+  end
+  if policy == 'debounce' then
+    return nil  -- on the stream (or an older lock): the quiet period is over
+  end
+  local old_body = where == 's' and stream_body(ref)
+  if not old_body or delivered(ref) or not compatible(old_body, held_mode) then
+    return {'lock', holder}  -- started (or not findable, or not alike): as 'raise'
+  end
+  local body = holder_body(holder)
+  redis.call('XDEL', stream_key, ref)
+  local added = redis.call('XADD', stream_key, '*', 'm', body)
+  redis.call('SET', mode_key, head .. 's\n' .. added, 'KEEPTTL')
+  return {'replaced', holder, added}
+end
 
 if id_key then
   local holder = redis.call('GET', id_key)
@@ -58,7 +227,10 @@ end
 if lock_key then
   local holder = redis.call('GET', lock_key)
   if holder then
-    return {'lock', holder}
+    local reply = on_held(holder)
+    if reply then
+      return reply
+    end
   end
 end
 
@@ -76,7 +248,14 @@ end
 if lock_key then
   redis.call('SET', lock_key, ARGV[4], 'PX', ARGV[5])
   if mode_key then
-    redis.call('SET', mode_key, mode, 'PX', ARGV[5])
+    local place = 's\n' .. added
+    if added == 'delayed' then
+      place = 'd\n' .. ARGV[2]
+    end
+    if policy == '' then
+      policy = 'raise'
+    end
+    redis.call('SET', mode_key, mode .. '\n' .. policy .. '\n' .. place, 'PX', ARGV[5])
   end
 end
 if id_key then
@@ -84,7 +263,12 @@ if id_key then
 end
 if record_ttl ~= '' then
   redis.call('DEL', KEYS[n], KEYS[n + 1])
-  redis.call('HSET', KEYS[n], unpack(ARGV, 11))
+  local fields = {unpack(ARGV, 15)}
+  if added ~= 'delayed' then  -- its stream id: a lookup by id reads the entry at once
+    fields[#fields + 1] = 'sid'
+    fields[#fields + 1] = added
+  end
+  redis.call('HSET', KEYS[n], unpack(fields))
   redis.call('EXPIRE', KEYS[n], record_ttl)
 end
 return {'ok', added}

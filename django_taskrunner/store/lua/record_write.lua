@@ -12,15 +12,16 @@
 -- ARGV[3...] field, value pairs (field 's' is the status, 'h' the dispatch's holder)
 -- Returns the status now recorded.
 
-local status = redis.call('HGET', KEYS[1], 's')
+-- What the record holds now, in one call: status, attempt, holder, cancel flag, watched.
+local now = redis.call('HMGET', KEYS[1], 's', 'a', 'h', 'c', 'wt')
+local status, attempt, holder = now[1], now[2], now[3]
+local cancelled, watched = now[4] == '1', now[5]
 local final = {succeeded = true, failed = true, cancelled = true, expired = true}
 if status and final[status] and (ARGV[1] == 'update' or status == 'cancelled') then
   return status
 end
 -- A late beat of an attempt must not overwrite a later attempt's record ('a' field),
 -- nor any write of one dispatch a later dispatch of the same task_id ('h', its holder).
-local attempt = redis.call('HGET', KEYS[1], 'a')
-local holder = redis.call('HGET', KEYS[1], 'h')
 for i = 3, #ARGV, 2 do
   if ARGV[1] == 'update' and ARGV[i] == 'a' and attempt
       and tonumber(attempt) > tonumber(ARGV[i + 1]) then
@@ -35,9 +36,7 @@ local new_status = status
 for i = 3, #ARGV, 2 do
   local value = ARGV[i + 1]
   if ARGV[i] == 's' then
-    if ARGV[1] == 'final' and redis.call('HGET', KEYS[1], 'c') == '1' then
-      value = 'cancelled'
-    elseif ARGV[1] == 'update' and value == 'retrying' and redis.call('HGET', KEYS[1], 'c') == '1' then
+    if cancelled and (ARGV[1] == 'final' or value == 'retrying') then
       value = 'cancelled'
     end
     new_status = value
@@ -47,7 +46,7 @@ for i = 3, #ARGV, 2 do
 end
 redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('EXPIRE', KEYS[1], ARGV[2])
-if new_status and final[new_status] and redis.call('HEXISTS', KEYS[1], 'wt') == 1 then
+if new_status and final[new_status] and watched then
   redis.call('RPUSH', KEYS[2], '1')
   redis.call('EXPIRE', KEYS[2], ARGV[2])
 end

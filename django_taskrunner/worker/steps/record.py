@@ -17,10 +17,13 @@ from django_taskrunner.shim import framework_result_ttl
 from django_taskrunner.store.records import RecordWrite
 from django_taskrunner.worker.steps.locks import release
 from django_taskrunner.worker.steps.run import Run
+from django_taskrunner.worker.steps.workflow import note_outcome
 
 if TYPE_CHECKING:
     from django_taskrunner.worker.executor import Executor
     from django_taskrunner.worker.running import Attempt
+
+NULL_JSON = "null"  # encode_value(None)[0]
 
 
 def skip_cancelled(executor: Executor, run: Run) -> bool:
@@ -66,12 +69,15 @@ def write_outcome(
     message = run.message
     ttl = record_ttl(executor, run)
     if message is None or ttl <= 0 or not message.task_name:
+        if message is not None and message.workflow is not None:
+            note_outcome(executor, run, status)
         return
     attempt = run.attempt
     final = status != "retrying"
     fields = [("s", status), ("t", message.task_name), ("q", message.queue),
-              ("a", str(message.attempt + (0 if final else 1))), ("w", executor.consumer),
-              ("d", str(message.dispatched_at_ms)), ("ttl", str(ttl))]
+              ("a", str(message.attempt + (0 if final else 1))), ("w", executor.consumer)]
+    if not final:  # a final record keeps the dispatch's 'd'; it needs no 'ttl' any more
+        fields += [("d", str(message.dispatched_at_ms)), ("ttl", str(ttl))]
     if attempt is not None:
         fields.append(("st", str(attempt.started_ms)))
     if message.dispatch_token is not None:  # a later dispatch of its task_id is not ours
@@ -79,8 +85,11 @@ def write_outcome(
     if final:
         fields.append(("f", str(clock.now_ms())))
     if status == "succeeded" and attempt is not None:
-        encoded, why = encode_value(attempt.result, "result")
-        fields.append(("r", encoded) if encoded is not None else ("e", why or ""))
+        if attempt.result is None:  # most tasks: the JSON of None, without building an encoder
+            fields.append(("r", NULL_JSON))
+        else:
+            encoded, why = encode_value(attempt.result, "result")
+            fields.append(("r", encoded) if encoded is not None else ("e", why or ""))
     if error is not None:
         fields.append(("e", f"{type(error).__name__}: {error}"))
         fields.append(("ec", f"{type(error).__module__}.{type(error).__qualname__}"))
@@ -89,6 +98,8 @@ def write_outcome(
     executor.record(RecordWrite(message.id, tuple(fields), ttl if final else PENDING_TTL_S,
                                 final=final, uncancel=uncancel,
                                 cancel_member=locks.holder_value(message)))
+    if message.workflow is not None:  # after its record: the next step reads its result
+        note_outcome(executor, run, status)
 
 
 def started_write(attempt: Attempt, consumer: str) -> RecordWrite:
@@ -98,6 +109,10 @@ def started_write(attempt: Attempt, consumer: str) -> RecordWrite:
     fields = [("s", "running"), ("t", message.task_name), ("q", message.queue),
               ("a", str(message.attempt)), ("w", consumer), ("st", str(attempt.started_ms)),
               ("d", str(message.dispatched_at_ms)), ("ttl", str(attempt.record_ttl))]
+    if attempt.stream_id:  # a retried attempt runs from an entry of its own
+        fields.append(("sid", attempt.stream_id))
+        if attempt.shard != message.queue:
+            fields.append(("sh", attempt.shard))
     if message.dispatch_token is not None:
         fields.append(("h", locks.holder_value(message)))
     progress = attempt.take_progress()

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.task import Task
 from django_taskrunner.shim import shown_name
+from django_taskrunner.store.limits import Slot
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.running import Attempt
 
@@ -21,6 +22,7 @@ class Run:
     attempt: Attempt | None = None  # set while and after the task function runs
     error: BaseException | None = None  # what the attempt raised (None: it succeeded)
     on_loop: bool = False  # an async attempt handed to the event loop, which settles it
+    slots: tuple[Slot, ...] = ()  # concurrency slots taken (steps/limits.py)
 
     @property
     def shown_name(self) -> str:

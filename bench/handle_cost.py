@@ -1,0 +1,147 @@
+"""The runner's own CPU per task, in one process: `Executor.handle()` and the acker's
+batched round trips, against calling the same task function in a plain loop.
+
+    taskset -c 0,1 python bench/handle_cost.py            # --jobs 3000 --reps 5
+    python bench/handle_cost.py --job noop                 # a task that does nothing
+
+Starts a private redis-server (and, for `--job orm`, a PostgreSQL database of its own,
+`CONN_MAX_AGE` 600), queues N messages of the task with `dispatch_many` and reads them
+with XREADGROUP as a worker would; then, alternating, runs the task function N times in a
+loop and `Executor.handle()` on the N messages (the worker's own Acker thread sending the
+acks and task records). CPU is `time.process_time()` of this process (every thread),
+from the first task to the last ack sent. The fetcher, the heartbeat and the monitor are
+left out: what this measures is the per-task path the optimisations touch, with far less
+noise than a drain on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from benchlib import procs  # noqa: E402
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=3000)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--job", choices=["orm", "noop"], default="orm")
+    parser.add_argument("--conn-max-age", default="600", help="CONN_MAX_AGE (unset: none)")
+    parser.add_argument("--pg-name", default="tr_perf_handle")
+    parser.add_argument("--pg-host", default="127.0.0.1")
+    parser.add_argument("--pg-port", default="5432")
+    parser.add_argument("--pg-user", default="postgres")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    import psycopg
+
+    dsn = f"host={args.pg_host} port={args.pg_port} user={args.pg_user} dbname=postgres"
+    workdir = tempfile.mkdtemp(prefix="bench-handle-")
+    redis_proc, url = procs.start_redis(workdir)
+    procs.pin_self(procs.WORKER_CPU)
+    env = {"BENCH_REDIS_URL": url, "DJANGO_SETTINGS_MODULE": "djsite.settings",
+           "BENCH_DB": str(Path(workdir) / "bench.sqlite3")}
+    if args.job == "orm":
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{args.pg_name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{args.pg_name}"')
+        env.update(BENCH_PG_NAME=args.pg_name, BENCH_PG_HOST=args.pg_host,
+                   BENCH_PG_PORT=args.pg_port, BENCH_PG_USER=args.pg_user)
+        if args.conn_max_age != "unset":
+            env["BENCH_CONN_MAX_AGE"] = args.conn_max_age
+    os.environ.update(env)
+    try:
+        return measure(args)
+    finally:
+        procs.kill(redis_proc)
+        shutil.rmtree(workdir, ignore_errors=True)
+        if args.job == "orm":
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{args.pg_name}" WITH (FORCE)')
+
+
+def measure(args: argparse.Namespace) -> int:
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+    from djsite.benchapp import tasks
+
+    from django_taskrunner.conf import get_settings
+    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.worker.acker import Acker
+    from django_taskrunner.worker.delivery import Delivery
+    from django_taskrunner.worker.executor import Executor
+    from django_taskrunner.worker.outage import RedisStatus
+
+    call_command("migrate", "--run-syncdb", verbosity=0)
+    task = tasks.orm if args.job == "orm" else tasks.noop
+    broker = get_broker()
+    consumer = "bench-handle-1"
+    loop_s: list[float] = []
+    handle_s: list[float] = []
+    for rep in range(args.reps):
+        if args.job == "orm":
+            with connection.cursor() as cursor:
+                cursor.execute("TRUNCATE benchapp_benchrow RESTART IDENTITY")
+        broker.client.flushall()
+        queue = task.options.queue or get_settings().DEFAULT_QUEUE
+        broker.ensure_group(queue)
+        task.dispatch_many([{"i": i} for i in range(args.jobs)])
+        entries = []
+        while len(entries) < args.jobs:
+            entries += broker.read(queue, consumer, 1000, None)
+        deliveries = [Delivery(queue, stream_id, body) for stream_id, body in entries]
+        acker = Acker(broker, consumer, RedisStatus())
+        acker.start()
+        executor = Executor(broker, consumer, acker.add, requeue=acker.requeue,
+                            record=acker.record)
+        fn = task.fn
+        payloads = [{"i": args.jobs + i} for i in range(args.jobs)]
+        for order in ((0, 1) if rep % 2 == 0 else (1, 0)):
+            if order == 0:
+                start = time.process_time()
+                for payload in payloads:
+                    fn(payload)
+                loop_s.append(time.process_time() - start)
+            else:
+                start = time.process_time()
+                for delivery in deliveries:
+                    executor.handle(delivery)
+                while not acker.idle():
+                    time.sleep(0.0005)
+                handle_s.append(time.process_time() - start)
+        acker.stop()
+        left = broker.pending(queue)
+        if left:
+            raise SystemExit(f"{left} messages were not acked")
+        print(f"[{rep + 1}/{args.reps}] loop {loop_s[-1] / args.jobs * 1e6:7.1f} µs/task  "
+              f"handle {handle_s[-1] / args.jobs * 1e6:7.1f} µs/task", file=sys.stderr,
+              flush=True)
+    loop = statistics.median(loop_s) / args.jobs * 1e6
+    handle = statistics.median(handle_s) / args.jobs * 1e6
+    print(f"job={args.job} jobs={args.jobs} reps={args.reps}: task function in a loop "
+          f"{loop:.1f} µs/task, Executor.handle + acker {handle:.1f} µs/task, "
+          f"the runner's own {handle - loop:.1f} µs ({(handle - loop) / loop:+.1%} of the "
+          "task's)" if args.job == "orm" else
+          f"job={args.job} jobs={args.jobs} reps={args.reps}: Executor.handle + acker "
+          f"{handle:.1f} µs/task (the function itself {loop:.2f} µs)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,213 @@
+"""Task records at scale: lookups by task id and the console pages with 1,000,000
+records and 100,000 queued messages.
+
+    taskset -c 0,1 python bench/records_scale.py            # --records 1000000 --queued 100000
+    python bench/records_scale.py --records 100000 --queued 10000 --repeat 5   # a quick look
+
+It starts its own redis-server (pinned to CPU 0 when there are two CPUs) and a fresh
+SQLite database, then fills them through the store layer with pipelined writes:
+`--queued` plain messages waiting on the default stream (`dispatch_many`, 1,000 a round
+trip: each with its queued record, which keeps its stream id), `--records` finished
+records (`Records.queue_new`, 5,000 a round trip: succeeded with a small result, one in
+ten failed with an error and a traceback), `--failed` failed-task rows, two consumers
+holding 5 messages each (the running list) and an hour of statistics. Then it times
+`lookup(id)` of finished and queued tasks, and each console page through Django's test
+client as a logged-in superuser (two warm-up requests, then `--repeat`); figures are the
+median, fastest and slowest in ms, against a 300 ms target per page. Last, `MEMORY USAGE`
+of a sample of the finished records: bytes per record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random  # noqa: S311 - figures for a benchmark, not secrets
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.admin_pages import TRACEBACK, fill_database, write_an_hour_of_statistics  # noqa: E402
+from bench.delayed_timing import start_redis  # noqa: E402
+
+TARGET_MS = 300.0
+TASK = "bench.admin_site.tasks.send_receipt"
+
+
+def fill_queued(queued: int) -> list[str]:
+    """`queued` plain messages on the default stream; their ids, oldest first."""
+    from django_taskrunner.core.dispatch import dispatch_many
+
+    ids: list[str] = []
+    for start in range(0, queued, 1000):
+        messages = dispatch_many(TASK, [{"order": n, "email": f"customer-{n}@example.com"}
+                                        for n in range(start, min(queued, start + 1000))])
+        ids += [message.id for message in messages]
+    return ids
+
+
+def fill_records(count: int) -> list[str]:
+    """`count` finished records, written 5,000 a pipelined round trip; their ids."""
+    from django_taskrunner.core import clock
+    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store.records import RecordWrite
+
+    broker = get_broker()
+    store = broker.records
+    now = clock.now_ms()
+    ids = []
+    pipe = broker.client.pipeline(transaction=False)
+    for n in range(count):
+        task_id = f"{n:08x}-5e1f-4b7a-9c3d-{n:012x}"
+        ids.append(task_id)
+        fields = [("s", "succeeded"), ("t", TASK), ("q", "default"), ("a", "1"),
+                  ("w", "web-1-1234-ab12"), ("d", str(now - 60_000)), ("ttl", "86400"),
+                  ("st", str(now - 50_000)), ("f", str(now - 49_000))]
+        if n % 10 == 9:
+            fields[0] = ("s", "failed")
+            fields += [("e", f"ValueError: the mail server said no ({n})"),
+                       ("ec", "builtins.ValueError"), ("tb", TRACEBACK)]
+        else:
+            fields.append(("r", json.dumps({"sent": n, "ok": True})))
+        store.queue_new(pipe, RecordWrite(task_id, tuple(fields), 86400))
+        if len(pipe) >= 10_000:
+            pipe.execute()
+    pipe.execute()
+    return ids
+
+
+def measure(client, url: str, repeat: int) -> list[float]:  # type: ignore[no-untyped-def]
+    for _ in range(2):
+        response = client.get(url)
+        if response.status_code != 200:
+            raise SystemExit(f"benchmark: {url} answered {response.status_code}")
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        client.get(url)
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+def timed_calls(call, args: list, repeat: int) -> list[float]:  # type: ignore[no-untyped-def]
+    times = []
+    for arg in args[:repeat]:
+        started = time.perf_counter()
+        call(arg)
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+def row(name: str, times: list[float]) -> str:
+    median = statistics.median(times)
+    verdict = "met" if median <= TARGET_MS else "**missed**"
+    return (f"| {name} | {median:.1f} | {min(times):.1f} | {max(times):.1f} | {verdict} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--queued", type=int, default=100_000)
+    parser.add_argument("--failed", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=9)
+    options = parser.parse_args()
+    workdir = tempfile.mkdtemp(prefix="tr-records-scale-")
+    redis_proc, url = start_redis(workdir)
+    os.environ.update(BENCH_REDIS_URL=url, BENCH_DIR=workdir, BENCH_PREFIX="bench",
+                      DJANGO_SETTINGS_MODULE="bench.admin_site.settings")
+    try:
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+        from django.test import Client
+        from django.test.utils import setup_test_environment
+
+        from django_taskrunner import lookup
+        from django_taskrunner.store import keys
+        from django_taskrunner.store.broker import get_broker
+
+        setup_test_environment()
+        call_command("migrate", verbosity=0)
+        started = time.perf_counter()
+        fill_database(options.failed)
+        queued = fill_queued(options.queued)
+        filled_queued = time.perf_counter() - started
+        finished = fill_records(options.records)
+        broker = get_broker()
+        broker.ensure_group("default")
+        for consumer in ("web-1-1234-ab12", "web-2-5678-cd34"):
+            broker.read("default", consumer, 5, None)
+        write_an_hour_of_statistics(broker)
+        client_redis = broker.client
+        print(f"filled {len(queued):,} queued messages in {filled_queued:.1f} s, "
+              f"{len(finished):,} finished records and {options.failed:,} failed rows in "
+              f"{time.perf_counter() - started:.1f} s in all; Redis holds "
+              f"{client_redis.dbsize():,} keys, "
+              f"{client_redis.info('memory')['used_memory'] / 1e6:,.0f} MB")
+
+        rng = random.Random(7)  # noqa: S311
+        sample_finished = rng.sample(finished, 200)
+        sample_queued = rng.sample(queued[10:], 200)  # not the ten held by the consumers
+        newest, middle = queued[-1], queued[len(queued) // 2]
+        base = "/admin/django_taskrunner/task/"
+        pages = [
+            ("Tasks, queued, page 1 (50 a page)", f"{base}?queue=default"),
+            ("Tasks, queued, from the middle",
+             f"{base}?queue=default&after={lookup(middle).stream_id}"),
+            ("Tasks, queued, last page", f"{base}?queue=default&before=%2B"),
+            ("Tasks, running", f"{base}?queue=default&status=running"),
+            ("Tasks, running, JSON refresh", f"{base}live/?queue=default"),
+            ("task detail by id, a queued task half-way down the stream",
+             f"{base}detail/?queue=default&id={middle}"),
+            ("task detail by id, the newest queued task",
+             f"{base}detail/?queue=default&id={newest}"),
+            ("task detail by id, a succeeded task (its record)",
+             f"{base}detail/?queue=default&id={finished[len(finished) // 2]}"),
+            ("task detail by id, a failed task (its record)",
+             f"{base}detail/?queue=default&id={finished[-1]}"),
+            ("failed tasks, list", "/admin/django_taskrunner/failedtask/"),
+            ("queues dashboard", "/admin/django_taskrunner/queue/"),
+            ("queues dashboard, JSON refresh", "/admin/django_taskrunner/queue/live/"),
+        ]
+        client = Client()
+        client.login(username="root", password="bench")  # noqa: S106
+        print(f"\n| with {len(finished):,} records, {len(queued):,} queued | median ms | "
+              f"fastest | slowest | 300 ms target |")
+        print("|---|---:|---:|---:|---|")
+        print(row("`lookup(id)`, a finished task (200 ids)",
+                  timed_calls(lookup, sample_finished, 200)))
+        print(row("`lookup(id)`, a queued task (200 ids)",
+                  timed_calls(lookup, sample_queued, 200)))
+        for name, page_url in pages:
+            print(row(name, measure(client, page_url, options.repeat)))
+        # Without a stored stream id (a record written before this change, a cluster, a
+        # delayed task moved by the scheduler) the page still searches the stream.
+        client_redis.hdel(keys.record_key(broker.prefix, newest), "sid")
+        print(row("task detail by id, the newest queued task, its record without a "
+                  "stream id (the stream searched)",
+                  measure(client, f"{base}detail/?queue=default&id={newest}", options.repeat)))
+
+        sizes = [client_redis.memory_usage(keys.record_key(broker.prefix, task_id), samples=0)
+                 for task_id in sample_finished]
+        succeeded = [size for task_id, size in zip(sample_finished, sizes, strict=True)
+                     if int(task_id.rsplit("-", 1)[1], 16) % 10 != 9]
+        failed = [size for task_id, size in zip(sample_finished, sizes, strict=True)
+                  if int(task_id.rsplit("-", 1)[1], 16) % 10 == 9]
+        print(f"\nMEMORY USAGE of {len(sizes)} finished records: succeeded (small result) "
+              f"median {statistics.median(succeeded):.0f} bytes, failed (with a 1.2 kB "
+              f"traceback) median {statistics.median(failed):.0f} bytes")
+    finally:
+        redis_proc.terminate()
+        redis_proc.wait(10)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""Step: a task with a concurrency limit takes a slot, one with a rate limit a start,
+before it runs; one that cannot waits in the delayed set, not failed and not retried.
+
+A task with neither option pays one attribute check. The wait is the acker's requeue
+(`requeue.lua`: the same body into the delayed set at the time to try again, and the
+ack of this entry, in one script), so a crash between the two cannot lose or double
+it; the attempt counter is unchanged (it is the same body). Its record says "delayed",
+with the reason in field `lw`.
+
+A slot is a lease tied to this attempt (holder: the task id): the heartbeat renews it
+(`Attempt.slots`), the first outcome step frees it with the ack (`free_slots`), and the
+lease runs out within the reservation timeout when the worker dies. The concurrency
+slot is taken before the rate start, so a rate refusal hands the slot back (with the
+requeue) and a concurrency refusal never spends a start.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import TYPE_CHECKING
+
+from django_taskrunner.conf import get_settings
+from django_taskrunner.core import clock
+from django_taskrunner.core import unique as locks
+from django_taskrunner.core.limits import LimitKeyError, limit_key, parse_rate
+from django_taskrunner.core.records import PENDING_TTL_S
+from django_taskrunner.store import keys
+from django_taskrunner.store.limits import Limits, Slot
+from django_taskrunner.store.records import RecordWrite
+from django_taskrunner.worker.steps.record import record_ttl
+from django_taskrunner.worker.steps.run import Run
+
+if TYPE_CHECKING:
+    from django_taskrunner.worker.executor import Executor
+
+logger = logging.getLogger(__name__)
+
+# A task refused a concurrency slot tries again after this, longer the more wait ahead
+# of it (one more base per `limit` waiters), at most `SLOT_WAIT_MAX_MS`, plus up to
+# `SLOT_JITTER_MS` so waiters spread out.
+SLOT_WAIT_BASE_MS = 200
+SLOT_WAIT_MAX_MS = 5_000
+SLOT_JITTER_MS = 100
+
+
+def check_limits(executor: Executor, run: Run) -> bool:
+    """False after putting a task over its limits back to wait (or failing one whose
+    key function broke); True, holding its slot and start, when it may run."""
+    task = run.task
+    assert task is not None
+    options = task.options
+    if options.rate_limit is None and options.concurrency_limit is None:
+        return True
+    message = run.message
+    assert message is not None
+    try:
+        concurrency = (None if options.concurrency_limit is None else
+                       limit_key("concurrency_key", task.name, options.concurrency_key,
+                                 message.payload))
+        rate = (None if options.rate_limit is None else
+                limit_key("rate_key", task.name, options.rate_key, message.payload))
+    except LimitKeyError as error:
+        logger.error("task=%s id=%s: %s; recorded as failed", task.name, message.id, error)
+        executor.record_and_ack(run, error, attempts=message.attempt - 1, event=locks.FAILED)
+        return False
+    store = Limits(executor.broker.client, executor.broker.prefix)
+    queue = options.queue or get_settings().DEFAULT_QUEUE
+    if concurrency is not None and options.concurrency_limit is not None:
+        key = keys.limit_key(store.prefix, queue, "concurrency", task.name, concurrency)
+        timeout_ms = message.reservation_timeout_ms
+        lease_ms = (round(executor.reservation_timeout * 1000) if timeout_ms is None
+                    else timeout_ms)
+        take = store.take_slot(key, options.concurrency_limit, message.id, lease_ms,
+                               SLOT_WAIT_BASE_MS, SLOT_WAIT_MAX_MS)
+        if not take.admitted:
+            jitter = random.randint(0, SLOT_JITTER_MS)  # noqa: S311 - spreads waiters
+            defer(executor, run, take.wait_ms + jitter, "concurrency")
+            return False
+        run.slots = (Slot(key, message.id, lease_ms),)
+    if rate is not None and options.rate_limit is not None:
+        limit = parse_rate(options.rate_limit)
+        key = keys.limit_key(store.prefix, queue, "rate", task.name, rate)
+        take = store.take_rate(key, limit.limit, limit.window_ms, message.id)
+        if not take.admitted:
+            defer(executor, run, take.wait_ms, "rate")
+            return False
+    return True
+
+
+def free_slots(executor: Executor, run: Run) -> bool:
+    """The first outcome step: the attempt ended, so its slots go back (with its ack)."""
+    attempt = run.attempt
+    slots = attempt.slots if attempt is not None else run.slots
+    if slots:
+        if attempt is not None:
+            attempt.slots = ()
+        run.slots = ()
+        executor.free_slots(slots)
+    return True
+
+
+def defer(executor: Executor, run: Run, wait_ms: int, reason: str) -> None:
+    """Put the delivery back, unchanged, into the delayed set for `wait_ms`: its ack and
+    the new entry in one script, with a "delayed" record, and any slot taken handed back."""
+    message = run.message
+    assert message is not None and run.delivery.body is not None
+    if run.slots:
+        executor.free_slots(run.slots)
+        run.slots = ()
+    due_ms = clock.now_ms() + max(1, wait_ms)
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug("task=%s id=%s is over its %s limit; waiting %d ms", message.task_name,
+                     message.id, reason, wait_ms)
+    ttl = record_ttl(executor, run)
+    if ttl > 0 and message.task_name:
+        fields = [("s", "delayed"), ("t", message.task_name), ("q", message.queue),
+                  ("a", str(message.attempt)), ("w", ""), ("d", str(message.dispatched_at_ms)),
+                  ("due", str(due_ms)), ("lw", reason), ("ttl", str(ttl))]
+        if message.dispatch_token is not None:
+            fields.append(("h", locks.holder_value(message)))
+        executor.record(RecordWrite(message.id, tuple(fields),
+                                    PENDING_TTL_S + wait_ms // 1000 + 1))
+    executor.requeue(run.shard, run.stream_id, run.delivery.body, due_ms)

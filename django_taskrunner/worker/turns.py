@@ -1,0 +1,72 @@
+"""Queue order (`runtasks -Q a -Q b`, `-Q a:3 -Q b:1`): which queue's fetchers may read.
+
+Without it every queue's fetcher reads side by side, as they always did. With an order:
+
+- strict (no weights): a queue is read only while every queue named before it had
+  nothing to read at its fetchers' last reads; `a` before `b`, as Sidekiq's `-q a -q b`;
+- weighted: a weighted round robin of reads (batches): each queue has as many reads
+  per round as its weight; a round starts over when every queue with work left has used
+  its reads. A queue with nothing to read gives its turn away.
+
+Priorities (docs/priorities.md) order messages within a queue; this orders queues.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+
+class QueueTurns:
+    """The shared state of one worker's fetchers: who read last, and what they found."""
+
+    def __init__(self, order: Sequence[tuple[str, int]]) -> None:
+        self.queues = [queue for queue, _weight in order]
+        self.weights = {queue: weight for queue, weight in order}
+        self.strict = all(weight == 0 for _queue, weight in order)
+        self.credits = dict(self.weights)
+        # Per fetcher (a stream name, by its queue): did its last read find nothing?
+        self._idle: dict[str, dict[str, bool]] = {queue: {} for queue in self.queues}
+        self._cond = threading.Condition()
+
+    def _queue_idle(self, queue: str) -> bool:
+        fetchers = self._idle.get(queue, {})
+        return bool(fetchers) and all(fetchers.values())
+
+    def may_read(self, queue: str) -> bool:
+        """True when a fetcher of `queue` may read now (for a weighted one: takes no turn
+        yet, `read()` does once the read found messages)."""
+        with self._cond:
+            if queue not in self.weights:
+                return True
+            if self.strict:
+                before = self.queues[:self.queues.index(queue)]
+                return all(self._queue_idle(other) for other in before)
+            if self.credits[queue] > 0:
+                return True
+            if all(self.credits[other] <= 0 or self._queue_idle(other)
+                   for other in self.queues if other != queue):
+                self.credits = dict(self.weights)  # a new round
+                return True
+            return False
+
+    def read(self, queue: str, fetcher: str, found: bool) -> None:
+        """A fetcher of `queue` read: it found messages (a turn used) or none."""
+        with self._cond:
+            if queue not in self.weights:
+                return
+            self._idle[queue][fetcher] = not found
+            if found and not self.strict:
+                self.credits[queue] -= 1
+            self._cond.notify_all()
+
+    def register(self, queue: str, fetcher: str) -> None:
+        """A fetcher of `queue` exists: it counts as busy until its first read."""
+        with self._cond:
+            if queue in self._idle:
+                self._idle[queue].setdefault(fetcher, False)
+
+    def wait(self, timeout: float) -> None:
+        """Until some fetcher reads (or `timeout`)."""
+        with self._cond:
+            self._cond.wait(timeout)

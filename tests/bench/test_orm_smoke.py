@@ -1,0 +1,84 @@
+"""The real-Django benchmark (bench/orm.py) in smoke mode: every system inserts every
+task's row exactly once, and every figure of the table is produced.
+
+Runs `bench/orm.py --smoke` as a real process: its own private Redis, real workers of
+each library, a database of its own on the PostgreSQL server of
+TASKRUNNER_TEST_DATABASE_URL (default 127.0.0.1:5432, user postgres), created and
+dropped by the script. Figures are printed, never compared.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NEEDED = ("celery", "rq", "dramatiq", "huey", "psutil", "psycopg")
+missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
+URL = urlparse(os.environ.get("TASKRUNNER_TEST_DATABASE_URL")
+               or "postgres://postgres@127.0.0.1:5432/tr_bench")
+HOST, PORT, USER = URL.hostname or "127.0.0.1", str(URL.port or 5432), URL.username or "postgres"
+NAME = f"{(URL.path.strip('/') or 'tr_bench')}_orm_smoke"
+LABELS = ("plain loop, ORM work only", "django-taskrunner -c1",
+          "django-taskrunner, runtasks defaults", "Dramatiq", "Huey", "Celery (solo pool) |",
+          "CELERY_DB_REUSE_MAX", "RQ")
+
+
+def postgres_down() -> str | None:
+    """Why PostgreSQL cannot be used, or None."""
+    if importlib.util.find_spec("psycopg") is None:
+        return "psycopg not installed"
+    import psycopg
+
+    try:
+        with psycopg.connect(host=HOST, port=PORT, user=USER, dbname="postgres",
+                             connect_timeout=3):
+            return None
+    except psycopg.Error as exc:
+        return f"no PostgreSQL at {HOST}:{PORT} ({type(exc).__name__})"
+
+
+pytestmark = [
+    pytest.mark.skipif(bool(missing), reason=f"benchmark libraries not installed "
+                       f"({', '.join(missing)}): pip install -e . --group bench"),
+]
+
+
+def test_every_system_inserts_every_row_exactly_once() -> None:
+    down = postgres_down()
+    if down:
+        pytest.skip(down)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "TASKRUNNER_"))}
+    argv = [sys.executable, str(ROOT / "bench" / "orm.py"), "--smoke", "--pg-host", HOST,
+            "--pg-port", PORT, "--pg-user", USER, "--pg-name", NAME]
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+        pytest.fail(f"the smoke benchmark took over 600 s:\n{out}")
+    assert proc.returncode == 0, out
+    assert "smoke: every system ran every task exactly once" in out
+    for mode in ("`CONN_MAX_AGE` 600", "`CONN_MAX_AGE` unset"):
+        assert mode in out, f"no table for {mode}"
+    # The rows of the two figure tables: a system and its five figures.
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in out.splitlines() if line.startswith("| ") and "tasks/s" not in line]
+    rows = [cells for cells in rows if len(cells) == 6]
+    for label in LABELS:
+        found = [cells for cells in rows if label in f"{cells[0]} |"]
+        assert len(found) == 2, f"{label}: not in both tables\n{out}"
+        for cells in found:
+            numbers = [c for c in cells[1:] if re.match(r"^[\d,.]+", c)]
+            assert len(numbers) == 5, f"a figure is missing: {cells}"
+    assert "own CPU on top of the ORM work" in out
