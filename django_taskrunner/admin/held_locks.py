@@ -127,32 +127,36 @@ def scan_page(client: Any, prefix: str, at: Position | None = None, *, queue: st
     return scan_locks(UniqueLocks(client, prefix), at, queue=queue, text=text, size=size)
 
 
-def scan_locks(store: UniqueLocks, at: Position | None = None, *, queue: str = "",
-               text: str = "", size: int = PAGE_SIZE) -> LockPage:
-    """At most `size` held locks from `at` on, found with at most MAX_SCAN_CALLS SCANs."""
-    at = at or Position()
+def scan_keys_page(store: UniqueLocks, at: Position, match: str,
+                   size: int) -> tuple[list[str], Position | None, int]:
+    """At most `size` key names matching `match` from `at` on, found with at most
+    MAX_SCAN_CALLS SCANs over every node: (names, the next page's position or None,
+    SCAN calls made)."""
     nodes = store.scan_nodes()
-    match = pattern(store.prefix, queue, text)
     node, cursor, skip = at.node, at.cursor, at.skip
     found: list[str] = []
     calls = 0
-    following: Position | None = None
     while node < nodes:
         if calls >= MAX_SCAN_CALLS or len(found) >= size:
-            following = Position(node, cursor, 0)
-            break
+            return found, Position(node, cursor, 0), calls
         next_cursor, batch = store.scan_keys(node, cursor, match, SCAN_COUNT)
         calls += 1
         batch = batch[skip:]
         room = size - len(found)
         if len(batch) > room:
-            found += batch[:room]
-            following = Position(node, cursor, skip + room)
-            break
+            return found + batch[:room], Position(node, cursor, skip + room), calls
         found += batch
         cursor, skip = next_cursor, 0
         if cursor == 0:
             node += 1
+    return found, None, calls
+
+
+def scan_locks(store: UniqueLocks, at: Position | None = None, *, queue: str = "",
+               text: str = "", size: int = PAGE_SIZE) -> LockPage:
+    """At most `size` held locks from `at` on, found with at most MAX_SCAN_CALLS SCANs."""
+    found, following, calls = scan_keys_page(store, at or Position(),
+                                             pattern(store.prefix, queue, text), size)
     return LockPage(read_locks(store, found), following, calls)
 
 

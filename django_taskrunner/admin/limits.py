@@ -20,7 +20,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.http import urlencode
 
 from django_taskrunner.admin.base import RedisPageAdmin
-from django_taskrunner.admin.held_locks import MAX_SCAN_CALLS, PAGE_SIZE, SCAN_COUNT, Position
+from django_taskrunner.admin.held_locks import PAGE_SIZE, Position, scan_keys_page
 from django_taskrunner.checks import QUEUE_NAME
 from django_taskrunner.core import clock
 from django_taskrunner.core.limits import parse_rate
@@ -85,29 +85,8 @@ def declared(kind: str, task_name: str) -> tuple[str, int | None]:
 def scan_limits(store: Limits, at: Position) -> tuple[list[LimitRow], Position | None]:
     """At most PAGE_SIZE limit keys from `at` on (at most MAX_SCAN_CALLS SCANs), read in
     one pipelined round trip; the position of the next page, or None."""
-    scanner = lock_store(get_broker())
-    nodes = scanner.scan_nodes()
-    match = keys.limit_pattern(store.prefix)
-    node, cursor, skip = at.node, at.cursor, at.skip
-    found: list[str] = []
-    calls = 0
-    following: Position | None = None
-    while node < nodes:
-        if calls >= MAX_SCAN_CALLS or len(found) >= PAGE_SIZE:
-            following = Position(node, cursor, 0)
-            break
-        next_cursor, batch = scanner.scan_keys(node, cursor, match, SCAN_COUNT)
-        calls += 1
-        batch = batch[skip:]
-        room = PAGE_SIZE - len(found)
-        if len(batch) > room:
-            found += batch[:room]
-            following = Position(node, cursor, skip + room)
-            break
-        found += batch
-        cursor, skip = next_cursor, 0
-        if cursor == 0:
-            node += 1
+    found, following, _calls = scan_keys_page(lock_store(get_broker()), at,
+                                              keys.limit_pattern(store.prefix), PAGE_SIZE)
     return read_limits(store, found), following
 
 
