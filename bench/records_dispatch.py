@@ -57,10 +57,9 @@ def main() -> None:
             return [(m.to_json(), dispatch_record(m, task, "default")) for m in messages]
 
         def by_script(items: list) -> None:  # type: ignore[type-arg]
-            def build(pipe) -> None:  # type: ignore[no-untyped-def]
-                for body, record in items:
-                    store.queue_add(pipe, stream, body, record)
-            scripts.execute_loading(broker.client, build, ("record_add",))
+            adds = [(stream, body, record) for body, record in items]
+            scripts.execute_loading(broker.client, lambda pipe: store.queue_adds(pipe, adds),
+                                    ("record_add",))
 
         def by_pipeline(items: list) -> None:  # type: ignore[type-arg]
             pipe = broker.client.pipeline(transaction=False)

@@ -126,15 +126,12 @@ class Broker:
     def _add_recorded(
         self, entries: Sequence[tuple[str, str]], records: Sequence[RecordWrite],
     ) -> list[str]:
-        """`record_add.lua` for each (queue, body) and its record, one pipeline."""
-        store = self.records
-
-        def build(pipe: Any) -> None:
-            for (queue, body), record in zip(entries, records, strict=True):
-                store.queue_add(pipe, self.stream(queue), body, record)
-
-        return [text(stream_id) for stream_id in
-                scripts.execute_loading(self.client, build, ADD_SCRIPTS)]
+        """`record_add.lua` for the (queue, body) entries and their records, one pipeline."""
+        adds = [(self.stream(queue), body, record)
+                for (queue, body), record in zip(entries, records, strict=True)]
+        replies = scripts.execute_loading(
+            self.client, lambda pipe: self.records.queue_adds(pipe, adds), ADD_SCRIPTS)
+        return [text(stream_id) for reply in replies for stream_id in reply]
 
     def ensure_group(self, queue: str) -> None:
         """Create the consumer group (and the stream) unless they exist.

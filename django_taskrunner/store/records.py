@@ -24,6 +24,9 @@ from django_taskrunner.store.values import text
 
 SCRIPTS = ("record_write",)  # queued as bare EVALSHA: loaded again on NOSCRIPT
 ADD_SCRIPTS = ("record_add",)  # the dispatch's, queued the same way
+# Records per script call on one server: the script's own cost is paid once per call,
+# and a call stays short enough (well under a millisecond) not to hold up other clients.
+ADD_BATCH = WRITE_BATCH = 200
 FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "expired"})
 # How long a set of cancelled ids may wait for its fetcher (a delayed message's due time
 # is added): as long as a task id stays reserved.
@@ -82,19 +85,29 @@ class Records:
         pipe.execute_command("HSET", key, *_flat(write.fields))
         pipe.execute_command("EXPIRE", key, write.ttl_s)
 
-    def queue_add(self, pipe: Any, stream: str, body: str, write: RecordWrite) -> None:
-        """Queue `record_add.lua` on `pipe`: XADD `body` to `stream` and write the new
-        record with the entry's stream id ('sid'), one step (a single server only: see
-        `clustered`; the caller executes with `scripts.execute_loading(..., ADD_SCRIPTS)`,
-        the reply is the stream id)."""
-        scripts.queue(pipe, "record_add", [stream, keys.record_key(self.prefix, write.task_id)],
-                      [keys.ENTRY_FIELD, body, str(write.ttl_s), *_flat(write.fields)])
+    def queue_adds(self, pipe: Any, entries: Sequence[tuple[str, str, RecordWrite]]) -> None:
+        """Queue `record_add.lua` on `pipe` for each (stream, body, record): XADD the body
+        and write the new record with the entry's stream id ('sid'), `ADD_BATCH` messages
+        per call (a single server only: see `clustered`). The caller executes with
+        `scripts.execute_loading(..., ADD_SCRIPTS)`; each reply is a list of stream ids."""
+        for start in range(0, len(entries), ADD_BATCH):
+            scripts.queue(pipe, "record_add", *self._add_args(entries[start:start + ADD_BATCH]))
 
     def add(self, stream: str, body: str, write: RecordWrite) -> Any:
         """`record_add.lua` for one message (one round trip); its stream id."""
         return scripts.run(self.client, "record_add",
-                           [stream, keys.record_key(self.prefix, write.task_id)],
-                           [keys.ENTRY_FIELD, body, str(write.ttl_s), *_flat(write.fields)])
+                           *self._add_args([(stream, body, write)]))[0]
+
+    def _add_args(
+        self, entries: Sequence[tuple[str, str, RecordWrite]],
+    ) -> tuple[list[str], list[str]]:
+        """KEYS and ARGV of `record_add.lua` for `entries` (see the script)."""
+        script_keys: list[str] = []
+        args = [keys.ENTRY_FIELD]
+        for stream, body, write in entries:
+            script_keys += [stream, keys.record_key(self.prefix, write.task_id)]
+            args += [body, str(write.ttl_s), str(len(write.fields)), *_flat(write.fields)]
+        return script_keys, args
 
     def save_new(self, writes: Sequence[RecordWrite]) -> None:
         """DEL, HSET and EXPIRE each record (an id may be a reused `task_id`), one
@@ -118,15 +131,22 @@ class Records:
     # -- worker ----------------------------------------------------------------------
 
     def queue_writes(self, pipe: Any, writes: Sequence[RecordWrite]) -> None:
-        """Queue `record_write.lua` for each write on `pipe` (and SREM of the cancelled
-        set it leaves); the caller executes the pipeline with `scripts.execute_loading`
-        (the script goes as a bare EVALSHA; replies: the status now held)."""
+        """Queue `record_write.lua` for `writes` on `pipe`, `WRITE_BATCH` records per call
+        on one server, one per call on a cluster (their slots differ), and SREM of the
+        cancelled set each leaves; the caller executes the pipeline with
+        `scripts.execute_loading` (the script goes as a bare EVALSHA; replies: the
+        statuses now held)."""
+        size = 1 if self.clustered else WRITE_BATCH
+        for start in range(0, len(writes), size):
+            script_keys: list[str] = []
+            args: list[str] = []
+            for write in writes[start:start + size]:
+                script_keys += [keys.record_key(self.prefix, write.task_id),
+                                keys.record_done_key(self.prefix, write.task_id)]
+                args += ["final" if write.final else "update", str(write.ttl_s),
+                         str(len(write.fields)), *_flat(write.fields)]
+            scripts.queue(pipe, "record_write", script_keys, args)
         for write in writes:
-            scripts.queue(pipe, "record_write",
-                        [keys.record_key(self.prefix, write.task_id),
-                         keys.record_done_key(self.prefix, write.task_id)],
-                        ["final" if write.final else "update", str(write.ttl_s),
-                         *_flat(write.fields)])
             if write.uncancel:
                 pipe.srem(keys.cancelled_key(self.prefix, write.uncancel),
                           write.cancel_member or write.task_id)
