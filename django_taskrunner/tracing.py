@@ -15,6 +15,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from django_taskrunner.core import clock
+
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import trace
@@ -30,14 +32,32 @@ _propagator = TraceContextTextMapPropagator() if ENABLED else None
 _NO_PROVIDER = (trace.ProxyTracerProvider, trace.NoOpTracerProvider) if ENABLED else ()
 
 
+# How long the answer "no SDK provider" is trusted before asking OpenTelemetry again.
+PROVIDER_CHECK_S = 1.0
+_no_provider_until = 0.0
+
+
 def _tracer() -> Any:
     """Our tracer, or None while no SDK provider is set (the API alone records nothing,
-    so a task then pays no span). Asked each time: a project may set its provider after
-    this module loads."""
+    so a task then pays no span). A project may set its provider after this module
+    loads, so "none" is asked again after `PROVIDER_CHECK_S`; asking costs about 1 us,
+    most of a no-op task's tracing cost when asked for every task."""
+    global _no_provider_until
+    if _no_provider_until and clock.monotonic() < _no_provider_until:
+        return None
     provider = trace.get_tracer_provider()
     if isinstance(provider, _NO_PROVIDER):
+        _no_provider_until = clock.monotonic() + PROVIDER_CHECK_S
         return None
+    _no_provider_until = 0.0
     return provider.get_tracer(TRACER_NAME)
+
+
+def forget_provider() -> None:
+    """Ask OpenTelemetry for the provider again at the next span, instead of up to
+    `PROVIDER_CHECK_S` later: for code that sets a provider while tasks run (tests)."""
+    global _no_provider_until
+    _no_provider_until = 0.0
 
 
 def _attributes(message: Any) -> dict[str, Any]:

@@ -19,7 +19,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 )
 from opentelemetry.util._once import Once  # noqa: E402
 
-from django_taskrunner import task  # noqa: E402
+from django_taskrunner import task, tracing  # noqa: E402
+from django_taskrunner.core import clock  # noqa: E402
 from django_taskrunner.models import FailedTask  # noqa: E402
 from django_taskrunner.store.broker import get_broker  # noqa: E402
 from tests.testapp.tasks import always_fails, blocks_in_c, noop  # noqa: E402
@@ -40,6 +41,7 @@ def spans() -> Iterator[InMemorySpanExporter]:
     provider = sdk_trace.TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
+    tracing.forget_provider()
     yield exporter
     provider.shutdown()
     unset_tracer_provider()
@@ -50,6 +52,7 @@ def unset_tracer_provider() -> None:
     reset_trace_globals of opentelemetry-test-utils does (the API has no public way)."""
     trace._TRACER_PROVIDER_SET_ONCE = Once()
     trace._TRACER_PROVIDER = None
+    tracing.forget_provider()
 
 
 def named(exporter: InMemorySpanExporter, name: str) -> list[Any]:
@@ -117,6 +120,31 @@ def test_an_attempt_the_watchdog_gives_up_on_ends_its_span(spans, taskrunner_set
         [run] = wait_for(lambda: named(spans, f"run {blocks_in_c.name}"), timeout=2.5)
     assert run.attributes["taskrunner.outcome"] == "failed"
     assert run.status.status_code == trace.StatusCode.ERROR
+
+
+def test_a_provider_set_while_tasks_run_is_used_within_the_check_interval(monkeypatch):
+    # The worker asks for the provider once per PROVIDER_CHECK_S, not for every task: a
+    # provider set later is picked up by the next span after that interval.
+    now = [1000.0]
+    monkeypatch.setattr(clock, "monotonic", lambda: now[0])
+    tracing.forget_provider()
+    message = noop.dispatch({"n": 3})
+    assert message.trace_context is None  # no provider: not traced, and "none" is trusted
+    exporter = InMemorySpanExporter()
+    provider = sdk_trace.TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    try:
+        now[0] += tracing.PROVIDER_CHECK_S * 0.9
+        assert tracing.producer_context(message) is None  # still within the interval
+        now[0] += tracing.PROVIDER_CHECK_S * 0.2
+        assert tracing.producer_context(message) is not None
+        span = tracing.consumer_span(message)
+        assert span is not None
+        span.end("succeeded")
+    finally:
+        provider.shutdown()
+        unset_tracer_provider()
 
 
 SCRIPT = """
