@@ -14,77 +14,24 @@ that is not valid Unicode (a lone surrogate) is refused before it reaches Redis.
 
 from __future__ import annotations
 
-import json
-import math
-import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from django_taskrunner.core.options import UNIQUE_MODES
+from django_taskrunner.core import wire
+from django_taskrunner.core.wire import (  # the limits, public here as they always were
+    DISPATCH_TOKEN,  # noqa: F401 - imported from here by core/unique.py
+    MAX_ATTEMPT,
+    MAX_EPOCH_MS,
+    MESSAGE_ID_MAX_LENGTH,
+    MESSAGE_MAX_BYTES,
+    PAYLOAD_MAX_DEPTH,
+    TRACEPARENT,  # noqa: F401
+    WIRE_VERSION,
+    nested_too_deep,
+)
 from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.store import keys
-
-WIRE_VERSION = 1
-# Largest wire version this release reads; newer ones are refused clearly.
-_READABLE_VERSIONS = frozenset({1})
-# One encoder for every message: json.dumps() with options builds a new one per call.
-_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
-# A dispatch token (wire key "tok"): letters and digits, so it never contains the "#" that
-# joins it to the id in a lock's value (locks.holder_value).
-DISPATCH_TOKEN = re.compile(r"[A-Za-z0-9]{1,64}")
-
-# Limits of what a message may carry (docs/tasks.md, "Payload limits"). Lists and objects
-# nested deeper than this are refused: far below the depth at which Python's JSON
-# functions raise RecursionError (about 990), and deeper than any real payload.
-PAYLOAD_MAX_DEPTH = 100
-# The whole message (payload plus a small envelope) as UTF-8 JSON. Redis holds every
-# queued message in memory: pass large data by reference (a key, a path, a URL).
-MESSAGE_MAX_BYTES = 4 * 1024 * 1024
-# Bounds of the numbers a message carries: epoch ms up to 9999-12-30 UTC (a datetime
-# shows it in any time zone), and attempt counts no task reaches.
-MAX_EPOCH_MS = 253_402_128_000_000
-MAX_ATTEMPT = 1_000_000_000
-MESSAGE_ID_MAX_LENGTH = 255  # FailedTask.message_id
-# A JSON escape of a UTF-16 surrogate: the only way valid UTF-8 can decode to one.
-# A W3C traceparent (version 00 or later): a bad one is ignored, never fatal.
-TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-_CONTAINERS = (dict, list, tuple)
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"number {text[:40]} is out of range")
-    return value
-
-
-# Rejects NaN, Infinity and numbers too large for a float (1e400), which JSON cannot
-# carry on: the worker could not encode them again for a retry.
-_decoder = json.JSONDecoder(parse_float=_finite_float, parse_constant=_refuse_constant)
-
-
-def nested_too_deep(value: Any, limit: int = PAYLOAD_MAX_DEPTH) -> bool:
-    """True when lists/objects in `value` nest more than `limit` levels (or form a cycle).
-
-    Iterative and depth first, so neither a deep value nor a cycle can exhaust the stack.
-    """
-    if not isinstance(value, _CONTAINERS):
-        return False
-    stack = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > limit:
-            return True
-        for child in node.values() if isinstance(node, dict) else node:
-            if isinstance(child, _CONTAINERS):
-                stack.append((child, depth + 1))
-    return False
 
 
 def check_payload(payload: Any, task_name: str) -> None:
@@ -169,7 +116,7 @@ class TaskMessage:
             data["pr"] = self.priority
         check_payload(self.payload, self.task_name)
         try:
-            text = _encode(data)
+            text = wire.encode(data)
         except (TypeError, ValueError) as exc:
             raise InvalidTaskPayload(
                 f"payload of task {self.task_name!r} is not JSON-serialisable: {exc}",
@@ -209,7 +156,7 @@ class TaskMessage:
         space = keys.unique_key_space(prefix, queue)
         if not self.lock_key.startswith(space) or len(self.lock_key) == len(space):
             raise InvalidTaskPayload(
-                f"message of task {self.task_name!r} names lock {_short(self.lock_key)}, "
+                f"message of task {self.task_name!r} names lock {wire.short(self.lock_key)}, "
                 f"which is not a unique lock of queue {queue!r}", task_name=self.task_name)
 
     @classmethod
@@ -219,29 +166,30 @@ class TaskMessage:
         Checks every field the worker uses (type, range, finite numbers), the payload's
         depth, the size, and that the text is valid Unicode.
         """
-        data = _load(raw)
+        data = wire.load(raw)
         get = data.get
         version = get("v")
-        if type(version) is not int or version not in _READABLE_VERSIONS:
+        if type(version) is not int or version not in wire.READABLE_VERSIONS:
             raise InvalidTaskPayload(
-                f"message has wire version {_short(version)}; this release reads 1")
+                f"message has wire version {wire.short(version)}; this release reads 1")
         task_name = get("task")
         if type(task_name) is not str or not task_name:
-            task_name = _text(data, "task", None)  # raises
+            task_name = wire.text_field(data, "task", None)  # raises
         message_id = get("id")
         if type(message_id) is not str or not 0 < len(message_id) <= MESSAGE_ID_MAX_LENGTH:
-            message_id = _text(data, "id", task_name, max_length=MESSAGE_ID_MAX_LENGTH)
+            message_id = wire.text_field(data, "id", task_name,
+                                         max_length=MESSAGE_ID_MAX_LENGTH)
         queue = get("queue")
         if type(queue) is not str:
-            queue = _optional(data, "queue", str, "a string", task_name) or ""
+            queue = wire.optional(data, "queue", str, "a string", task_name) or ""
         # The common fields are checked inline (a plain int in range, or absent); anything
         # else goes through the general checks, which accept or refuse it as before.
         attempt = get("attempt", 1)
         if type(attempt) is not int or not 1 <= attempt <= MAX_ATTEMPT:
-            attempt = _number(data, "attempt", task_name, 1, MAX_ATTEMPT, default=1)
+            attempt = wire.number(data, "attempt", task_name, 1, MAX_ATTEMPT, default=1)
         dispatched_at_ms = get("ts", 0)
         if type(dispatched_at_ms) is not int or not 0 <= dispatched_at_ms <= MAX_EPOCH_MS:
-            dispatched_at_ms = _number(data, "ts", task_name, 0, MAX_EPOCH_MS, default=0)
+            dispatched_at_ms = wire.number(data, "ts", task_name, 0, MAX_EPOCH_MS, default=0)
         message = cls(
             id=message_id,
             task_name=task_name,
@@ -249,16 +197,17 @@ class TaskMessage:
             payload=get("payload"),
             attempt=attempt,
             dispatched_at_ms=dispatched_at_ms,
-            lock_key=_lock(data, task_name) if "lock" in data else None,
-            unique_mode=_mode(data, task_name) if "mode" in data else None,
-            has_task_id=_flag(data, "tid", task_name) if "tid" in data else False,
-            expires_at_ms=_number(data, "exp", task_name, 0, MAX_EPOCH_MS) if "exp" in data
+            lock_key=wire.lock(data, task_name) if "lock" in data else None,
+            unique_mode=wire.mode(data, task_name) if "mode" in data else None,
+            has_task_id=wire.flag(data, "tid", task_name) if "tid" in data else False,
+            expires_at_ms=wire.number(data, "exp", task_name, 0, MAX_EPOCH_MS) if "exp" in data
             else None,
-            reservation_timeout_ms=_advisory_ms(get("rt")) if "rt" in data else None,
-            dispatch_token=_dispatch_token(get("tok"), task_name) if "tok" in data else None,
-            trace_context=_traceparent(get("tc")) if "tc" in data else None,
-            workflow=_workflow(get("wf"), task_name) if "wf" in data else None,
-            priority=_number(data, "pr", task_name, 0, 9) if "pr" in data else None,
+            reservation_timeout_ms=wire.advisory_ms(get("rt")) if "rt" in data else None,
+            dispatch_token=wire.dispatch_token(get("tok"), task_name) if "tok" in data
+            else None,
+            trace_context=wire.traceparent(get("tc")) if "tc" in data else None,
+            workflow=wire.workflow_field(get("wf"), task_name) if "wf" in data else None,
+            priority=wire.number(data, "pr", task_name, 0, 9) if "pr" in data else None,
             stream_id=stream_id,
         )
         if nested_too_deep(message.payload):
@@ -268,162 +217,6 @@ class TaskMessage:
         if message.workflow is not None and "xr" in message.workflow:
             _expires_from_entry(message)
         return message
-
-
-def _load(raw: bytes | str) -> dict[str, Any]:
-    """The JSON object of a body: size, UTF-8, syntax, nesting and Unicode checked."""
-    if isinstance(raw, str):
-        text = raw
-        try:
-            size = len(raw) if raw.isascii() else len(raw.encode("utf-8"))
-        except UnicodeEncodeError:
-            raise InvalidTaskPayload("message holds a lone surrogate, which is not text"
-                                     ) from None
-    else:
-        size = len(raw)
-    if size > MESSAGE_MAX_BYTES:
-        raise InvalidTaskPayload(
-            f"message is {size} bytes, over the limit of {MESSAGE_MAX_BYTES}")
-    if not isinstance(raw, str):
-        try:
-            text = bytes(raw).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InvalidTaskPayload(f"message is not UTF-8 text: {exc}") from None
-    try:
-        data = _decoder.decode(text)
-    except RecursionError:
-        raise InvalidTaskPayload("message is nested too deeply to decode") from None
-    except ValueError as exc:
-        raise InvalidTaskPayload(f"message is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise InvalidTaskPayload(f"message is JSON {type(data).__name__}, not an object")
-    if _has_lone_surrogate(text, data):
-        raise InvalidTaskPayload("message holds a lone surrogate, which is not text")
-    return data
-
-
-def _has_lone_surrogate(text: str, data: dict[str, Any]) -> bool:
-    """Strict UTF-8 has no surrogates, but a JSON escape (\\udcff) makes one."""
-    # Rare: then check what the escapes made. The substring test is the fast path of the
-    # regex's search (most bodies hold no escape at all).
-    if "\\u" not in text or not _SURROGATE_ESCAPE.search(text):
-        return False
-    if nested_too_deep(data, PAYLOAD_MAX_DEPTH + 1):
-        return False  # refused for its depth; encoding it again could exhaust the stack
-    try:
-        _encode(data).encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
-def _short(value: Any) -> str:
-    """A repr short enough for an error message, whatever the value."""
-    text = repr(value) if not isinstance(value, _CONTAINERS) else type(value).__name__
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _wrong(key: str, what: str, value: Any, task_name: str | None) -> InvalidTaskPayload:
-    task = f" of task {task_name!r}" if task_name else ""
-    return InvalidTaskPayload(f"message{task}: field {key!r} must be {what}, not {_short(value)}",
-                              task_name=task_name)
-
-
-def _text(data: dict[str, Any], key: str, task_name: str | None, *,
-          max_length: int | None = None) -> str:
-    value = data.get(key)
-    if not isinstance(value, str) or not value or (max_length and len(value) > max_length):
-        limit = f" of at most {max_length} characters" if max_length else ""
-        raise _wrong(key, f"a non-empty string{limit}", value, task_name)
-    return value
-
-
-def _optional(data: dict[str, Any], key: str, kind: type, what: str,
-              task_name: str | None) -> Any:
-    value = data.get(key)
-    if value is not None and not isinstance(value, kind):
-        raise _wrong(key, what, value, task_name)
-    return value
-
-
-def _number(data: dict[str, Any], key: str, task_name: str | None, low: int, high: int,
-            default: int | None = None) -> Any:
-    """An integer field within [low, high]; a float with an integral value is accepted."""
-    value = data.get(key)
-    if value is None:
-        return default
-    number = value
-    if isinstance(value, float) and value.is_integer():
-        number = int(value)
-    if type(number) is not int or not low <= number <= high:
-        raise _wrong(key, f"an integer from {low} to {high}", value, task_name)
-    return number
-
-
-def _advisory_ms(value: Any) -> int | None:
-    """An advisory number (`rt`): a bad one is ignored and the worker's default applies,
-    since the task can run all the same; a fraction of a millisecond is dropped."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return int(value) if 1 <= value <= MAX_EPOCH_MS else None
-
-
-def _flag(data: dict[str, Any], key: str, task_name: str | None) -> bool:
-    value = data.get(key, False)
-    if type(value) is not bool:
-        raise _wrong(key, "true or false", value, task_name)
-    return value
-
-
-def _lock(data: dict[str, Any], task_name: str | None) -> str | None:
-    value = data.get("lock")
-    if value is not None and (not isinstance(value, str) or not value):
-        raise _wrong("lock", "a lock key (a non-empty string)", value, task_name)
-    return value
-
-
-def _mode(data: dict[str, Any], task_name: str | None) -> str | None:
-    value = data.get("mode")
-    if value is not None and value not in UNIQUE_MODES:
-        raise _wrong("mode", f"one of {', '.join(UNIQUE_MODES)}", value, task_name)
-    return value
-
-
-def _dispatch_token(value: Any, task_name: str | None) -> str | None:
-    """The dispatch token, or None when absent; anything but letters and digits is refused."""
-    if value is None:
-        return None
-    if not isinstance(value, str) or not DISPATCH_TOKEN.fullmatch(value):
-        raise _wrong("tok", "1 to 64 letters or digits", value, task_name)
-    return value
-
-
-def _traceparent(value: Any) -> str | None:
-    """The trace context (`tc`), or None: one that is not a traceparent is ignored, as the
-    task runs just the same (only outside the dispatch's trace)."""
-    if isinstance(value, str) and TRACEPARENT.fullmatch(value) and not value.startswith("ff"):
-        return value
-    return None
-
-
-def _workflow(value: Any, task_name: str | None) -> dict[str, Any] | None:
-    """The workflow field (`wf`): its id, member and stage indexes, the next stage's
-    shards; anything else is refused, since the worker builds key names from it."""
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise _wrong("wf", "a workflow object", value, task_name)
-    workflow_id, member, stage = value.get("id"), value.get("j"), value.get("k")
-    shards = value.get("nx", [])
-    relative = value.get("xr", 0)
-    if type(relative) is not int or not 0 <= relative <= MAX_EPOCH_MS:
-        raise _wrong("wf", "a workflow object whose xr is an integer of ms", value, task_name)
-    if (not isinstance(workflow_id, str) or not DISPATCH_TOKEN.fullmatch(workflow_id)
-            or type(member) is not int or type(stage) is not int or member < 0 or stage < 0
-            or not isinstance(shards, list)
-            or not all(isinstance(shard, str) and shard for shard in shards)):
-        raise _wrong("wf", "a workflow object (id, j, k, nx)", value, task_name)
-    return value
 
 
 def _expires_from_entry(message: TaskMessage) -> None:
@@ -441,7 +234,7 @@ def holder_parts(body: str, message: TaskMessage) -> tuple[str, str]:
     from the end: it comes after the payload, whose text may contain anything.
     """
     head = f'{{"v":{WIRE_VERSION},"id":'
-    start = head + _encode(message.id) + ","
+    start = head + wire.encode(message.id) + ","
     token_field = f',"tok":"{message.dispatch_token}"'
     at = body.rfind(token_field)
     if not body.startswith(start) or message.dispatch_token is None or at < 0:
