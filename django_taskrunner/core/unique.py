@@ -102,7 +102,6 @@ def payload_key(payload: Any) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-
 def check_task_id(task_id: Any, task_name: str) -> str:
     """A `task_id` is a non-empty printable string of at most 200 characters."""
     if (not isinstance(task_id, str) or not task_id or len(task_id) > TASK_ID_MAX_LENGTH
@@ -295,7 +294,6 @@ class Claim:
         if status == "lock" and self.lock is not None:
             raise TaskAlreadyDispatched(self.task_name, holder_id(value), self.lock.key)
         raise RuntimeError(f"unexpected reply from enqueue.lua: {reply!r}")
-
 
 
 def holder_message(

@@ -56,4 +56,3 @@ def reservation_for(
         destination, other, wake = delayed, stream, keys.wake_channel(broker.prefix, claim.shard)
     conflict = conflict_for(claim, message, body, other, broker.group)
     return claim.reservation(destination, body, due_ms, wake, conflict)
-

@@ -37,4 +37,3 @@ def holder_id(value: str) -> str:
     if separator and task_id and DISPATCH_TOKEN.fullmatch(token):
         return task_id
     return value
-

@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from django_taskrunner.conf import Settings, get_settings
 from django_taskrunner.core import clock
-from django_taskrunner.core import dispatch as dispatching
 from django_taskrunner.core.awaitables import run_to_end
 from django_taskrunner.core.context import TaskContext
 from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.core.prepare import new_message, new_message_id
 from django_taskrunner.core.records import PENDING_TTL_S, dispatch_record, encode_value
+from django_taskrunner.core.sending import announce_queue
 from django_taskrunner.core.workflow_lookup import WorkflowHandle, store
 from django_taskrunner.exceptions import InvalidTaskOptions, TaskAlreadyDispatched, TaskIdConflict
 from django_taskrunner.store import keys, sharding
@@ -75,7 +76,7 @@ def dispatch_workflow(workflow: Workflow) -> WorkflowHandle:
     stages = workflow.stages
     settings = get_settings()
     now = clock.now_ms()
-    workflow_id = dispatching.new_message_id()
+    workflow_id = new_message_id()
     built = _build(workflow_id, stages, now)
     bodies, records, first = _encode(built, now)
     if settings.EAGER:
@@ -195,7 +196,7 @@ def _sent(built: list[list[_Member]], stream_ids: list[str]) -> None:
             member.message.stream_id = next(plain)
     broker = get_broker()
     for queue in dict.fromkeys(member.message.queue for row in built for member in row):
-        dispatching.announce_queue(broker, queue)
+        announce_queue(broker, queue)
 
 
 def _describe(stages: Stages) -> str:
@@ -259,8 +260,8 @@ def _from_template(templates: dict[str, TaskMessage], signature: Signature) -> T
     task = signature.task
     first = templates.get(task.name)
     if first is None:
-        first = templates[task.name] = dispatching.new_message(task, None)
-    return TaskMessage(id=dispatching.new_message_id(), task_name=first.task_name,
+        first = templates[task.name] = new_message(task, None)
+    return TaskMessage(id=new_message_id(), task_name=first.task_name,
                        queue=first.queue, payload=signature.payload,
                        dispatched_at_ms=first.dispatched_at_ms,
                        expires_at_ms=first.expires_at_ms,
@@ -306,4 +307,3 @@ def _add_claimed(workflows: WorkflowStore, members: list[_Member]) -> None:
                 max(1, int(get_settings().RESULT_TTL))))
             logger.info("workflow %s: member %s not queued: %s", workflow["id"],
                         member.message.id, exc)
-

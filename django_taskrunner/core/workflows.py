@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django_taskrunner.core import clock, due
-from django_taskrunner.core import dispatch as dispatching
+from django_taskrunner.core import prepare as preparing
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.registry import registry
 from django_taskrunner.core.workflow_dispatch import dispatch_workflow
@@ -58,7 +58,7 @@ def _option_names(function: Any) -> frozenset[str]:
 
 # The options a signature passes through to `prepare()`: read from its signature, so an
 # option another release adds to the dispatch (a priority) is carried without a change.
-PREPARE_OPTIONS = _option_names(dispatching.prepare) - {"start_ms"}
+PREPARE_OPTIONS = _option_names(preparing.prepare) - {"start_ms"}
 
 
 def _check_options(task_name: str, options: Mapping[str, Any]) -> None:
@@ -93,7 +93,7 @@ class Signature:
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        task = dispatching.resolve_task(self.task)
+        task = preparing.resolve_task(self.task)
         registry.get(task.name)  # TaskNotFound for a task no worker could run
         object.__setattr__(self, "task", task)
         object.__setattr__(self, "options", dict(self.options))
@@ -117,7 +117,7 @@ class Signature:
         due_ms = self.due_ms(now_ms)
         passed = {name: value for name, value in self.options.items()
                   if name in PREPARE_OPTIONS}
-        return dispatching.prepare(self.task, self.payload, start_ms=due_ms, **passed)
+        return preparing.prepare(self.task, self.payload, start_ms=due_ms, **passed)
 
     def due_ms(self, now_ms: int) -> int | None:
         """When its message may start (its `delay` or `when`); None: at once."""
@@ -246,4 +246,3 @@ def from_dict(data: Mapping[str, Any]) -> Workflow:
         return Group(tuple(Signature.from_dict(member) for member in data["group"]),
                      None if then is None else Signature.from_dict(then))
     return Signature.from_dict(data)
-
