@@ -94,6 +94,11 @@ class WorkflowStore:
         for record in records:
             store.queue_new(pipe, record)
         skip = len(pipe.command_stack)
+        self._send_first(pipe, first)
+        return _first_ids(first, pipe.execute()[skip:])
+
+    def _send_first(self, pipe: Any, first: Sequence[FirstMessage]) -> None:
+        """The first stage's XADD (or ZADD + PUBLISH of a delayed one), on `pipe`."""
         for message in first:
             if message.due_ms is None:
                 pipe.execute_command("XADD", keys.stream_key(self.prefix, message.shard), "*",
@@ -103,16 +108,6 @@ class WorkflowStore:
                                      message.due_ms, message.body)
                 pipe.execute_command("PUBLISH", keys.wake_channel(self.prefix, message.shard),
                                      message.due_ms)
-        replies = pipe.execute()[skip:]
-        ids, position = [], 0
-        for message in first:
-            if message.due_ms is None:
-                ids.append(text(replies[position]))
-                position += 1
-            else:
-                ids.append("delayed")
-                position += 2
-        return ids
 
     # -- worker ----------------------------------------------------------------------
 
@@ -197,3 +192,17 @@ class WorkflowStore:
 def for_client(client: Any, prefix: str) -> WorkflowStore:
     """The workflows on a client (a broker's) and prefix: no state, cheap to build."""
     return WorkflowStore(client, prefix)
+
+
+def _first_ids(first: Sequence[FirstMessage], replies: Sequence[Any]) -> list[str]:
+    """The stream id of each first-stage message ("delayed" for a delayed one, whose
+    ZADD and PUBLISH are two replies), from the pipeline's replies after the writes."""
+    ids, position = [], 0
+    for message in first:
+        if message.due_ms is None:
+            ids.append(text(replies[position]))
+            position += 1
+        else:
+            ids.append("delayed")
+            position += 2
+    return ids
