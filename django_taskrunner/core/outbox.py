@@ -161,7 +161,7 @@ def _announce_sent(outcomes: Sequence[Outcome]) -> None:
         _announce(queue)
 
 
-# (prefix, queue) this process added to the known queues already (as core/dispatch.py).
+# (prefix, queue) this process added to the known queues already (as core/sending.py).
 _announced: set[tuple[str, str]] = set()
 
 
@@ -171,7 +171,7 @@ def _forget_announced() -> None:
 
 
 def _announce(queue: str) -> None:
-    """Add `queue` to the known queues once per process (see dispatch.announce_queue)."""
+    """Add `queue` to the known queues once per process (see sending.announce_queue)."""
     broker = get_broker()
     if (broker.prefix, queue) in _announced:
         return
