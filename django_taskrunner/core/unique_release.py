@@ -2,8 +2,9 @@
 
 Each unique mode frees its lock at a point of the message's life (`RELEASE_ON`); a
 task_id is freed once the task finished for good and renewed when an attempt starts.
-The worker (and the admin) call `release_with`, which compares the whole holder value
-(`unique.holder_value`) first, so an older run never frees what a newer dispatch took.
+The worker calls `release_with`, which compares the whole holder value
+(`unique_holder.holder_value`) first, so an older run never frees what a newer dispatch
+took; the admin frees one lock by the value it shows (`release_held`).
 """
 
 from __future__ import annotations
