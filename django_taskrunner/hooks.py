@@ -30,12 +30,7 @@ def dispatch_on(
                     payload=lambda instance, **kw: {"order": instance.pk},
                     when=lambda created, **kw: created)
     """
-    if not isinstance(signal, Signal):
-        raise TypeError(f"dispatch_on needs a django.dispatch.Signal, not {signal!r}")
-    if payload is not None and not callable(payload):
-        raise TypeError("payload must be a callable taking the signal's arguments")
-    if when is not None and not callable(when):
-        raise TypeError("when must be a callable taking the signal's arguments")
+    _check(signal, payload, when)
     resolved = resolve_task(task) if isinstance(task, Task) else task
     send = dispatch_on_commit if on_commit else dispatch
 
@@ -47,7 +42,21 @@ def dispatch_on(
         send(resolved, value, **dispatch_options)
 
     name = resolved.name if isinstance(resolved, Task) else resolved
-    uid = f"django_taskrunner:{name}:{id(signal)}:{id(sender)}"
+    return _connect(signal, receiver, sender, f"django_taskrunner:{name}:{id(signal)}:{id(sender)}")
+
+
+def _check(signal: Any, payload: Any, when: Any) -> None:
+    if not isinstance(signal, Signal):
+        raise TypeError(f"dispatch_on needs a django.dispatch.Signal, not {signal!r}")
+    if payload is not None and not callable(payload):
+        raise TypeError("payload must be a callable taking the signal's arguments")
+    if when is not None and not callable(when):
+        raise TypeError("when must be a callable taking the signal's arguments")
+
+
+def _connect(signal: Signal, receiver: Callable[..., None], sender: Any,
+             uid: str) -> Callable[..., None]:
+    """Connect `receiver` under `uid`, and give it its `disconnect()`."""
     signal.connect(receiver, sender=sender, weak=False, dispatch_uid=uid)
     # Connected under a dispatch_uid, which `signal.disconnect(receiver)` does not find.
     receiver.dispatch_uid = uid  # type: ignore[attr-defined]

@@ -1,182 +1,56 @@
 """Putting tasks on their queue: `dispatch`, `dispatch_many`, `dispatch_on_commit`,
 `dispatch_delayed` and `schedule_for`.
 
-In eager mode (`TASKRUNNER["EAGER"]`, for tests) each of them runs the task at once
-instead, after the same checks (`eager.py`).
-
-A plain dispatch is one XADD: one round trip, nothing else on the hot path. A unique
-or `task_id` dispatch is one EVALSHA that takes the lock and adds the message together
-(see `unique.py`, and `store/locks.py` for the commands). A delayed one is one script
-too: ZADD, and a PUBLISH that wakes the scheduler when it is due before every waiting
-entry.
+Each of them builds and checks its message first (`prepare.py`), then hands it on: to
+eager mode (`TASKRUNNER["EAGER"]`, for tests: the task runs at once, `eager.py`), to the
+transactional outbox (`outbox.py`), or to its queue (`sending.py`, where the round
+trips are).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from django_taskrunner import tracing
-from django_taskrunner.conf import get_settings, on_reset
+from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock, due, eager, outbox
-from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.core.options import (
-    DEFAULT_PRIORITY,
-    TaskOptions,
-    check_priority,
-    check_queue_name,
-    check_seconds,
+from django_taskrunner.core.prepare import (
+    debounce_ms,
+    new_message,
+    new_message_id,
+    prepare,
+    resolve_queue,
+    resolve_task,
 )
-from django_taskrunner.core.records import dispatch_record
-from django_taskrunner.core.registry import registry
-from django_taskrunner.core.unique import Claim, KeySource
-from django_taskrunner.exceptions import (
-    RedisUnavailable,
-    TaskAlreadyDispatched,
-    TaskIdConflict,
+from django_taskrunner.core.sending import (
+    add_batch,
+    add_delayed,
+    add_now,
+    add_plain,
+    announce_queue,
+    redis_down,
 )
-from django_taskrunner.store import keys, sharding
-from django_taskrunner.store.broker import Broker, get_broker
-from django_taskrunner.store.connection import built_client
-from django_taskrunner.store.errors import REDIS_DOWN, unavailable
-from django_taskrunner.store.locks import get_locks
-from django_taskrunner.store.schedule import for_broker as schedule_store
+from django_taskrunner.core.unique import KeySource
+from django_taskrunner.exceptions import TaskAlreadyDispatched, TaskIdConflict
+from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store.errors import REDIS_DOWN
 
 if TYPE_CHECKING:
     from django_taskrunner.core.task import Task
-from django_taskrunner.core.message import check_payload
+
+__all__ = ["dispatch", "dispatch_delayed", "dispatch_many", "dispatch_on_commit",
+           "schedule_for",
+           # prepare.py's and sending.py's, imported from here by the Tasks backend,
+           # periodic tasks and the package's API.
+           "REDIS_DOWN", "add_delayed", "announce_queue", "new_message", "new_message_id",
+           "prepare", "resolve_queue", "resolve_task"]
 
 logger = logging.getLogger(__name__)
-
-
-def resolve_task(name_or_task: str | Task) -> Task:
-    """The `Task` for a registered name, or the task itself; else `TaskNotFound`."""
-    if isinstance(getattr(name_or_task, "options", None), TaskOptions):  # a Task
-        return name_or_task
-    if isinstance(name_or_task, str):
-        return registry.get(name_or_task)
-    raise TypeError(f"expected a task name or a Task, not {type(name_or_task).__name__}")
-
-
-def resolve_queue(task: Task, queue: str | None) -> str:
-    """Call argument > `@task(queue=...)` > `TASKRUNNER["DEFAULT_QUEUE"]`."""
-    if queue is not None:
-        return check_queue_name(queue)
-    if task.options.queue is not None:
-        return task.options.queue
-    return get_settings().DEFAULT_QUEUE
-
-
-def _expires_at(task: Task, expires: float | None, start_ms: int) -> int | None:
-    seconds = expires if expires is not None else task.options.expires
-    if seconds is None:
-        return None
-    check_seconds("expires", seconds)  # the same rule as @task(expires=...)
-    return start_ms + int(seconds * 1000)
-
-
-def _reservation_timeout_ms(task: Task) -> int | None:
-    """The task's own reservation timeout travels with its message, for any reclaiming worker."""
-    seconds = task.options.reservation_timeout
-    return None if seconds is None else int(seconds * 1000)
-
-
-def new_message_id() -> str:
-    """A random UUID4 as 32 hex digits, the same as `uuid.uuid4().hex` but cheaper."""
-    bits = int.from_bytes(os.urandom(16), "big")
-    bits = (bits & ~(0xC000 << 48)) | (0x8000 << 48)  # RFC 4122 variant
-    bits = (bits & ~(0xF000 << 64)) | (4 << 76)  # version 4
-    return f"{bits:032x}"
-
-
-def new_message(
-    task: Task, payload: Any, *, queue: str | None = None, expires: float | None = None,
-    start_ms: int | None = None, task_id: str | None = None, priority: int | None = None,
-) -> TaskMessage:
-    """A first-attempt message for `task`; `start_ms` is when it may first run.
-
-    With `task_id` the message id is that id (checked), else a random one. `priority`
-    (checked) overrides the task's; the default one is left out of the message.
-    """
-    level = check_priority(priority if priority is not None else task.options.priority,
-                           task.name)
-    now = clock.now_ms()
-    message = TaskMessage(
-        id=new_message_id() if task_id is None else locks.check_task_id(task_id, task.name),
-        task_name=task.name,
-        queue=resolve_queue(task, queue),
-        payload=payload,
-        attempt=1,
-        dispatched_at_ms=now,
-        expires_at_ms=_expires_at(task, expires, start_ms if start_ms is not None else now),
-        has_task_id=task_id is not None,
-        reservation_timeout_ms=_reservation_timeout_ms(task),
-        priority=None if level == DEFAULT_PRIORITY else level,
-    )
-    message.trace_context = tracing.producer_context(message)  # None unless traced
-    return message
-
-
-def prepare(
-    task: Task, payload: Any, *, queue: str | None = None, task_id: str | None = None,
-    unique_key: KeySource = None, unique_for: float | None = None,
-    unique_mode: str | None = None, expires: float | None = None, start_ms: int | None = None,
-    on_conflict: str | None = None, priority: int | None = None,
-) -> tuple[TaskMessage, Claim | None]:
-    """The message and what it must reserve (lock, task_id), all checked, without Redis.
-
-    The delayed path calls this with `start_ms` = the due time, then adds the claim's
-    reservation with the delayed set as destination.
-    """
-    message = new_message(task, payload, queue=queue, expires=expires, start_ms=start_ms,
-                          task_id=task_id, priority=priority)
-    check_payload(payload, task.name)  # before a unique_key function walks the payload
-    claim = locks.claim_for(task, message, get_settings().PREFIX, unique_key=unique_key,
-                            unique_for=unique_for, unique_mode=unique_mode,
-                            on_conflict=on_conflict)
-    quiet_ms = _debounce_ms(claim)
-    if quiet_ms is not None:  # it starts after its quiet period: expiry counts from there
-        now = clock.now_ms()
-        start = max(now if start_ms is None else start_ms, now + quiet_ms)
-        message.expires_at_ms = _expires_at(task, expires, start)
-    return message, claim
-
-
-# (prefix, queue) this process has announced in the known queues, and when (monotonic s).
-_announced: dict[tuple[str, str], float] = {}
-# A queue is announced again after this long, so the leader sees it is still in use.
-ANNOUNCE_EVERY_S = 3600.0
-
-
-@on_reset
-def _forget_announced() -> None:
-    _announced.clear()
-
-
-def announce_queue(broker: Broker, queue: str) -> None:
-    """Add `queue` to the known queues (`keys.queues_seen_key`, `queues_used_key`), so
-    the dashboard, `runtasks`' default queues and the leader's promotions know a queue
-    used only through `dispatch(queue=...)`: one round trip on the first dispatch, and
-    again an hour later (so the leader does not forget it), none in between."""
-    last = _announced.get((broker.prefix, queue))
-    now = clock.monotonic()
-    if last is not None and now - last < ANNOUNCE_EVERY_S:
-        return
-    try:
-        schedule_store(broker).add_known_queues([queue], clock.now_ms(), used=True)
-    except REDIS_DOWN:
-        return  # the next dispatch tries again
-    _announced[(broker.prefix, queue)] = now
-
-
-def _redis_down(task: Task, exc: Exception) -> RedisUnavailable:
-    return unavailable(f"cannot dispatch {task.name!r}", exc, built_client())
 
 
 def dispatch(
@@ -227,23 +101,10 @@ def dispatch(
         return eager.run(task, message, body, claim)
     if transactional:
         return outbox.put(message, body, claim)
-    quiet_ms = _debounce_ms(claim)
+    quiet_ms = debounce_ms(claim)
     if quiet_ms is not None:  # unique_mode="debounce": it waits out its quiet period
         return add_delayed(message, clock.now_ms() + quiet_ms, claim, task=task)
-    try:
-        broker = get_broker()
-        if claim is None:
-            shard = keys.level_name(sharding.next_shard(message.queue), message.priority)
-            message.stream_id = broker.add(shard, body, dispatch_record(message, task, shard))
-        else:
-            reply = get_locks().add_reserved(
-                locks.reservation_for(claim, broker, message, body),
-                dispatch_record(message, task, level_of(claim, message), claim=claim))
-            message = claim.settle(reply, message)
-    except REDIS_DOWN as exc:
-        raise _redis_down(task, exc) from exc
-    announce_queue(broker, message.queue)
-    return message
+    return add_now(message, body, claim, task)
 
 
 def dispatch_delayed(
@@ -295,46 +156,14 @@ def _dispatch_at(task: Task, payload: Any, due_ms: int, options: dict[str, Any])
     if due_ms <= clock.now_ms() or get_settings().EAGER:  # eager mode ignores delays
         return dispatch(task, payload, **options)
     message, claim = prepare(task, payload, start_ms=due_ms, **options)
-    quiet_ms = _debounce_ms(claim)
+    quiet_ms = debounce_ms(claim)
     if quiet_ms is not None:  # never before the quiet period after this dispatch ends
         due_ms = max(due_ms, clock.now_ms() + quiet_ms)
     return add_delayed(message, due_ms, claim, task=task)
 
 
-def level_of(claim: Claim, message: TaskMessage) -> str:
-    """The stream a claimed message goes to: its shard's, or its priority level's there."""
-    return keys.level_name(claim.shard, message.priority)
-
-
-def _debounce_ms(claim: Claim | None) -> int | None:
-    """The quiet period of a debounced dispatch, else None."""
-    return None if claim is None or claim.lock is None else claim.lock.debounce_ms
-
-
-def add_delayed(
-    message: TaskMessage, due_ms: int, claim: Claim | None = None, task: Task | None = None,
-) -> TaskMessage:
-    """Put `message` in its queue's delayed set until `due_ms` (the one delayed add path),
-    taking its unique lock / task_id in the same script when it has a `claim`; with its
-    `task`, the task's record ("delayed") goes in the same round trip. Returns the
-    message the dispatch gives back (the holder's, under on_conflict "return")."""
-    body = message.to_json()
-    try:
-        broker = get_broker()
-        if claim is None:
-            shard = keys.level_name(sharding.next_shard(message.queue), message.priority)
-            record = None if task is None else dispatch_record(message, task, shard, due_ms)
-            broker.add_delayed(shard, body, due_ms, record)
-        else:
-            reservation = locks.reservation_for(claim, broker, message, body, due_ms)
-            record = None if task is None else dispatch_record(
-                message, task, level_of(claim, message), due_ms, claim)
-            message = claim.settle(get_locks().add_reserved(reservation, record), message)
-    except REDIS_DOWN as exc:
-        raise unavailable(f"cannot dispatch {message.task_name!r}", exc,
-                          built_client()) from exc
-    announce_queue(broker, message.queue)
-    return message
+# The options that make a dispatch_many call unique (as the task's own options do).
+UNIQUE_OPTIONS = ("unique_key", "unique_for", "unique_mode", "on_conflict")
 
 
 def dispatch_many(
@@ -357,35 +186,18 @@ def dispatch_many(
     payloads = list(payloads)
     if not payloads:
         return []
-    if get_settings().EAGER:
-        prepared = [prepare(task, payload, queue=queue, unique_key=unique_key,
-                            unique_for=unique_for, unique_mode=unique_mode, expires=expires,
-                            on_conflict=on_conflict, priority=priority)
-                    for payload in payloads]
+    options = {"queue": queue, "unique_key": unique_key, "unique_for": unique_for,
+               "unique_mode": unique_mode, "expires": expires, "on_conflict": on_conflict,
+               "priority": priority}
+    eager_mode = get_settings().EAGER
+    if not eager_mode and not (task.options.unique or task.options.unique_mode == "debounce"
+                               or any(options[name] is not None for name in UNIQUE_OPTIONS)):
+        return _dispatch_many_plain(task, payloads, queue, expires, priority)
+    prepared = [prepare(task, payload, **options) for payload in payloads]
+    if eager_mode:
         return eager.run_many(task, [(message, message.to_json(), claim)
                                      for message, claim in prepared])
-    if not (task.options.unique or unique_key is not None or unique_for is not None
-            or unique_mode is not None or on_conflict is not None
-            or task.options.unique_mode == "debounce"):
-        return _dispatch_many_plain(task, payloads, queue, expires, priority)
-    prepared = [prepare(task, payload, queue=queue, unique_key=unique_key,
-                        unique_for=unique_for, unique_mode=unique_mode, expires=expires,
-                        on_conflict=on_conflict, priority=priority)
-                for payload in payloads]
-    bodies = [message.to_json() for message, _claim in prepared]
-    # One task with one set of options: either every payload claims a lock or none does.
-    claimed = [(message, claim, body)
-               for (message, claim), body in zip(prepared, bodies, strict=True) if claim]
-    try:
-        broker = get_broker()
-        if claimed:
-            return _add_claimed(broker, task, claimed)
-        stream_ids = _add_plain(broker, task, [message for message, _ in prepared], bodies)
-    except REDIS_DOWN as exc:
-        raise _redis_down(task, exc) from exc
-    for (message, _claim), stream_id in zip(prepared, stream_ids, strict=True):
-        message.stream_id = stream_id
-    return [message for message, _claim in prepared]
+    return add_batch(task, prepared)
 
 
 def _dispatch_many_plain(
@@ -404,53 +216,13 @@ def _dispatch_many_plain(
                 for payload in payloads]
     bodies = [message.to_json() for message in messages]
     try:
-        stream_ids = _add_plain(get_broker(), task, messages, bodies)
+        stream_ids = add_plain(get_broker(), task, messages, bodies)
     except REDIS_DOWN as exc:
-        raise _redis_down(task, exc) from exc
+        raise redis_down(task, exc) from exc
     for message, stream_id in zip(messages, stream_ids, strict=True):
         message.stream_id = stream_id
     announce_queue(get_broker(), first.queue)
     return messages
-
-
-def _add_plain(
-    broker: Broker, task: Task, messages: list[TaskMessage], bodies: list[str]
-) -> list[str]:
-    """XADD every body (and its record) in one round trip; a queue split into shards
-    gets them round robin."""
-    queue, priority = messages[0].queue, messages[0].priority
-    shards = sharding.spread(queue, len(bodies))
-    if priority is not None:
-        shards = [keys.level_name(shard, priority) for shard in shards]
-    records = [record for message, shard in zip(messages, shards, strict=True)
-               if (record := dispatch_record(message, task, shard)) is not None]
-    if sharding.shard_count(queue) == 1:
-        return broker.add_many(shards[0], bodies, records)
-    return broker.add_each(list(zip(shards, bodies, strict=True)), records)
-
-
-def _add_claimed(
-    broker: Broker, task: Task, claimed: list[tuple[TaskMessage, Claim, str]]
-) -> list[TaskMessage]:
-    """One enqueue script per message, pipelined; the messages whose claim was free."""
-    now = clock.now_ms()
-    due = [None if (quiet_ms := _debounce_ms(claim)) is None else now + quiet_ms
-           for _message, claim, _body in claimed]
-    replies = get_locks().add_reserved_many(
-        [locks.reservation_for(claim, broker, message, body, due_ms)
-         for (message, claim, body), due_ms in zip(claimed, due, strict=True)],
-        [dispatch_record(message, task, level_of(claim, message), due_ms, claim=claim)
-         for (message, claim, _body), due_ms in zip(claimed, due, strict=True)])
-    queued = []
-    for (message, claim, _body), reply in zip(claimed, replies, strict=True):
-        try:
-            message = claim.settle(reply, message)
-        except TaskAlreadyDispatched as exc:
-            logger.info("dispatch_many: skipped a duplicate of task=%s: lock %s is held by %s",
-                        exc.task_name, exc.lock_key, exc.holder_id)
-            continue
-        queued.append(message)
-    return queued
 
 
 def dispatch_on_commit(

@@ -1,5 +1,6 @@
-"""The outbox table as the rest of the package reads it: the row of one task, the
-figures (size, oldest age) the dashboard, the metrics and the system check show.
+"""The outbox table as the rest of the package reads it: a row as the mover needs it,
+the row of one task, the figures (size, oldest age) the dashboard, the metrics and the
+system check show.
 
 `core/` sits below `models` in the package's layers, so the model is reached through
 Django's app registry when a function runs (`apps.get_model`), never imported.
@@ -15,6 +16,24 @@ from django.apps import apps
 from django.db import DEFAULT_DB_ALIAS
 from django.db.models import Count, Min
 from django.utils import timezone
+
+
+@dataclass(frozen=True)
+class Row:
+    """One outbox row, as the mover needs it."""
+
+    pk: int
+    message_id: str
+    task_name: str
+    queue: str
+    shard: str
+    lock_ttl_ms: int
+    body: str
+
+    @classmethod
+    def of(cls, row: Any) -> Row:
+        return cls(row.pk, row.message_id, row.task_name, row.queue, row.shard,
+                   int(row.lock_ttl_ms), row.body)
 
 
 def outbox_model() -> Any:

@@ -43,23 +43,8 @@ def check_options(options: TaskOptions, task_name: str) -> None:
     """Raise `InvalidTaskOptions` (or `UniqueForRequired`) for a bad option."""
     if options.queue is not None:
         check_queue_name(options.queue)
-    if isinstance(options.max_retry, bool) or not isinstance(options.max_retry, int) or (
-        options.max_retry < 0
-    ):
-        raise InvalidTaskOptions(f"max_retry must be an integer >= 0, not {options.max_retry!r}")
-    backoff = options.retry_backoff
-    if backoff is not None and not callable(backoff):
-        if not is_finite(backoff) or not 0 <= backoff <= MAX_SECONDS:
-            raise InvalidTaskOptions(
-                f"retry_backoff must be finite seconds from 0 to {MAX_SECONDS:,} or a "
-                f"callable(retry) -> seconds, not {backoff!r}"
-            )
-    for name in ("reservation_timeout", "time_limit", "expires", "schedule"):
-        check_seconds(name, getattr(options, name))
-    if options.cron is not None:
-        check_cron(options.cron)
-    if options.cron is not None and options.schedule is not None:
-        raise InvalidTaskOptions("give cron or schedule, not both")
+    _check_retries(options)
+    _check_timing(options)
     if options.unique_key is not None and not callable(options.unique_key):
         raise InvalidTaskOptions("unique_key must be a callable(payload) -> str, or None")
     check_unique_mode(options.unique_mode)
@@ -82,6 +67,31 @@ def check_options(options: TaskOptions, task_name: str) -> None:
         raise InvalidTaskOptions(f"task {task_name!r} is not unique, so on_conflict="
                                  f"{options.on_conflict!r} has no lock to meet: declare "
                                  f"unique=True (and unique_for) or leave on_conflict out")
+
+
+def _check_retries(options: TaskOptions) -> None:
+    """`max_retry` and `retry_backoff`."""
+    if isinstance(options.max_retry, bool) or not isinstance(options.max_retry, int) or (
+        options.max_retry < 0
+    ):
+        raise InvalidTaskOptions(f"max_retry must be an integer >= 0, not {options.max_retry!r}")
+    backoff = options.retry_backoff
+    if backoff is not None and not callable(backoff):
+        if not is_finite(backoff) or not 0 <= backoff <= MAX_SECONDS:
+            raise InvalidTaskOptions(
+                f"retry_backoff must be finite seconds from 0 to {MAX_SECONDS:,} or a "
+                f"callable(retry) -> seconds, not {backoff!r}"
+            )
+
+
+def _check_timing(options: TaskOptions) -> None:
+    """The options in seconds, and the periodic schedule (`cron` or `schedule`)."""
+    for name in ("reservation_timeout", "time_limit", "expires", "schedule"):
+        check_seconds(name, getattr(options, name))
+    if options.cron is not None:
+        check_cron(options.cron)
+    if options.cron is not None and options.schedule is not None:
+        raise InvalidTaskOptions("give cron or schedule, not both")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Workflows (chains, groups): each one's state under keys tagged by its id.
 
 What a workflow is (stages of members, the message of each) is decided in
-`core/workflows.py`; this module runs the commands on plain values. Keys:
+`core/workflows.py` and `core/workflow_dispatch.py`; this module runs the commands on
+plain values. Keys:
 `keys.workflow_key` (a hash: status, counts, per stage `n:<k>` size, `o:<k>` offset
 into the members, `kind:<k>` "one" or "group", `done:<k>`), `workflow_done_key` (the
 member indexes counted), `workflow_members_key` (task ids) and `workflow_bodies_key`
@@ -94,6 +95,11 @@ class WorkflowStore:
         for record in records:
             store.queue_new(pipe, record)
         skip = len(pipe.command_stack)
+        self._send_first(pipe, first)
+        return _first_ids(first, pipe.execute()[skip:])
+
+    def _send_first(self, pipe: Any, first: Sequence[FirstMessage]) -> None:
+        """The first stage's XADD (or ZADD + PUBLISH of a delayed one), on `pipe`."""
         for message in first:
             if message.due_ms is None:
                 pipe.execute_command("XADD", keys.stream_key(self.prefix, message.shard), "*",
@@ -103,16 +109,6 @@ class WorkflowStore:
                                      message.due_ms, message.body)
                 pipe.execute_command("PUBLISH", keys.wake_channel(self.prefix, message.shard),
                                      message.due_ms)
-        replies = pipe.execute()[skip:]
-        ids, position = [], 0
-        for message in first:
-            if message.due_ms is None:
-                ids.append(text(replies[position]))
-                position += 1
-            else:
-                ids.append("delayed")
-                position += 2
-        return ids
 
     # -- worker ----------------------------------------------------------------------
 
@@ -197,3 +193,17 @@ class WorkflowStore:
 def for_client(client: Any, prefix: str) -> WorkflowStore:
     """The workflows on a client (a broker's) and prefix: no state, cheap to build."""
     return WorkflowStore(client, prefix)
+
+
+def _first_ids(first: Sequence[FirstMessage], replies: Sequence[Any]) -> list[str]:
+    """The stream id of each first-stage message ("delayed" for a delayed one, whose
+    ZADD and PUBLISH are two replies), from the pipeline's replies after the writes."""
+    ids, position = [], 0
+    for message in first:
+        if message.due_ms is None:
+            ids.append(text(replies[position]))
+            position += 1
+        else:
+            ids.append("delayed")
+            position += 2
+    return ids

@@ -67,24 +67,44 @@ def check_limits(executor: Executor, run: Run) -> bool:
     store = Limits(executor.broker.client, executor.broker.prefix)
     queue = options.queue or get_settings().DEFAULT_QUEUE
     if concurrency is not None and options.concurrency_limit is not None:
-        key = keys.limit_key(store.prefix, queue, "concurrency", task.name, concurrency)
-        timeout_ms = message.reservation_timeout_ms
-        lease_ms = (round(executor.reservation_timeout * 1000) if timeout_ms is None
-                    else timeout_ms)
-        take = store.take_slot(key, options.concurrency_limit, message.id, lease_ms,
-                               SLOT_WAIT_BASE_MS, SLOT_WAIT_MAX_MS)
-        if not take.admitted:
-            jitter = random.randint(0, SLOT_JITTER_MS)  # noqa: S311 - spreads waiters
-            defer(executor, run, take.wait_ms + jitter, "concurrency")
+        if not _take_slot(executor, run, store, keys.limit_key(
+                store.prefix, queue, "concurrency", task.name, concurrency)):
             return False
-        run.slots = (Slot(key, message.id, lease_ms),)
     if rate is not None and options.rate_limit is not None:
-        limit = parse_rate(options.rate_limit)
-        key = keys.limit_key(store.prefix, queue, "rate", task.name, rate)
-        take = store.take_rate(key, limit.limit, limit.window_ms, message.id)
-        if not take.admitted:
-            defer(executor, run, take.wait_ms, "rate")
+        if not _take_rate(executor, run, store, queue, rate):
             return False
+    return True
+
+
+def _take_slot(executor: Executor, run: Run, store: Limits, key: str) -> bool:
+    """A concurrency slot for the run (held in `run.slots`), else the run deferred."""
+    task, message = run.task, run.message
+    assert task is not None and message is not None
+    limit = task.options.concurrency_limit
+    assert limit is not None
+    timeout_ms = message.reservation_timeout_ms
+    lease_ms = (round(executor.reservation_timeout * 1000) if timeout_ms is None
+                else timeout_ms)
+    take = store.take_slot(key, limit, message.id, lease_ms,
+                           SLOT_WAIT_BASE_MS, SLOT_WAIT_MAX_MS)
+    if not take.admitted:
+        jitter = random.randint(0, SLOT_JITTER_MS)  # noqa: S311 - spreads waiters
+        defer(executor, run, take.wait_ms + jitter, "concurrency")
+        return False
+    run.slots = (Slot(key, message.id, lease_ms),)
+    return True
+
+
+def _take_rate(executor: Executor, run: Run, store: Limits, queue: str, rate: str) -> bool:
+    """A start within the task's rate limit, else the run deferred until one is free."""
+    task, message = run.task, run.message
+    assert task is not None and message is not None and task.options.rate_limit is not None
+    limit = parse_rate(task.options.rate_limit)
+    key = keys.limit_key(store.prefix, queue, "rate", task.name, rate)
+    take = store.take_rate(key, limit.limit, limit.window_ms, message.id)
+    if not take.admitted:
+        defer(executor, run, take.wait_ms, "rate")
+        return False
     return True
 
 

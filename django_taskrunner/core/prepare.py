@@ -1,0 +1,134 @@
+"""A dispatch's message built and checked, and what it must reserve, without Redis.
+
+Every dispatch path (`dispatch`, the delayed ones, `dispatch_many`, workflows, the
+outbox, periodic tasks, the Tasks backend) builds its first-attempt message here: the
+task resolved, the queue, expiry, priority and task_id checked, the payload checked
+before a unique key function walks it, and the claim (lock, task_id) worked out.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from django_taskrunner import tracing
+from django_taskrunner.conf import get_settings
+from django_taskrunner.core import clock
+from django_taskrunner.core import unique as locks
+from django_taskrunner.core.message import TaskMessage, check_payload
+from django_taskrunner.core.options import (
+    DEFAULT_PRIORITY,
+    TaskOptions,
+    check_priority,
+    check_queue_name,
+    check_seconds,
+)
+from django_taskrunner.core.registry import registry
+from django_taskrunner.core.unique import Claim, KeySource
+from django_taskrunner.store import keys
+
+if TYPE_CHECKING:
+    from django_taskrunner.core.task import Task
+
+
+def resolve_task(name_or_task: str | Task) -> Task:
+    """The `Task` for a registered name, or the task itself; else `TaskNotFound`."""
+    if isinstance(getattr(name_or_task, "options", None), TaskOptions):  # a Task
+        return name_or_task
+    if isinstance(name_or_task, str):
+        return registry.get(name_or_task)
+    raise TypeError(f"expected a task name or a Task, not {type(name_or_task).__name__}")
+
+
+def resolve_queue(task: Task, queue: str | None) -> str:
+    """Call argument > `@task(queue=...)` > `TASKRUNNER["DEFAULT_QUEUE"]`."""
+    if queue is not None:
+        return check_queue_name(queue)
+    if task.options.queue is not None:
+        return task.options.queue
+    return get_settings().DEFAULT_QUEUE
+
+
+def _expires_at(task: Task, expires: float | None, start_ms: int) -> int | None:
+    seconds = expires if expires is not None else task.options.expires
+    if seconds is None:
+        return None
+    check_seconds("expires", seconds)  # the same rule as @task(expires=...)
+    return start_ms + int(seconds * 1000)
+
+
+def _reservation_timeout_ms(task: Task) -> int | None:
+    """The task's own reservation timeout travels with its message, for any reclaiming worker."""
+    seconds = task.options.reservation_timeout
+    return None if seconds is None else int(seconds * 1000)
+
+
+def new_message_id() -> str:
+    """A random UUID4 as 32 hex digits, the same as `uuid.uuid4().hex` but cheaper."""
+    bits = int.from_bytes(os.urandom(16), "big")
+    bits = (bits & ~(0xC000 << 48)) | (0x8000 << 48)  # RFC 4122 variant
+    bits = (bits & ~(0xF000 << 64)) | (4 << 76)  # version 4
+    return f"{bits:032x}"
+
+
+def new_message(
+    task: Task, payload: Any, *, queue: str | None = None, expires: float | None = None,
+    start_ms: int | None = None, task_id: str | None = None, priority: int | None = None,
+) -> TaskMessage:
+    """A first-attempt message for `task`; `start_ms` is when it may first run.
+
+    With `task_id` the message id is that id (checked), else a random one. `priority`
+    (checked) overrides the task's; the default one is left out of the message.
+    """
+    level = check_priority(priority if priority is not None else task.options.priority,
+                           task.name)
+    now = clock.now_ms()
+    message = TaskMessage(
+        id=new_message_id() if task_id is None else locks.check_task_id(task_id, task.name),
+        task_name=task.name,
+        queue=resolve_queue(task, queue),
+        payload=payload,
+        attempt=1,
+        dispatched_at_ms=now,
+        expires_at_ms=_expires_at(task, expires, start_ms if start_ms is not None else now),
+        has_task_id=task_id is not None,
+        reservation_timeout_ms=_reservation_timeout_ms(task),
+        priority=None if level == DEFAULT_PRIORITY else level,
+    )
+    message.trace_context = tracing.producer_context(message)  # None unless traced
+    return message
+
+
+def prepare(
+    task: Task, payload: Any, *, queue: str | None = None, task_id: str | None = None,
+    unique_key: KeySource = None, unique_for: float | None = None,
+    unique_mode: str | None = None, expires: float | None = None, start_ms: int | None = None,
+    on_conflict: str | None = None, priority: int | None = None,
+) -> tuple[TaskMessage, Claim | None]:
+    """The message and what it must reserve (lock, task_id), all checked, without Redis.
+
+    The delayed path calls this with `start_ms` = the due time, then adds the claim's
+    reservation with the delayed set as destination.
+    """
+    message = new_message(task, payload, queue=queue, expires=expires, start_ms=start_ms,
+                          task_id=task_id, priority=priority)
+    check_payload(payload, task.name)  # before a unique_key function walks the payload
+    claim = locks.claim_for(task, message, get_settings().PREFIX, unique_key=unique_key,
+                            unique_for=unique_for, unique_mode=unique_mode,
+                            on_conflict=on_conflict)
+    quiet_ms = debounce_ms(claim)
+    if quiet_ms is not None:  # it starts after its quiet period: expiry counts from there
+        now = clock.now_ms()
+        start = max(now if start_ms is None else start_ms, now + quiet_ms)
+        message.expires_at_ms = _expires_at(task, expires, start)
+    return message, claim
+
+
+def level_of(claim: Claim, message: TaskMessage) -> str:
+    """The stream a claimed message goes to: its shard's, or its priority level's there."""
+    return keys.level_name(claim.shard, message.priority)
+
+
+def debounce_ms(claim: Claim | None) -> int | None:
+    """The quiet period of a debounced dispatch, else None."""
+    return None if claim is None or claim.lock is None else claim.lock.debounce_ms

@@ -1,0 +1,173 @@
+"""A prepared message put on its queue: on its stream now, in its delayed set for later,
+or a batch of them, each with its claim (lock, task_id) and task record in the same
+round trip; then the queue announced in the known queues.
+
+A plain add is one XADD: one round trip, nothing else on the hot path. A unique or
+`task_id` one is one EVALSHA that takes the lock and adds the message together (see
+`unique.py`, and `store/locks.py` for the commands). A delayed one is one script too:
+ZADD, and a PUBLISH that wakes the scheduler when it is due before every waiting entry.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from django_taskrunner.conf import on_reset
+from django_taskrunner.core import clock
+from django_taskrunner.core import unique as locks
+from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.core.prepare import debounce_ms, level_of
+from django_taskrunner.core.records import dispatch_record
+from django_taskrunner.core.unique import Claim
+from django_taskrunner.exceptions import RedisUnavailable, TaskAlreadyDispatched
+from django_taskrunner.store import keys, sharding
+from django_taskrunner.store.broker import Broker, get_broker
+from django_taskrunner.store.connection import built_client
+from django_taskrunner.store.errors import REDIS_DOWN, unavailable
+from django_taskrunner.store.locks import get_locks
+from django_taskrunner.store.schedule import for_broker as schedule_store
+
+if TYPE_CHECKING:
+    from django_taskrunner.core.task import Task
+
+# The name these lines were logged under before this module was split off
+# `core/dispatch.py`: logging configurations name it.
+logger = logging.getLogger("django_taskrunner.core.dispatch")
+
+
+# (prefix, queue) this process has announced in the known queues, and when (monotonic s).
+_announced: dict[tuple[str, str], float] = {}
+# A queue is announced again after this long, so the leader sees it is still in use.
+ANNOUNCE_EVERY_S = 3600.0
+
+
+@on_reset
+def _forget_announced() -> None:
+    _announced.clear()
+
+
+def announce_queue(broker: Broker, queue: str) -> None:
+    """Add `queue` to the known queues (`keys.queues_seen_key`, `queues_used_key`), so
+    the dashboard, `runtasks`' default queues and the leader's promotions know a queue
+    used only through `dispatch(queue=...)`: one round trip on the first dispatch, and
+    again an hour later (so the leader does not forget it), none in between."""
+    last = _announced.get((broker.prefix, queue))
+    now = clock.monotonic()
+    if last is not None and now - last < ANNOUNCE_EVERY_S:
+        return
+    try:
+        schedule_store(broker).add_known_queues([queue], clock.now_ms(), used=True)
+    except REDIS_DOWN:
+        return  # the next dispatch tries again
+    _announced[(broker.prefix, queue)] = now
+
+
+def redis_down(task: Task, exc: Exception) -> RedisUnavailable:
+    return unavailable(f"cannot dispatch {task.name!r}", exc, built_client())
+
+
+def add_now(message: TaskMessage, body: str, claim: Claim | None, task: Task) -> TaskMessage:
+    """Put `message` on its stream (the one immediate add path), taking its unique lock /
+    task_id in the same script when it has a `claim`, its record in the same round trip.
+    Returns the message the dispatch gives back (the holder's, under on_conflict
+    "return")."""
+    try:
+        broker = get_broker()
+        if claim is None:
+            shard = keys.level_name(sharding.next_shard(message.queue), message.priority)
+            message.stream_id = broker.add(shard, body, dispatch_record(message, task, shard))
+        else:
+            reply = get_locks().add_reserved(
+                locks.reservation_for(claim, broker, message, body),
+                dispatch_record(message, task, level_of(claim, message), claim=claim))
+            message = claim.settle(reply, message)
+    except REDIS_DOWN as exc:
+        raise redis_down(task, exc) from exc
+    announce_queue(broker, message.queue)
+    return message
+
+
+def add_delayed(
+    message: TaskMessage, due_ms: int, claim: Claim | None = None, task: Task | None = None,
+) -> TaskMessage:
+    """Put `message` in its queue's delayed set until `due_ms` (the one delayed add path),
+    taking its unique lock / task_id in the same script when it has a `claim`; with its
+    `task`, the task's record ("delayed") goes in the same round trip. Returns the
+    message the dispatch gives back (the holder's, under on_conflict "return")."""
+    body = message.to_json()
+    try:
+        broker = get_broker()
+        if claim is None:
+            shard = keys.level_name(sharding.next_shard(message.queue), message.priority)
+            record = None if task is None else dispatch_record(message, task, shard, due_ms)
+            broker.add_delayed(shard, body, due_ms, record)
+        else:
+            reservation = locks.reservation_for(claim, broker, message, body, due_ms)
+            record = None if task is None else dispatch_record(
+                message, task, level_of(claim, message), due_ms, claim)
+            message = claim.settle(get_locks().add_reserved(reservation, record), message)
+    except REDIS_DOWN as exc:
+        raise unavailable(f"cannot dispatch {message.task_name!r}", exc,
+                          built_client()) from exc
+    announce_queue(broker, message.queue)
+    return message
+
+
+def add_batch(task: Task, prepared: list[tuple[TaskMessage, Claim | None]]) -> list[TaskMessage]:
+    """Prepared messages of one task in one round trip (`dispatch_many`): each claimed one
+    through its own pipelined script, else every body XADDed; the messages queued."""
+    bodies = [message.to_json() for message, _claim in prepared]
+    # One task with one set of options: either every payload claims a lock or none does.
+    claimed = [(message, claim, body)
+               for (message, claim), body in zip(prepared, bodies, strict=True) if claim]
+    try:
+        broker = get_broker()
+        if claimed:
+            return add_claimed(broker, task, claimed)
+        stream_ids = add_plain(broker, task, [message for message, _ in prepared], bodies)
+    except REDIS_DOWN as exc:
+        raise redis_down(task, exc) from exc
+    for (message, _claim), stream_id in zip(prepared, stream_ids, strict=True):
+        message.stream_id = stream_id
+    return [message for message, _claim in prepared]
+
+
+def add_plain(
+    broker: Broker, task: Task, messages: list[TaskMessage], bodies: list[str]
+) -> list[str]:
+    """XADD every body (and its record) in one round trip; a queue split into shards
+    gets them round robin."""
+    queue, priority = messages[0].queue, messages[0].priority
+    shards = sharding.spread(queue, len(bodies))
+    if priority is not None:
+        shards = [keys.level_name(shard, priority) for shard in shards]
+    records = [record for message, shard in zip(messages, shards, strict=True)
+               if (record := dispatch_record(message, task, shard)) is not None]
+    if sharding.shard_count(queue) == 1:
+        return broker.add_many(shards[0], bodies, records)
+    return broker.add_each(list(zip(shards, bodies, strict=True)), records)
+
+
+def add_claimed(
+    broker: Broker, task: Task, claimed: list[tuple[TaskMessage, Claim, str]]
+) -> list[TaskMessage]:
+    """One enqueue script per message, pipelined; the messages whose claim was free."""
+    now = clock.now_ms()
+    due = [None if (quiet_ms := debounce_ms(claim)) is None else now + quiet_ms
+           for _message, claim, _body in claimed]
+    replies = get_locks().add_reserved_many(
+        [locks.reservation_for(claim, broker, message, body, due_ms)
+         for (message, claim, body), due_ms in zip(claimed, due, strict=True)],
+        [dispatch_record(message, task, level_of(claim, message), due_ms, claim=claim)
+         for (message, claim, _body), due_ms in zip(claimed, due, strict=True)])
+    queued = []
+    for (message, claim, _body), reply in zip(claimed, replies, strict=True):
+        try:
+            message = claim.settle(reply, message)
+        except TaskAlreadyDispatched as exc:
+            logger.info("dispatch_many: skipped a duplicate of task=%s: lock %s is held by %s",
+                        exc.task_name, exc.lock_key, exc.holder_id)
+            continue
+        queued.append(message)
+    return queued
