@@ -13,7 +13,7 @@ from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import PAGE_VAR, ChangeList
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Page, Paginator
-from django.db import connections, router
+from django.db import OperationalError, connections, router, transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -82,6 +82,35 @@ class IndexedValuesFilter(admin.AllValuesFieldListFilter):
 
 # How many rows past the start of the page shown the list counts, at most.
 COUNT_CAP = 10_000
+# How long that count may take on PostgreSQL: a filter or search whose matches are rare
+# but not rare enough for an index can read the whole table to find 10,000 of them.
+COUNT_TIMEOUT_MS = 100
+QUERY_CANCELED = "57014"  # PostgreSQL's SQLSTATE for a statement_timeout
+
+
+def bounded_count(queryset: QuerySet[Any], timeout_ms: int) -> int | None:
+    """`queryset.count()`, or None when PostgreSQL gives up on it after `timeout_ms`.
+
+    The timeout is set for this statement only: in a transaction (or savepoint) rolled
+    back afterwards, so it never outlasts the count, inside an outer atomic block too.
+    Other databases (SQLite) count without a limit of time.
+    """
+    connection = connections[queryset.db]
+    if connection.vendor != "postgresql" or timeout_ms <= 0:
+        return queryset.count()
+    try:
+        with transaction.atomic(using=queryset.db):
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT set_config('statement_timeout', %s, true)",
+                               [f"{int(timeout_ms)}ms"])
+            counted = queryset.count()
+            transaction.set_rollback(True, using=queryset.db)
+            return counted
+    except OperationalError as exc:
+        cause = exc.__cause__
+        if (getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)) != QUERY_CANCELED:
+            raise
+        return None
 
 
 class AtLeast(int):
@@ -106,13 +135,15 @@ class CappedPaginator(Paginator):
     counts at most `cap` rows past the page's start, through a LIMITed subquery, and a
     count that reaches the limit is an `AtLeast`, shown as "10,000+": the page links
     reach that far, and each page further on counts from where it starts, so every page
-    stays reachable.
+    stays reachable. A count PostgreSQL cannot finish in `timeout_ms` says only that a
+    next page exists ("100+" on the first page).
     """
 
     def __init__(self, object_list: Any, per_page: int, *, page_number: int = 1,
-                 cap: int = COUNT_CAP, **kwargs: Any) -> None:
+                 cap: int = COUNT_CAP, timeout_ms: int = COUNT_TIMEOUT_MS,
+                 **kwargs: Any) -> None:
         super().__init__(object_list, per_page, **kwargs)
-        self.page_number, self.cap = page_number, cap
+        self.page_number, self.cap, self.timeout_ms = page_number, cap, timeout_ms
         self.page_rows: list[Any] | None = None
 
     @cached_property
@@ -125,7 +156,10 @@ class CappedPaginator(Paginator):
         if len(rows) <= self.per_page and (rows or start == 0):
             return start + len(rows)
         limit = start + self.cap + 1
-        counted = self.object_list.order_by().values("pk")[:limit].count()
+        counted = bounded_count(self.object_list.order_by().values("pk")[:limit],
+                                self.timeout_ms)
+        if counted is None:  # more than this page, how many more is not known
+            return AtLeast(start + len(rows)) if rows else start
         return AtLeast(counted) if counted >= limit else counted
 
     def page(self, number: Any) -> Page:
@@ -173,6 +207,7 @@ class FailedTaskAdmin(NulFreeChangeListMixin, admin.ModelAdmin):
     change_form_template = "admin/django_taskrunner/failedtask/change_form.html"
     show_full_result_count = False  # no COUNT(*) over 100,000 rows on every page
     count_cap = COUNT_CAP  # the list counts at most this many rows past its page's start
+    count_timeout_ms = COUNT_TIMEOUT_MS  # ...and for at most this long on PostgreSQL
 
     def get_paginator(self, request: HttpRequest, queryset: QuerySet[FailedTask],
                       per_page: int, orphans: int = 0,
@@ -180,7 +215,8 @@ class FailedTaskAdmin(NulFreeChangeListMixin, admin.ModelAdmin):
         """A paginator that counts at most COUNT_CAP rows past the page shown."""
         return CappedPaginator(queryset, per_page, orphans=orphans,
                                allow_empty_first_page=allow_empty_first_page,
-                               page_number=page_number(request), cap=self.count_cap)
+                               page_number=page_number(request), cap=self.count_cap,
+                               timeout_ms=self.count_timeout_ms)
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return FailedTaskChangeList
