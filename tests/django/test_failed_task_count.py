@@ -9,11 +9,11 @@ from datetime import timedelta
 import pytest
 from django.contrib import admin
 from django.contrib.auth.models import Permission, User
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_taskrunner.admin.failed import COUNT_CAP, AtLeast
+from django_taskrunner.admin.failed import COUNT_CAP, AtLeast, CappedPaginator, bounded_count
 from django_taskrunner.models import FailedTask
 
 pytestmark = pytest.mark.django_db
@@ -175,3 +175,45 @@ def test_the_list_order_indexes_exist():
                         ("taskrunner_failed_queue_recent", "queue"),
                         ("taskrunner_failed_error_recent", "error_class")]:
         assert columns[name] == [first, "failed_at", "id"]
+
+
+postgresql_only = pytest.mark.skipif(connection.vendor != "postgresql",
+                                     reason="statement_timeout: PostgreSQL only")
+
+
+def statement_timeout() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW statement_timeout")
+        return cursor.fetchone()[0]
+
+
+def slow_rows():
+    """Every row, each taking 50 ms to read: a count of a few of them outlasts 20 ms."""
+    return FailedTask.objects.extra(where=["pg_sleep(0.05) IS NOT NULL"])
+
+
+@postgresql_only
+@pytest.mark.parametrize("in_atomic", [False, True])
+def test_a_count_postgresql_cannot_finish_in_time_gives_up_and_leaves_no_timeout(in_atomic):
+    add_rows(5)
+    before = statement_timeout()
+    if in_atomic:
+        with transaction.atomic():
+            assert bounded_count(slow_rows(), 20) is None
+            assert bounded_count(FailedTask.objects.all(), 1_000) == 5
+            assert statement_timeout() == before
+    else:
+        assert bounded_count(slow_rows(), 20) is None
+        assert bounded_count(FailedTask.objects.all(), 1_000) == 5
+    assert statement_timeout() == before
+    assert FailedTask.objects.count() == 5  # the connection is still usable
+
+
+@postgresql_only
+def test_a_list_whose_count_times_out_still_pages_on():
+    add_rows(10)
+    rows = slow_rows().order_by("-failed_at", "-id")
+    paginator = CappedPaginator(rows, 2, page_number=2, cap=5, timeout_ms=20)
+    assert paginator.count == AtLeast(5) and str(paginator.count) == "4+"
+    assert paginator.num_pages == 3  # the next page is a link away
+    assert [row.message_id for row in paginator.page(2).object_list] == ["m2", "m3"]
