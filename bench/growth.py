@@ -162,17 +162,20 @@ def measure_failed(args: argparse.Namespace) -> list[tuple[int, str, float, floa
     return results
 
 
-def failed_tables(results: list[tuple[int, str, float, float, int]], db: str) -> str:
-    """A row per size and page (stdout); the same as one column per size on stderr."""
+def failed_tables(results: list[tuple[int, str, float, float, int]], db: str,
+                  wide: bool) -> str:
+    """A row per size and page; with `wide`, first the same as one column per size (on
+    stderr, the layout of docs/benchmarks.md)."""
+    sizes = sorted({size for size, *_ in results})
+    if wide:
+        cells = {(size, label): f"{ms:,.0f} / {sql:,.0f}" + ("" if ms < 300 else " **missed**")
+                 for size, label, ms, sql, _ in results}
+        table = [[label, *(cells.get((size, label), "") for size in sizes)]
+                 for label, _ in failed_pages(sizes[-1])]
+        print(markdown(["page (page ms / of it SQL ms)", *(f"{s:,} rows" for s in sizes)],
+                       table), file=sys.stderr)
     rows = [[f"{size:,}", db, label, f"{ms:,.0f}", f"{sql:,.0f}",
              "met" if ms < 300 else "**missed**"] for size, label, ms, sql, _ in results]
-    sizes = sorted({size for size, *_ in results})
-    cells = {(size, label): f"{ms:,.0f} / {sql:,.0f}" + ("" if ms < 300 else " **missed**")
-             for size, label, ms, sql, _ in results}
-    wide = [[label, *(cells.get((size, label), "") for size in sizes)]
-            for label, _ in failed_pages(sizes[-1])]
-    print(markdown(["page (page ms / of it SQL ms)", *(f"{s:,} rows" for s in sizes)], wide),
-          file=sys.stderr)
     return markdown(["FailedTask rows", "database", "page", "median ms", "of it SQL ms",
                      "< 300 ms"], rows)
 
@@ -192,7 +195,7 @@ def cmd_failed(args: argparse.Namespace) -> str:
         os.environ.update(BENCH_PG_NAME=name, BENCH_PG_HOST=args.pg_host,
                           BENCH_PG_PORT=str(args.pg_port), BENCH_PG_USER=args.pg_user)
     try:
-        return failed_tables(measure_failed(args), args.db)
+        return failed_tables(measure_failed(args), args.db, wide=not args.smoke)
     finally:
         procs.kill(redis_proc)
         shutil.rmtree(workdir, ignore_errors=True)
