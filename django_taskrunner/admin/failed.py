@@ -12,7 +12,7 @@ from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import PAGE_VAR, ChangeList
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Page, Paginator
+from django.core.paginator import InvalidPage, Page, Paginator
 from django.db import OperationalError, connections, router, transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -172,10 +172,19 @@ class CappedPaginator(Paginator):
 
 class FailedTaskChangeList(ChangeList):
     """Shows a list of one page (at most `list_per_page` rows) from the rows the
-    paginator read to count it, rather than reading them again."""
+    paginator read to count it, rather than reading them again; never offers "Show all"
+    for a count that is only a lower bound (a cancelled count says "100+"), which would
+    read every row."""
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
+        if isinstance(self.result_count, AtLeast) and self.can_show_all:
+            self.can_show_all = False
+            if self.show_all:
+                try:
+                    self.result_list = self.paginator.page(self.page_num).object_list
+                except InvalidPage as exc:
+                    raise IncorrectLookupParameters from exc
         rows = getattr(self.paginator, "page_rows", None)
         if not self.multi_page and rows is not None:
             self.result_list = rows

@@ -100,6 +100,17 @@ def test_paging_past_the_cap_reaches_the_last_row(staff_client, small_cap):
     assert beyond.status_code == 302 and beyond["Location"].endswith("?e=1")
 
 
+def test_show_all_is_not_offered_for_a_count_that_is_only_a_lower_bound(staff_client,
+                                                                         monkeypatch):
+    monkeypatch.setattr(admin.site._registry[FailedTask], "count_cap", 120)
+    add_rows(ROWS)  # "120+": under list_max_show_all (200), yet 1,000 rows
+    first = staff_client.get(CHANGELIST)
+    assert "120+ failed tasks" in first.content.decode()
+    assert "showall" not in first.content.decode()
+    every = staff_client.get(CHANGELIST, {"all": ""})
+    assert shown(every) == [f"m{n}" for n in range(100)]
+
+
 def test_a_list_that_fits_on_one_page_is_read_once_and_counted_exactly(staff_client):
     add_rows(40)
     with CaptureQueriesContext(connection) as queries:
