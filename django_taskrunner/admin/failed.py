@@ -114,7 +114,8 @@ def bounded_count(queryset: QuerySet[Any], timeout_ms: int) -> int | None:
 
 
 class AtLeast(int):
-    """A row count that stopped at a cap: the int Django pages with, shown as "10,000+".
+    """A lower bound of a row count (a count that stopped at its cap, or was cancelled):
+    the int Django pages with, shown as "10,000+" (more than 10,000).
 
     Django's admin templates print the count (`{{ cl.result_count }}`, "Select all N",
     "N results"); this keeps them as they are, on every Django version.
