@@ -2,6 +2,7 @@
 "How cost grows").
 
     python bench/growth.py failed  [--sizes 10000,100000,1000000]   # FailedTask admin, PostgreSQL
+    python bench/growth.py failed --db sqlite [--sizes 10000,100000] # the same on SQLite
     python bench/growth.py queues  [--sizes 1,10,100]                # queues of one worker, idle
     python bench/growth.py workers [--sizes 1,10,50]                 # idle workers on one Redis
     ... --smoke                                                      # small sizes, quick
@@ -49,7 +50,7 @@ def timed(call: Callable[[], object], repeat: int) -> float:
     return statistics.median(samples)
 
 
-# ---------------------------------------------------------------- failed rows (PostgreSQL)
+# ---------------------------------------------------------------- failed rows (admin)
 
 FILL_SQL = """
 INSERT INTO django_taskrunner_failedtask
@@ -61,99 +62,146 @@ SELECT 'shop.tasks.task_' || (n %% 12), (ARRAY['default', 'mail'])[n %% 2 + 1],
        %(traceback)s, 3, 'web-1-1234', now() - n * interval '7 seconds'
 FROM generate_series(%(start)s, %(stop)s - 1) AS n
 """
+# The same rows on SQLite: a recursive CTE for generate_series, datetime() for now().
+SQLITE_FILL_SQL = """
+INSERT INTO django_taskrunner_failedtask
+    (task_name, queue, message_id, dispatch_token, payload, error_class, error, traceback,
+     attempts, worker, failed_at)
+WITH RECURSIVE s(n) AS (SELECT %(start)s UNION ALL SELECT n + 1 FROM s WHERE n + 1 < %(stop)s)
+SELECT 'shop.tasks.task_' || (n %% 12), CASE n %% 2 WHEN 0 THEN 'default' ELSE 'mail' END,
+       'msg-' || n, '', '{"order": ' || n || ', "email": "customer-' || n || '@example.com"}',
+       'shop.errors.Error' || (n %% 7), 'Error' || (n %% 7) || ': order ' || n || ' failed',
+       %(traceback)s, 3, 'web-1-1234', datetime('now', '-' || (n * 7) || ' seconds')
+FROM s
+"""
 TRACEBACK = "".join(f'  File "/srv/shop/tasks.py", line {n}, in step_{n}\n    do_it()\n'
                     for n in range(20)) + "ValueError: the mail server said no\n"
-
-
-PLAIN_FILTERS = ("task_name", "queue", "error_class", "failed_at")
 
 
 def failed_pages(size: int) -> list[tuple[str, str]]:
     base = "/admin/django_taskrunner/failedtask/"
     middle, page = size // 2, max(1, min(10, size // 100))
-    return [
+    pages = [
         ("failed list, first page", base),
         (f"failed list, page {page}", f"{base}?p={page}"),
-        ("filter: one task name", f"{base}?task_name=shop.tasks.task_5"),
-        ("filter: error class and queue", f"{base}?error_class=shop.errors.Error3&queue=mail"),
+    ]
+    if size >= 20_000:  # past the paginator's count cap (10,000 rows from the page)
+        pages.append(("failed list, page 150 (past the count cap)", f"{base}?p=150"))
+    return pages + [
+        ("filter: one task name (1 row in 12)", f"{base}?task_name=shop.tasks.task_5"),
+        ("filter: error class and queue (1 in 14)",
+         f"{base}?error_class=shop.errors.Error3&queue=mail"),
+        ("search: error text (1 row in 7)", f"{base}?q=Error3"),
         ("search: a message id (one row)", f"{base}?q=msg-{middle}"),
         ("search: an e-mail in the payload (one row)", f"{base}?q=customer-{middle + 1}@"),
-        ("search: error text (1 row in 7)", f"{base}?q=Error3"),
     ]
 
 
-def cmd_failed(args: argparse.Namespace) -> str:
-    import psycopg
+def fill_failed(connection, start: int, stop: int) -> None:  # type: ignore[no-untyped-def]
+    """Rows `start` to `stop` - 1, then the statistics (and, on PostgreSQL, the visibility
+    map a table that autovacuum keeps up with has)."""
+    sql = FILL_SQL if connection.vendor == "postgresql" else SQLITE_FILL_SQL
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"traceback": TRACEBACK, "start": start, "stop": stop})
+        if connection.vendor == "postgresql":
+            cursor.execute("VACUUM ANALYZE django_taskrunner_failedtask")
+        else:
+            cursor.execute("ANALYZE")
 
-    name = args.pg_name
-    dsn = f"host={args.pg_host} port={args.pg_port} user={args.pg_user}"
-    with psycopg.connect(f"{dsn} dbname=postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
+
+def explain(connection, queries: list[dict[str, str]]) -> None:  # type: ignore[no-untyped-def]
+    """Each SELECT of a page with its plan: EXPLAIN ANALYZE (PostgreSQL), QUERY PLAN (SQLite)."""
+    prefix = "EXPLAIN (ANALYZE, BUFFERS) " if connection.vendor == "postgresql" else \
+        "EXPLAIN QUERY PLAN "
+    for query in queries:
+        sql = query["sql"]
+        if not sql.lstrip().upper().startswith(("SELECT", "WITH")) or "django_session" in sql:
+            continue
+        with connection.cursor() as cursor:
+            cursor.execute(prefix + sql.replace("%", "%%"))
+            plan = "\n    ".join(" ".join(str(c) for c in row) for row in cursor.fetchall())
+        print(f"  {float(query['time']) * 1000:.1f} ms: {sql[:400]}\n    {plan}",
+              file=sys.stderr)
+
+
+def measure_failed(args: argparse.Namespace) -> list[tuple[int, str, float, float, int]]:
+    """(size, page, median ms, SQL ms, queries) of each page at each size."""
+    import django
+
+    django.setup()
+    from django.contrib.auth.models import User
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    call_command("migrate", verbosity=0)
+    User.objects.create_superuser("root", password="bench")  # noqa: S106 - throwaway DB
+    client = Client()
+    client.login(username="root", password="bench")  # noqa: S106
+    results, filled = [], 0
+    for size in args.sizes:
+        started = time.monotonic()
+        fill_failed(connection, filled, size)
+        filled = size
+        print(f"{size:,} rows written in {time.monotonic() - started:.0f}s", file=sys.stderr)
+        for label, page in failed_pages(size):
+            def get(page: str = page) -> None:
+                response = client.get(page)
+                assert response.status_code == 200, (page, response.status_code)
+            ms = timed(get, args.repeat)
+            with CaptureQueriesContext(connection) as queries:
+                get()
+            sql_ms = sum(float(q["time"]) for q in queries.captured_queries) * 1000
+            results.append((size, label, ms, sql_ms, len(queries.captured_queries)))
+            print(f"{size:,} | {label} | {ms:,.0f} ms | SQL {sql_ms:,.0f} ms | "
+                  f"{len(queries.captured_queries)} queries", file=sys.stderr, flush=True)
+            if args.verbose:
+                explain(connection, queries.captured_queries)
+    connection.close()
+    return results
+
+
+def failed_tables(results: list[tuple[int, str, float, float, int]], db: str,
+                  wide: bool) -> str:
+    """A row per size and page; with `wide`, first the same as one column per size (on
+    stderr, the layout of docs/benchmarks.md)."""
+    sizes = sorted({size for size, *_ in results})
+    if wide:
+        cells = {(size, label): f"{ms:,.0f} / {sql:,.0f}" + ("" if ms < 300 else " **missed**")
+                 for size, label, ms, sql, _ in results}
+        table = [[label, *(cells.get((size, label), "") for size in sizes)]
+                 for label, _ in failed_pages(sizes[-1])]
+        print(markdown(["page (page ms / of it SQL ms)", *(f"{s:,} rows" for s in sizes)],
+                       table), file=sys.stderr)
+    rows = [[f"{size:,}", db, label, f"{ms:,.0f}", f"{sql:,.0f}",
+             "met" if ms < 300 else "**missed**"] for size, label, ms, sql, _ in results]
+    return markdown(["FailedTask rows", "database", "page", "median ms", "of it SQL ms",
+                     "< 300 ms"], rows)
+
+
+def cmd_failed(args: argparse.Namespace) -> str:
     workdir = tempfile.mkdtemp(prefix="bench-growth-")
     redis_proc, url = procs.start_redis(workdir)
-    os.environ.update(BENCH_REDIS_URL=url, BENCH_DIR=workdir, BENCH_PG_NAME=name,
-                      BENCH_PG_HOST=args.pg_host, BENCH_PG_PORT=str(args.pg_port),
-                      BENCH_PG_USER=args.pg_user,
+    os.environ.update(BENCH_REDIS_URL=url, BENCH_DIR=workdir,
                       DJANGO_SETTINGS_MODULE="bench.admin_site.settings")
+    name, dsn = args.pg_name, f"host={args.pg_host} port={args.pg_port} user={args.pg_user}"
+    if args.db == "postgresql":
+        import psycopg
+
+        with psycopg.connect(f"{dsn} dbname=postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}"')
+        os.environ.update(BENCH_PG_NAME=name, BENCH_PG_HOST=args.pg_host,
+                          BENCH_PG_PORT=str(args.pg_port), BENCH_PG_USER=args.pg_user)
     try:
-        import django
-
-        django.setup()
-        from django.contrib.auth.models import User
-        from django.core.management import call_command
-        from django.db import connection
-        from django.test import Client
-        from django.test.utils import CaptureQueriesContext
-
-        call_command("migrate", verbosity=0)
-        from django.contrib import admin
-
-        from django_taskrunner.models import FailedTask
-
-        model_admin = admin.site._registry[FailedTask]
-        filters = model_admin.list_filter
-        User.objects.create_superuser("root", password="bench")  # noqa: S106 - throwaway DB
-        client = Client()
-        client.login(username="root", password="bench")  # noqa: S106
-        rows: Table = []
-        filled = 0
-        for size in args.sizes:
-            with connection.cursor() as cursor:
-                cursor.execute(FILL_SQL, {"traceback": TRACEBACK, "start": filled, "stop": size})
-                cursor.execute("ANALYZE django_taskrunner_failedtask")
-            filled = size
-            for indexed in (False, True) if not args.smoke else (True,):
-                migrate_to = "0007" if indexed else "0006"
-                call_command("migrate", "django_taskrunner", migrate_to, verbosity=0)
-                # Before: Django's own list filters (SELECT DISTINCT), no search indexes.
-                model_admin.list_filter = filters if indexed else PLAIN_FILTERS
-                with connection.cursor() as cursor:
-                    cursor.execute("ANALYZE django_taskrunner_failedtask")
-                for label, page in failed_pages(size):
-                    def get(page: str = page) -> None:
-                        response = client.get(page)
-                        assert response.status_code == 200, (page, response.status_code)
-                    ms = timed(get, args.repeat)
-                    with CaptureQueriesContext(connection) as queries:
-                        get()
-                    sql_ms = sum(float(q["time"]) for q in queries.captured_queries) * 1000
-                    slowest = max(queries.captured_queries, key=lambda q: float(q["time"]))
-                    rows.append([f"{size:,}", "after" if indexed else "before",
-                                 label, f"{ms:,.0f}", f"{sql_ms:,.0f}",
-                                 "met" if ms < 300 else "**missed**"])
-                    if args.verbose:
-                        print(f"  slowest query {float(slowest['time']) * 1000:.0f} ms: "
-                              f"{slowest['sql'][:300]}", file=sys.stderr)
-                    print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
-        connection.close()
+        return failed_tables(measure_failed(args), args.db, wide=not args.smoke)
     finally:
         procs.kill(redis_proc)
         shutil.rmtree(workdir, ignore_errors=True)
-        with psycopg.connect(f"{dsn} dbname=postgres", autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    return markdown(["FailedTask rows", "indexes and filters", "page", "median ms", "of it SQL ms",
-                     "< 300 ms"], rows)
+        if args.db == "postgresql":
+            with psycopg.connect(f"{dsn} dbname=postgres", autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 # ---------------------------------------------------------------- idle workers and queues
@@ -241,7 +289,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--sizes", help="comma-separated sizes (the 1x, 10x, 100x)")
     parser.add_argument("--repeat", type=int, default=5, help="timed requests per page")
     parser.add_argument("--smoke", action="store_true", help="small sizes, quick")
-    parser.add_argument("--verbose", action="store_true", help="print each page's slowest query")
+    parser.add_argument("--verbose", action="store_true",
+                        help="failed: print each query of a page with its EXPLAIN ANALYZE")
+    parser.add_argument("--db", choices=("postgresql", "sqlite"), default="postgresql",
+                        help="failed: the database the rows are in")
     parser.add_argument("--window", type=float, default=20.0,
                         help="seconds idle figures are measured over (default 20)")
     parser.add_argument("--settle", type=float, default=5.0,

@@ -10,13 +10,16 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views.main import PAGE_VAR, ChangeList
 from django.core.exceptions import PermissionDenied
-from django.db import connections, router
+from django.core.paginator import InvalidPage, Page, Paginator
+from django.db import OperationalError, connections, router, transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.functional import cached_property
 from django.utils.html import format_html
 
 from django_taskrunner.admin.nul_free import NulFreeChangeListMixin
@@ -77,6 +80,125 @@ class IndexedValuesFilter(admin.AllValuesFieldListFilter):
         self.lookup_choices = distinct_values(field.column)
 
 
+# How many rows past the start of the page shown the list counts, at most.
+COUNT_CAP = 10_000
+# How long that count may take on PostgreSQL: a filter or search whose matches are rare
+# but not rare enough for an index can read the whole table to find 10,000 of them.
+COUNT_TIMEOUT_MS = 100
+QUERY_CANCELED = "57014"  # PostgreSQL's SQLSTATE for a statement_timeout
+
+
+def bounded_count(queryset: QuerySet[Any], timeout_ms: int) -> int | None:
+    """`queryset.count()`, or None when PostgreSQL gives up on it after `timeout_ms`.
+
+    The timeout is set for this statement only: in a transaction (or savepoint) rolled
+    back afterwards, so it never outlasts the count, inside an outer atomic block too.
+    Other databases (SQLite) count without a limit of time.
+    """
+    connection = connections[queryset.db]
+    if connection.vendor != "postgresql" or timeout_ms <= 0:
+        return queryset.count()
+    try:
+        with transaction.atomic(using=queryset.db):
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT set_config('statement_timeout', %s, true)",
+                               [f"{int(timeout_ms)}ms"])
+            counted = queryset.count()
+            transaction.set_rollback(True, using=queryset.db)
+            return counted
+    except OperationalError as exc:
+        cause = exc.__cause__
+        if (getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)) != QUERY_CANCELED:
+            raise
+        return None
+
+
+class AtLeast(int):
+    """A lower bound of a row count (a count that stopped at its cap, or was cancelled):
+    the int Django pages with, shown as "10,000+" (more than 10,000).
+
+    Django's admin templates print the count (`{{ cl.result_count }}`, "Select all N",
+    "N results"); this keeps them as they are, on every Django version.
+    """
+
+    def __str__(self) -> str:
+        return f"{int(self) - 1:,}+"
+
+    __repr__ = __str__
+
+
+class CappedPaginator(Paginator):
+    """Django's paginator without the exact COUNT(*) of every matching row.
+
+    An exact count reads every row that matches: 1 to 4 s at a million rows on
+    PostgreSQL, on every page. This one first reads the page asked for (one row more):
+    when that is the last page, the count is exact and costs no second query. Otherwise it
+    counts at most `cap` rows past the page's start, through a LIMITed subquery, and a
+    count that reaches the limit is an `AtLeast`, shown as "10,000+": the page links
+    reach that far, and each page further on counts from where it starts, so every page
+    stays reachable. A count PostgreSQL cannot finish in `timeout_ms` says only that a
+    next page exists ("100+" on the first page).
+    """
+
+    def __init__(self, object_list: Any, per_page: int, *, page_number: int = 1,
+                 cap: int = COUNT_CAP, timeout_ms: int = COUNT_TIMEOUT_MS,
+                 **kwargs: Any) -> None:
+        super().__init__(object_list, per_page, **kwargs)
+        self.page_number, self.cap, self.timeout_ms = page_number, cap, timeout_ms
+        self.page_rows: list[Any] | None = None
+
+    @cached_property
+    def count(self) -> int:
+        """The exact count, or an `AtLeast` once `cap` rows past the page's start exist."""
+        start = (self.page_number - 1) * self.per_page
+        rows = list(self.object_list[start:start + self.per_page + 1])
+        if rows:
+            self.page_rows = rows[:self.per_page]
+        if len(rows) <= self.per_page and (rows or start == 0):
+            return start + len(rows)
+        limit = start + self.cap + 1
+        counted = bounded_count(self.object_list.order_by().values("pk")[:limit],
+                                self.timeout_ms)
+        if counted is None:  # more than this page, how many more is not known
+            return AtLeast(start + len(rows)) if rows else start
+        return AtLeast(counted) if counted >= limit else counted
+
+    def page(self, number: Any) -> Page:
+        """The page; the one `count` read already is not read again."""
+        number = self.validate_number(number)
+        if self.page_rows is not None and number == self.page_number:
+            return self._get_page(self.page_rows, number, self)
+        return super().page(number)
+
+
+class FailedTaskChangeList(ChangeList):
+    """Shows a list of one page (at most `list_per_page` rows) from the rows the
+    paginator read to count it, rather than reading them again; never offers "Show all"
+    for a count that is only a lower bound (a cancelled count says "100+"), which would
+    read every row."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        if isinstance(self.result_count, AtLeast) and self.can_show_all:
+            self.can_show_all = False
+            if self.show_all:
+                try:
+                    self.result_list = self.paginator.page(self.page_num).object_list
+                except InvalidPage as exc:
+                    raise IncorrectLookupParameters from exc
+        rows = getattr(self.paginator, "page_rows", None)
+        if not self.multi_page and rows is not None:
+            self.result_list = rows
+
+
+def page_number(request: HttpRequest) -> int:
+    """The page the changelist shows, read as Django's ChangeList reads it."""
+    try:
+        return max(1, int(request.GET.get(PAGE_VAR, 1)))
+    except ValueError:
+        return 1
+
+
 class FailedTaskAdmin(NulFreeChangeListMixin, admin.ModelAdmin):
     list_display = ("task_name", "queue", "error_class", "short_error", "attempts", "failed_at")
     list_filter = (("task_name", IndexedValuesFilter), ("queue", IndexedValuesFilter),
@@ -94,6 +216,20 @@ class FailedTaskAdmin(NulFreeChangeListMixin, admin.ModelAdmin):
     change_list_template = "admin/django_taskrunner/failedtask/change_list.html"
     change_form_template = "admin/django_taskrunner/failedtask/change_form.html"
     show_full_result_count = False  # no COUNT(*) over 100,000 rows on every page
+    count_cap = COUNT_CAP  # the list counts at most this many rows past its page's start
+    count_timeout_ms = COUNT_TIMEOUT_MS  # ...and for at most this long on PostgreSQL
+
+    def get_paginator(self, request: HttpRequest, queryset: QuerySet[FailedTask],
+                      per_page: int, orphans: int = 0,
+                      allow_empty_first_page: bool = True) -> CappedPaginator:
+        """A paginator that counts at most COUNT_CAP rows past the page shown."""
+        return CappedPaginator(queryset, per_page, orphans=orphans,
+                               allow_empty_first_page=allow_empty_first_page,
+                               page_number=page_number(request), cap=self.count_cap,
+                               timeout_ms=self.count_timeout_ms)
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return FailedTaskChangeList
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
