@@ -21,12 +21,9 @@ from typing import Any
 from django_taskrunner.core import wire
 from django_taskrunner.core.wire import (  # the limits, public here as they always were
     DISPATCH_TOKEN,  # noqa: F401 - imported from here by core/unique.py
-    MAX_ATTEMPT,
     MAX_EPOCH_MS,
-    MESSAGE_ID_MAX_LENGTH,
     MESSAGE_MAX_BYTES,
     PAYLOAD_MAX_DEPTH,
-    TRACEPARENT,  # noqa: F401
     WIRE_VERSION,
     nested_too_deep,
 )
@@ -168,28 +165,7 @@ class TaskMessage:
         """
         data = wire.load(raw)
         get = data.get
-        version = get("v")
-        if type(version) is not int or version not in wire.READABLE_VERSIONS:
-            raise InvalidTaskPayload(
-                f"message has wire version {wire.short(version)}; this release reads 1")
-        task_name = get("task")
-        if type(task_name) is not str or not task_name:
-            task_name = wire.text_field(data, "task", None)  # raises
-        message_id = get("id")
-        if type(message_id) is not str or not 0 < len(message_id) <= MESSAGE_ID_MAX_LENGTH:
-            message_id = wire.text_field(data, "id", task_name,
-                                         max_length=MESSAGE_ID_MAX_LENGTH)
-        queue = get("queue")
-        if type(queue) is not str:
-            queue = wire.optional(data, "queue", str, "a string", task_name) or ""
-        # The common fields are checked inline (a plain int in range, or absent); anything
-        # else goes through the general checks, which accept or refuse it as before.
-        attempt = get("attempt", 1)
-        if type(attempt) is not int or not 1 <= attempt <= MAX_ATTEMPT:
-            attempt = wire.number(data, "attempt", task_name, 1, MAX_ATTEMPT, default=1)
-        dispatched_at_ms = get("ts", 0)
-        if type(dispatched_at_ms) is not int or not 0 <= dispatched_at_ms <= MAX_EPOCH_MS:
-            dispatched_at_ms = wire.number(data, "ts", task_name, 0, MAX_EPOCH_MS, default=0)
+        task_name, message_id, queue, attempt, dispatched_at_ms = wire.required(data)
         message = cls(
             id=message_id,
             task_name=task_name,

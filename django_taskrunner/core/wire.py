@@ -228,3 +228,30 @@ def workflow_field(value: Any, task_name: str | None) -> dict[str, Any] | None:
             or not all(isinstance(shard, str) and shard for shard in shards)):
         raise _wrong("wf", "a workflow object (id, j, k, nx)", value, task_name)
     return value
+
+
+def required(data: dict[str, Any]) -> tuple[str, str, str, int, int]:
+    """The fields every message has, checked: (task name, id, queue, attempt, dispatch
+    time in ms). The common shapes are checked inline (a plain int in range, or absent);
+    anything else goes through the general checks, which accept or refuse it."""
+    get = data.get
+    version = get("v")
+    if type(version) is not int or version not in READABLE_VERSIONS:
+        raise InvalidTaskPayload(
+            f"message has wire version {short(version)}; this release reads 1")
+    task_name = get("task")
+    if type(task_name) is not str or not task_name:
+        task_name = text_field(data, "task", None)  # raises
+    message_id = get("id")
+    if type(message_id) is not str or not 0 < len(message_id) <= MESSAGE_ID_MAX_LENGTH:
+        message_id = text_field(data, "id", task_name, max_length=MESSAGE_ID_MAX_LENGTH)
+    queue = get("queue")
+    if type(queue) is not str:
+        queue = optional(data, "queue", str, "a string", task_name) or ""
+    attempt = get("attempt", 1)
+    if type(attempt) is not int or not 1 <= attempt <= MAX_ATTEMPT:
+        attempt = number(data, "attempt", task_name, 1, MAX_ATTEMPT, default=1)
+    dispatched_at_ms = get("ts", 0)
+    if type(dispatched_at_ms) is not int or not 0 <= dispatched_at_ms <= MAX_EPOCH_MS:
+        dispatched_at_ms = number(data, "ts", task_name, 0, MAX_EPOCH_MS, default=0)
+    return task_name, message_id, queue, attempt, dispatched_at_ms

@@ -24,9 +24,6 @@ MAX_FUNCTION_LINES = 40
 
 # Module (relative to the package) -> (its size now, why it is over).
 ALLOWED_MODULES: dict[str, tuple[int, str]] = {
-    # The wire format: TaskMessage, its encoding and its decoding's checks. Being changed
-    # by work in flight; its split (the codec apart from the dataclass) comes after that.
-    "core/message.py": (449, "wire format, changed by work in flight; split after it"),
     # The Streams adapter. Being changed by work in flight; its split (reading and
     # holding apart from adding and settling) comes after that.
     "store/broker.py": (492, "Streams adapter, changed by work in flight; split after it"),
@@ -39,10 +36,9 @@ ALLOWED_FUNCTIONS: dict[tuple[str, str], tuple[int, str]] = {
     # 19 lines of code under a 33-line docstring: the Args/Raises reference of the main
     # entry point, which the style asks for on the public API and no page should lose.
     ("core/dispatch.py", "dispatch"): (52, "docstring of the main public entry point"),
-    # The message's encoding and its checked decoding, one straight pass each on the
-    # hot path; changed by work in flight (see core/message.py above).
-    ("core/message.py", "TaskMessage.to_json"): (41, "hot path, changed by work in flight"),
-    ("core/message.py", "TaskMessage.from_json"): (55, "hot path, changed by work in flight"),
+    # The message's encoding: one line per optional wire field, one straight pass on the
+    # hot path (a helper per group of fields would cost a call per dispatch).
+    ("core/message.py", "TaskMessage.to_json"): (41, "one line per wire field, hot path"),
     # The heartbeat's one round trip and what it learns; changed by work in flight.
     ("worker/keepalive.py", "Heartbeat.beat"): (46, "changed by work in flight"),
     # The Tasks page's view; changed by work in flight.
