@@ -17,6 +17,7 @@ records `get_result()` still reads.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import sys
@@ -44,11 +45,13 @@ from django_taskrunner.compat import (
 )
 from django_taskrunner.core import clock, due
 from django_taskrunner.core.dispatch import REDIS_DOWN, add_delayed, announce_queue, new_message
+from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.core.options import DEFAULT_PRIORITY
 from django_taskrunner.core.records import TaskRecord, dispatch_record, from_fields, records
 from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.shim import SHIM_TASK, TASK_PATH
-from django_taskrunner.store import sharding
+from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.connection import built_client
 from django_taskrunner.store.errors import unavailable
@@ -75,13 +78,24 @@ def _when(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value) if value else None
 
 
+def level_for(priority: int) -> int:
+    """The priority level (0..9, `@task(priority=...)`'s) of a framework task's priority
+    (-100..100, higher first): 0 is the default level 5; 1..100 go to 6..9 by quarters
+    and -1..-100 to 4..0 by fifths, so the framework's order is kept."""
+    if priority > 0:
+        return DEFAULT_PRIORITY + math.ceil(priority / 25)
+    if priority < 0:
+        return DEFAULT_PRIORITY - math.ceil(-priority / 20)
+    return DEFAULT_PRIORITY
+
+
 class TaskRunnerBackend(BaseTaskBackend):
     """Runs Django Tasks framework tasks on django-taskrunner's streams."""
 
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
-    supports_priority = False
+    supports_priority = True
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
@@ -108,9 +122,10 @@ class TaskRunnerBackend(BaseTaskBackend):
         record = new_record(task, self.alias, list(args), dict(kwargs))
         payload = {"backend": self.alias, "func": task.module_path, "args": record["args"],
                    "kwargs": record["kwargs"], "result_ttl": self.result_ttl}
-        message = new_message(shim, payload, queue=task.queue_name, start_ms=due_ms)
+        message = new_message(shim, payload, queue=task.queue_name, start_ms=due_ms,
+                              priority=level_for(task.priority))
         body = message.to_json()  # raises InvalidTaskPayload for args that are not JSON
-        shard = sharding.next_shard(message.queue)
+        shard = keys.level_name(sharding.next_shard(message.queue), message.priority)
         write = dispatch_record(message, shim, shard, due_ms)
         if write is None:  # the app keeps no task records: a result record of its own
             return self._enqueue_without_records(task, record, payload, due_ms)
@@ -136,11 +151,11 @@ class TaskRunnerBackend(BaseTaskBackend):
         result_id = uuid.uuid4().hex
         payload = {**payload, "result_id": result_id}
         message = new_message(registry.get(SHIM_TASK), payload, queue=task.queue_name,
-                              start_ms=due_ms)
+                              start_ms=due_ms, priority=level_for(task.priority))
         body = message.to_json()
         try:
             if due_ms is None:
-                self._write_now(result_id, record, message.queue, body)
+                self._write_now(result_id, record, message, body)
                 announce_queue(get_broker(), message.queue)
             else:
                 save_record(result_id, record, self.result_ttl + _seconds_until(due_ms))
@@ -152,10 +167,11 @@ class TaskRunnerBackend(BaseTaskBackend):
         task_enqueued.send(type(self), task_result=result)
         return result
 
-    def _write_now(self, result_id: str, record: dict[str, Any], queue: str, body: str) -> None:
+    def _write_now(self, result_id: str, record: dict[str, Any], message: TaskMessage,
+                   body: str) -> None:
         """The record and the stream message in one round trip, the record first."""
-        get_results().save_and_add(result_id, json.dumps(record), self.result_ttl,
-                                   sharding.next_shard(queue), body)
+        shard = keys.level_name(sharding.next_shard(message.queue), message.priority)
+        get_results().save_and_add(result_id, json.dumps(record), self.result_ttl, shard, body)
 
     def get_result(self, result_id: str) -> TaskResult:
         """The result from the task's record, or from a result record of the previous

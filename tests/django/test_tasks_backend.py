@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from django_taskrunner.backends import level_for
 from django_taskrunner.compat import (
     InvalidTask,
     TaskResultDoesNotExist,
@@ -19,9 +20,12 @@ from django_taskrunner.compat import (
     task_finished,
     task_started,
 )
+from django_taskrunner.conf import get_settings
+from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import keys
 from tests.testapp import framework_tasks
+from tests.testapp.tasks import runs_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -130,7 +134,7 @@ def test_an_unknown_result_id_raises_does_not_exist():
 
 def test_the_framework_validation_errors_are_raised():
     with pytest.raises(InvalidTask):
-        framework_tasks.add.using(priority=10)  # this backend does not support priority
+        framework_tasks.add.using(priority=101)  # the framework's range is -100..100
     with pytest.raises(InvalidTask):
         framework_tasks.add.using(queue_name="not-served")
     with pytest.raises(InvalidTask):
@@ -358,3 +362,33 @@ def test_without_task_records_results_have_records_of_their_own(run_burst,
     run_burst()
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 8
+
+
+# -- priority: the framework's -100..100 onto the levels 0..9 ---------------------------------
+
+
+@pytest.mark.parametrize(("priority", "level"), [
+    (-100, 0), (-81, 0), (-80, 1), (-21, 3), (-20, 4), (-1, 4), (0, 5), (1, 6), (25, 6),
+    (26, 7), (50, 7), (75, 8), (76, 9), (100, 9)])
+def test_a_framework_priority_maps_onto_a_level_keeping_the_order(priority, level):
+    assert level_for(priority) == level
+
+
+@pytest.mark.parametrize("result_ttl", [None, 0])  # with task records, and without
+def test_higher_framework_priorities_run_first(run_burst, r, taskrunner_settings, result_ttl):
+    if result_ttl is not None:
+        taskrunner_settings(RESULT_TTL=result_ttl)
+    for priority in (-100, 0, 100, -30, 60):
+        framework_tasks.note_order.using(priority=priority).enqueue(str(priority))
+    run_burst("--concurrency", "1")
+    order = [tag.decode() for tag in r.lrange(f"{runs_key()}:order", 0, -1)]
+    assert order == ["100", "60", "0", "-30", "-100"]
+
+
+def test_a_deferred_task_keeps_its_framework_priority(run_burst, r):
+    later = framework_tasks.note_order.using(
+        priority=100, run_after=timezone.now() + timedelta(seconds=0.2))
+    later.enqueue("deferred")
+    framework_tasks.note_order.enqueue("plain")
+    assert TaskMessage.from_json(
+        r.zrange(keys.delayed_key(get_settings().PREFIX, "default!9"), 0, 0)[0]).priority == 9

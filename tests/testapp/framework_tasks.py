@@ -26,3 +26,9 @@ def fails(message: str) -> None:
 @task(takes_context=True)
 def with_context(context, tag: str) -> dict:
     return {"attempt": context.attempt, "id": context.task_result.id, "tag": tag}
+
+
+@task
+def note_order(tag: str) -> None:
+    """Appends `tag` to a list: the order the worker started the tasks in."""
+    get_redis().rpush(f"{runs_key()}:order", tag)
