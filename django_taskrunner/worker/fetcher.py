@@ -9,6 +9,7 @@ across the levels (docs/priorities.md). It looks for levels when it starts and e
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
@@ -77,6 +78,10 @@ class Fetcher(threading.Thread):
             if entries:
                 self.idle_at = None
                 worker.accept(self.queue, entries)
+                # Let a pool thread take the batch before this one reads again: otherwise
+                # it waits for the GIL until this loop blocks on its next read, which
+                # costs an idle task about 0.1 ms of latency.
+                time.sleep(0)
             elif entries is not None and worker.settings.burst:
                 self.idle_at = generation
                 worker.wait_for_change(0.05)
