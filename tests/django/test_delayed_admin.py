@@ -5,26 +5,19 @@ with everything escaped."""
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
+from tests.django.admin_helpers import make_user
 from tests.testapp.tasks import noop, stamp
 
 pytestmark = pytest.mark.django_db
 
 LIST_URL = "/admin/django_taskrunner/delayedtask/"
 ACTION_URL = "/admin/django_taskrunner/delayedtask/action/"
-
-
-def make_user(username: str, *perms: str, staff: bool = True) -> User:
-    user = User.objects.create_user(username, password="pw", is_staff=staff)
-    for codename in perms:
-        user.user_permissions.add(Permission.objects.get(codename=codename,
-                                                         content_type__app_label="django_taskrunner"))
-    return user
 
 
 @pytest.fixture

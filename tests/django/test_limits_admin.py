@@ -14,6 +14,7 @@ from django.urls import reverse
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.limits import Limits
+from tests.django.admin_helpers import logged_in
 from tests.testapp.limit_tasks import (
     LIMITS_QUEUE,
     once_an_hour,
@@ -24,12 +25,6 @@ from tests.testapp.limit_tasks import (
 pytestmark = pytest.mark.django_db
 
 LIST_URL = "/admin/django_taskrunner/limit/"
-
-
-def logged_in(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def store() -> Limits:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.test import Client
 from django.utils import timezone
@@ -15,6 +15,7 @@ from django.utils import timezone
 from django_taskrunner import dispatch
 from django_taskrunner.models import OutboxMessage
 from django_taskrunner.store import keys
+from tests.django.admin_helpers import logged_in, make_user
 from tests.testapp.tasks import noop
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -22,20 +23,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 DASHBOARD = "/admin/django_taskrunner/queue/"
 ROWS = "/admin/django_taskrunner/outboxmessage/"
 FLUSH = "/admin/django_taskrunner/outboxmessage/flush/"
-
-
-def make_user(username: str, *perms: str) -> User:
-    user = User.objects.create_user(username, password="pw", is_staff=True)  # noqa: S106
-    for codename in perms:
-        user.user_permissions.add(Permission.objects.get(
-            codename=codename, content_type__app_label="django_taskrunner"))
-    return user
-
-
-def logged_in(user: User, **kwargs: bool) -> Client:
-    client = Client(**kwargs)
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture

@@ -8,32 +8,19 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.test import Client
 
 from django_taskrunner.core import unique as locks
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
+from tests.django.admin_helpers import logged_in, make_user
 from tests.testapp.tasks import noop, on_other_queue, unique_order
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 PURGE = "/admin/django_taskrunner/queue/purge/"
 LIVE = "/admin/django_taskrunner/queue/live/"
-
-
-def make_user(username: str, *perms: str) -> User:
-    user = User.objects.create_user(username, password="pw", is_staff=True)  # noqa: S106
-    for codename in perms:
-        user.user_permissions.add(Permission.objects.get(
-            codename=codename, content_type__app_label="django_taskrunner"))
-    return user
-
-
-def logged_in(user: User, **kwargs: bool) -> Client:
-    client = Client(**kwargs)
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture

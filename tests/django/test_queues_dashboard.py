@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
@@ -15,25 +15,12 @@ from django_taskrunner.scheduling.election import LeaderElection
 from django_taskrunner.stats.store import Heartbeat, write
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
+from tests.django.admin_helpers import logged_in, make_user
 from tests.testapp.tasks import always_fails, noop, sleep_20ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 URL = "/admin/django_taskrunner/queue/"
-
-
-def make_user(username: str, *perms: str, staff: bool = True) -> User:
-    user = User.objects.create_user(username, password="pw", is_staff=staff)
-    for codename in perms:
-        user.user_permissions.add(Permission.objects.get(
-            codename=codename, content_type__app_label="django_taskrunner"))
-    return user
-
-
-def logged_in(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture

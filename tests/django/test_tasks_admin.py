@@ -8,13 +8,14 @@ import json
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store.broker import get_broker
+from tests.django.admin_helpers import logged_in, make_user
 from tests.testapp.tasks import noop, unique_order
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -23,20 +24,6 @@ LIST = "/admin/django_taskrunner/task/"
 DETAIL = "/admin/django_taskrunner/task/detail/"
 LIVE = "/admin/django_taskrunner/task/live/"
 SCRIPT = "<script>alert('x')</script>"
-
-
-def make_user(username: str, *perms: str, staff: bool = True) -> User:
-    user = User.objects.create_user(username, password="pw", is_staff=staff)  # noqa: S106
-    for codename in perms:
-        user.user_permissions.add(Permission.objects.get(
-            codename=codename, content_type__app_label="django_taskrunner"))
-    return user
-
-
-def logged_in(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import json
 import re
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
@@ -17,26 +17,13 @@ from django_taskrunner.admin import held_locks as unique_locks
 from django_taskrunner.core.unique import holder_value
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
+from tests.django.admin_helpers import logged_in, make_user
 from tests.testapp.tasks import unique_order, unique_whole
 
 pytestmark = pytest.mark.django_db
 
 LIST_URL = "/admin/django_taskrunner/uniquelock/"
 RELEASE_URL = "/admin/django_taskrunner/uniquelock/release/"
-
-
-def make_user(username: str, *perms: str, staff: bool = True) -> User:
-    user = User.objects.create_user(username, password="pw", is_staff=staff)
-    for codename in perms:
-        user.user_permissions.add(Permission.objects.get(
-            codename=codename, content_type__app_label="django_taskrunner"))
-    return user
-
-
-def logged_in(user: User, **kwargs) -> Client:
-    client = Client(**kwargs)
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture

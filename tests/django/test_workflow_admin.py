@@ -5,12 +5,13 @@ CSRF, the `cancel_workflow` permission, a confirmation first)."""
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client
 
 from django_taskrunner import chain, group, lookup_workflow
 from django_taskrunner.admin import workflows as workflow_admin
+from tests.django.admin_helpers import logged_in, make_user
 from tests.testapp.workflow_tasks import wf_blocked, wf_collect, wf_member
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -18,20 +19,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 LIST = "/admin/django_taskrunner/workflow/"
 DETAIL = "/admin/django_taskrunner/workflow/detail/"
 CANCEL = "/admin/django_taskrunner/workflow/cancel/"
-
-
-def make_user(username: str, *perms: str) -> User:
-    user = User.objects.create_user(username, password="pw", is_staff=True)  # noqa: S106
-    for codename in perms:
-        user.user_permissions.add(Permission.objects.get(
-            codename=codename, content_type__app_label="django_taskrunner"))
-    return user
-
-
-def logged_in(user: User, **kwargs: bool) -> Client:
-    client = Client(**kwargs)
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture
