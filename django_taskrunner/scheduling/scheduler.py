@@ -151,13 +151,19 @@ class Scheduler(threading.Thread):
         return min(self._next_due.values(), default=NEVER)
 
     def wait(self, pubsub: WakeSubscription, wake_at: int) -> None:
-        """Sleep until `wake_at` (ms), or until told of an earlier due time."""
+        """Sleep until `wake_at` (ms), or until told of an earlier due time.
+
+        The wake-ups already received are read even when `wake_at` has passed: while one
+        set is still due (a long move), another queue's new earliest task is learnt at
+        the next turn, not after the move or at the next resync.
+        """
         while not self._stopping.is_set():
             remaining = wake_at - self.now_ms()
-            if remaining <= 0:
-                return
-            message = pubsub.next_message(timeout=min(remaining / 1000, WAIT_SLICE_SECONDS))
+            timeout = min(max(remaining, 0) / 1000, WAIT_SLICE_SECONDS)
+            message = pubsub.next_message(timeout=timeout)
             if message is None:
+                if remaining <= 0:
+                    return
                 continue
             channel, data = message
             if channel == self._periodic_channel:
