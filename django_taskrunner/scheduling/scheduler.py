@@ -9,7 +9,9 @@ wake-up was lost (a dropped connection).
 
 Every move is one `promote_due.lua` call on a small batch: atomic, so two schedulers
 (a lease hand-over) never move a message twice, and short, so Redis and the worker's
-other threads are never held up, even when 100,000 messages fall due at once.
+other threads are never held up, even when 100,000 messages fall due at once. A turn
+moves one batch of each due set and then reads the wake-ups: a backlog falling due
+holds up another queue's due tasks by about a batch, not by the whole move.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from django_taskrunner.store.schedule import WakeSubscription, for_broker
 logger = logging.getLogger(__name__)
 
 PROMOTE_BATCH = 500  # messages per script call: ~1 ms of Redis time
-BATCHES_PER_TURN = 20  # then look at the other queues and the periodic tasks
+BATCHES_PER_TURN = 1  # of each due set; then the other sets, the wake-ups, periodic tasks
 RESYNC_SECONDS = 5.0
 WAIT_SLICE_SECONDS = 0.25  # how quickly stop() is noticed while idle
 NEVER = 2**62
