@@ -45,7 +45,7 @@ from bench.growth import Table, markdown  # noqa: E402
 
 DAY_MS = 86_400_000
 LOAD_BATCH = 5000
-PROBE_LEAD_MS = 100
+PROBE_LEAD_MS = 300  # a probe is dispatched this long before its due time
 PROBE_EVERY_MS = 20  # the default of --probe-every
 TARGET_P99_MS = 50.0
 MIN_CPU_WINDOW_S = 0.2  # CPU times tick every 10 ms: a shorter move reads as 0 or 100 %
@@ -109,15 +109,17 @@ class Run:
         time.sleep(self.args.settle)  # the scheduler's first resync, the fetchers' reads
         return worker
 
-    def probes(self, run: str, until: threading.Event, start_ms: int) -> int:
-        """Dispatch probes due every PROBE_EVERY_MS from `start_ms` until `until` is set;
-        returns how many."""
+    def probes(self, run: str, until: threading.Event, start_ms: int) -> list[bool]:
+        """Dispatch probes due every --probe-every ms from `start_ms` until `until` is set;
+        for each, whether its dispatch returned before it was due (else it is left out:
+        its lateness would be this process's, not the scheduler's)."""
         from bench.timing_site.tasks import probe
         from django_taskrunner import schedule_for
         from django_taskrunner.core import clock
 
-        sent = 0
+        in_time: list[bool] = []
         while not until.is_set():
+            sent = len(in_time)
             due = start_ms + sent * self.args.probe_every
             pause = (due - PROBE_LEAD_MS - clock.now_ms()) / 1000
             if pause > 0:
@@ -125,21 +127,26 @@ class Run:
             when = datetime.fromtimestamp(due / 1000, tz=UTC)
             schedule_for(probe, {"run": run, "due": math.floor(when.timestamp() * 1000),
                                  "n": sent}, when=when)
-            sent += 1
-        return sent
+            in_time.append(clock.now_ms() < due)
+        return in_time
 
-    def lateness(self, run: str, sent: int, worker: object) -> dict[int, int]:
-        """Probe number -> its lateness (ms), once all ran; exits unless each ran once."""
+    def lateness(self, run: str, in_time: list[bool], worker: object) -> dict[int, int]:
+        """Probe number -> its lateness (ms), once all ran, of those dispatched in time;
+        exits unless each ran exactly once."""
         from bench.timing_site.tasks import probe_keys
 
         late, runs = probe_keys(run)
+        sent = len(in_time)
         wait_until(lambda: self.client.llen(late) >= sent, 60, worker)
         time.sleep(0.2)  # a second run of one would show now
         counts = {int(v) for v in self.client.hvals(runs)}
         if self.client.hlen(runs) != sent or counts != {1}:
             raise SystemExit(f"{run}: {sent} probes, runs per probe {sorted(counts)}")
         pairs = (v.split(b":") for v in self.client.lrange(late, 0, -1))
-        return {int(n): int(ms) for n, ms in pairs}
+        if not all(in_time):
+            print(f"{run}: {in_time.count(False)} of {sent} probes dispatched too late, "
+                  "left out", file=sys.stderr)
+        return {int(n): int(ms) for n, ms in pairs if in_time[int(n)]}
 
 
 def wait_until(condition, timeout: float, worker=None) -> None:  # type: ignore[no-untyped-def]
@@ -159,17 +166,17 @@ def cpu_percent(pid: int, seconds: float) -> float:
 
 
 class Probes:
-    """Probes sent from a thread (`Run.probes`) until `stop()`, which returns the count."""
+    """Probes sent from a thread (`Run.probes`) until `stop()`, which returns what it did."""
 
     def __init__(self, run: Run, name: str, start_ms: int) -> None:
-        self._stop, self._sent = threading.Event(), 0
+        self._stop, self._sent = threading.Event(), list[bool]()
         self._thread = threading.Thread(target=self._send, args=(run, name, start_ms))
         self._thread.start()
 
     def _send(self, run: Run, name: str, start_ms: int) -> None:
         self._sent = run.probes(name, self._stop, start_ms)
 
-    def stop(self) -> int:
+    def stop(self) -> list[bool]:
         self._stop.set()
         self._thread.join()
         return self._sent
@@ -199,8 +206,8 @@ def moving_phase(run: Run, worker: object, rest: int, count: int,
     wait_until(lambda: clock.now_ms() >= instant, 600, worker)
     cpu, started = procs.cpu_seconds(worker.pid), time.monotonic()
     wait_until(lambda: run.client.zcard(zset) <= rest, 600, worker)
-    seconds = time.monotonic() - started
-    cpu = (procs.cpu_seconds(worker.pid) - cpu) / seconds * 100
+    cpu = (procs.cpu_seconds(worker.pid) - cpu) / max(time.monotonic() - started, 1e-3) * 100
+    seconds = (clock.now_ms() - instant) / 1000  # from the due time (polled every 10 ms)
     time.sleep(0.5)  # probes due just after the move
     late = run.lateness("moving", probes.stop(), worker)
     # The probes due from the instant on: while it moves, and in the 0.5 s after.
