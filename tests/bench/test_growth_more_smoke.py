@@ -12,10 +12,11 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from tests.bench.test_growth_smoke import ROOT, table_rows
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("psutil") is None,
                                 reason="psutil not installed")
@@ -35,6 +36,12 @@ def run(script: str, *args: str) -> str:
         pytest.fail(f"bench/{script} took over 240 s:\n{out}")
     assert proc.returncode == 0, out
     return out
+
+
+def table_rows(out: str) -> list[list[str]]:
+    """The cells of each row of the Markdown table in `out`, the header left out."""
+    return [[c.strip() for c in line.strip("|").split("|")] for line in out.splitlines()
+            if line.startswith("| ") and not line.startswith("|---")][1:]
 
 
 def number(cell: str) -> float:
