@@ -52,8 +52,9 @@ def fill_queued(queued: int) -> list[str]:
     return ids
 
 
-def fill_records(count: int) -> list[str]:
-    """`count` finished records, written 5,000 a pipelined round trip; their ids."""
+def fill_records(count: int, start: int = 0) -> list[str]:
+    """Finished records `start`..`count` - 1, written 5,000 a pipelined round trip; their
+    ids (the same for the same numbers, so a caller can grow a set of them)."""
     from django_taskrunner.core import clock
     from django_taskrunner.store.broker import get_broker
     from django_taskrunner.store.records import RecordWrite
@@ -63,7 +64,7 @@ def fill_records(count: int) -> list[str]:
     now = clock.now_ms()
     ids = []
     pipe = broker.client.pipeline(transaction=False)
-    for n in range(count):
+    for n in range(start, count):
         task_id = f"{n:08x}-5e1f-4b7a-9c3d-{n:012x}"
         ids.append(task_id)
         fields = [("s", "succeeded"), ("t", TASK), ("q", "default"), ("a", "1"),

@@ -18,3 +18,20 @@ def lateness_key(run: str) -> str:
 def record_lateness(payload: Any) -> None:
     started = clock.now_ms()
     get_redis().rpush(lateness_key(payload["run"]), started - int(payload["due"]))
+
+
+def probe_keys(run: str) -> tuple[str, str]:
+    """(list of "n:lateness ms", runs per probe n) of a run of `probe`."""
+    prefix = get_settings().PREFIX
+    return f"{prefix}:bench:probe:{run}:late", f"{prefix}:bench:probe:{run}:runs"
+
+
+@task(queue="bench")
+def probe(payload: Any) -> None:
+    """Like `record_lateness`, and counts each probe's runs (exactly once, or not)."""
+    started = clock.now_ms()
+    late, runs = probe_keys(payload["run"])
+    pipe = get_redis().pipeline(transaction=False)
+    pipe.rpush(late, f"{payload['n']}:{started - int(payload['due'])}")
+    pipe.hincrby(runs, str(payload["n"]), 1)
+    pipe.execute()

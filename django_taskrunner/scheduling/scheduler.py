@@ -9,7 +9,9 @@ wake-up was lost (a dropped connection).
 
 Every move is one `promote_due.lua` call on a small batch: atomic, so two schedulers
 (a lease hand-over) never move a message twice, and short, so Redis and the worker's
-other threads are never held up, even when 100,000 messages fall due at once.
+other threads are never held up, even when 100,000 messages fall due at once. A turn
+moves one batch of each due set and then reads the wake-ups: a backlog falling due
+holds up another queue's due tasks by about a batch, not by the whole move.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from django_taskrunner.store.schedule import WakeSubscription, for_broker
 logger = logging.getLogger(__name__)
 
 PROMOTE_BATCH = 500  # messages per script call: ~1 ms of Redis time
-BATCHES_PER_TURN = 20  # then look at the other queues and the periodic tasks
+BATCHES_PER_TURN = 1  # of each due set; then the other sets, the wake-ups, periodic tasks
 RESYNC_SECONDS = 5.0
 WAIT_SLICE_SECONDS = 0.25  # how quickly stop() is noticed while idle
 NEVER = 2**62
@@ -151,13 +153,19 @@ class Scheduler(threading.Thread):
         return min(self._next_due.values(), default=NEVER)
 
     def wait(self, pubsub: WakeSubscription, wake_at: int) -> None:
-        """Sleep until `wake_at` (ms), or until told of an earlier due time."""
+        """Sleep until `wake_at` (ms), or until told of an earlier due time.
+
+        The wake-ups already received are read even when `wake_at` has passed: while one
+        set is still due (a long move), another queue's new earliest task is learnt at
+        the next turn, not after the move or at the next resync.
+        """
         while not self._stopping.is_set():
             remaining = wake_at - self.now_ms()
-            if remaining <= 0:
-                return
-            message = pubsub.next_message(timeout=min(remaining / 1000, WAIT_SLICE_SECONDS))
+            timeout = min(max(remaining, 0) / 1000, WAIT_SLICE_SECONDS)
+            message = pubsub.next_message(timeout=timeout)
             if message is None:
+                if remaining <= 0:
+                    return
                 continue
             channel, data = message
             if channel == self._periodic_channel:

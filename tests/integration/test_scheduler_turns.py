@@ -1,0 +1,48 @@
+"""A long move on one queue does not hold up another queue's delayed tasks: the
+scheduler reads the wake-ups that came in even when it has no time left to sleep."""
+
+from __future__ import annotations
+
+import pytest
+
+from django_taskrunner import dispatch_delayed
+from django_taskrunner.core import clock
+from django_taskrunner.core.dispatch import new_message
+from django_taskrunner.scheduling.scheduler import BATCHES_PER_TURN, Scheduler
+from django_taskrunner.store import keys
+from django_taskrunner.store.broker import get_broker
+from tests.integration.scheduling_helpers import wait_for
+from tests.testapp.tasks import noop
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BATCH = 10
+
+
+def test_a_wake_up_during_a_long_move_is_read_at_the_next_turn(r):
+    broker = get_broker()
+    # Given a backlog on queue "bulk" that takes several turns to move
+    count = BATCH * BATCHES_PER_TURN * 5
+    pipe = r.pipeline(transaction=False)
+    for n in range(count):
+        body = new_message(noop, {"n": n}, queue="bulk").to_json()
+        pipe.zadd(keys.delayed_key(broker.prefix, "bulk"), {body: clock.now_ms() - 1000})
+    pipe.execute()
+    scheduler = Scheduler(broker, ["bulk", "default"], batch=BATCH)
+    pubsub = scheduler.store.subscription()
+    try:
+        scheduler.turn(pubsub)  # subscribes to the wake channels, moves one turn's worth
+        assert r.zcard(keys.delayed_key(broker.prefix, "bulk")) == count - BATCH * BATCHES_PER_TURN
+
+        # When a task on "default" (no delayed set until now) falls due meanwhile
+        due = clock.now_ms() + 50
+        dispatch_delayed(noop, {"n": "other"}, delay=0.05)
+        wait_for(lambda: clock.now_ms() > due, 2)
+        scheduler.turn(pubsub)  # reads its wake-up
+        scheduler.turn(pubsub)  # and moves it
+
+        # Then it is on its stream while the backlog is still moving
+        assert r.xlen(broker.stream("default")) == 1
+        assert r.zcard(keys.delayed_key(broker.prefix, "bulk")) > 0
+    finally:
+        pubsub.close()
