@@ -238,15 +238,6 @@ class Records:
         return {text(member) for member in
                 self.client.smembers(keys.cancelled_key(self.prefix, shard))}
 
-    def mark_cancelled(self, shard: str, member: str, ttl_s: int) -> None:
-        """SADD `member` (the cancelled dispatch's holder value, or its id) to the shard's
-        cancelled set, EXPIRE the set `ttl_s` (one round trip)."""
-        key = keys.cancelled_key(self.prefix, shard)
-        pipe = self.client.pipeline(transaction=False)
-        pipe.sadd(key, member)
-        pipe.expire(key, ttl_s)
-        pipe.execute()
-
 
 def _flat(fields: Sequence[tuple[str, str]]) -> list[str]:
     return [part for pair in fields for part in pair]
