@@ -262,10 +262,15 @@ def _cancel_entry(store: Records, task_id: str, reply: CancelReply) -> None:
                               reply.status == "running", releases, notice, CANCELLED_TTL_S)
     if done.outcome != "held" or done.idle_ms > HOLDER_SILENT_MS:
         return
-    if store.wait_answer(reply_key, CANCEL_ANSWER_S) is None:
+    # The cancel took effect: a wait that fails (or times out) only loses the answer.
+    timeout = min(CANCEL_ANSWER_S, 0.8 * float(get_settings().SOCKET_TIMEOUT))
+    try:
+        answer = store.wait_answer(reply_key, timeout)
+    except REDIS_DOWN:
+        answer = None
+    if answer is None:
         logger.info("task %s: its worker %s did not answer the cancel within %gs; it sees "
-                    "ctx.cancelled with its next heartbeat", task_id, done.consumer,
-                    CANCEL_ANSWER_S)
+                    "ctx.cancelled with its next heartbeat", task_id, done.consumer, timeout)
 
 
 def _releases(prefix: str, shard: str, task_id: str, lock_key: str,

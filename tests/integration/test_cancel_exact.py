@@ -162,6 +162,23 @@ def test_a_cancel_waits_no_longer_than_its_answer_time_for_a_silent_holder(r, mo
     assert lookup(message.id).status == "cancelled"
 
 
+def test_the_wait_for_an_answer_stays_under_the_socket_timeout(
+    r, monkeypatch, taskrunner_settings,
+):
+    """A client with a short socket timeout: the cancel took effect, and says so."""
+    needs_stream_ids()
+    taskrunner_settings(SOCKET_TIMEOUT=0.5, BLOCK_MS=100)
+    monkeypatch.setattr(core_records, "CANCEL_ANSWER_S", 30.0)
+    message = tasks.unique_records.dispatch({"n": 5})
+    broker = get_broker()
+    broker.ensure_group("default")
+    assert r.xreadgroup(broker.group, "dead-worker", {broker.stream("default"): ">"}, count=1)
+    began = time.monotonic()
+    assert cancel(message.id) is True
+    assert time.monotonic() - began < 10
+    assert lookup(message.id).status == "cancelled"
+
+
 def test_a_running_task_still_sees_the_cancel_when_the_notice_is_lost(r, monkeypatch):
     monkeypatch.setattr(core_records, "CANCEL_ANSWER_S", 0.1)
     with worker_thread(concurrency=1) as worker:
