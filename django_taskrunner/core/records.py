@@ -11,7 +11,9 @@ renewed while it runs. The commands are `store/records.py`'s (`Records`).
 from __future__ import annotations
 
 import json
+import logging
 import math
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,12 +25,13 @@ from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock, outbox_rows
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.store import keys
+from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.connection import built_client, get_redis
 from django_taskrunner.store.errors import REDIS_DOWN, unavailable
-from django_taskrunner.store.locks import UniqueLocks
 from django_taskrunner.store.records import (
     CANCELLED_TTL_S,
     FINAL_STATUSES,
+    CancelReply,
     Records,
     RecordWrite,
 )
@@ -36,6 +39,8 @@ from django_taskrunner.store.records import (
 if TYPE_CHECKING:
     from django_taskrunner.core.task import Task
     from django_taskrunner.core.unique import Claim
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["FINAL_STATUSES", "TaskRecord", "cancel", "lookup", "wait"]
 
@@ -47,6 +52,13 @@ TRACEBACK_MAX_CHARS = 16 * 1024
 # A record not finished yet lives at least this long (a delayed one: past its due time),
 # renewed each time its worker writes it; a task id stays reserved as long.
 PENDING_TTL_S = 7 * 24 * 3600
+# How long `cancel()` waits for the worker that fetched the message to answer that it
+# skips it (or runs it and told it): past it, a worker that missed the notice (its
+# pub/sub connection dropped) or died reads the cancel with its heartbeat or reclaim.
+CANCEL_ANSWER_S = 1.0
+# A worker beats for every message it holds at least every 10 s: an entry idle longer has
+# no live holder (it died, or stalls), and `cancel()` does not wait for its answer.
+HOLDER_SILENT_MS = 11_000
 # Longest single block of `wait()` (under the client's socket timeout); it loops.
 WAIT_SLICE_S = 5.0
 
@@ -213,8 +225,10 @@ def wait(task_id: str, timeout: float) -> TaskRecord | None:
 
 def cancel(task_id: str) -> bool:
     """Cancel a task: a delayed or queued one never starts, a running one sees
-    `ctx.cancelled` within a second; its record ends "cancelled", it is not retried,
-    and its unique lock and task id are freed. False for a finished or unknown id.
+    `ctx.cancelled` at once (within a second when the worker missed the notice); its
+    record ends "cancelled", it is not retried, and its unique lock and task id are
+    freed: at once for a message no worker fetched yet, by the worker that fetched it
+    when it skips or ends it. False for a finished or unknown id.
 
     Raises:
         RedisUnavailable: Redis could not be reached.
@@ -228,26 +242,47 @@ def cancel(task_id: str) -> bool:
         if reply.outcome != "ok":
             return False
         if reply.shard:
-            # The holder, not the id: a later dispatch of the same task_id is not skipped.
-            store.mark_cancelled(reply.shard, reply.holder or checked, CANCELLED_TTL_S)
-        if reply.status != "running" and reply.shard and reply.holder:
-            _free(store.prefix, reply.shard, checked, reply.lock_key, reply.holder,
-                  reply.has_task_id)
+            _cancel_entry(store, checked, reply)
     except REDIS_DOWN as exc:
         raise unavailable(f"cannot cancel task {checked!r}", exc, built_client()) from exc
     return True
 
 
-def _free(prefix: str, shard: str, task_id: str, lock_key: str, holder: str,
-          has_task_id: bool) -> None:
-    """Free the lock and task id a cancelled task (not running) holds, by its holder."""
+def _cancel_entry(store: Records, task_id: str, reply: CancelReply) -> None:
+    """The shard's part of a cancel (`cancel_entry.lua`): delete a message no worker
+    fetched and free its keys, or leave them to the worker holding it and wait (up to
+    `CANCEL_ANSWER_S`) for its answer, so a message it had not started never starts."""
+    # The holder, not the id: a later dispatch of the same task_id is not skipped.
+    holder = reply.holder or task_id
+    releases = _releases(store.prefix, reply.shard, task_id, reply.lock_key,
+                         reply.has_task_id) if reply.holder else []
+    reply_key = keys.cancel_reply_key(store.prefix, task_id, secrets.token_hex(8))
+    notice = "\n".join((reply_key, reply.shard, reply.stream_id, holder, task_id))
+    done = store.cancel_entry(get_broker().group, reply.shard, reply.stream_id, holder,
+                              reply.status == "running", releases, notice, CANCELLED_TTL_S)
+    if done.outcome != "held" or done.idle_ms > HOLDER_SILENT_MS:
+        return
+    # The cancel took effect: a wait that fails (or times out) only loses the answer.
+    timeout = min(CANCEL_ANSWER_S, 0.8 * float(get_settings().SOCKET_TIMEOUT))
+    try:
+        answer = store.wait_answer(reply_key, timeout)
+    except REDIS_DOWN:
+        answer = None
+    if answer is None:
+        logger.info("task %s: its worker %s did not answer the cancel within %gs; it sees "
+                    "ctx.cancelled with its next heartbeat", task_id, done.consumer, timeout)
+
+
+def _releases(prefix: str, shard: str, task_id: str, lock_key: str,
+              has_task_id: bool) -> list[tuple[str, str]]:
+    """The lock, its mode record and the task id a cancelled task holds, as
+    (key, '0' | 'follow') for `cancel_entry.lua`."""
     actions: list[tuple[str, str]] = []
     if lock_key:
         actions += [(lock_key, "0"), (keys.unique_mode_key(prefix, shard, lock_key), "follow")]
     if has_task_id:
         actions.append((keys.task_id_key(prefix, shard, task_id), "0"))
-    if actions:
-        UniqueLocks(get_redis(), prefix).release(holder, actions)
+    return actions
 
 
 def _time(fields: Mapping[str, str], name: str) -> datetime | None:

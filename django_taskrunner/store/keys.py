@@ -232,6 +232,18 @@ def cancelled_key(prefix: str, queue: str) -> str:
     return f"{prefix}:{{{shard_of(queue)}}}:cancelled"
 
 
+def cancel_channel(prefix: str) -> str:
+    """Pub/sub channel on which `cancel()` tells the workers of a cancelled task (one per
+    prefix: every worker process subscribes once; on a cluster PUBLISH reaches all)."""
+    return f"{prefix}:cancels"
+
+
+def cancel_reply_key(prefix: str, task_id: str, nonce: str) -> str:
+    """List on which the worker holding a cancelled message answers one `cancel()` call
+    (BLPOP); tagged like the task's record, short-lived."""
+    return f"{prefix}:cancel-reply:{{{record_tag(task_id)}}}:{nonce}"
+
+
 def workflow_key(prefix: str, workflow_id: str) -> str:
     """Hash of one workflow (status, counts, its stages' sizes and offsets), with a TTL.
 

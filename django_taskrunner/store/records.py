@@ -5,7 +5,8 @@ worker's record step; this module only runs the commands, on plain values: task 
 field names and text values, TTLs in seconds. Keys come from `keys.record_key`,
 `keys.record_done_key` (tagged by the task id: `lookup(id)` knows nothing else) and
 `keys.cancelled_key` (tagged by the shard: its fetcher reads it). Scripts:
-`record_write.lua`, `record_watch.lua`, `record_cancel.lua`, each on one record's two keys.
+`record_write.lua`, `record_watch.lua`, `record_cancel.lua`, each on one record's two keys;
+`cancel_entry.lua`, the cancel's second step, in the slot of the task's shard.
 
 Writes ride in round trips their callers already make: the dispatch's XADD pipeline
 (`queue_new`, or inside `enqueue.lua` on one server, `enqueue_args`), the acker's batch
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_taskrunner.store import keys, scripts
+from django_taskrunner.store.schedule import WakeSubscription
 from django_taskrunner.store.values import text
 
 SCRIPTS = ("record_write",)  # queued as bare EVALSHA: loaded again on NOSCRIPT
@@ -60,6 +62,20 @@ class CancelReply:
     lock_key: str = ""
     holder: str = ""
     has_task_id: bool = False
+    stream_id: str = ""
+
+
+@dataclass(frozen=True)
+class EntryCancel:
+    """What `cancel_entry.lua` did in the shard's slot: "removed" (the entry deleted, its
+    lock freed), "held" (`consumer` fetched it and frees its lock; `idle_ms` since it
+    last held it) or "marked" (no entry known: skipped by the cancelled set; `freed`:
+    its lock freed now)."""
+
+    outcome: str
+    consumer: str = ""
+    freed: bool = False
+    idle_ms: int = 0
 
 
 class Records:
@@ -198,16 +214,49 @@ class Records:
             [str(now_ms), str(ttl_s)])]
         if reply[0] != "ok":
             return CancelReply(reply[0], reply[1] if len(reply) > 1 else "")
-        return CancelReply("ok", reply[1], reply[2], reply[3], reply[4], reply[5] == "1")
+        return CancelReply("ok", reply[1], reply[2], reply[3], reply[4], reply[5] == "1",
+                           reply[6] if len(reply) > 6 else "")
 
-    def mark_cancelled(self, shard: str, member: str, ttl_s: int) -> None:
-        """SADD `member` (the cancelled dispatch's holder value, or its id) to the shard's
-        cancelled set, EXPIRE the set `ttl_s` (one round trip)."""
-        key = keys.cancelled_key(self.prefix, shard)
+    def cancel_entry(
+        self, group: str, shard: str, stream_id: str, holder: str, running: bool,
+        releases: Sequence[tuple[str, str]], notice: str, ttl_s: int,
+    ) -> EntryCancel:
+        """`cancel_entry.lua` in the shard's slot: delete a message not delivered yet and
+        free its keys (`releases`: (key, '0' | 'follow'), as `release_lock.lua`), or mark
+        it cancelled for the consumer that holds it; PUBLISH `notice` on the cancels
+        channel, after the holding consumer's name. One round trip."""
+        reply = [text(part) for part in scripts.run(
+            self.client, "cancel_entry",
+            [keys.stream_key(self.prefix, shard), keys.cancelled_key(self.prefix, shard),
+             *(key for key, _action in releases)],
+            [group, stream_id, holder, str(ttl_s), "0" if running else "1",
+             keys.cancel_channel(self.prefix), notice,
+             *(action for _key, action in releases)])]
+        if reply[0] == "held":
+            return EntryCancel("held", consumer=reply[1], idle_ms=int(reply[2]))
+        return EntryCancel(reply[0], freed=reply[0] == "removed" or reply[1:2] == ["1"])
+
+    def answer_cancel(self, reply_key: str, answer: str) -> None:
+        """A worker's answer to one `cancel()` call (LPUSH, kept 10 s for a late reader)."""
         pipe = self.client.pipeline(transaction=False)
-        pipe.sadd(key, member)
-        pipe.expire(key, ttl_s)
+        pipe.lpush(reply_key, answer)
+        pipe.expire(reply_key, 10)
         pipe.execute()
+
+    def wait_answer(self, reply_key: str, timeout_s: float) -> str | None:
+        """BLPOP the holding worker's answer to a `cancel()`; None after `timeout_s`."""
+        reply = self.client.blpop([reply_key], timeout_s)
+        return None if reply is None else text(reply[1])
+
+    def subscription(self) -> WakeSubscription:
+        """A pub/sub connection of its own, subscribed to nothing yet (the workers'
+        listener of `keys.cancel_channel`)."""
+        return WakeSubscription(self.client.pubsub())
+
+    def cancelled_members(self, shard: str) -> set[str]:
+        """SMEMBERS of a shard's cancelled set (a reclaim reads it before it runs)."""
+        return {text(member) for member in
+                self.client.smembers(keys.cancelled_key(self.prefix, shard))}
 
 
 def _flat(fields: Sequence[tuple[str, str]]) -> list[str]:

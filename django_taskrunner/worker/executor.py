@@ -37,6 +37,7 @@ from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.limits import Limits, Slot
 from django_taskrunner.store.records import RecordWrite
 from django_taskrunner.store.workflows import MemberDone, WorkflowStore
+from django_taskrunner.worker.cancels import CancelBook
 from django_taskrunner.worker.connections import close_old_connections as check_connections
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.failures import record_failure
@@ -118,6 +119,8 @@ class Executor:
         # ids each stream's last fetch found cancelled; the RESULT_TTL of the worker.
         self.record = record if record is not None else self._record_now
         self.cancelled: dict[str, set[str]] = {}
+        # The cancels heard on pub/sub, and the skip decisions they must not cross.
+        self.cancels = CancelBook(self.running)
         self.result_ttl = get_settings().RESULT_TTL if result_ttl is None else result_ttl
         # The worker's event loop for `async def` tasks; without one (an executor used on
         # its own) a coroutine is run to completion on the calling thread.
@@ -137,6 +140,8 @@ class Executor:
         except Exception:
             logger.exception("could not finish message %s of queue %s; it stays pending",
                              delivery.stream_id, delivery.shard)
+        if not run.on_loop:  # one on the event loop is forgotten when it ends there
+            self.cancels.finished(delivery.shard, delivery.stream_id)
         return not run.on_loop
 
     def _handle(self, run: Run) -> None:
@@ -189,6 +194,7 @@ class Executor:
             run.shard, record_ttl=record_ttl(self, run),
             coroutine=task.is_async and self.coroutines is not None)
         run.attempt.slots = run.slots
+        self.cancels.started(run.attempt)
         return run.attempt
 
     def end(self, run: Run, error: BaseException | None) -> None:

@@ -108,8 +108,12 @@ class Reclaimer:
     def __init__(
         self, broker: Broker, consumer: str, queues: Sequence[str], buffer: Buffer, *,
         reservation_timeout: float, dead_consumer_timeout: float, status: RedisStatus,
+        cancelled: dict[str, set[str]] | None = None,
     ) -> None:
         self.broker, self.consumer, self.buffer = broker, consumer, buffer
+        # The executor's cancelled ids per stream: read again after a claim, so a message
+        # cancelled while its dead worker held it is skipped, not run.
+        self.cancelled = cancelled
         self.default_ms = int(reservation_timeout * 1000)
         self.floor_ms = {q: int(shortest_timeout(q, reservation_timeout) * 1000) for q in queues}
         self.interval = reclaim_interval(min(self.floor_ms.values(), default=0) / 1000)
@@ -213,6 +217,8 @@ class Reclaimer:
         entries = self.broker.claim(queue, self.consumer, claims) if claims else []
         if entries:
             logger.warning("queue %s: took over %d message(s) %s", queue, len(entries), why)
+            if self.cancelled is not None:  # after the claim: a later cancel notifies us
+                self.cancelled[queue] = self.broker.records.cancelled_members(queue)
             self.buffer.accept(queue, entries, {c.stream_id: c.deliveries for c in claims})
         return len(entries)
 

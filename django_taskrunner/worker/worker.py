@@ -31,6 +31,7 @@ from django_taskrunner.store.broker import Broker, Entry
 from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.worker.acker import Acker
 from django_taskrunner.worker.async_runner import AsyncRunner
+from django_taskrunner.worker.cancels import CancelListener
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
 from django_taskrunner.worker.fetcher import Fetcher
@@ -110,7 +111,9 @@ class Worker:
             self.broker, self.consumer, sharding.all_shards(self.queues), self,
             reservation_timeout=timeout,
             dead_consumer_timeout=settings.dead_consumer_timeout, status=self.status,
+            cancelled=self.executor.cancelled,
         )
+        self.cancels = CancelListener(self.broker, self.consumer, self.executor.cancels)
         # A message that waited this long in the buffer is checked to be ours before it runs.
         self._recheck_after = {shard: seconds / 2 for shard, seconds in shortest.items()}
 
@@ -211,6 +214,7 @@ class Worker:
             if (queue, stream_id) not in self._held:
                 return
             self._held.discard((queue, stream_id))
+            self.executor.cancels.finished(queue, stream_id)
             self.outstanding -= 1
             self.completed += 1
             # Wake the fetcher only once there is room for a batch read.
@@ -259,6 +263,7 @@ class Worker:
         self.monitor.start()
         self._register_queues()
         self.heartbeat.start()
+        self.cancels.start()
         self.watchdog.start()
         for fetcher in self.fetchers:
             fetcher.start()
@@ -332,6 +337,7 @@ class Worker:
         self.coroutines.stop()
         self.watchdog.stop()
         self.heartbeat.stop()
+        self.cancels.stop()
         self.acker.stop()
         self.monitor.stop()
         logger.info("worker %s stopped", self.consumer)

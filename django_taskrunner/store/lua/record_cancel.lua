@@ -10,7 +10,7 @@
 -- ARGV[1] now, epoch ms
 -- ARGV[2] the final TTL in seconds when the record holds none ('ttl' field)
 -- Returns {'unknown'}, {'final', status}, or {'ok', status before, shard, lock key,
--- holder, task-id flag} ('' for what the record does not hold).
+-- holder, task-id flag, stream id} ('' for what the record does not hold).
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'unknown'}
@@ -30,6 +30,6 @@ if status ~= 'running' then
     redis.call('EXPIRE', KEYS[2], ttl)
   end
 end
-local fields = redis.call('HMGET', KEYS[1], 'sh', 'q', 'lk', 'h', 'ik')
+local fields = redis.call('HMGET', KEYS[1], 'sh', 'q', 'lk', 'h', 'ik', 'sid')
 return {'ok', status, fields[1] or fields[2] or '', fields[3] or '', fields[4] or '',
-        fields[5] or ''}
+        fields[5] or '', fields[6] or ''}

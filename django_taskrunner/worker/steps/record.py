@@ -24,14 +24,17 @@ if TYPE_CHECKING:
     from django_taskrunner.worker.running import Attempt
 
 NULL_JSON = "null"  # encode_value(None)[0]
+_NONE: frozenset[str] = frozenset()
 
 
 def skip_cancelled(executor: Executor, run: Run) -> bool:
-    """False after acking a message cancelled before it started (its fetch read the
-    stream's cancelled set): it never runs; what it holds is freed."""
+    """False after acking a message cancelled before it started (its fetch, the heartbeat
+    or a cancel notice said so): it never runs; what it holds is freed here (the cancel
+    left its lock to the worker that fetched it)."""
     message = run.message
     assert message is not None
-    if locks.holder_value(message) not in executor.cancelled.get(run.shard, ()):
+    if not executor.cancels.should_skip(run.shard, run.stream_id, locks.holder_value(message),
+                                        executor.cancelled.get(run.shard, _NONE)):
         return True
     release(executor, run, locks.CANCELLED)
     write_outcome(executor, run, "cancelled", uncancel=run.shard)
