@@ -67,24 +67,29 @@ class Fetcher(threading.Thread):
                 if turns is not None and found is not None:
                     turns.read(self.queue_name, self.queue, found)
                 continue
-            read = self._with_retries(
-                lambda: broker.read_checked(self.queue, worker.consumer, count,  # noqa: B023
-                                            block))  # noqa: B023
-            entries = None if read is None else read[0]
-            if read is not None:  # the ids cancelled on this stream, as of this read
-                worker.executor.cancelled[self.queue] = read[1]
-                if turns is not None:
-                    turns.read(self.queue_name, self.queue, bool(entries))
-            if entries:
-                self.idle_at = None
-                worker.accept(self.queue, entries)
-                # Let a pool thread take the batch before this one reads again: otherwise
-                # it waits for the GIL until this loop blocks on its next read, which
-                # costs an idle task about 0.1 ms of latency.
-                time.sleep(0)
-            elif entries is not None and worker.settings.burst:
-                self.idle_at = generation
-                worker.wait_for_change(0.05)
+            self._read_stream(count, block, generation)
+
+    def _read_stream(self, count: int, block: int | None,
+                     generation: tuple[int, int, int]) -> None:
+        """One read of the shard's one stream, handed to the pool."""
+        worker, turns = self.worker, self.worker.turns
+        read = self._with_retries(
+            lambda: worker.broker.read_checked(self.queue, worker.consumer, count, block))
+        entries = None if read is None else read[0]
+        if read is not None:  # the ids cancelled on this stream, as of this read
+            worker.executor.cancelled[self.queue] = read[1]
+            if turns is not None:
+                turns.read(self.queue_name, self.queue, bool(entries))
+        if entries:
+            self.idle_at = None
+            worker.accept(self.queue, entries)
+            # Let a pool thread take the batch before this one reads again: otherwise
+            # it waits for the GIL until this loop blocks on its next read, which
+            # costs an idle task about 0.1 ms of latency.
+            time.sleep(0)
+        elif entries is not None and worker.settings.burst:
+            self.idle_at = generation
+            worker.wait_for_change(0.05)
 
     def _take_back_own(self, stream: str) -> None:
         """Messages this consumer name held before a restart come first."""
