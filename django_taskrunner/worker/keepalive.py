@@ -166,6 +166,14 @@ class Heartbeat(threading.Thread):
             logger.exception("heartbeat failed; trying again in %.1fs", self.interval())
             return
         self.status.succeeded()
+        self._learn(attempts, cancelled, cancelled_sets)
+        self._lost &= running
+        self._report(lost_by_queue, running)
+
+    def _learn(self, attempts: list[Attempt], cancelled: set[str],
+               cancelled_sets: dict[str, set[str]]) -> None:
+        """What a beat read: the buffered shards' cancelled sets, and the running attempts
+        now recorded as started or cancelled by a client."""
         if self.cancelled is not None:
             for shard, members in cancelled_sets.items():
                 # A union: a fetch that read the set meanwhile may know newer members.
@@ -176,7 +184,10 @@ class Heartbeat(threading.Thread):
                 logger.info("task=%s id=%s was cancelled; ctx.cancelled is now True",
                             attempt.task.name, attempt.message.id)
                 attempt.cancelled_by_request()
-        self._lost &= running
+
+    def _report(self, lost_by_queue: dict[str, list[str]],
+                running: set[tuple[str, str]]) -> None:
+        """Warn of the running messages another worker reclaimed during the beat."""
         # Running still, after the round trip: one that ended meanwhile was acked by
         # this worker (not lost to another), so only these are reported.
         still = {(attempt.shard, attempt.stream_id) for attempt in self.running.snapshot()}
