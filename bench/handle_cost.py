@@ -3,6 +3,7 @@ batched round trips, against calling the same task function in a plain loop.
 
     taskset -c 0,1 python bench/handle_cost.py            # --jobs 3000 --reps 5
     python bench/handle_cost.py --job noop                 # a task that does nothing
+    python bench/handle_cost.py --job noop --profile out.prof   # and where its time goes
 
 Starts a private redis-server (and, for `--job orm`, a PostgreSQL database of its own,
 `CONN_MAX_AGE` 600), queues N messages of the task with `dispatch_many` and reads them
@@ -17,6 +18,7 @@ noise than a drain on a shared machine.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
 import shutil
 import statistics
@@ -37,6 +39,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--job", choices=["orm", "noop"], default="orm")
     parser.add_argument("--conn-max-age", default="600", help="CONN_MAX_AGE (unset: none)")
+    parser.add_argument("--profile", metavar="FILE",
+                        help="write cProfile stats of the Executor.handle loop to FILE "
+                             "(read them with python -m pstats FILE)")
     parser.add_argument("--pg-name", default="tr_perf_handle")
     parser.add_argument("--pg-host", default="127.0.0.1")
     parser.add_argument("--pg-port", default="5432")
@@ -120,8 +125,14 @@ def measure(args: argparse.Namespace) -> int:
                 loop_s.append(time.process_time() - start)
             else:
                 start = time.process_time()
+                profiler = cProfile.Profile() if args.profile else None
+                if profiler is not None:
+                    profiler.enable()
                 for delivery in deliveries:
                     executor.handle(delivery)
+                if profiler is not None:
+                    profiler.disable()
+                    profiler.dump_stats(args.profile)
                 while not acker.idle():
                     time.sleep(0.0005)
                 handle_s.append(time.process_time() - start)
