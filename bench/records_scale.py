@@ -82,6 +82,39 @@ def fill_records(count: int) -> list[str]:
     return ids
 
 
+def moved_tasks() -> tuple[str, str, str]:
+    """A delayed task (due at once) and a retried one (its first attempt read and put
+    back into the delayed set as attempt 2, with its "retrying" record), made before the
+    stream fills, so both are promoted behind it: their ids and the retried one's first
+    stream id."""
+    from dataclasses import replace
+
+    from django_taskrunner.core import clock
+    from django_taskrunner.core.dispatch import dispatch, dispatch_delayed
+    from django_taskrunner.core.message import TaskMessage
+    from django_taskrunner.store.broker import Requeue, get_broker
+    from django_taskrunner.store.records import RecordWrite
+
+    broker = get_broker()
+    delayed = dispatch_delayed(TASK, {"order": -1}, delay=1)
+    retried = dispatch(TASK, {"order": -2})
+    broker.ensure_group("default")
+    ((stream_id, body),) = broker.read("default", "retrier", 1, None)
+    again = replace(TaskMessage.from_json(body), attempt=2).to_json()
+    write = RecordWrite(retried.id, (("s", "retrying"), ("a", "2")), 7 * 86400)
+    broker.settle("retrier", {}, [Requeue("default", stream_id, again, clock.now_ms() + 1)],
+                  [write])
+    return delayed.id, retried.id, stream_id
+
+
+def promote_moved() -> None:
+    """Promote what is due (the two moved tasks), as the scheduler does."""
+    from django_taskrunner.core import clock
+    from django_taskrunner.store.broker import get_broker
+
+    get_broker().promote_due("default", clock.now_ms() + 2000, 500)
+
+
 def measure(client, url: str, repeat: int) -> list[float]:  # type: ignore[no-untyped-def]
     for _ in range(2):
         response = client.get(url)
@@ -102,6 +135,34 @@ def timed_calls(call, args: list, repeat: int) -> list[float]:  # type: ignore[n
         call(arg)
         times.append((time.perf_counter() - started) * 1000)
     return times
+
+
+def moved_rows(client, base: str, moved: tuple[str, str, str],  # type: ignore[no-untyped-def]
+               repeat: int) -> str:
+    """The task pages of the promoted delayed task and the retried one: with the stream
+    id their records learnt when promoted, then as before (a delayed record without one,
+    a retry's record naming its first, gone entry: the stream searched)."""
+    from django_taskrunner.store import keys
+    from django_taskrunner.store.broker import get_broker
+
+    broker = get_broker()
+    delayed_id, retried_id, first_entry = moved
+    lines = []
+    for when in ("after", "before"):
+        if when == "before":
+            broker.client.hset(keys.record_key(broker.prefix, delayed_id), "s", "delayed")
+            broker.client.hdel(keys.record_key(broker.prefix, delayed_id), "sid")
+            broker.client.hset(keys.record_key(broker.prefix, retried_id), "sid", first_entry)
+        for name, task_id in (("a promoted delayed task", delayed_id),
+                              ("a retried task", retried_id)):
+            url = f"{base}detail/?queue=default&id={task_id}"
+            if task_id not in client.get(url).content.decode():
+                raise SystemExit(f"benchmark: {url} does not show the task")
+            lines.append(row(f"task detail by id, {name} ({when}: "
+                             + ("its new stream id)" if when == "after" else
+                                "no new stream id, the stream searched)"),
+                             measure(client, url, repeat)))
+    return "\n".join(lines)
 
 
 def row(name: str, times: list[float]) -> str:
@@ -137,7 +198,9 @@ def main() -> None:
         call_command("migrate", verbosity=0)
         started = time.perf_counter()
         fill_database(options.failed)
+        delayed_id, retried_id, first_entry = moved_tasks()
         queued = fill_queued(options.queued)
+        promote_moved()
         filled_queued = time.perf_counter() - started
         finished = fill_records(options.records)
         broker = get_broker()
@@ -193,6 +256,8 @@ def main() -> None:
         print(row("task detail by id, the newest queued task, its record without a "
                   "stream id (the stream searched)",
                   measure(client, f"{base}detail/?queue=default&id={newest}", options.repeat)))
+
+        print(moved_rows(client, base, (delayed_id, retried_id, first_entry), options.repeat))
 
         sizes = [client_redis.memory_usage(keys.record_key(broker.prefix, task_id), samples=0)
                  for task_id in sample_finished]

@@ -9,6 +9,7 @@ queue split into several (`"emails#2"`, see sharding.py); the broker does not ca
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -266,11 +267,24 @@ class Broker:
             Limits.queue_releases(pipe, releases)
             for queue, stream_ids in acks.items():
                 self.ack(queue, stream_ids, pipe=pipe)
-            for requeue in requeues:
+            for requeue in requeues:  # last: their replies end the batch's
                 self._requeue(pipe, consumer, requeue)
 
-        scripts.execute_loading(self.client, build,
-                                SCRIPTS + WORKFLOW_SCRIPTS if workflows else SCRIPTS)
+        replies = scripts.execute_loading(self.client, build,
+                                          SCRIPTS + WORKFLOW_SCRIPTS if workflows else SCRIPTS)
+        if requeues:
+            self._note_requeued(requeues, replies[len(replies) - len(requeues):])
+
+    def _note_requeued(self, requeues: Sequence[Requeue], replies: Sequence[Any]) -> None:
+        """Give the records of the messages requeued onto a stream their new entry (a
+        round trip after the batch, only for a batch with such requeues: a retry without
+        backoff, a put-back at shutdown; the delayed ones learn theirs when promoted)."""
+        moved = []
+        for requeue, reply in zip(requeues, replies, strict=True):
+            if requeue.due_ms == 0 and isinstance(reply, bytes | str):
+                task_id, token = _id_and_token(requeue.body)
+                moved.append((task_id, _holder(task_id, token), text(reply)))
+        self.records.set_stream_ids(moved)
 
     def _requeue(self, client: Any, consumer: str, requeue: Requeue) -> Any:
         """Run (or, on a pipeline, queue) `requeue.lua` for one entry."""
@@ -300,11 +314,17 @@ class Broker:
 
         Returns how many moved and the due time of the earliest one left (None: empty).
         """
-        moved, next_ms = scripts.run(
+        reply = scripts.run(
             self.client, "promote_due",
             [keys.delayed_key(self.prefix, queue), self.stream(queue)], [str(now_ms), str(batch)],
         )
-        return int(moved), None if int(next_ms) < 0 else int(next_ms)
+        moved, next_ms = int(reply[0]), int(reply[1])
+        if moved:  # each record learns its new entry: one more round trip per batch
+            entries = [text(part) for part in reply[2:]]
+            self.records.set_stream_ids([
+                (entries[i], _holder(entries[i], entries[i + 1]), entries[i + 2])
+                for i in range(0, len(entries), 3)])
+        return moved, None if next_ms < 0 else next_ms
 
     def heartbeat(self, queue: str, consumer: str, stream_id: str) -> bool:
         """Reset the idle time of an entry `consumer` holds; False if it is no longer its."""
@@ -449,6 +469,25 @@ def levels_in_use(client: Any, prefix: str, shards: Sequence[str]) -> dict[str, 
         if hits:
             streams[shard].append(name)
     return {shard: keys.by_level(names) for shard, names in streams.items()}
+
+
+def _holder(task_id: str, token: str) -> str:
+    """A message's holder value from its id and dispatch token (core/unique.py's)."""
+    return f"{task_id}#{token}" if token else task_id
+
+
+def _id_and_token(body: str | bytes) -> tuple[str, str]:
+    """The "id" and "tok" of a message body ("" for what it lacks or a body that is not
+    a message: its record, if any, is left alone)."""
+    try:
+        data = json.loads(body)
+    except (TypeError, ValueError):
+        return "", ""
+    if not isinstance(data, dict):
+        return "", ""
+    task_id, token = data.get("id"), data.get("tok")
+    return (task_id if isinstance(task_id, str) else "",
+            token if isinstance(token, str) else "")
 
 
 def _entries(reply: Any) -> list[Entry]:

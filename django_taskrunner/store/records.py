@@ -23,6 +23,7 @@ from django_taskrunner.store import keys, scripts
 from django_taskrunner.store.values import text
 
 SCRIPTS = ("record_write",)  # queued as bare EVALSHA: loaded again on NOSCRIPT
+SID_SCRIPTS = ("record_sid",)  # the same, for `set_stream_ids`
 ADD_SCRIPTS = ("record_add",)  # the dispatch's, queued the same way
 FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "expired"})
 # How long a set of cancelled ids may wait for its fetcher (a delayed message's due time
@@ -114,6 +115,21 @@ class Records:
         return ([keys.record_key(self.prefix, write.task_id),
                  keys.record_done_key(self.prefix, write.task_id)],
                 [str(write.ttl_s), *_flat(write.fields)])
+
+    def set_stream_ids(self, moved: Sequence[tuple[str, str, str]]) -> None:
+        """`record_sid.lua` for each (task id, holder value, stream id), one pipelined
+        round trip: the records of messages a move put on a stream (promoted, requeued,
+        run now) learn their entry; a missing, final or later-dispatch record is left."""
+        moved = [move for move in moved if move[0]]
+        if not moved:
+            return
+
+        def build(pipe: Any) -> None:
+            for task_id, holder, stream_id in moved:
+                scripts.queue(pipe, "record_sid", [keys.record_key(self.prefix, task_id)],
+                              [stream_id, holder])
+
+        scripts.execute_loading(self.client, build, SID_SCRIPTS)
 
     # -- worker ----------------------------------------------------------------------
 
