@@ -79,6 +79,10 @@ DEFAULTS: dict[str, Option] = {
     "RESULT_TTL": Option(
         86400, "Seconds a finished task's record (status, result, error) is kept; 0: none."
     ),
+    "FINISHED_LIST_SIZE": Option(
+        10_000, "Finished tasks listed per queue on the admin's Tasks page (the newest are "
+        "kept, for as long as their records); 0: no list.",
+    ),
     "DEAD_CONSUMER_TIMEOUT": Option(
         None, "Seconds a consumer with nothing pending may stay idle before it is removed from "
         "the group (None: the larger of 1 hour and 10 x RESERVATION_TIMEOUT).",

@@ -19,10 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django_taskrunner.conf import get_settings
 from django_taskrunner.store import keys, scripts
 from django_taskrunner.store.values import text
 
-SCRIPTS = ("record_write",)  # queued as bare EVALSHA: loaded again on NOSCRIPT
+SCRIPTS = ("record_write", "record_index")  # queued as bare EVALSHA: loaded on NOSCRIPT
 SID_SCRIPTS = ("record_sid",)  # the same, for `set_stream_ids`
 ADD_SCRIPTS = ("record_add",)  # the dispatch's, queued the same way
 FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "expired"})
@@ -136,13 +137,25 @@ class Records:
     def queue_writes(self, pipe: Any, writes: Sequence[RecordWrite]) -> None:
         """Queue `record_write.lua` for each write on `pipe` (and SREM of the cancelled
         set it leaves); the caller executes the pipeline with `scripts.execute_loading`
-        (the script goes as a bare EVALSHA; replies: the status now held)."""
+        (the script goes as a bare EVALSHA; replies: the status now held). A final write
+        also lists its task in its queue's finished index (`keys.finished_key`): in the
+        same script on one server, with `record_index.lua` right after it on a cluster."""
+        keep = finished_list_size()
         for write in writes:
-            scripts.queue(pipe, "record_write",
-                        [keys.record_key(self.prefix, write.task_id),
-                         keys.record_done_key(self.prefix, write.task_id)],
-                        ["final" if write.final else "update", str(write.ttl_s),
-                         *_flat(write.fields)])
+            record_keys = [keys.record_key(self.prefix, write.task_id),
+                           keys.record_done_key(self.prefix, write.task_id)]
+            index = _index_of(write, keep)
+            if index is not None and not self.clustered:
+                record_keys.append(keys.finished_key(self.prefix, index.queue))
+            scripts.queue(pipe, "record_write", record_keys, [
+                "final" if write.final else "update", str(write.ttl_s),
+                str(keep if index is not None else 0),
+                str(index.cutoff_ms if index is not None else 0), write.task_id,
+                *_flat(write.fields)])
+            if index is not None and self.clustered:
+                scripts.queue(pipe, "record_index", [keys.finished_key(self.prefix, index.queue)],
+                              [write.task_id, str(index.finished_ms), str(keep),
+                               str(index.cutoff_ms), str(write.ttl_s)])
             if write.uncancel:
                 pipe.srem(keys.cancelled_key(self.prefix, write.uncancel),
                           write.cancel_member or write.task_id)
@@ -196,6 +209,62 @@ class Records:
             return CancelReply(reply[0], reply[1] if len(reply) > 1 else "")
         return CancelReply("ok", reply[1], reply[2], reply[3], reply[4], reply[5] == "1")
 
+    def finished_page(self, queue: str, cursor: str, count: int, statuses: frozenset[str],
+                      scan: int) -> FinishedPage:
+        """Up to `count` finished tasks of `queue`, newest first, from `cursor` ("": the
+        newest; else a `FinishedPage.next_cursor`), whose status is in `statuses`: the
+        index read a batch at a time (ZREVRANGEBYSCORE from the cursor's score, past the
+        ids of that score already shown), then their records (HMGET, one pipeline per
+        batch), at most `scan` ids per page. Ids whose record expired are skipped and
+        removed from the index."""
+        index = keys.finished_key(self.prefix, queue)
+        at = _FinishedCursor.parse(cursor)
+        rows: list[FinishedRow] = []
+        scanned = 0
+        while len(rows) < count and scanned < scan:
+            want = min(max(count - len(rows), 50), scan - scanned)
+            batch = self.client.zrevrangebyscore(
+                index, "+inf" if at.top is None else at.top, "-inf", start=at.skip, num=want,
+                withscores=True)
+            at, read = self._filter_batch(index, at, batch, statuses, count - len(rows), rows)
+            scanned += read
+            if len(batch) < want and read == len(batch):
+                return FinishedPage(rows, "", scanned)  # the index's end
+        return FinishedPage(rows, at.text(), scanned)
+
+    def finished_count(self, queue: str) -> int:
+        """ZCARD of `queue`'s finished index."""
+        return int(self.client.zcard(keys.finished_key(self.prefix, queue)))
+
+    def _filter_batch(self, index: str, at: _FinishedCursor, batch: list[Any],
+                      statuses: frozenset[str], room: int,
+                      rows: list[FinishedRow]) -> tuple[_FinishedCursor, int]:
+        """Append to `rows` (at most `room`) the ids of `batch` whose record holds one of
+        `statuses`; the cursor past the last id looked at, and how many were."""
+        pipe = self.client.pipeline(transaction=False)
+        for member, _ in batch:
+            pipe.hmget(keys.record_key(self.prefix, text(member)), FINISHED_FIELDS)
+        gone: list[tuple[Any, int]] = []
+        read = 0
+        for (member, score), values in zip(batch, pipe.execute() if batch else [],
+                                           strict=True):
+            read += 1
+            at = at.past(int(score))
+            fields = {name: text(value, errors="replace")
+                      for name, value in zip(FINISHED_FIELDS, values, strict=True)
+                      if value is not None}
+            if "s" not in fields:
+                gone.append((member, int(score)))
+            elif fields["s"] in statuses:
+                rows.append(FinishedRow(text(member), int(score), fields))
+                room -= 1
+                if room == 0:
+                    break
+        if gone:  # expired records: out of the index (and out of the cursor's offset)
+            self.client.zrem(index, *(member for member, _ in gone))
+            at = _FinishedCursor(at.top, at.skip - sum(1 for _, sc in gone if sc == at.top))
+        return at, read
+
     def mark_cancelled(self, shard: str, member: str, ttl_s: int) -> None:
         """SADD `member` (the cancelled dispatch's holder value, or its id) to the shard's
         cancelled set, EXPIRE the set `ttl_s` (one round trip)."""
@@ -204,6 +273,81 @@ class Records:
         pipe.sadd(key, member)
         pipe.expire(key, ttl_s)
         pipe.execute()
+
+
+FINISHED_FIELDS = ("s", "t", "q", "a", "w", "d", "st", "f", "e")
+
+
+@dataclass(frozen=True)
+class FinishedRow:
+    """One finished task of the index: its id, finish time and record fields (of
+    `FINISHED_FIELDS`, those it holds)."""
+
+    task_id: str
+    finished_ms: int
+    fields: dict[str, str]
+
+
+@dataclass(frozen=True)
+class FinishedPage:
+    """A page of finished tasks; `next_cursor` "" when the index has no more;
+    `scanned`: the ids read for it (at most the page's `scan`)."""
+
+    rows: list[FinishedRow]
+    next_cursor: str
+    scanned: int
+
+
+@dataclass(frozen=True)
+class _FinishedCursor:
+    """Where a page of the finished index starts: at score `top` (None: the newest),
+    past the first `skip` ids of that score (ids finished in one millisecond)."""
+
+    top: int | None = None
+    skip: int = 0
+
+    @classmethod
+    def parse(cls, cursor: str) -> _FinishedCursor:
+        top, _, skip = cursor.partition(":")
+        if not (top.isdigit() and skip.isdigit()) or len(cursor) > 40:
+            return cls()
+        return cls(int(top), int(skip))
+
+    def past(self, score: int) -> _FinishedCursor:
+        """The cursor after an id of `score` (the ids come newest first)."""
+        return _FinishedCursor(score, self.skip + 1 if score == self.top else 1)
+
+    def text(self) -> str:
+        return f"{self.top}:{self.skip}" if self.top is not None else ""
+
+
+@dataclass(frozen=True)
+class _Index:
+    """Where and when a final write lists its task: its queue, finish time, and the
+    oldest finish time its index keeps."""
+
+    queue: str
+    finished_ms: int
+    cutoff_ms: int
+
+
+def finished_list_size() -> int:
+    """Ids each queue's finished index keeps (`FINISHED_LIST_SIZE`; 0: no index)."""
+    return int(get_settings().FINISHED_LIST_SIZE)
+
+
+def _index_of(write: RecordWrite, keep: int) -> _Index | None:
+    """The index entry of a final write naming its queue ('q') and finish time ('f');
+    None for any other write, or with the index off."""
+    if not write.final or keep <= 0:
+        return None
+    fields = dict(write.fields)
+    queue, finished = fields.get("q"), fields.get("f")
+    if not queue or finished is None or not finished.isdigit():
+        return None
+    finished_ms = int(finished)
+    kept_s = max(write.ttl_s, int(get_settings().RESULT_TTL))
+    return _Index(queue, finished_ms, finished_ms - kept_s * 1000)
 
 
 def _flat(fields: Sequence[tuple[str, str]]) -> list[str]:

@@ -5,12 +5,51 @@
 -- 'final' (succeeded, failed, expired, cancelled): a record whose cancel flag is set
 -- ends 'cancelled' whatever the outcome; then the waiters (if any) are woken.
 --
+-- A final write may also list the task in its queue's index of finished tasks (the
+-- admin's "finished" list): ZADD of the id at its finish time ('f'), then the index
+-- trimmed to its newest ARGV[3] ids and to those finished since ARGV[4]. A single server
+-- only: on a cluster the index is in the queue's slot, not the record's, and
+-- `record_index.lua` does the same in the acker's pipeline (store/records.py).
+--
 -- KEYS[1] the record   <prefix>:record:{<id>}
 -- KEYS[2] its done list <prefix>:record:{<id>}:done
+-- KEYS[3] optional: the finished index <prefix>:{<queue>}:finished
 -- ARGV[1] 'update' or 'final'
 -- ARGV[2] TTL in seconds
--- ARGV[3...] field, value pairs (field 's' is the status, 'h' the dispatch's holder)
+-- ARGV[3] ids the index keeps ('0': no index); ARGV[4] the oldest finish time it keeps
+--         (epoch ms); ARGV[5] the task id (its member)
+-- ARGV[6...] field, value pairs (field 's' is the status, 'h' the dispatch's holder)
 -- Returns the status now recorded.
+
+local FIELDS = 6
+
+-- List the task in the finished index (final writes only; also for a record a client
+-- cancelled, whose final write keeps its status).
+local function index(finished_ms)
+  if not KEYS[3] or ARGV[1] ~= 'final' or tonumber(ARGV[3]) <= 0 then
+    return
+  end
+  local score = tonumber(finished_ms)
+  if not score then
+    local now = redis.call('TIME')
+    score = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  end
+  redis.call('ZADD', KEYS[3], score, ARGV[5])
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[4])
+  redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -tonumber(ARGV[3]) - 1)
+  if redis.call('TTL', KEYS[3]) < tonumber(ARGV[2]) then  -- never shortened
+    redis.call('EXPIRE', KEYS[3], ARGV[2])
+  end
+end
+
+local function field(name)
+  for i = FIELDS, #ARGV, 2 do
+    if ARGV[i] == name then
+      return ARGV[i + 1]
+    end
+  end
+  return nil
+end
 
 -- What the record holds now, in one call: status, attempt, holder, cancel flag, watched.
 local now = redis.call('HMGET', KEYS[1], 's', 'a', 'h', 'c', 'wt')
@@ -18,11 +57,14 @@ local status, attempt, holder = now[1], now[2], now[3]
 local cancelled, watched = now[4] == '1', now[5]
 local final = {succeeded = true, failed = true, cancelled = true, expired = true}
 if status and final[status] and (ARGV[1] == 'update' or status == 'cancelled') then
+  if status == 'cancelled' and ARGV[1] == 'final' then
+    index(redis.call('HGET', KEYS[1], 'f') or field('f'))
+  end
   return status
 end
 -- A late beat of an attempt must not overwrite a later attempt's record ('a' field),
 -- nor any write of one dispatch a later dispatch of the same task_id ('h', its holder).
-for i = 3, #ARGV, 2 do
+for i = FIELDS, #ARGV, 2 do
   if ARGV[1] == 'update' and ARGV[i] == 'a' and attempt
       and tonumber(attempt) > tonumber(ARGV[i + 1]) then
     return status
@@ -33,7 +75,7 @@ for i = 3, #ARGV, 2 do
 end
 local fields = {}
 local new_status = status
-for i = 3, #ARGV, 2 do
+for i = FIELDS, #ARGV, 2 do
   local value = ARGV[i + 1]
   if ARGV[i] == 's' then
     if cancelled and (ARGV[1] == 'final' or value == 'retrying') then
@@ -49,5 +91,8 @@ redis.call('EXPIRE', KEYS[1], ARGV[2])
 if new_status and final[new_status] and watched then
   redis.call('RPUSH', KEYS[2], '1')
   redis.call('EXPIRE', KEYS[2], ARGV[2])
+end
+if new_status and final[new_status] then
+  index(field('f'))
 end
 return new_status
