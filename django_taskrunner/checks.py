@@ -112,6 +112,7 @@ NUMBERS: dict[str, NumberRule] = {
     "DEAD_CONSUMER_TIMEOUT": NumberRule(False, 1, MAX_SECONDS, none_allowed=True),
     "RESULT_TTL": NumberRule(True, 0, MAX_SECONDS),
     "FINISHED_LIST_SIZE": NumberRule(True, 0, MAX_FINISHED_LIST),
+    "QUEUE_FORGET_AFTER": NumberRule(False, 0, MAX_SECONDS),  # 0: never
     "OUTBOX_WARN_AGE": NumberRule(False, 1, MAX_SECONDS),
 }
 
