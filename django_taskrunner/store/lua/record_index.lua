@@ -13,7 +13,8 @@
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[4])
 redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -tonumber(ARGV[3]) - 1)
-if redis.call('TTL', KEYS[1]) < tonumber(ARGV[5]) then  -- never shortened
+local left = redis.call('TTL', KEYS[1])  -- renewed once a minute, never shortened
+if left < 0 or left < tonumber(ARGV[5]) - 60 then
   redis.call('EXPIRE', KEYS[1], ARGV[5])
 end
 return redis.call('ZCARD', KEYS[1])

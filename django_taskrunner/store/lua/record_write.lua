@@ -6,7 +6,8 @@
 -- ends 'cancelled' whatever the outcome; then the waiters (if any) are woken.
 --
 -- A final write may also list the task in its queue's index of finished tasks (the
--- admin's "finished" list): ZADD of the id at its finish time ('f'), then the index
+-- admin's "finished" list): ZADD of the id at this write's finish time ('f': for a task
+-- cancelled before it started, when its worker dropped it), then the index
 -- trimmed to its newest ARGV[3] ids and to those finished since ARGV[4]. A single server
 -- only: on a cluster the index is in the queue's slot, not the record's, and
 -- `record_index.lua` does the same in the acker's pipeline (store/records.py).
@@ -37,7 +38,8 @@ local function index(finished_ms)
   redis.call('ZADD', KEYS[3], score, ARGV[5])
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[4])
   redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -tonumber(ARGV[3]) - 1)
-  if redis.call('TTL', KEYS[3]) < tonumber(ARGV[2]) then  -- never shortened
+  local left = redis.call('TTL', KEYS[3])  -- renewed once a minute, never shortened
+  if left < 0 or left < tonumber(ARGV[2]) - 60 then
     redis.call('EXPIRE', KEYS[3], ARGV[2])
   end
 end
@@ -58,7 +60,7 @@ local cancelled, watched = now[4] == '1', now[5]
 local final = {succeeded = true, failed = true, cancelled = true, expired = true}
 if status and final[status] and (ARGV[1] == 'update' or status == 'cancelled') then
   if status == 'cancelled' and ARGV[1] == 'final' then
-    index(redis.call('HGET', KEYS[1], 'f') or field('f'))
+    index(field('f'))  -- when the worker dropped it, as on a cluster
   end
   return status
 end
