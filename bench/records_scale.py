@@ -79,7 +79,23 @@ def fill_records(count: int) -> list[str]:
         if len(pipe) >= 10_000:
             pipe.execute()
     pipe.execute()
+    fill_finished_index(ids, now - 49_000)
     return ids
+
+
+def fill_finished_index(ids: list[str], finished_ms: int) -> None:
+    """The default queue's finished index as the workers' final writes leave it: the
+    newest `FINISHED_LIST_SIZE` ids (10,000), a millisecond apart."""
+    from django_taskrunner.conf import get_settings
+    from django_taskrunner.store import keys
+    from django_taskrunner.store.broker import get_broker
+
+    broker = get_broker()
+    kept = ids[-int(get_settings().FINISHED_LIST_SIZE):]
+    index = keys.finished_key(broker.prefix, "default")
+    for start in range(0, len(kept), 5000):
+        broker.client.zadd(index, {task_id: finished_ms - len(kept) + start + n
+                                   for n, task_id in enumerate(kept[start:start + 5000])})
 
 
 def moved_tasks() -> tuple[str, str, str]:
@@ -113,6 +129,13 @@ def promote_moved() -> None:
     from django_taskrunner.store.broker import get_broker
 
     get_broker().promote_due("default", clock.now_ms() + 2000, 500)
+
+
+def finished_cursor() -> str:
+    """The cursor of the finished list's second page."""
+    from django_taskrunner.admin.finished import finished_page
+
+    return finished_page("default").next_cursor
 
 
 def measure(client, url: str, repeat: int) -> list[float]:  # type: ignore[no-untyped-def]
@@ -235,6 +258,13 @@ def main() -> None:
              f"{base}detail/?queue=default&id={finished[len(finished) // 2]}"),
             ("task detail by id, a failed task (its record)",
              f"{base}detail/?queue=default&id={finished[-1]}"),
+            ("Tasks, finished, page 1 (10,000 listed)", f"{base}?queue=default&status=finished"),
+            ("Tasks, finished, the next page",
+             f"{base}?queue=default&status=finished&after={finished_cursor()}"),
+            ("Tasks, finished, failed only (1 in 10)",
+             f"{base}?queue=default&status=finished&outcome=failed"),
+            ("Tasks, finished, cancelled only (none: 2,000 ids looked at)",
+             f"{base}?queue=default&status=finished&outcome=cancelled"),
             ("failed tasks, list", "/admin/django_taskrunner/failedtask/"),
             ("queues dashboard", "/admin/django_taskrunner/queue/"),
             ("queues dashboard, JSON refresh", "/admin/django_taskrunner/queue/live/"),
