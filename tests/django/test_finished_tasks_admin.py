@@ -109,9 +109,15 @@ def test_the_index_keeps_the_newest_ids_and_none_older_than_the_records_ttl(
     now = clock.now_ms()
     finish("old", "succeeded", now - 86400_000 - 1)  # a write later, past the records' TTL
     assert index_ids() == ["old"]
-    for n in range(8):
+    for n in range(6):  # 1% over 5 is 6: trimmed at the 7th id, not before
         finish(f"t-{n}", "failed", now - 1000 + n)
-    assert index_ids() == [f"t-{n}" for n in range(7, 2, -1)]
+    assert index_ids() == [f"t-{n}" for n in range(5, 0, -1)]  # "old" went first
+    finish("t-6", "failed", now)
+    assert index_ids() == [f"t-{n}" for n in range(6, 0, -1)]
+    for n in range(7, 20):
+        finish(f"t-{n}", "failed", now + n)
+        assert 5 <= len(index_ids()) <= 6
+    assert index_ids()[:5] == [f"t-{n}" for n in range(19, 14, -1)]
 
 
 def test_an_expired_record_is_skipped_and_dropped_from_the_index(root):

@@ -7,8 +7,10 @@
 --
 -- A final write may also list the task in its queue's index of finished tasks (the
 -- admin's "finished" list): ZADD of the id at this write's finish time ('f': for a task
--- cancelled before it started, when its worker dropped it), then the index
--- trimmed to its newest ARGV[3] ids and to those finished since ARGV[4]. A single server
+-- cancelled before it started, when its worker dropped it); once it holds 1% more than
+-- ARGV[3] ids, it is trimmed to its newest ARGV[3] and to those finished since ARGV[4]
+-- (so a trim runs once per 1% of new ids, not on each write; a page skips and drops an
+-- id whose record expired meanwhile). A single server
 -- only: on a cluster the index is in the queue's slot, not the record's, and
 -- `record_index.lua` does the same in the acker's pipeline (store/records.py).
 --
@@ -36,8 +38,11 @@ local function index(finished_ms)
     score = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
   end
   redis.call('ZADD', KEYS[3], score, ARGV[5])
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[4])
-  redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -tonumber(ARGV[3]) - 1)
+  local keep = tonumber(ARGV[3])
+  if redis.call('ZCARD', KEYS[3]) > keep + math.ceil(keep / 100) then  -- 1 write in 100
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[4])
+    redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -keep - 1)
+  end
   local left = redis.call('TTL', KEYS[3])  -- renewed once a minute, never shortened
   if left < 0 or left < tonumber(ARGV[2]) - 60 then
     redis.call('EXPIRE', KEYS[3], ARGV[2])
