@@ -272,9 +272,9 @@ class Command(BaseCommand):
     def _default_queues(default_queue: str, broker: Broker) -> list[str]:
         """Queues that registered tasks name, DEFAULT_QUEUE, the QUEUES of every Django
         Tasks framework backend of ours in TASKS, and the queues dispatches used in the
-        last `QUEUE_FORGET_AFTER` seconds (`dispatch(queue=...)` included; 0: ever). Not every queue ever
-        seen: one only a worker's mistyped `-Q` named is not consumed. When Redis does
-        not answer, the configured ones alone, and a log line says so."""
+        last `QUEUE_FORGET_AFTER` seconds (`dispatch(queue=...)` included; 0: ever). Not
+        every queue ever seen: one only a worker's mistyped `-Q` named is not consumed.
+        When Redis does not answer, the configured ones alone, and a log line says so."""
         queues = declared_queues() | {default_queue}
         try:
             store = schedule_store(broker)
