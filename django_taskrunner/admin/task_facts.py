@@ -84,7 +84,6 @@ def pretty_payload(message: TaskMessage | None, body: bytes | None) -> str:
 
 
 def moment_text(ms: int | None) -> str:
-    """An epoch-ms time in the site's time zone ("" for none)."""
     if not ms:
         return ""
     moment = timezone.localtime(datetime.fromtimestamp(min(ms, MAX_EPOCH_MS) / 1000, tz=UTC))

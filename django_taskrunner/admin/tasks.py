@@ -74,11 +74,9 @@ class TaskAdmin(RedisPageAdmin):
                 stream = sharding.shards(stream)[0]
             if not facts_of.valid_stream(stream, queues):
                 raise Http404("no such queue")
-            status = request.GET.get("status", "queued")
-            if status == "finished":
+            if (status := request.GET.get("status", "queued")) == "finished":
                 return self._finished_view(request, stream, streams)
-            if status not in ("queued", "running"):
-                status = "queued"
+            status = status if status == "running" else "queued"
             query = request.GET.get("q", "").strip()[:200]
             page = self._page(browser, stream, status, query, request)
             state = browser.group_state(stream)

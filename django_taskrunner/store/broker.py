@@ -9,7 +9,6 @@ queue split into several (`"emails#2"`, see sharding.py); the broker does not ca
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -249,11 +248,11 @@ class Broker:
         self, consumer: str, acks: Mapping[str, Sequence[str]], requeues: Sequence[Requeue],
         records: Sequence[RecordWrite] = (), releases: Sequence[Slot] = (), *,
         workflows: Sequence[MemberDone] = (),
-    ) -> None:
+    ) -> list[Any]:
         """Ack finished entries (`{queue: [stream id, ...]}`, as `ack()`) and requeue
         others (`requeue.lua`, which acks each old entry in the same script), all in one
-        pipelined round trip, after the task `records` (`Records.queue_writes`). An entry
-        that is no longer `consumer`'s is not requeued.
+        pipelined round trip, after the task `records` (`Records.queue_writes`); returns
+        each requeue's reply (new stream id, "delayed", or None: no longer `consumer`'s).
 
         Redis outage errors pass through; nothing of the batch may have been applied,
         or all of it: sending it again is safe (an ack is idempotent, a requeue of an
@@ -267,24 +266,12 @@ class Broker:
             Limits.queue_releases(pipe, releases)
             for queue, stream_ids in acks.items():
                 self.ack(queue, stream_ids, pipe=pipe)
-            for requeue in requeues:  # last: their replies end the batch's
+            for requeue in requeues:
                 self._requeue(pipe, consumer, requeue)
 
         replies = scripts.execute_loading(self.client, build,
                                           SCRIPTS + WORKFLOW_SCRIPTS if workflows else SCRIPTS)
-        if requeues:
-            self._note_requeued(requeues, replies[len(replies) - len(requeues):])
-
-    def _note_requeued(self, requeues: Sequence[Requeue], replies: Sequence[Any]) -> None:
-        """Give the records of the messages requeued onto a stream their new entry (a
-        round trip after the batch, only for a batch with such requeues: a retry without
-        backoff, a put-back at shutdown; the delayed ones learn theirs when promoted)."""
-        moved = []
-        for requeue, reply in zip(requeues, replies, strict=True):
-            if requeue.due_ms == 0 and isinstance(reply, bytes | str):
-                task_id, token = _id_and_token(requeue.body)
-                moved.append((task_id, _holder(task_id, token), text(reply)))
-        self.records.set_stream_ids(moved)
+        return replies[len(replies) - len(requeues):]  # the requeues go last
 
     def _requeue(self, client: Any, consumer: str, requeue: Requeue) -> Any:
         """Run (or, on a pipeline, queue) `requeue.lua` for one entry."""
@@ -310,21 +297,14 @@ class Broker:
         return bool(woke if record is None else client.execute()[-1])
 
     def promote_due(self, queue: str, now_ms: int, batch: int) -> tuple[int, int | None]:
-        """Move up to `batch` due delayed messages to the stream, atomically.
-
-        Returns how many moved and the due time of the earliest one left (None: empty).
-        """
+        """Move up to `batch` due delayed messages to the stream, atomically, then give their
+        records the new stream ids; how many moved, the earliest due time left (None: none)."""
         reply = scripts.run(
             self.client, "promote_due",
             [keys.delayed_key(self.prefix, queue), self.stream(queue)], [str(now_ms), str(batch)],
         )
-        moved, next_ms = int(reply[0]), int(reply[1])
-        if moved:  # each record learns its new entry: one more round trip per batch
-            entries = [text(part) for part in reply[2:]]
-            self.records.set_stream_ids([
-                (entries[i], _holder(entries[i], entries[i + 1]), entries[i + 2])
-                for i in range(0, len(entries), 3)])
-        return moved, None if next_ms < 0 else next_ms
+        self.records.set_stream_ids(Records.promoted_entries(reply[2:]))  # 1 round trip a batch
+        return int(reply[0]), None if int(reply[1]) < 0 else int(reply[1])
 
     def heartbeat(self, queue: str, consumer: str, stream_id: str) -> bool:
         """Reset the idle time of an entry `consumer` holds; False if it is no longer its."""
@@ -469,25 +449,6 @@ def levels_in_use(client: Any, prefix: str, shards: Sequence[str]) -> dict[str, 
         if hits:
             streams[shard].append(name)
     return {shard: keys.by_level(names) for shard, names in streams.items()}
-
-
-def _holder(task_id: str, token: str) -> str:
-    """A message's holder value from its id and dispatch token (core/unique.py's)."""
-    return f"{task_id}#{token}" if token else task_id
-
-
-def _id_and_token(body: str | bytes) -> tuple[str, str]:
-    """The "id" and "tok" of a message body ("" for what it lacks or a body that is not
-    a message: its record, if any, is left alone)."""
-    try:
-        data = json.loads(body)
-    except (TypeError, ValueError):
-        return "", ""
-    if not isinstance(data, dict):
-        return "", ""
-    task_id, token = data.get("id"), data.get("tok")
-    return (task_id if isinstance(task_id, str) else "",
-            token if isinstance(token, str) else "")
 
 
 def _entries(reply: Any) -> list[Entry]:

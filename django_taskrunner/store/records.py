@@ -117,6 +117,14 @@ class Records:
                  keys.record_done_key(self.prefix, write.task_id)],
                 [str(write.ttl_s), *_flat(write.fields)])
 
+    @staticmethod
+    def promoted_entries(reply: Sequence[Any]) -> list[tuple[str, str, str]]:
+        """(task id, holder value, stream id) of each message `promote_due.lua` moved
+        (its reply past the first two items: id, token and stream id of each)."""
+        parts = [text(part) for part in reply]
+        return [(parts[i], holder_of(parts[i], parts[i + 1]), parts[i + 2])
+                for i in range(0, len(parts) - 2, 3)]
+
     def set_stream_ids(self, moved: Sequence[tuple[str, str, str]]) -> None:
         """`record_sid.lua` for each (task id, holder value, stream id), one pipelined
         round trip: the records of messages a move put on a stream (promoted, requeued,
@@ -348,6 +356,12 @@ def _index_of(write: RecordWrite, keep: int) -> _Index | None:
     finished_ms = int(finished)
     kept_s = max(write.ttl_s, int(get_settings().RESULT_TTL))
     return _Index(queue, finished_ms, finished_ms - kept_s * 1000)
+
+
+def holder_of(task_id: str, token: str) -> str:
+    """A message's holder value from its id and dispatch token ("": none), as
+    core/unique.py's `holder_value` gives it."""
+    return f"{task_id}#{token}" if token else task_id
 
 
 def _flat(fields: Sequence[tuple[str, str]]) -> list[str]:

@@ -200,12 +200,15 @@ def test_a_message_requeued_onto_its_stream_gives_its_record_the_new_entry():
     from django_taskrunner.admin import task_facts
     from django_taskrunner.store.broker import Requeue, get_broker
     from django_taskrunner.store.browse import get_browser
+    from django_taskrunner.worker.acker import Acker, Batch
+    from django_taskrunner.worker.outage import RedisStatus
 
     broker = get_broker()
     message = dispatch("tests.testapp.tasks.noop", {"n": 1})
     broker.ensure_group("default")
     ((stream_id, body),) = broker.read("default", "someone", 1, None)
-    broker.settle("someone", {}, [Requeue("default", stream_id, body)])
+    acker = Acker(broker, "someone", RedisStatus())  # as a retry without backoff is sent
+    assert acker.flush(Batch(requeues=[Requeue("default", stream_id, body)], size=1))
 
     new_id = _last_entry(broker.stream("default"))
     assert new_id != message.stream_id
