@@ -126,17 +126,20 @@ class Records:
                 for i in range(0, len(parts) - 2, 3)]
 
     def set_stream_ids(self, moved: Sequence[tuple[str, str, str]]) -> None:
-        """`record_sid.lua` for each (task id, holder value, stream id), one pipelined
-        round trip: the records of messages a move put on a stream (promoted, requeued,
-        run now) learn their entry; a missing, final or later-dispatch record is left."""
+        """`record_sid.lua` for each (task id, holder value, stream id), one round trip:
+        the records of messages a move put on a stream (promoted, requeued, run now)
+        learn their entry; a missing, final or later-dispatch record is left. One call
+        for them all on a single server, one per record (pipelined) on a cluster."""
         moved = [move for move in moved if move[0]]
         if not moved:
             return
+        groups = [[move] for move in moved] if self.clustered else [moved]
 
         def build(pipe: Any) -> None:
-            for task_id, holder, stream_id in moved:
-                scripts.queue(pipe, "record_sid", [keys.record_key(self.prefix, task_id)],
-                              [stream_id, holder])
+            for group in groups:
+                scripts.queue(pipe, "record_sid",
+                              [keys.record_key(self.prefix, task_id) for task_id, _, _ in group],
+                              [part for _, holder, sid in group for part in (sid, holder)])
 
         scripts.execute_loading(self.client, build, SID_SCRIPTS)
 
