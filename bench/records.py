@@ -5,12 +5,14 @@
 
 Each repetition drains the same number of no-op tasks (`dispatch_many`, then
 `runtasks --concurrency 1` pinned to its own CPU, Redis and the producer on the other,
-as peers.py) twice, side by side: with records (`RESULT_TTL` = 1 day, the default) and
-without (`RESULT_TTL = 0`: no record is written at all). It prints the drain rate and
-the worker's CPU per task of both, their median over the repetitions and the cost of
-records in drain rate (target: at most 15%). Then it dispatches and runs 1,000 tasks
-that return a small dict and reads `MEMORY USAGE` of their finished records: bytes per
-record in Redis.
+as peers.py) three times, side by side: with records (`RESULT_TTL` = 1 day, the default,
+and the finished index of the admin's Tasks page, `FINISHED_LIST_SIZE` 10,000), with
+records but no index (`FINISHED_LIST_SIZE = 0`), and without records (`RESULT_TTL = 0`:
+nothing is written at all). It prints the drain rate and the worker's CPU per task of
+each, their median over the repetitions and the cost of records in drain rate (target:
+at most 15%). Then it dispatches and runs 1,000 tasks that return a small dict and reads
+`MEMORY USAGE` of their finished records and of the queue's finished index: bytes per
+record in Redis, with its index entry.
 """
 
 from __future__ import annotations
@@ -30,13 +32,17 @@ from benchlib import measure, procs  # noqa: E402
 from benchlib.systems import TASKRUNNER_WORKER  # noqa: E402
 
 TARGET = 0.15
+# RESULT_TTL and FINISHED_LIST_SIZE of each mode
+MODES = {"on": ("86400", "10000"), "no index": ("86400", "0"), "off": ("0", "0")}
 
 
-def one_drain(ctx: measure.Context, ttl: int) -> dict[str, float]:
+def one_drain(ctx: measure.Context, mode: str) -> dict[str, float]:
     """Queue `ctx.jobs` no-op tasks and drain them with one pinned worker."""
     ctx.client.flushall()
-    env = procs.child_env(ctx.url, BENCH_RESULT_TTL=str(ttl))
-    os.environ["BENCH_RESULT_TTL"] = str(ttl)  # the producer dispatches with it too
+    ttl, size = MODES[mode]
+    env = procs.child_env(ctx.url, BENCH_RESULT_TTL=ttl, BENCH_FINISHED_LIST_SIZE=size)
+    os.environ["BENCH_RESULT_TTL"] = ttl  # the producer dispatches with it too
+    os.environ["BENCH_FINISHED_LIST_SIZE"] = size
     measure.produce(ctx, "taskrunner", "many", ctx.jobs)
     worker = procs.spawn(procs.python(*TASKRUNNER_WORKER, "--concurrency", "1"),
                          cpu=procs.WORKER_CPU, env=env)
@@ -48,10 +54,12 @@ def one_drain(ctx: measure.Context, ttl: int) -> dict[str, float]:
     return {**figures, "records": records}
 
 
-def record_memory(ctx: measure.Context, n: int = 1000) -> tuple[float, int]:
-    """Mean and largest MEMORY USAGE of `n` finished records (tasks returning a dict)."""
+def record_memory(ctx: measure.Context, n: int = 1000) -> tuple[float, int, float]:
+    """Mean and largest MEMORY USAGE of `n` finished records (tasks returning a dict),
+    and that of their queue's finished index per id it lists."""
     ctx.client.flushall()
     os.environ["BENCH_RESULT_TTL"] = "86400"
+    os.environ["BENCH_FINISHED_LIST_SIZE"] = "10000"
     argv = procs.python("-c", (
         "import django; django.setup()\n"
         "from django_taskrunner import dispatch_many\n"
@@ -65,7 +73,12 @@ def record_memory(ctx: measure.Context, n: int = 1000) -> tuple[float, int]:
              for key in ctx.client.scan_iter("bench:record:*", count=1000)]
     if len(sizes) != n:
         raise SystemExit(f"expected {n} records, found {len(sizes)}")
-    return statistics.mean(sizes), max(sizes)
+    index = "bench:{default}:finished"
+    listed = int(ctx.client.zcard(index))
+    if listed != n:
+        raise SystemExit(f"expected {n} ids in the finished index, found {listed}")
+    per_id = int(ctx.client.memory_usage(index, samples=0) or 0) / listed
+    return statistics.mean(sizes), max(sizes), per_id
 
 
 def main(argv: list[str]) -> int:
@@ -79,40 +92,50 @@ def main(argv: list[str]) -> int:
     redis_proc, url = procs.start_redis(workdir)
     ctx = measure.Context(url=url, redis_proc=redis_proc, jobs=args.jobs, latency_jobs=0,
                           idle_jobs=0, smoke=False, timeout=600, workdir=workdir)
-    rows: dict[int, list[dict[str, float]]] = {86400: [], 0: []}
+    rows: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
     try:
         for rep in range(args.reps):
-            for ttl in ((86400, 0) if rep % 2 == 0 else (0, 86400)):  # alternate the order
-                figures = one_drain(ctx, ttl)
-                rows[ttl].append(figures)
-                print(f"rep {rep + 1} RESULT_TTL={ttl:>5}: {figures['drain']:8,.0f} tasks/s  "
+            order = list(MODES)[rep % len(MODES):] + list(MODES)[:rep % len(MODES)]
+            for mode in order:  # each mode first in turn
+                figures = one_drain(ctx, mode)
+                rows[mode].append(figures)
+                print(f"rep {rep + 1} records {mode:>8}: {figures['drain']:8,.0f} tasks/s  "
                       f"worker {figures['worker_cpu']:5.0f} us/task  "
                       f"redis {figures['redis_cpu']:5.0f} us/task  "
                       f"records left {int(figures['records']):,}", flush=True)
                 time.sleep(0.5)
-        mean, largest = record_memory(ctx)
+        mean, largest, per_id = record_memory(ctx)
     finally:
         procs.kill(redis_proc)
         shutil.rmtree(workdir, ignore_errors=True)
-    on = {k: statistics.median(r[k] for r in rows[86400]) for k in ("drain", "worker_cpu",
-                                                                   "redis_cpu")}
-    off = {k: statistics.median(r[k] for r in rows[0]) for k in ("drain", "worker_cpu",
-                                                                 "redis_cpu")}
-    cost = 1 - on["drain"] / off["drain"]
+    report(args, rows, mean, largest, per_id)
+    return 0
+
+
+def report(args: argparse.Namespace, rows: dict[str, list[dict[str, float]]], mean: float,
+           largest: int, per_id: float) -> None:
+    """The medians of each mode, the cost of records, the memory per record."""
+    medians = {mode: {k: statistics.median(r[k] for r in runs)
+                      for k in ("drain", "worker_cpu", "redis_cpu")}
+               for mode, runs in rows.items()}
     print()
     print(f"{args.jobs:,} no-op tasks, --concurrency 1, median of {args.reps}")
     print("| records | drain (tasks/s) | worker CPU (us/task) | Redis CPU (us/task) |")
     print("|---|---:|---:|---:|")
-    print(f"| on (RESULT_TTL 86400) | {on['drain']:,.0f} | {on['worker_cpu']:.0f} | "
-          f"{on['redis_cpu']:.0f} |")
-    print(f"| off (RESULT_TTL 0) | {off['drain']:,.0f} | {off['worker_cpu']:.0f} | "
-          f"{off['redis_cpu']:.0f} |")
-    verdict = "met" if cost <= TARGET else "MISSED"
-    print(f"records cost {100 * cost:.1f}% of the drain rate (target <= {100 * TARGET:.0f}%: "
-          f"{verdict})")
+    names = {"on": "on, with the finished index (RESULT_TTL 86400, FINISHED_LIST_SIZE 10000)",
+             "no index": "on, no finished index (FINISHED_LIST_SIZE 0)",
+             "off": "off (RESULT_TTL 0)"}
+    for mode, figures in medians.items():
+        print(f"| {names[mode]} | {figures['drain']:,.0f} | {figures['worker_cpu']:.0f} | "
+              f"{figures['redis_cpu']:.0f} |")
+    for mode in ("on", "no index"):
+        cost = 1 - medians[mode]["drain"] / medians["off"]["drain"]
+        verdict = "met" if cost <= TARGET else "MISSED"
+        print(f"records {mode}: cost {100 * cost:.1f}% of the drain rate "
+              f"(target <= {100 * TARGET:.0f}%: {verdict})")
     print(f"Redis memory per finished record: {mean:.0f} bytes on average, {largest} at most "
-          f"(MEMORY USAGE of 1,000 records of a task returning a small dict)")
-    return 0
+          f"(MEMORY USAGE of 1,000 records of a task returning a small dict), plus "
+          f"{per_id:.0f} bytes per id in the finished index: {mean + per_id:.0f} in all")
 
 
 if __name__ == "__main__":

@@ -80,7 +80,63 @@ def fill_records(count: int, start: int = 0) -> list[str]:
         if len(pipe) >= 10_000:
             pipe.execute()
     pipe.execute()
+    fill_finished_index(ids, now - 49_000)
     return ids
+
+
+def fill_finished_index(ids: list[str], finished_ms: int) -> None:
+    """The default queue's finished index as the workers' final writes leave it: the
+    newest `FINISHED_LIST_SIZE` ids (10,000), a millisecond apart."""
+    from django_taskrunner.conf import get_settings
+    from django_taskrunner.store import keys
+    from django_taskrunner.store.broker import get_broker
+
+    broker = get_broker()
+    kept = ids[-int(get_settings().FINISHED_LIST_SIZE):]
+    index = keys.finished_key(broker.prefix, "default")
+    for start in range(0, len(kept), 5000):
+        broker.client.zadd(index, {task_id: finished_ms - len(kept) + start + n
+                                   for n, task_id in enumerate(kept[start:start + 5000])})
+
+
+def moved_tasks() -> tuple[str, str, str]:
+    """A delayed task (due at once) and a retried one (its first attempt read and put
+    back into the delayed set as attempt 2, with its "retrying" record), made before the
+    stream fills, so both are promoted behind it: their ids and the retried one's first
+    stream id."""
+    from dataclasses import replace
+
+    from django_taskrunner.core import clock
+    from django_taskrunner.core.dispatch import dispatch, dispatch_delayed
+    from django_taskrunner.core.message import TaskMessage
+    from django_taskrunner.store.broker import Requeue, get_broker
+    from django_taskrunner.store.records import RecordWrite
+
+    broker = get_broker()
+    delayed = dispatch_delayed(TASK, {"order": -1}, delay=1)
+    retried = dispatch(TASK, {"order": -2})
+    broker.ensure_group("default")
+    ((stream_id, body),) = broker.read("default", "retrier", 1, None)
+    again = replace(TaskMessage.from_json(body), attempt=2).to_json()
+    write = RecordWrite(retried.id, (("s", "retrying"), ("a", "2")), 7 * 86400)
+    broker.settle("retrier", {}, [Requeue("default", stream_id, again, clock.now_ms() + 1)],
+                  [write])
+    return delayed.id, retried.id, stream_id
+
+
+def promote_moved() -> None:
+    """Promote what is due (the two moved tasks), as the scheduler does."""
+    from django_taskrunner.core import clock
+    from django_taskrunner.store.broker import get_broker
+
+    get_broker().promote_due("default", clock.now_ms() + 2000, 500)
+
+
+def finished_cursor() -> str:
+    """The cursor of the finished list's second page."""
+    from django_taskrunner.admin.finished import finished_page
+
+    return finished_page("default").next_cursor
 
 
 def measure(client, url: str, repeat: int) -> list[float]:  # type: ignore[no-untyped-def]
@@ -103,6 +159,34 @@ def timed_calls(call, args: list, repeat: int) -> list[float]:  # type: ignore[n
         call(arg)
         times.append((time.perf_counter() - started) * 1000)
     return times
+
+
+def moved_rows(client, base: str, moved: tuple[str, str, str],  # type: ignore[no-untyped-def]
+               repeat: int) -> str:
+    """The task pages of the promoted delayed task and the retried one: with the stream
+    id their records learnt when promoted, then as before (a delayed record without one,
+    a retry's record naming its first, gone entry: the stream searched)."""
+    from django_taskrunner.store import keys
+    from django_taskrunner.store.broker import get_broker
+
+    broker = get_broker()
+    delayed_id, retried_id, first_entry = moved
+    lines = []
+    for when in ("after", "before"):
+        if when == "before":
+            broker.client.hset(keys.record_key(broker.prefix, delayed_id), "s", "delayed")
+            broker.client.hdel(keys.record_key(broker.prefix, delayed_id), "sid")
+            broker.client.hset(keys.record_key(broker.prefix, retried_id), "sid", first_entry)
+        for name, task_id in (("a promoted delayed task", delayed_id),
+                              ("a retried task", retried_id)):
+            url = f"{base}detail/?queue=default&id={task_id}"
+            if task_id not in client.get(url).content.decode():
+                raise SystemExit(f"benchmark: {url} does not show the task")
+            lines.append(row(f"task detail by id, {name} ({when}: "
+                             + ("its new stream id)" if when == "after" else
+                                "no new stream id, the stream searched)"),
+                             measure(client, url, repeat)))
+    return "\n".join(lines)
 
 
 def row(name: str, times: list[float]) -> str:
@@ -138,7 +222,9 @@ def main() -> None:
         call_command("migrate", verbosity=0)
         started = time.perf_counter()
         fill_database(options.failed)
+        delayed_id, retried_id, first_entry = moved_tasks()
         queued = fill_queued(options.queued)
+        promote_moved()
         filled_queued = time.perf_counter() - started
         finished = fill_records(options.records)
         broker = get_broker()
@@ -173,6 +259,13 @@ def main() -> None:
              f"{base}detail/?queue=default&id={finished[len(finished) // 2]}"),
             ("task detail by id, a failed task (its record)",
              f"{base}detail/?queue=default&id={finished[-1]}"),
+            ("Tasks, finished, page 1 (10,000 listed)", f"{base}?queue=default&status=finished"),
+            ("Tasks, finished, the next page",
+             f"{base}?queue=default&status=finished&after={finished_cursor()}"),
+            ("Tasks, finished, failed only (1 in 10)",
+             f"{base}?queue=default&status=finished&outcome=failed"),
+            ("Tasks, finished, cancelled only (none: 2,000 ids looked at)",
+             f"{base}?queue=default&status=finished&outcome=cancelled"),
             ("failed tasks, list", "/admin/django_taskrunner/failedtask/"),
             ("queues dashboard", "/admin/django_taskrunner/queue/"),
             ("queues dashboard, JSON refresh", "/admin/django_taskrunner/queue/live/"),
@@ -194,6 +287,8 @@ def main() -> None:
         print(row("task detail by id, the newest queued task, its record without a "
                   "stream id (the stream searched)",
                   measure(client, f"{base}detail/?queue=default&id={newest}", options.repeat)))
+
+        print(moved_rows(client, base, (delayed_id, retried_id, first_entry), options.repeat))
 
         sizes = [client_redis.memory_usage(keys.record_key(broker.prefix, task_id), samples=0)
                  for task_id in sample_finished]

@@ -35,6 +35,7 @@ MAX_SECONDS = 365 * 24 * 3600
 # Thread pools and reads larger than these are typing mistakes, not configurations.
 MAX_POOL = 1024
 MAX_BATCH = 10_000
+MAX_FINISHED_LIST = 1_000_000  # ids per queue's finished index (about 60 MB of Redis)
 MAX_ASYNC = 10_000
 MAX_WINDOW = 100_000
 
@@ -110,6 +111,8 @@ NUMBERS: dict[str, NumberRule] = {
     "TIME_LIMIT_GRACE": NumberRule(False, 0, MAX_SECONDS),
     "DEAD_CONSUMER_TIMEOUT": NumberRule(False, 1, MAX_SECONDS, none_allowed=True),
     "RESULT_TTL": NumberRule(True, 0, MAX_SECONDS),
+    "FINISHED_LIST_SIZE": NumberRule(True, 0, MAX_FINISHED_LIST),
+    "QUEUE_FORGET_AFTER": NumberRule(False, 0, MAX_SECONDS),  # 0: never
     "OUTBOX_WARN_AGE": NumberRule(False, 1, MAX_SECONDS),
 }
 

@@ -60,6 +60,8 @@ class Settings:
     TIME_LIMIT_GRACE: float
     DEAD_CONSUMER_TIMEOUT: float | None
     RESULT_TTL: int
+    FINISHED_LIST_SIZE: int
+    QUEUE_FORGET_AFTER: float
     OUTBOX: bool
     OUTBOX_WARN_AGE: float
 

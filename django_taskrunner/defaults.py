@@ -79,6 +79,14 @@ DEFAULTS: dict[str, Option] = {
     "RESULT_TTL": Option(
         86400, "Seconds a finished task's record (status, result, error) is kept; 0: none."
     ),
+    "FINISHED_LIST_SIZE": Option(
+        10_000, "Finished tasks listed per queue on the admin's Tasks page (the newest are "
+        "kept, for as long as their records); 0: no list.",
+    ),
+    "QUEUE_FORGET_AFTER": Option(
+        86400, "Seconds a known queue may go unseen, empty, before the leader forgets it; "
+        "0: never.",
+    ),
     "DEAD_CONSUMER_TIMEOUT": Option(
         None, "Seconds a consumer with nothing pending may stay idle before it is removed from "
         "the group (None: the larger of 1 hour and 10 x RESERVATION_TIMEOUT).",

@@ -30,6 +30,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 TASKRUNNER = {"REDIS_URL": os.environ.get("BENCH_REDIS_URL"), "PREFIX": "bench",
               # bench/records.py compares task records on and off (0)
               "RESULT_TTL": int(os.environ.get("BENCH_RESULT_TTL", "86400")),
+              # ... and the finished index on and off (0)
+              "FINISHED_LIST_SIZE": int(os.environ.get("BENCH_FINISHED_LIST_SIZE", "10000")),
               "ASYNC_CONCURRENCY": int(os.environ.get("BENCH_ASYNC_CONCURRENCY", "100"))}
 if os.environ.get("BENCH_BATCH_SIZE"):  # messages per read; the default is the app's
     TASKRUNNER["BATCH_SIZE"] = int(os.environ["BENCH_BATCH_SIZE"])

@@ -83,7 +83,7 @@ def pretty_payload(message: TaskMessage | None, body: bytes | None) -> str:
     return json.dumps(message.payload, indent=2, ensure_ascii=False, sort_keys=True)
 
 
-def _when(ms: int | None) -> str:
+def moment_text(ms: int | None) -> str:
     if not ms:
         return ""
     moment = timezone.localtime(datetime.fromtimestamp(min(ms, MAX_EPOCH_MS) / 1000, tz=UTC))
@@ -124,7 +124,7 @@ class TaskRow:
 
     @property
     def dispatched(self) -> str:
-        return _when(self.message.dispatched_at_ms) if self.message else ""
+        return moment_text(self.message.dispatched_at_ms) if self.message else ""
 
     @property
     def idle(self) -> str:
@@ -283,11 +283,11 @@ class TaskFacts:
 
     @property
     def dispatched(self) -> str:
-        return _when(self.message.dispatched_at_ms) if self.message else ""
+        return moment_text(self.message.dispatched_at_ms) if self.message else ""
 
     @property
     def due(self) -> str:
-        return _when(self.due_ms)
+        return moment_text(self.due_ms)
 
     @property
     def idle(self) -> str:

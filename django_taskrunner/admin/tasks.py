@@ -1,7 +1,8 @@
-"""The admin's "Tasks" pages: queued, running and delayed tasks of each queue, and one
-task's page, read from Redis through the unmanaged `Task` model.
+"""The admin's "Tasks" pages: queued, running, delayed and finished tasks of each queue,
+and one task's page, read from Redis through the unmanaged `Task` model.
 
-The list reads one page of one stream from a cursor (see `task_facts`); the running list
+The list reads one page of one stream from a cursor (see `task_facts`), the finished
+list one page of the queue's finished index and its records (see `finished`); the running list
 refreshes itself every few seconds through `live/`, a JSON view polled by
 `static/django_taskrunner/refresh.js`. Opening any of it takes the "view" permission of
 `Task`; it changes nothing. Unknown ids, queues and streams answer 404.
@@ -28,6 +29,7 @@ from django.http import (
 from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
 
+from django_taskrunner.admin import finished
 from django_taskrunner.admin import task_facts as facts_of
 from django_taskrunner.admin.base import RedisPageAdmin
 from django_taskrunner.core.records import cancel
@@ -72,9 +74,9 @@ class TaskAdmin(RedisPageAdmin):
                 stream = sharding.shards(stream)[0]
             if not facts_of.valid_stream(stream, queues):
                 raise Http404("no such queue")
-            status = request.GET.get("status", "queued")
-            if status not in ("queued", "running"):
-                status = "queued"
+            if (status := request.GET.get("status", "queued")) == "finished":
+                return self._finished_view(request, stream, streams)
+            status = status if status == "running" else "queued"
             query = request.GET.get("q", "").strip()[:200]
             page = self._page(browser, stream, status, query, request)
             state = browser.group_state(stream)
@@ -99,6 +101,34 @@ class TaskAdmin(RedisPageAdmin):
             if status == "running" and not (query or consumer or request.GET.get("after"))
             else "",
             "refresh_seconds": REFRESH_SECONDS, "search_scan": facts_of.SEARCH_SCAN,
+            "detail_url": reverse(self.url_name("detail")),
+        })
+
+    def _finished_view(self, request: HttpRequest, stream: str, streams: list[str]
+                       ) -> HttpResponse:
+        """One page of the queue's finished tasks, newest first, read from their records
+        (a split queue lists every shard's: the index is the queue's)."""
+        queue = keys.queue_of(stream)
+        outcome = finished.outcome_filter(request.GET.get("outcome", ""))
+        try:
+            page = finished.finished_page(queue, cursor=request.GET.get("after", ""),
+                                          outcome=outcome)
+            count = finished.finished_count(queue)
+            state = get_browser().group_state(stream)
+            delayed = get_browser().delayed_count(stream)
+        except REDIS_DOWN as exc:
+            return self.render(request, "change_list.html", {"redis_error": str(exc)})
+        filters = {"queue": stream, "status": "finished",
+                   **({"outcome": outcome} if outcome else {})}
+        return self.render(request, "change_list.html", {
+            "streams": streams, "queue": stream, "status": "finished", "finished": page,
+            "finished_count": count, "outcome": outcome, "outcomes": finished.OUTCOMES,
+            "state": state, "delayed": delayed, "finished_scan": finished.SCAN,
+            "delayed_url": self._delayed_url(request, queue),
+            "filters": urlencode(filters),
+            "next_query": urlencode({**filters, "after": page.next_cursor})
+            if page.next_cursor else "",
+            "first_query": urlencode(filters) if request.GET.get("after") else "",
             "detail_url": reverse(self.url_name("detail")),
         })
 

@@ -245,11 +245,11 @@ class Broker:
         self, consumer: str, acks: Mapping[str, Sequence[str]], requeues: Sequence[Requeue],
         records: Sequence[RecordWrite] = (), releases: Sequence[Slot] = (), *,
         workflows: Sequence[MemberDone] = (),
-    ) -> None:
+    ) -> list[Any]:
         """Ack finished entries (`{queue: [stream id, ...]}`, as `ack()`) and requeue
         others (`requeue.lua`, which acks each old entry in the same script), all in one
-        pipelined round trip, after the task `records` (`Records.queue_writes`). An entry
-        that is no longer `consumer`'s is not requeued.
+        pipelined round trip, after the task `records` (`Records.queue_writes`); returns
+        each requeue's reply (new stream id, "delayed", or None: no longer `consumer`'s).
 
         Redis outage errors pass through; nothing of the batch may have been applied,
         or all of it: sending it again is safe (an ack is idempotent, a requeue of an
@@ -266,8 +266,9 @@ class Broker:
             for requeue in requeues:
                 self._requeue(pipe, consumer, requeue)
 
-        scripts.execute_loading(self.client, build,
-                                SCRIPTS + WORKFLOW_SCRIPTS if workflows else SCRIPTS)
+        replies = scripts.execute_loading(self.client, build,
+                                          SCRIPTS + WORKFLOW_SCRIPTS if workflows else SCRIPTS)
+        return replies[len(replies) - len(requeues):]  # the requeues go last
 
     def _requeue(self, client: Any, consumer: str, requeue: Requeue) -> Any:
         """Run (or, on a pipeline, queue) `requeue.lua` for one entry."""
@@ -293,15 +294,14 @@ class Broker:
         return bool(woke if record is None else client.execute()[-1])
 
     def promote_due(self, queue: str, now_ms: int, batch: int) -> tuple[int, int | None]:
-        """Move up to `batch` due delayed messages to the stream, atomically.
-
-        Returns how many moved and the due time of the earliest one left (None: empty).
-        """
-        moved, next_ms = scripts.run(
+        """Move up to `batch` due delayed messages to the stream, atomically, then give their
+        records the new stream ids; how many moved, the earliest due time left (None: none)."""
+        reply = scripts.run(
             self.client, "promote_due",
             [keys.delayed_key(self.prefix, queue), self.stream(queue)], [str(now_ms), str(batch)],
         )
-        return int(moved), None if int(next_ms) < 0 else int(next_ms)
+        self.records.set_stream_ids(Records.promoted_entries(reply[2:]))  # 1 round trip a batch
+        return int(reply[0]), None if int(reply[1]) < 0 else int(reply[1])
 
     def heartbeat(self, queue: str, consumer: str, stream_id: str) -> bool:
         """Reset the idle time of an entry `consumer` holds; False if it is no longer its."""

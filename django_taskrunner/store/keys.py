@@ -226,6 +226,17 @@ def record_done_key(prefix: str, task_id: str) -> str:
     return f"{record_key(prefix, task_id)}:done"
 
 
+def finished_key(prefix: str, queue: str) -> str:
+    """Sorted set of a queue's finished task ids, scored by finish time (epoch ms): the
+    admin's "finished" list. Capped: a final record write adds one, and once it holds 1%
+    more than `FINISHED_LIST_SIZE` it is trimmed to the newest that many, none older
+    than their records' TTL; an id whose record expired is dropped when a page finds
+    it. Tagged by the queue (every shard's tasks), so on a cluster it sits beside the
+    queue's streams, not beside the records.
+    """
+    return f"{prefix}:{{{queue}}}:finished"
+
+
 def cancelled_key(prefix: str, queue: str) -> str:
     """Set of the ids cancelled while queued, delayed or running on a queue (or shard):
     its fetcher reads it with each XREADGROUP and skips those messages."""

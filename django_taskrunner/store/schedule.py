@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_taskrunner.store import keys, scripts
+from django_taskrunner.store.records import Records
 from django_taskrunner.store.values import text
 
 if TYPE_CHECKING:
@@ -203,11 +204,19 @@ class ScheduleStore:
 
     def take_delayed(self, shard: str, due_ms: int, message_id: str, run: bool) -> bytes | None:
         """take_delayed.lua: remove the entry due at `due_ms` whose id is `message_id`, and
-        XADD it to the stream when `run`; its body, or None when it is not waiting."""
-        return scripts.run(
+        XADD it to the stream when `run` (its record, if any, then learns its entry);
+        its body, or None when it is not waiting."""
+        reply = scripts.run(
             self.client, "take_delayed",
             [keys.delayed_key(self.prefix, shard), keys.stream_key(self.prefix, shard)],
             [str(due_ms), message_id, "run" if run else "cancel"])
+        if not reply:
+            return None
+        body, stream_id = reply
+        if stream_id:
+            Records(self.client, self.prefix).set_stream_ids(
+                [(message_id, "", text(stream_id))])
+        return body
 
 
 def for_broker(broker: Broker) -> ScheduleStore:

@@ -8,11 +8,14 @@ outcomes (`record()`, handed over just before the ack or requeue it goes with).
 A requeue stays one atomic script (`requeue.lua`: the new entry and the ack of the old
 one together), so there is no moment at which a retried message exists twice or not at
 all. If the worker dies before the batch is sent, the old entry is still pending: it is
-reclaimed and runs again, as an un-sent ack would (at least once).
+reclaimed and runs again, as an un-sent ack would (at least once). A requeue onto the
+stream (a retry without backoff, a put-back) then gives its record the new entry's
+stream id, one more round trip for such a batch only.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections import defaultdict
@@ -21,7 +24,8 @@ from dataclasses import dataclass, field
 
 from django_taskrunner.store.broker import Broker, Requeue
 from django_taskrunner.store.limits import Slot
-from django_taskrunner.store.records import RecordWrite
+from django_taskrunner.store.records import RecordWrite, holder_of
+from django_taskrunner.store.values import text
 from django_taskrunner.store.workflows import MemberDone
 from django_taskrunner.worker.outage import RedisStatus, redis_call
 
@@ -145,9 +149,13 @@ class Acker(threading.Thread):
             return self._stopping and failures > EXIT_TRIES
 
     def flush(self, batch: Batch) -> bool:
-        """Send one batch (one round trip); True once sent."""
-        self.broker.settle(self.consumer, batch.acks, batch.requeues, batch.records,
-                           batch.releases, workflows=batch.workflows)
+        """Send one batch (one round trip, two with requeues onto a stream); True once
+        sent (sending it again is safe, the record's stream id included)."""
+        replies = self.broker.settle(self.consumer, batch.acks, batch.requeues,
+                                     batch.records, batch.releases, workflows=batch.workflows)
+        moved = [entry for requeue, reply in zip(batch.requeues, replies, strict=True)
+                 if requeue.due_ms == 0 and (entry := _requeued(requeue.body, reply))]
+        self.broker.records.set_stream_ids(moved)
         return True
 
     def stop(self) -> None:
@@ -156,3 +164,19 @@ class Acker(threading.Thread):
             self._stopping = True
             self._cond.notify()
         self.join()
+
+
+def _requeued(body: str | bytes, reply: object) -> tuple[str, str, str] | None:
+    """(task id, holder value, new stream id) of a message `requeue.lua` put on the
+    stream; None when it did not (not ours any more) or the body is not a message."""
+    if not isinstance(reply, bytes | str):
+        return None
+    try:
+        data = json.loads(body)
+    except (TypeError, ValueError):
+        return None
+    task_id = data.get("id") if isinstance(data, dict) else None
+    if not isinstance(task_id, str):
+        return None
+    token = data.get("tok")
+    return task_id, holder_of(task_id, token if isinstance(token, str) else ""), text(reply)

@@ -33,6 +33,7 @@ ON_CLUSTER_TOO = [
     "django/test_dispatch_api.py",
     "django/test_taskrunner_stats_command.py",
     "django/test_task_record_admin.py",
+    "django/test_finished_tasks_admin.py",
     "django/test_tasks_backend.py",
     "django/test_unique_views.py",
     "integration/test_delayed.py",

@@ -145,3 +145,87 @@ def test_a_record_without_its_stream_id_is_found_by_a_search_from_its_dispatch_t
     facts = task_facts.gather(get_browser(), "default", message_id=message.id)
     assert (facts.status, facts.stream_id) == ("queued", message.stream_id)
     assert facts.searched > 0
+
+
+def _last_entry(stream: str) -> str:
+    from django_taskrunner.store.broker import get_broker
+
+    ((stream_id, _),) = get_broker().client.xrevrange(stream, count=1)
+    return stream_id.decode()
+
+
+def test_a_promoted_delayed_tasks_page_reads_its_new_entry_without_searching(root):
+    from django_taskrunner import dispatch_delayed
+    from django_taskrunner.admin import task_facts
+    from django_taskrunner.core import clock
+    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store.browse import get_browser
+
+    broker = get_broker()
+    message = dispatch_delayed("tests.testapp.tasks.noop", {"n": 1}, delay=3600)
+    assert lookup(message.id).stream_id is None
+    moved, _ = broker.promote_due("default", clock.now_ms() + 3_601_000, 100)
+    assert moved == 1
+
+    record = lookup(message.id)
+    assert record.status == "queued"
+    assert record.stream_id == _last_entry(broker.stream("default"))
+    facts = task_facts.gather(get_browser(), "default", message_id=message.id)
+    assert (facts.status, facts.stream_id, facts.searched) == ("queued", record.stream_id, 0)
+    assert record.stream_id in root.get(DETAIL, {"queue": "default", "id": message.id}
+                                        ).content.decode()
+
+
+def test_a_retried_tasks_page_reads_its_new_entry_without_searching(root):
+    from django_taskrunner.admin import task_facts
+    from django_taskrunner.core import clock
+    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store.browse import get_browser
+
+    broker = get_broker()
+    message = tasks.fails_then_retries_later.dispatch({"n": 1})
+    call_command("runtasks", "--burst")  # the first attempt fails: retried in 60 s
+    assert lookup(message.id).status == "retrying"
+    broker.promote_due("default", clock.now_ms() + 61_000, 100)
+
+    record = lookup(message.id)
+    assert (record.status, record.attempt) == ("retrying", 2)
+    assert record.stream_id == _last_entry(broker.stream("default"))
+    facts = task_facts.gather(get_browser(), "default", message_id=message.id)
+    assert (facts.status, facts.stream_id, facts.searched) == ("queued", record.stream_id, 0)
+    assert facts.message.attempt == 2
+
+
+def test_a_message_requeued_onto_its_stream_gives_its_record_the_new_entry():
+    from django_taskrunner.admin import task_facts
+    from django_taskrunner.store.broker import Requeue, get_broker
+    from django_taskrunner.store.browse import get_browser
+    from django_taskrunner.worker.acker import Acker, Batch
+    from django_taskrunner.worker.outage import RedisStatus
+
+    broker = get_broker()
+    message = dispatch("tests.testapp.tasks.noop", {"n": 1})
+    broker.ensure_group("default")
+    ((stream_id, body),) = broker.read("default", "someone", 1, None)
+    acker = Acker(broker, "someone", RedisStatus())  # as a retry without backoff is sent
+    assert acker.flush(Batch(requeues=[Requeue("default", stream_id, body)], size=1))
+
+    new_id = _last_entry(broker.stream("default"))
+    assert new_id != message.stream_id
+    assert lookup(message.id).stream_id == new_id
+    facts = task_facts.gather(get_browser(), "default", message_id=message.id)
+    assert (facts.status, facts.stream_id, facts.searched) == ("queued", new_id, 0)
+
+
+def test_a_delayed_entry_run_now_gives_its_record_the_new_entry():
+    from django_taskrunner import dispatch_delayed
+    from django_taskrunner.store import schedule
+    from django_taskrunner.store.broker import get_broker
+
+    broker = get_broker()
+    message = dispatch_delayed("tests.testapp.tasks.noop", {"n": 1}, delay=3600)
+    due_ms = int(lookup(message.id).due_at.timestamp() * 1000)
+    store = schedule.for_broker(broker)
+    assert store.take_delayed("default", due_ms, message.id, run=True) is not None
+    record = lookup(message.id)
+    assert (record.status, record.stream_id) == ("queued", _last_entry(broker.stream("default")))

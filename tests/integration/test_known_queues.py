@@ -76,7 +76,7 @@ def test_the_tasks_backend_queues_are_known(r):
 def test_a_mistyped_queue_a_worker_consumed_is_listed_then_forgotten_once_idle_and_empty(r):
     from django_taskrunner.core import clock
     from django_taskrunner.management.commands.runtasks import Command
-    from django_taskrunner.scheduling.queues import FORGET_AFTER_MS, forget_idle_queues
+    from django_taskrunner.scheduling.queues import forget_after_ms, forget_idle_queues
     from django_taskrunner.store.broker import get_broker
     from tests.worker_helpers import wait_for, worker_thread
 
@@ -87,17 +87,17 @@ def test_a_mistyped_queue_a_worker_consumed_is_listed_then_forgotten_once_idle_a
 
     now = clock.now_ms()
     assert forget_idle_queues(_store(), now) == []  # seen just now: kept
-    assert "emials" in forget_idle_queues(_store(), now + FORGET_AFTER_MS + 1000)
+    assert "emials" in forget_idle_queues(_store(), now + forget_after_ms() + 1000)
     assert "emials" not in dashboard_queues()
 
 
 def test_a_queue_not_seen_for_long_is_kept_while_it_holds_messages(r):
     from django_taskrunner.core import clock
-    from django_taskrunner.scheduling.queues import FORGET_AFTER_MS, forget_idle_queues
+    from django_taskrunner.scheduling.queues import forget_after_ms, forget_idle_queues
 
     dispatch("tests.testapp.tasks.noop", {"n": 1}, queue="stale-full")
     dispatch_delayed("tests.testapp.tasks.noop", {"n": 2}, delay=3600, queue="stale-later")
-    later = clock.now_ms() + FORGET_AFTER_MS + 1000
+    later = clock.now_ms() + forget_after_ms() + 1000
     forgotten = forget_idle_queues(_store(), later)
     assert "stale-full" not in forgotten and "stale-later" not in forgotten
     assert {"stale-full", "stale-later"} <= set(dashboard_queues())
@@ -116,12 +116,12 @@ def test_a_queue_seen_again_after_the_leader_read_it_is_kept(r):
 def test_runtasks_without_queues_consumes_queues_dispatched_to_recently_only(r):
     from django_taskrunner.core import clock
     from django_taskrunner.management.commands.runtasks import Command
-    from django_taskrunner.scheduling.queues import FORGET_AFTER_MS
+    from django_taskrunner.scheduling.queues import forget_after_ms
     from django_taskrunner.store.broker import get_broker
 
     store = _store()
     store.add_known_queues(["used-lately"], clock.now_ms(), used=True)
-    store.add_known_queues(["used-long-ago"], clock.now_ms() - FORGET_AFTER_MS - 1000, used=True)
+    store.add_known_queues(["used-long-ago"], clock.now_ms() - forget_after_ms() - 1000, used=True)
     store.add_known_queues(["consumed-only"], clock.now_ms())
     queues = Command._default_queues("default", get_broker())
     assert "used-lately" in queues and "framework" in queues
@@ -130,7 +130,7 @@ def test_runtasks_without_queues_consumes_queues_dispatched_to_recently_only(r):
 
 def test_the_older_plain_set_of_known_queues_is_still_read_and_folded_in(r, prefix):
     from django_taskrunner.core import clock
-    from django_taskrunner.scheduling.queues import FORGET_AFTER_MS, forget_idle_queues
+    from django_taskrunner.scheduling.queues import forget_after_ms, forget_idle_queues
     from django_taskrunner.store import keys
     from django_taskrunner.store.broker import get_broker
 
@@ -140,4 +140,39 @@ def test_the_older_plain_set_of_known_queues_is_still_read_and_folded_in(r, pref
     assert forget_idle_queues(store, clock.now_ms()) == []  # folded in, seen now
     assert not r.exists(keys.known_queues_key(get_broker().prefix))
     assert "from-before" in store.queue_sightings()
-    assert "from-before" in forget_idle_queues(store, clock.now_ms() + FORGET_AFTER_MS + 1000)
+    assert "from-before" in forget_idle_queues(store, clock.now_ms() + forget_after_ms() + 1000)
+
+
+def _scheduler_thread(moved_clock):  # type: ignore[no-untyped-def]
+    from django_taskrunner.scheduling.scheduler import Scheduler
+    from django_taskrunner.store.broker import get_broker
+
+    scheduler = Scheduler(get_broker(), ["default"], now_ms=moved_clock.now_ms)
+    scheduler.start()
+    return scheduler
+
+
+@pytest.mark.parametrize("forget_after", [3600, 0])
+def test_the_leaders_scheduler_loop_forgets_idle_queues_after_queue_forget_after(
+        r, monkeypatch, taskrunner_settings, forget_after):
+    from django_taskrunner.core import clock
+    from django_taskrunner.scheduling.queues import CHECK_EVERY_MS
+    from tests.worker_helpers import MovableClock, wait_for
+
+    taskrunner_settings(QUEUE_FORGET_AFTER=forget_after)
+    moved = MovableClock.install(monkeypatch)
+    store = _store()
+    store.add_known_queues(["emials"], clock.now_ms())
+    scheduler = _scheduler_thread(moved)
+    try:
+        wait_for(lambda: "emials" in scheduler.queues)  # its first turn kept it: seen now
+        moved.advance(3600 + CHECK_EVERY_MS / 1000 + 1)  # due for the next check, unseen
+        after = clock.now_ms()
+        wait_for(lambda: scheduler._resync_at > after)  # a turn of the loop since
+        if forget_after:
+            wait_for(lambda: "emials" not in store.queue_sightings())
+            assert "emials" not in scheduler.queues
+        else:
+            assert "emials" in store.queue_sightings() and "emials" in scheduler.queues
+    finally:
+        scheduler.stop()

@@ -326,3 +326,26 @@ def test_a_message_cancelled_while_in_the_buffer_never_starts(r, monkeypatch):
     assert lookup(buffered.id).status == "cancelled"
     assert not r.exists(buffered.lock_key)
     assert not r.smembers(keys.cancelled_key(get_broker().prefix, "default"))
+
+
+def test_a_stream_id_after_a_move_goes_only_to_the_record_of_that_dispatch(r):
+    from django_taskrunner.core.records import records
+    from django_taskrunner.store.records import RecordWrite
+
+    store = records()
+    prefix = get_broker().prefix
+    mine = tasks.noop.dispatch({"n": 1})
+    store.set_stream_ids([(mine.id, "", "1-1")])
+    assert lookup(mine.id).stream_id == "1-1"
+
+    store.write([RecordWrite("held", (("s", "queued"), ("q", "default"), ("h", "held#abc")),
+                             600)])
+    store.set_stream_ids([("held", "held#other", "2-1")])  # a later dispatch's record
+    assert lookup("held").stream_id is None
+    store.set_stream_ids([("held", "held#abc", "2-2")])
+    assert lookup("held").stream_id == "2-2"
+
+    store.write([RecordWrite("done", (("s", "succeeded"), ("q", "default")), 600, final=True)])
+    store.set_stream_ids([("done", "", "3-1"), ("gone", "", "3-2"), ("", "", "3-3")])
+    assert lookup("done").stream_id is None  # it ran: no entry to read
+    assert not r.exists(keys.record_key(prefix, "gone"))  # no record is made without its TTL

@@ -124,6 +124,7 @@ NUMERIC_KEYS = [
     "STATS_WINDOW", "SHUTDOWN_TIMEOUT", "LONG_QUEUE_THRESHOLD", "LONG_QUEUE_COOLDOWN",
     "SOCKET_TIMEOUT", "CONNECT_TIMEOUT", "LEADER_LEASE", "TIME_LIMIT_GRACE",
     "DEAD_CONSUMER_TIMEOUT", "RESULT_TTL", "ASYNC_CONCURRENCY", "OUTBOX_WARN_AGE",
+    "FINISHED_LIST_SIZE", "QUEUE_FORGET_AFTER",
 ]
 
 
@@ -144,8 +145,10 @@ def test_non_finite_numbers_are_refused(settings, key, value):
 @pytest.mark.parametrize("value", [
     {"LEADER_LEASE": 1e300}, {"RESERVATION_TIMEOUT": 10**30}, {"STATS_INTERVAL": 1e12},
     {"MAX_WORKERS": 10**6}, {"BATCH_SIZE": 10**9}, {"SOCKET_TIMEOUT": 1e20},
+    {"FINISHED_LIST_SIZE": 10**7}, {"FINISHED_LIST_SIZE": -1}, {"FINISHED_LIST_SIZE": 1.5},
+    {"QUEUE_FORGET_AFTER": -1}, {"QUEUE_FORGET_AFTER": 1e12}, {"QUEUE_FORGET_AFTER": "1d"},
 ])
-def test_numbers_past_their_maximum_are_refused(value):
+def test_numbers_out_of_range_or_of_the_wrong_type_are_refused(value):
     [(key, number)] = value.items()
     [error] = validate_settings(value)
     assert error.id == "taskrunner.E002" and key in error.msg and "from" in error.msg

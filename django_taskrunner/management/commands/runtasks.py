@@ -19,7 +19,7 @@ from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
 from django_taskrunner.core.options import check_queue_name
 from django_taskrunner.exceptions import InvalidTaskOptions
-from django_taskrunner.scheduling.queues import FORGET_AFTER_MS
+from django_taskrunner.scheduling.queues import forget_after_ms
 from django_taskrunner.stats.figures import declared_queues
 from django_taskrunner.stats.metrics import serve_metrics
 from django_taskrunner.store.broker import Broker, get_broker
@@ -272,13 +272,14 @@ class Command(BaseCommand):
     def _default_queues(default_queue: str, broker: Broker) -> list[str]:
         """Queues that registered tasks name, DEFAULT_QUEUE, the QUEUES of every Django
         Tasks framework backend of ours in TASKS, and the queues dispatches used in the
-        last `FORGET_AFTER_MS` (`dispatch(queue=...)` included). Not every queue ever
-        seen: one only a worker's mistyped `-Q` named is not consumed. When Redis does
-        not answer, the configured ones alone, and a log line says so."""
+        last `QUEUE_FORGET_AFTER` seconds (`dispatch(queue=...)` included; 0: ever). Not
+        every queue ever seen: one only a worker's mistyped `-Q` named is not consumed.
+        When Redis does not answer, the configured ones alone, and a log line says so."""
         queues = declared_queues() | {default_queue}
         try:
             store = schedule_store(broker)
-            used = store.used_queues(clock.now_ms() - FORGET_AFTER_MS)
+            window = forget_after_ms()
+            used = store.used_queues(clock.now_ms() - window if window > 0 else 0)
         except REDIS_DOWN as exc:
             logger.warning("cannot read the known queues from Redis (%s): consuming the "
                            "queues registered tasks and TASKS name: %s", exc,

@@ -8,18 +8,34 @@
 -- KEYS[2] stream          <prefix>:{<queue>}:stream
 -- ARGV[1] now, epoch ms: entries scored at or before it are due
 -- ARGV[2] batch size
--- Returns {moved, next}: how many were moved, and the due time (ms) of the earliest
--- entry left, or -1 when the set is empty.
+-- Returns {moved, next, moved entries...}: how many were moved, the due time (ms) of the
+-- earliest entry left (-1 when the set is empty), then for each moved message its id,
+-- its dispatch token ('' for an older body without one) and its new stream id, so the
+-- caller gives each task record its entry (record_sid.lua: the record is in another
+-- slot on a cluster). A body that is not a message (no "id") is moved all the same,
+-- with id ''.
 
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+local reply = {#due, -1}
 for _, body in ipairs(due) do
-  redis.call('XADD', KEYS[2], '*', 'm', body)
+  local sid = redis.call('XADD', KEYS[2], '*', 'm', body)
+  local id, tok = '', ''
+  local ok, message = pcall(cjson.decode, body)
+  if ok and type(message) == 'table' and type(message['id']) == 'string' then
+    id = message['id']
+    if type(message['tok']) == 'string' then
+      tok = message['tok']
+    end
+  end
+  reply[#reply + 1] = id
+  reply[#reply + 1] = tok
+  reply[#reply + 1] = sid
 end
 if #due > 0 then
   redis.call('ZREM', KEYS[1], unpack(due))
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if #first == 0 then
-  return {#due, -1}
+if #first > 0 then
+  reply[2] = tonumber(first[2])
 end
-return {#due, tonumber(first[2])}
+return reply

@@ -8,22 +8,70 @@
 -- 'final' (succeeded, failed, expired, cancelled): a record whose cancel flag is set
 -- ends 'cancelled' whatever the outcome; then the waiters (if any) are woken.
 --
--- KEYS[2k-1] record k        <prefix>:record:{<id>}
--- KEYS[2k]   its done list   <prefix>:record:{<id>}:done
--- ARGV, for each record: 'update' or 'final', the TTL in seconds, the number of
--- field-value pairs n, then the n pairs (field 's' is the status, 'h' the dispatch's
--- holder)
+-- A final write may also list the task in its queue's index of finished tasks (the
+-- admin's "finished" list): ZADD of the id at this write's finish time ('f': for a task
+-- cancelled before it started, when its worker dropped it); once it holds 1% more than
+-- the ids it keeps, it is trimmed to its newest ones and to those finished since the
+-- oldest finish time kept (so a trim runs once per 1% of new ids, not on each write; a
+-- page skips and drops an id whose record expired meanwhile). A single server only: on
+-- a cluster the index is in the queue's slot, not the record's, and `record_index.lua`
+-- does the same in the acker's pipeline (store/records.py).
+--
+-- KEYS, for each record: the record <prefix>:record:{<id>}, its done list
+-- <prefix>:record:{<id>}:done, then, when it is indexed, its queue's finished index
+-- <prefix>:{<queue>}:finished
+-- ARGV, for each record: 'update' or 'final', the TTL in seconds, '1' when indexed
+-- (else '0'), the ids the index keeps, the oldest finish time it keeps (epoch ms), the
+-- task id (its member), the number of field-value pairs n, then the n pairs (field 's'
+-- is the status, 'h' the dispatch's holder)
 -- Returns the status now recorded, per record (false: none).
 
 local final = {succeeded = true, failed = true, cancelled = true, expired = true}
 
--- One record: its mode and TTL, its pairs from ARGV[first] to ARGV[last].
-local function write(record, done, mode, ttl, first, last)
+-- List the task in the finished index.
+local function index(key, keep, cutoff, member, ttl, finished_ms)
+  local score = tonumber(finished_ms)
+  if not score then
+    local now = redis.call('TIME')
+    score = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  end
+  redis.call('ZADD', key, score, member)
+  if redis.call('ZCARD', key) > keep + math.ceil(keep / 100) then  -- 1 write in 100
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. cutoff)
+    redis.call('ZREMRANGEBYRANK', key, 0, -keep - 1)
+  end
+  local left = redis.call('TTL', key)  -- renewed once a minute, never shortened
+  if left < 0 or left < tonumber(ttl) - 60 then
+    redis.call('EXPIRE', key, ttl)
+  end
+end
+
+-- The value of field `name` among the pairs from ARGV[first] to ARGV[last].
+local function field(name, first, last)
+  for i = first, last, 2 do
+    if ARGV[i] == name then
+      return ARGV[i + 1]
+    end
+  end
+  return nil
+end
+
+-- One record (w: its keys and arguments); the status it holds afterwards.
+local function write(w)
+  local mode, first, last = w.mode, w.first, w.last
   -- What the record holds now, in one call: status, attempt, holder, cancel flag, watched.
-  local now = redis.call('HMGET', record, 's', 'a', 'h', 'c', 'wt')
+  local now = redis.call('HMGET', w.record, 's', 'a', 'h', 'c', 'wt')
   local status, attempt, holder = now[1], now[2], now[3]
   local cancelled, watched = now[4] == '1', now[5]
+  local function listed()
+    if w.index and mode == 'final' and w.keep > 0 then
+      index(w.index, w.keep, w.cutoff, w.member, w.ttl, field('f', first, last))
+    end
+  end
   if status and final[status] and (mode == 'update' or status == 'cancelled') then
+    if status == 'cancelled' then
+      listed()  -- when the worker dropped it, as on a cluster
+    end
     return status
   end
   -- A late beat of an attempt must not overwrite a later attempt's record ('a' field),
@@ -51,24 +99,31 @@ local function write(record, done, mode, ttl, first, last)
     fields[#fields + 1] = value
   end
   if #fields > 0 then
-    redis.call('HSET', record, unpack(fields))
+    redis.call('HSET', w.record, unpack(fields))
   end
-  redis.call('EXPIRE', record, ttl)
-  if new_status and final[new_status] and watched then
-    redis.call('RPUSH', done, '1')
-    redis.call('EXPIRE', done, ttl)
+  redis.call('EXPIRE', w.record, w.ttl)
+  if new_status and final[new_status] then
+    if watched then
+      redis.call('RPUSH', w.done, '1')
+      redis.call('EXPIRE', w.done, w.ttl)
+    end
+    listed()
   end
   return new_status
 end
 
 local statuses = {}
-local at = 1
-for k = 1, #KEYS / 2 do
-  local pairs = tonumber(ARGV[at + 2])
-  local last = at + 2 + 2 * pairs
+local at, key = 1, 1
+while at <= #ARGV do
+  local indexed = ARGV[at + 2] == '1'
+  local pairs = tonumber(ARGV[at + 6])
+  local w = {record = KEYS[key], done = KEYS[key + 1], index = indexed and KEYS[key + 2],
+             mode = ARGV[at], ttl = ARGV[at + 1], keep = tonumber(ARGV[at + 3]),
+             cutoff = ARGV[at + 4], member = ARGV[at + 5], first = at + 7,
+             last = at + 6 + 2 * pairs - 1}
   -- false, not nil, for a record without a status: a nil would cut the reply short.
-  statuses[k] = write(KEYS[2 * k - 1], KEYS[2 * k], ARGV[at], ARGV[at + 1], at + 3,
-                      last - 1) or false
-  at = last + 1
+  statuses[#statuses + 1] = write(w) or false
+  key = key + (indexed and 3 or 2)
+  at = at + 7 + 2 * pairs
 end
 return statuses

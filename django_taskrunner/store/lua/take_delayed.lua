@@ -7,17 +7,19 @@
 -- ARGV[1] due time in epoch ms (the entry's score)
 -- ARGV[2] message id
 -- ARGV[3] "run" to XADD it to the stream, "cancel" to drop it
--- Returns the removed message body, or false when no such entry is waiting.
+-- Returns {the removed message body, its new stream id ('' when dropped)}, or false
+-- when no such entry is waiting.
 
 local candidates = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], ARGV[1])
 for _, body in ipairs(candidates) do
   local ok, message = pcall(cjson.decode, body)
   if ok and type(message) == 'table' and message['id'] == ARGV[2] then
     redis.call('ZREM', KEYS[1], body)
+    local sid = ''
     if ARGV[3] == 'run' then
-      redis.call('XADD', KEYS[2], '*', 'm', body)
+      sid = redis.call('XADD', KEYS[2], '*', 'm', body)
     end
-    return body
+    return {body, sid}
   end
 end
 return false
