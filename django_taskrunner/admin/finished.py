@@ -3,7 +3,7 @@ read from their task records through the queue's finished index.
 
 The index (`keys.finished_key`, written with each final record in the acker's batch)
 holds ids scored by finish time; a page reads a batch of ids from a score cursor and the
-records of those ids (`Records.finished_page`), never the whole index, and at most
+records of those ids (`FinishedIndex.page`), never the whole index, and at most
 `SCAN` ids per page when a status filter skips most of them.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from django_taskrunner.admin.task_facts import duration, moment_text
 from django_taskrunner.core.records import records
-from django_taskrunner.store.records import FinishedRow
+from django_taskrunner.store.finished import FinishedIndex, FinishedRow
 
 OUTCOMES = ("succeeded", "failed", "cancelled", "expired")
 PER_PAGE = 50
@@ -57,6 +57,12 @@ class FinishedList:
     stopped: bool
 
 
+def finished_index() -> FinishedIndex:
+    """The finished indexes of the app's Redis and prefix."""
+    store = records()
+    return FinishedIndex(store.client, store.prefix)
+
+
 def outcome_filter(value: str) -> str:
     """The status filter of a request: one of OUTCOMES, or "" for all of them."""
     return value if value in OUTCOMES else ""
@@ -66,7 +72,7 @@ def finished_page(queue: str, *, cursor: str = "", outcome: str = "",
                   size: int = PER_PAGE) -> FinishedList:
     """One page of `queue`'s finished tasks from `cursor`, of one outcome or all."""
     statuses = frozenset([outcome] if outcome in OUTCOMES else OUTCOMES)
-    page = records().finished_page(queue, cursor[:40], size, statuses, SCAN)
+    page = finished_index().page(queue, cursor[:40], size, statuses, SCAN)
     rows = [_row(queue, row) for row in page.rows]
     return FinishedList(rows, page.next_cursor, page.scanned,
                         stopped=bool(page.next_cursor) and len(rows) < size)
@@ -74,7 +80,7 @@ def finished_page(queue: str, *, cursor: str = "", outcome: str = "",
 
 def finished_count(queue: str) -> int:
     """How many ids `queue`'s finished index holds (some may have expired since)."""
-    return records().finished_count(queue)
+    return finished_index().count(queue)
 
 
 def _row(queue: str, row: FinishedRow) -> FinishedTask:

@@ -28,6 +28,7 @@ from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.connection import built_client, get_redis
 from django_taskrunner.store.errors import REDIS_DOWN, unavailable
+from django_taskrunner.store.finished import FinishedIndex
 from django_taskrunner.store.records import (
     CANCELLED_TTL_S,
     FINAL_STATUSES,
@@ -260,6 +261,10 @@ def _cancel_entry(store: Records, task_id: str, reply: CancelReply) -> None:
     notice = "\n".join((reply_key, reply.shard, reply.stream_id, holder, task_id))
     done = store.cancel_entry(get_broker().group, reply.shard, reply.stream_id, holder,
                               reply.status == "running", releases, notice, CANCELLED_TTL_S)
+    if done.outcome == "removed":  # no worker will see it: listed as finished here
+        FinishedIndex(store.client, store.prefix).list_task(
+            keys.queue_of(reply.shard), task_id, clock.now_ms(),
+            int(get_settings().RESULT_TTL) or 1)
     if done.outcome != "held" or done.idle_ms > HOLDER_SILENT_MS:
         return
     # The cancel took effect: a wait that fails (or times out) only loses the answer.

@@ -29,7 +29,8 @@ from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.store.leases import leader_lease
-from django_taskrunner.store.schedule import WakeSubscription, for_broker
+from django_taskrunner.store.schedule import for_broker
+from django_taskrunner.store.subscription import WakeSubscription
 
 logger = logging.getLogger(__name__)
 

@@ -10,14 +10,12 @@ errors (`errors.REDIS_DOWN`) pass through every method unchanged.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
-
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_taskrunner.store import keys, scripts
 from django_taskrunner.store.records import Records
+from django_taskrunner.store.subscription import WakeSubscription
 from django_taskrunner.store.values import text
 
 if TYPE_CHECKING:
@@ -25,45 +23,6 @@ if TYPE_CHECKING:
 
 # A delayed entry as read: (body, score = due time in ms).
 DelayedRow = tuple[bytes, float]
-
-
-class WakeSubscription:
-    """One pub/sub connection listening to wake channels (`keys.wake_channel`) and the
-    periodic-change channel (`keys.periodic_channel`)."""
-
-    def __init__(self, pubsub: Any) -> None:
-        self.pubsub = pubsub
-
-    def subscribe(self, channels: list[str], timeout: float = 5.0,
-                  monotonic: Callable[[], float] = time.monotonic) -> None:
-        """SUBSCRIBE and wait for Redis to confirm each channel; a redis TimeoutError
-        (one of `REDIS_DOWN`) when some are not confirmed within `timeout` seconds."""
-        self.pubsub.subscribe(*channels)
-        pending = set(channels)
-        deadline = monotonic() + timeout
-        while pending and monotonic() < deadline:
-            message = self.pubsub.get_message(timeout=0.5)
-            if message is not None and message.get("type") == "subscribe":
-                pending.discard(text(message["channel"]))
-        if pending:
-            raise RedisTimeoutError(f"no confirmation of SUBSCRIBE {sorted(pending)}")
-
-    def next_message(self, timeout: float) -> tuple[str, str] | None:
-        """(channel, data) of the next published message within `timeout` seconds; None
-        when none came (or only a subscription notice)."""
-        message = self.pubsub.get_message(timeout=timeout)
-        if message is None or message.get("type") != "message":
-            return None
-        data = message["data"]
-        data = text(data, errors="replace") if isinstance(data, bytes | str) else str(data)
-        return text(message["channel"]), data
-
-    def close(self) -> None:
-        """Close the connection; a broken one may fail to close, which is ignored."""
-        try:
-            self.pubsub.close()
-        except Exception:  # noqa: S110 - closing a broken connection may fail again
-            pass
 
 
 class ScheduleStore:
