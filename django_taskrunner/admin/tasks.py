@@ -31,6 +31,7 @@ from django.utils.http import urlencode
 
 from django_taskrunner.admin import finished
 from django_taskrunner.admin import task_facts as facts_of
+from django_taskrunner.admin import task_rows as rows_of
 from django_taskrunner.admin.base import RedisPageAdmin
 from django_taskrunner.core.records import cancel
 from django_taskrunner.models import Task
@@ -83,26 +84,33 @@ class TaskAdmin(RedisPageAdmin):
             delayed = browser.delayed_count(stream)
         except REDIS_DOWN as exc:
             return self.render(request, "change_list.html", {"redis_error": str(exc)})
+        return self.render(request, "change_list.html", {
+            "streams": streams, "queue": stream, "status": status, "query": query,
+            "page": page, "state": state, "delayed": delayed,
+            "delayed_url": self._delayed_url(request, keys.queue_of(stream)),
+            **self._links(request, stream, status, query, page),
+            "refresh_seconds": REFRESH_SECONDS, "search_scan": rows_of.SEARCH_SCAN,
+            "detail_url": reverse(self.url_name("detail")),
+        })
+
+    def _links(self, request: HttpRequest, stream: str, status: str, query: str,
+               page: rows_of.RowPage) -> dict[str, str]:
+        """The list's filter and paging query strings, and its live view's URL."""
         consumer = request.GET.get("consumer", "")[:200] if status == "running" else ""
         filters = {"queue": stream, "status": status, "q": query,
                    **({"consumer": consumer} if consumer else {})}
-        return self.render(request, "change_list.html", {
-            "streams": streams, "queue": stream, "status": status, "query": query,
-            "consumer": consumer,
-            "page": page, "state": state, "delayed": delayed,
-            "delayed_url": self._delayed_url(request, keys.queue_of(stream)),
-            "filters": urlencode(filters),
+        live = (f"{reverse(self.url_name('live'))}?{urlencode({'queue': stream})}"
+                if status == "running" and not (query or consumer or request.GET.get("after"))
+                else "")
+        return {
+            "consumer": consumer, "filters": urlencode(filters),
             "next_query": urlencode({**filters, "after": page.next_cursor})
             if page.next_cursor else "",
             "previous_query": urlencode({**filters, "before": page.previous_cursor})
             if page.previous_cursor and status == "queued" else "",
             "first_query": urlencode(filters) if page.previous_cursor else "",
-            "live_url": f"{reverse(self.url_name('live'))}?{urlencode({'queue': stream})}"
-            if status == "running" and not (query or consumer or request.GET.get("after"))
-            else "",
-            "refresh_seconds": REFRESH_SECONDS, "search_scan": facts_of.SEARCH_SCAN,
-            "detail_url": reverse(self.url_name("detail")),
-        })
+            "live_url": live,
+        }
 
     def _finished_view(self, request: HttpRequest, stream: str, streams: list[str]
                        ) -> HttpResponse:
@@ -133,16 +141,16 @@ class TaskAdmin(RedisPageAdmin):
         })
 
     def _page(self, browser: Any, stream: str, status: str, query: str,
-              request: HttpRequest) -> facts_of.RowPage:
+              request: HttpRequest) -> rows_of.RowPage:
         after = request.GET.get("after", "")
         before = request.GET.get("before", "")
         if status == "running":
             consumer = request.GET.get("consumer", "")[:200]
-            return facts_of.running_page(browser, stream, after=after, query=query,
+            return rows_of.running_page(browser, stream, after=after, query=query,
                                          consumer=consumer)
         if before and not facts_of.STREAM_ID.match(before) and before != "+":
             before = ""
-        return facts_of.queued_page(browser, stream, after=after, before=before, query=query)
+        return rows_of.queued_page(browser, stream, after=after, before=before, query=query)
 
     def detail_view(self, request: HttpRequest) -> HttpResponse:
         """One task, by `?queue=&stream=<stream id>` or `?queue=&id=<message id>`."""
@@ -258,11 +266,11 @@ class TaskAdmin(RedisPageAdmin):
         try:
             if not facts_of.valid_stream(stream, dashboard_queues()):
                 raise Http404("no such queue")
-            page = facts_of.running_page(browser, stream)
+            page = rows_of.running_page(browser, stream)
         except REDIS_DOWN as exc:
             return JsonResponse({"error": f"Redis cannot be reached: {exc}"}, status=503)
         detail = reverse(self.url_name("detail"))
         return JsonResponse({"rows": [
-            {**facts_of.as_json_row(row),
+            {**rows_of.as_json_row(row),
              "url": f"{detail}?{urlencode({'queue': row.queue, 'stream': row.stream_id})}"}
             for row in page.rows], "more": bool(page.next_cursor)})

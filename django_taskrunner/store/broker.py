@@ -20,31 +20,16 @@ from django_taskrunner.store import keys, scripts, server
 from django_taskrunner.store.connection import get_redis
 from django_taskrunner.store.limits import RENEW_SCRIPT, Limits, Slot
 from django_taskrunner.store.records import ADD_SCRIPTS, SCRIPTS, Records, RecordWrite
+from django_taskrunner.store.recovery import (  # Claim, Entry, Pending: imported from here too
+    Claim,  # noqa: F401
+    Entry,
+    Pending,  # noqa: F401
+    StreamRecovery,
+    body_of,
+)
 from django_taskrunner.store.values import text
 from django_taskrunner.store.workflows import SCRIPTS as WORKFLOW_SCRIPTS
 from django_taskrunner.store.workflows import MemberDone, WorkflowStore
-
-# An entry as read: (stream id, body or None when the entry was deleted meanwhile).
-Entry = tuple[str, bytes | None]
-
-
-@dataclass(frozen=True)
-class Pending:
-    """One row of XPENDING: who holds an entry, for how long, delivered how often."""
-
-    stream_id: str
-    consumer: str
-    idle_ms: int
-    deliveries: int
-
-
-@dataclass(frozen=True)
-class Claim:
-    """An entry to reclaim if still idle for `min_idle_ms`, keeping its delivery counter."""
-
-    stream_id: str
-    min_idle_ms: int
-    deliveries: int
 
 
 @dataclass(frozen=True)
@@ -57,17 +42,15 @@ class Requeue:
     due_ms: int = 0
 
 
-class Broker:
-    """Streams operations for one Redis client, key prefix and consumer group."""
+class Broker(StreamRecovery):
+    """Streams operations for one Redis client, key prefix and consumer group (the
+    recovery of pending entries: `StreamRecovery`, in store/recovery.py)."""
 
     def __init__(self, client: Any, prefix: str, group: str, delete_on_ack: bool = True) -> None:
         self.client = client
         self.prefix = prefix
         self.group = group
         self.delete_on_ack = delete_on_ack
-
-    def stream(self, queue: str) -> str:
-        return keys.stream_key(self.prefix, queue)
 
     @property
     def records(self) -> Records:
@@ -202,7 +185,7 @@ class Broker:
         for stream, entries in streams:
             if isinstance(reply, dict):
                 entries = entries[0]
-            read[names[text(stream)]] = [(text(stream_id), _body(fields))
+            read[names[text(stream)]] = [(text(stream_id), body_of(fields))
                                          for stream_id, fields in entries]
         return read, {text(task_id) for task_id in cancelled}
 
@@ -363,76 +346,8 @@ class Broker:
                           for shard, members in zip(buffered, sets, strict=True)}
         return lost, store.cancelled_ids(watched, flags), cancelled_sets
 
-    def pending_idle(
-        self, queue: str, min_idle_ms: int, start: str, count: int, consumer: str | None = None
-    ) -> list[Pending]:
-        """Pending entries idle for at least `min_idle_ms`, from `start` on (XPENDING IDLE);
-        none while the group does not exist yet (NOGROUP)."""
-        try:
-            rows = self.client.xpending_range(
-                self.stream(queue), self.group, start, "+", count, consumername=consumer,
-                idle=min_idle_ms,
-            )
-        except ResponseError as exc:
-            if "NOGROUP" not in str(exc):
-                raise
-            return []
-        return [Pending(text(row["message_id"]), text(row["consumer"]),
-                        int(row["time_since_delivered"]), int(row["times_delivered"]))
-                for row in rows]
-
-    def bodies(self, queue: str, stream_ids: Sequence[str]) -> dict[str, bytes | None]:
-        """The body of each entry, None for one deleted from the stream (one round trip)."""
-        pipe = self.client.pipeline(transaction=False)
-        for stream_id in stream_ids:
-            pipe.xrange(self.stream(queue), stream_id, stream_id)
-        found: dict[str, bytes | None] = {}
-        for stream_id, entries in zip(stream_ids, pipe.execute(), strict=True):
-            found[stream_id] = _body(entries[0][1]) if entries else None
-        return found
-
-    def claim(self, queue: str, consumer: str, claims: Sequence[Claim]) -> list[Entry]:
-        """XCLAIM entries idle for at least their own timeout, keeping their delivery counter.
-
-        An entry refreshed by its holder meanwhile is not idle enough and is skipped.
-        """
-        pipe = self.client.pipeline(transaction=False)
-        for claim in claims:
-            pipe.xclaim(self.stream(queue), self.group, consumer, claim.min_idle_ms,
-                        [claim.stream_id], retrycount=claim.deliveries)
-        claimed: list[Entry] = []
-        for entries in pipe.execute():
-            claimed.extend((text(stream_id), _body(fields)) for stream_id, fields in entries
-                           if stream_id is not None)
-        return claimed
-
-    def forget(self, queue: str, stream_ids: Sequence[str]) -> None:
-        """XACK entries deleted from the stream while pending: there is nothing to run."""
-        if stream_ids:
-            self.client.xack(self.stream(queue), self.group, *stream_ids)
-
-    def delete_idle_consumers(self, queue: str, min_idle_ms: int, keep: str) -> list[str]:
-        """Remove consumers holding nothing and idle for `min_idle_ms`; returns their names."""
-        try:
-            removed = scripts.run(self.client, "delete_idle_consumers", [self.stream(queue)],
-                                  [self.group, str(min_idle_ms), keep])
-        except ResponseError as exc:
-            if "NOGROUP" in str(exc) or "no such key" in str(exc):
-                return []
-            raise
-        return [text(name) for name in removed]
-
     def length(self, queue: str) -> int:
         return int(self.client.xlen(self.stream(queue)))
-
-    def pending(self, queue: str) -> int:
-        """Messages delivered to some worker and not yet acked."""
-        try:
-            summary = self.client.xpending(self.stream(queue), self.group)
-        except ResponseError:
-            return 0
-        return int(summary["pending"])
-
 
 def levels_in_use(client: Any, prefix: str, shards: Sequence[str]) -> dict[str, list[str]]:
     """`Broker.levels_in_use`, for any client (the admin's browser too)."""
@@ -453,19 +368,7 @@ def _entries(reply: Any) -> list[Entry]:
     if not reply:
         return []
     entries = reply[0][1] if isinstance(reply, list) else next(iter(reply.values()))[0]
-    return [(text(stream_id), _body(fields)) for stream_id, fields in entries]
-
-
-def _body(fields: dict[bytes, bytes] | None) -> bytes | None:
-    """The message body of an entry; None for an entry deleted while pending.
-
-    An entry written by something else (no `m` field) yields its fields as text, which
-    the worker then records as an undecodable message.
-    """
-    if not fields:
-        return None
-    body = fields.get(keys.ENTRY_FIELD)
-    return body if body is not None else repr(fields).encode()
+    return [(text(stream_id), body_of(fields)) for stream_id, fields in entries]
 
 
 _broker: Broker | None = None
