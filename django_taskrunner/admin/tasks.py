@@ -88,13 +88,13 @@ class TaskAdmin(RedisPageAdmin):
             "streams": streams, "queue": stream, "status": status, "query": query,
             "page": page, "state": state, "delayed": delayed,
             "delayed_url": self._delayed_url(request, keys.queue_of(stream)),
-            **self._links(request, stream, status, query, page),
+            **self._list_links(request, stream, status, query, page),
             "refresh_seconds": REFRESH_SECONDS, "search_scan": rows_of.SEARCH_SCAN,
             "detail_url": reverse(self.url_name("detail")),
         })
 
-    def _links(self, request: HttpRequest, stream: str, status: str, query: str,
-               page: rows_of.RowPage) -> dict[str, str]:
+    def _list_links(self, request: HttpRequest, stream: str, status: str, query: str,
+                    page: rows_of.RowPage) -> dict[str, str]:
         """The list's filter and paging query strings, and its live view's URL."""
         consumer = request.GET.get("consumer", "")[:200] if status == "running" else ""
         filters = {"queue": stream, "status": status, "q": query,
