@@ -16,6 +16,7 @@ Writes ride in round trips their callers already make: the dispatch's XADD pipel
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -121,11 +122,13 @@ class Records:
     ) -> tuple[list[str], list[str]]:
         """KEYS and ARGV of `record_add.lua` for `entries` (see the script)."""
         script_keys: list[str] = []
-        args = [keys.ENTRY_FIELD]
+        specs: list[list[Any]] = []
+        bodies: list[str] = []
         for stream, body, write in entries:
             script_keys += [stream, keys.record_key(self.prefix, write.task_id)]
-            args += [body, str(write.ttl_s), str(len(write.fields)), *_flat(write.fields)]
-        return script_keys, args
+            specs.append([str(write.ttl_s), _flat(write.fields)])
+            bodies.append(body)
+        return script_keys, [keys.ENTRY_FIELD, _encode(specs), *bodies]
 
     def save_new(self, writes: Sequence[RecordWrite]) -> None:
         """DEL, HSET and EXPIRE each record (an id may be a reused `task_id`), one
@@ -186,7 +189,7 @@ class Records:
         size = 1 if self.clustered else WRITE_BATCH
         for start in range(0, len(writes), size):
             script_keys: list[str] = []
-            args: list[str] = []
+            specs: list[list[Any]] = []
             for write in writes[start:start + size]:
                 script_keys += [keys.record_key(self.prefix, write.task_id),
                                 keys.record_done_key(self.prefix, write.task_id)]
@@ -194,11 +197,11 @@ class Records:
                 indexed = index is not None and not self.clustered
                 if indexed:
                     script_keys.append(keys.finished_key(self.prefix, index.queue))
-                args += ["final" if write.final else "update", str(write.ttl_s),
-                         "1" if indexed else "0", str(keep if index is not None else 0),
-                         str(index.cutoff_ms if index is not None else 0), write.task_id,
-                         str(len(write.fields)), *_flat(write.fields)]
-            scripts.queue(pipe, "record_write", script_keys, args)
+                specs.append(["final" if write.final else "update", str(write.ttl_s),
+                              "1" if indexed else "0", str(keep if index is not None else 0),
+                              str(index.cutoff_ms if index is not None else 0), write.task_id,
+                              _flat(write.fields)])
+            scripts.queue(pipe, "record_write", script_keys, [_encode(specs)])
             if self.clustered:
                 self._queue_index(pipe, writes[start], keep)
         for write in writes:
@@ -310,6 +313,10 @@ def holder_of(task_id: str, token: str) -> str:
     """A message's holder value from its id and dispatch token ("": none), as
     core/unique.py's `holder_value` gives it."""
     return f"{task_id}#{token}" if token else task_id
+
+
+# The record writes' one argument: compact JSON, any text kept as it is.
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 def _flat(fields: Sequence[tuple[str, str]]) -> list[str]:

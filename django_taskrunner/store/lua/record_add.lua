@@ -9,25 +9,21 @@
 -- KEYS[2k-1], KEYS[2k]   message k's stream <prefix>:{<queue>}:stream, its record
 --                        <prefix>:record:{<id>}
 -- ARGV[1]                the entry's field name
--- then, for each message: its body, the record's TTL in seconds, the number of
--- field-value pairs n, and the n pairs
+-- ARGV[2]                the records as one JSON array (one argument, not a dozen per
+--                        message: the client's cost is per argument), each [the TTL in
+--                        seconds, [field, value, ...]], every value a JSON string
+-- ARGV[2 + k]            message k's body
 -- Returns the stream ids, in order.
 
 local ids = {}
-local at = 2
-for k = 1, #KEYS / 2 do
-  local stream, record = KEYS[2 * k - 1], KEYS[2 * k]
-  local id = redis.call('XADD', stream, '*', ARGV[1], ARGV[at])
-  local ttl, pairs = ARGV[at + 1], tonumber(ARGV[at + 2])
-  local fields = {}
-  for i = at + 3, at + 2 + 2 * pairs do
-    fields[#fields + 1] = ARGV[i]
-  end
+for k, spec in ipairs(cjson.decode(ARGV[2])) do
+  local record = KEYS[2 * k]
+  local id = redis.call('XADD', KEYS[2 * k - 1], '*', ARGV[1], ARGV[2 + k])
+  local fields = spec[2]
   fields[#fields + 1] = 'sid'
   fields[#fields + 1] = id
   redis.call('HSET', record, unpack(fields))
-  redis.call('EXPIRE', record, ttl)
+  redis.call('EXPIRE', record, spec[1])
   ids[k] = id
-  at = at + 3 + 2 * pairs
 end
 return ids

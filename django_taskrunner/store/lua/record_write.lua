@@ -20,10 +20,11 @@
 -- KEYS, for each record: the record <prefix>:record:{<id>}, its done list
 -- <prefix>:record:{<id>}:done, then, when it is indexed, its queue's finished index
 -- <prefix>:{<queue>}:finished
--- ARGV, for each record: 'update' or 'final', the TTL in seconds, '1' when indexed
--- (else '0'), the ids the index keeps, the oldest finish time it keeps (epoch ms), the
--- task id (its member), the number of field-value pairs n, then the n pairs (field 's'
--- is the status, 'h' the dispatch's holder)
+-- ARGV[1] the writes as one JSON array (one argument, not a dozen per record: the
+-- client's cost is per argument), each [mode, TTL in seconds, indexed (1 or 0), the ids
+-- the index keeps, the oldest finish time it keeps (epoch ms), the task id (its member),
+-- [field, value, ...]]: mode 'update' or 'final', field 's' the status, 'h' the
+-- dispatch's holder; every number and value a JSON string
 -- Returns the status now recorded, per record (false: none).
 
 local final = {succeeded = true, failed = true, cancelled = true, expired = true}
@@ -46,11 +47,11 @@ local function index(key, keep, cutoff, member, ttl, finished_ms)
   end
 end
 
--- The value of field `name` among the pairs from ARGV[first] to ARGV[last].
-local function field(name, first, last)
-  for i = first, last, 2 do
-    if ARGV[i] == name then
-      return ARGV[i + 1]
+-- The value of field `name` among the pairs of `pairs` (field, value, ...).
+local function field(name, pairs)
+  for i = 1, #pairs, 2 do
+    if pairs[i] == name then
+      return pairs[i + 1]
     end
   end
   return nil
@@ -58,14 +59,14 @@ end
 
 -- One record (w: its keys and arguments); the status it holds afterwards.
 local function write(w)
-  local mode, first, last = w.mode, w.first, w.last
+  local mode, pairs = w.mode, w.pairs
   -- What the record holds now, in one call: status, attempt, holder, cancel flag, watched.
   local now = redis.call('HMGET', w.record, 's', 'a', 'h', 'c', 'wt')
   local status, attempt, holder = now[1], now[2], now[3]
   local cancelled, watched = now[4] == '1', now[5]
   local function listed()
     if w.index and mode == 'final' and w.keep > 0 then
-      index(w.index, w.keep, w.cutoff, w.member, w.ttl, field('f', first, last))
+      index(w.index, w.keep, w.cutoff, w.member, w.ttl, field('f', pairs))
     end
   end
   if status and final[status] and (mode == 'update' or status == 'cancelled') then
@@ -76,26 +77,26 @@ local function write(w)
   end
   -- A late beat of an attempt must not overwrite a later attempt's record ('a' field),
   -- nor any write of one dispatch a later dispatch of the same task_id ('h', its holder).
-  for i = first, last, 2 do
-    if mode == 'update' and ARGV[i] == 'a' and attempt
-        and tonumber(attempt) > tonumber(ARGV[i + 1]) then
+  for i = 1, #pairs, 2 do
+    if mode == 'update' and pairs[i] == 'a' and attempt
+        and tonumber(attempt) > tonumber(pairs[i + 1]) then
       return status
     end
-    if ARGV[i] == 'h' and holder and holder ~= ARGV[i + 1] then
+    if pairs[i] == 'h' and holder and holder ~= pairs[i + 1] then
       return status
     end
   end
   local fields = {}
   local new_status = status
-  for i = first, last, 2 do
-    local value = ARGV[i + 1]
-    if ARGV[i] == 's' then
+  for i = 1, #pairs, 2 do
+    local value = pairs[i + 1]
+    if pairs[i] == 's' then
       if cancelled and (mode == 'final' or value == 'retrying') then
         value = 'cancelled'
       end
       new_status = value
     end
-    fields[#fields + 1] = ARGV[i]
+    fields[#fields + 1] = pairs[i]
     fields[#fields + 1] = value
   end
   if #fields > 0 then
@@ -113,17 +114,14 @@ local function write(w)
 end
 
 local statuses = {}
-local at, key = 1, 1
-while at <= #ARGV do
-  local indexed = ARGV[at + 2] == '1'
-  local pairs = tonumber(ARGV[at + 6])
+local key = 1
+for k, spec in ipairs(cjson.decode(ARGV[1])) do
+  local indexed = spec[3] == '1'
   local w = {record = KEYS[key], done = KEYS[key + 1], index = indexed and KEYS[key + 2],
-             mode = ARGV[at], ttl = ARGV[at + 1], keep = tonumber(ARGV[at + 3]),
-             cutoff = ARGV[at + 4], member = ARGV[at + 5], first = at + 7,
-             last = at + 6 + 2 * pairs - 1}
+             mode = spec[1], ttl = spec[2], keep = tonumber(spec[4]), cutoff = spec[5],
+             member = spec[6], pairs = spec[7]}
   -- false, not nil, for a record without a status: a nil would cut the reply short.
-  statuses[#statuses + 1] = write(w) or false
+  statuses[k] = write(w) or false
   key = key + (indexed and 3 or 2)
-  at = at + 7 + 2 * pairs
 end
 return statuses
