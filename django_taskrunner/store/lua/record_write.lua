@@ -29,6 +29,10 @@
 
 local final = {succeeded = true, failed = true, cancelled = true, expired = true}
 
+-- The finished indexes this call listed tasks in: key -> {keep, cutoff, ttl}, the
+-- longest TTL; their trims and TTLs are seen to once per call, not once per task.
+local listed_in = {}
+
 -- List the task in the finished index.
 local function index(key, keep, cutoff, member, ttl, finished_ms)
   local score = tonumber(finished_ms)
@@ -37,21 +41,30 @@ local function index(key, keep, cutoff, member, ttl, finished_ms)
     score = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
   end
   redis.call('ZADD', key, score, member)
-  if redis.call('ZCARD', key) > keep + math.ceil(keep / 100) then  -- 1 write in 100
+  local seen = listed_in[key]
+  if not seen or tonumber(ttl) > tonumber(seen[3]) then
+    listed_in[key] = {keep, cutoff, ttl}
+  end
+end
+
+-- Trim an index once it holds 1% more than it keeps (so a trim runs once per 1% of new
+-- ids), and renew its TTL once a minute (never shortened).
+local function tend(key, keep, cutoff, ttl)
+  if redis.call('ZCARD', key) > keep + math.ceil(keep / 100) then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. cutoff)
     redis.call('ZREMRANGEBYRANK', key, 0, -keep - 1)
   end
-  local left = redis.call('TTL', key)  -- renewed once a minute, never shortened
+  local left = redis.call('TTL', key)
   if left < 0 or left < tonumber(ttl) - 60 then
     redis.call('EXPIRE', key, ttl)
   end
 end
 
--- The value of field `name` among the pairs of `pairs` (field, value, ...).
-local function field(name, pairs)
-  for i = 1, #pairs, 2 do
-    if pairs[i] == name then
-      return pairs[i + 1]
+-- The value of field `name` among `kv` (field, value, ...).
+local function field(name, kv)
+  for i = 1, #kv, 2 do
+    if kv[i] == name then
+      return kv[i + 1]
     end
   end
   return nil
@@ -59,14 +72,14 @@ end
 
 -- One record (w: its keys and arguments); the status it holds afterwards.
 local function write(w)
-  local mode, pairs = w.mode, w.pairs
+  local mode, kv = w.mode, w.kv
   -- What the record holds now, in one call: status, attempt, holder, cancel flag, watched.
   local now = redis.call('HMGET', w.record, 's', 'a', 'h', 'c', 'wt')
   local status, attempt, holder = now[1], now[2], now[3]
   local cancelled, watched = now[4] == '1', now[5]
   local function listed()
     if w.index and mode == 'final' and w.keep > 0 then
-      index(w.index, w.keep, w.cutoff, w.member, w.ttl, field('f', pairs))
+      index(w.index, w.keep, w.cutoff, w.member, w.ttl, field('f', kv))
     end
   end
   if status and final[status] and (mode == 'update' or status == 'cancelled') then
@@ -77,26 +90,26 @@ local function write(w)
   end
   -- A late beat of an attempt must not overwrite a later attempt's record ('a' field),
   -- nor any write of one dispatch a later dispatch of the same task_id ('h', its holder).
-  for i = 1, #pairs, 2 do
-    if mode == 'update' and pairs[i] == 'a' and attempt
-        and tonumber(attempt) > tonumber(pairs[i + 1]) then
+  for i = 1, #kv, 2 do
+    if mode == 'update' and kv[i] == 'a' and attempt
+        and tonumber(attempt) > tonumber(kv[i + 1]) then
       return status
     end
-    if pairs[i] == 'h' and holder and holder ~= pairs[i + 1] then
+    if kv[i] == 'h' and holder and holder ~= kv[i + 1] then
       return status
     end
   end
   local fields = {}
   local new_status = status
-  for i = 1, #pairs, 2 do
-    local value = pairs[i + 1]
-    if pairs[i] == 's' then
+  for i = 1, #kv, 2 do
+    local value = kv[i + 1]
+    if kv[i] == 's' then
       if cancelled and (mode == 'final' or value == 'retrying') then
         value = 'cancelled'
       end
       new_status = value
     end
-    fields[#fields + 1] = pairs[i]
+    fields[#fields + 1] = kv[i]
     fields[#fields + 1] = value
   end
   if #fields > 0 then
@@ -119,9 +132,12 @@ for k, spec in ipairs(cjson.decode(ARGV[1])) do
   local indexed = spec[3] == '1'
   local w = {record = KEYS[key], done = KEYS[key + 1], index = indexed and KEYS[key + 2],
              mode = spec[1], ttl = spec[2], keep = tonumber(spec[4]), cutoff = spec[5],
-             member = spec[6], pairs = spec[7]}
+             member = spec[6], kv = spec[7]}
   -- false, not nil, for a record without a status: a nil would cut the reply short.
   statuses[k] = write(w) or false
   key = key + (indexed and 3 or 2)
+end
+for index_key, seen in pairs(listed_in) do
+  tend(index_key, seen[1], seen[2], seen[3])
 end
 return statuses
