@@ -38,6 +38,7 @@ PROMOTE_BATCH = 500  # messages per script call: ~1 ms of Redis time
 BATCHES_PER_TURN = 1  # of each due set; then the other sets, the wake-ups, periodic tasks
 RESYNC_SECONDS = 5.0
 WAIT_SLICE_SECONDS = 0.25  # how quickly stop() is noticed while idle
+WAKE_READS_WHEN_DUE = 100  # wake-ups read between two turns while a set is due, at most
 NEVER = 2**62
 
 
@@ -158,10 +159,17 @@ class Scheduler(threading.Thread):
 
         The wake-ups already received are read even when `wake_at` has passed: while one
         set is still due (a long move), another queue's new earliest task is learnt at
-        the next turn, not after the move or at the next resync.
+        the next turn, not after the move or at the next resync. Then at most
+        `WAKE_READS_WHEN_DUE` of them, so a steady stream of wake-ups cannot hold up the
+        move itself.
         """
+        read_when_due = 0
         while not self._stopping.is_set():
             remaining = wake_at - self.now_ms()
+            if remaining <= 0:
+                read_when_due += 1
+                if read_when_due > WAKE_READS_WHEN_DUE:
+                    return
             timeout = min(max(remaining, 0) / 1000, WAIT_SLICE_SECONDS)
             message = pubsub.next_message(timeout=timeout)
             if message is None:

@@ -46,3 +46,26 @@ def test_a_wake_up_during_a_long_move_is_read_at_the_next_turn(r):
         assert r.zcard(keys.delayed_key(broker.prefix, "bulk")) > 0
     finally:
         pubsub.close()
+
+
+def test_a_stream_of_wake_ups_cannot_hold_up_a_due_move(r, monkeypatch):
+    # While a set is due the scheduler reads the wake-ups waiting, but a bounded number:
+    # publishers that never stop must not keep it from its next turn.
+    monkeypatch.setattr("django_taskrunner.scheduling.scheduler.WAKE_READS_WHEN_DUE", 5)
+    broker = get_broker()
+    scheduler = Scheduler(broker, ["bulk", "default"], batch=BATCH)
+    pubsub = scheduler.store.subscription()
+    try:
+        scheduler.turn(pubsub)  # subscribes to the wake channels
+        channel = keys.wake_channel(broker.prefix, "default")
+        later = clock.now_ms() + 60_000
+        for _ in range(50):
+            r.publish(channel, str(later))
+        wait_for(lambda: pubsub.pubsub.connection.can_read(), 2)
+        scheduler.wait(pubsub, clock.now_ms() - 1)  # due already: returns after 5 reads
+        left = 0
+        while pubsub.next_message(timeout=0.2) is not None:
+            left += 1
+        assert left == 50 - 5
+    finally:
+        pubsub.close()
