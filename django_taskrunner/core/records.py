@@ -300,7 +300,8 @@ def _time(fields: Mapping[str, str], name: str) -> datetime | None:
         return None
 
 
-def _json(raw: str | None) -> Any:
+def json_value(raw: str | None) -> Any:
+    """A stored JSON text decoded; None for none, or for text that is not JSON."""
     if raw is None:
         return None
     try:
@@ -319,8 +320,8 @@ def from_fields(task_id: str, fields: Mapping[str, str]) -> TaskRecord:
     return TaskRecord(
         id=task_id, status=status, task_name=fields.get("t", ""), queue=fields.get("q", ""),
         attempt=int(attempt) if attempt.isdigit() else 1, worker=fields.get("w") or None,
-        result=_json(fields.get("r")), error=fields.get("e") or None,
-        traceback=fields.get("tb") or None, progress=_json(fields.get("p")),
+        result=json_value(fields.get("r")), error=fields.get("e") or None,
+        traceback=fields.get("tb") or None, progress=json_value(fields.get("p")),
         dispatched_at=_time(fields, "d"), started_at=_time(fields, "st"),
         finished_at=_time(fields, "f"), due_at=_time(fields, "due"),
         cancel_requested=fields.get("c") == "1",

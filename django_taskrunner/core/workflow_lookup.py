@@ -7,7 +7,6 @@ Everything here reads (or cancels) what `core/workflow_dispatch.py` wrote, throu
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -15,7 +14,7 @@ from typing import Any
 
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
-from django_taskrunner.core.records import cancel
+from django_taskrunner.core.records import cancel, json_value
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.connection import built_client
 from django_taskrunner.store.errors import REDIS_DOWN, unavailable
@@ -178,17 +177,8 @@ def parent_result(workflows: WorkflowStore, workflow: Mapping[str, Any]) -> Any:
     before = stage - 1
     offset, size = _int(fields, f"o:{before}"), _int(fields, f"n:{before}")
     ids = workflows.members(workflow["id"], offset, offset + size - 1)
-    results = [_json(result) if status == "succeeded" else None
+    results = [json_value(result) if status == "succeeded" else None
                for status, result in workflows.record_fields(ids, ("s", "r"))]
     if fields.get(f"kind:{before}") == "one":
         return results[0] if results else None
     return results
-
-
-def _json(raw: str | None) -> Any:
-    if raw is None:
-        return None
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return None

@@ -5,31 +5,18 @@ first; a crafted id or queue answers 404."""
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client
 
 from django_taskrunner import dispatch, lookup
+from tests.django.admin_helpers import logged_in, make_user
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 DETAIL = "/admin/django_taskrunner/task/detail/"
 CANCEL = "/admin/django_taskrunner/task/cancel/"
-
-
-def make_user(username: str, *perms: str) -> User:
-    user = User.objects.create_user(username, password="pw", is_staff=True)  # noqa: S106
-    for codename in perms:
-        user.user_permissions.add(Permission.objects.get(
-            codename=codename, content_type__app_label="django_taskrunner"))
-    return user
-
-
-def logged_in(user: User, **kwargs: bool) -> Client:
-    client = Client(**kwargs)
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture
