@@ -39,6 +39,7 @@ from django_taskrunner.worker.keepalive import Heartbeat
 from django_taskrunner.worker.monitor import Monitor
 from django_taskrunner.worker.outage import RedisStatus
 from django_taskrunner.worker.pool import Pool
+from django_taskrunner.worker.prefetch import Prefetch
 from django_taskrunner.worker.reclaim import Reclaimer, shortest_timeout
 from django_taskrunner.worker.running import Attempt, RunningSet
 from django_taskrunner.worker.settings import WorkerSettings
@@ -67,6 +68,7 @@ class Worker:
         self.pool = Pool(0, self._run_item)
         self._cond = threading.Condition()
         self.outstanding = 0  # fetched and not yet finished
+        self.prefetch = Prefetch(settings.batch_size, settings.prefetch_ms)  # the read size
         self.completed = 0  # finished so far; tells burst mode that work may have appeared
         self.promotions = 0  # burst mode: passes that moved due delayed tasks to the streams
         self.requeues = 0  # batches of retries the acker has put back on the streams
@@ -131,7 +133,7 @@ class Worker:
         """Messages held at most: what the pool and the event loop run now, plus one batch
         waiting. A coroutine awaited on the loop holds no thread, so it does not count
         against the pool; those waiting for an async slot do."""
-        return self.pool.size + self.coroutines.active + self.settings.batch_size
+        return self.pool.size + self.coroutines.active + self.prefetch.size
 
     def _room_changed(self) -> None:
         """A coroutine took an async slot: the limit grew, a fetcher may read again."""
@@ -155,10 +157,11 @@ class Worker:
         fetcher) carry one message. With room for a batch, only the running tasks are
         left, and they keep the threads busy while the read is in flight.
         """
-        return max(1, self.settings.batch_size)
+        return max(1, self.prefetch.size)
 
     def wait_for_room(self) -> int:
         with self._cond:
+            self.prefetch.update(self.completed, clock.monotonic())
             needed = min(self.low_water(), self.limit())
             while self.limit() - self.outstanding < needed and not self.stopping.is_set():
                 self._cond.wait(0.5)
