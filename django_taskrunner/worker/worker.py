@@ -68,7 +68,9 @@ class Worker:
         self.pool = Pool(0, self._run_item)
         self._cond = threading.Condition()
         self.outstanding = 0  # fetched and not yet finished
-        self.prefetch = Prefetch(settings.batch_size, settings.prefetch_ms)  # the read size
+        # The read size. Weights share out reads, so weighted queues keep reads of one size.
+        weighted = any(weight for _queue, weight in settings.queue_order or ())
+        self.prefetch = Prefetch(settings.batch_size, 0 if weighted else settings.prefetch_ms)
         self.completed = 0  # finished so far; tells burst mode that work may have appeared
         self.promotions = 0  # burst mode: passes that moved due delayed tasks to the streams
         self.requeues = 0  # batches of retries the acker has put back on the streams
