@@ -12,7 +12,12 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from django_taskrunner import lookup, wait
 from tests.e2e.conftest import click_and_wait
-from tests.e2e.test_console_pages import console, open_page  # noqa: F401 - the fixture
+from tests.e2e.test_console_pages import (  # noqa: F401 - console: the fixture
+    WIDTH,
+    console,
+    open_page,
+    page_width,
+)
 from tests.worker_helpers import wait_for, worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -80,7 +85,7 @@ def test_the_finished_view_lists_finished_tasks_and_filters_them(console, screen
     from tests.testapp.tasks import always_fails, noop, returns_double
 
     succeeded = [returns_double.dispatch({"n": n}) for n in (1, 2)]
-    failed = always_fails.dispatch({"n": "e2e"})
+    failed = always_fails.dispatch({"n": "e2e", "note": "a long payload " * 8})
     call_command("runtasks", "--burst", "--concurrency", "1")
     queued = noop.dispatch({"n": "after the burst"})  # not finished: not listed
     assert [lookup(m.id).status for m in (*succeeded, failed)] == [
@@ -100,6 +105,7 @@ def test_the_finished_view_lists_finished_tasks_and_filters_them(console, screen
     assert "ValueError: boom" in rows[0][4]
     assert browser.find_element(By.CSS_SELECTOR, ".tr-status a.selected").text.startswith(
         "finished")
+    assert page_width(browser) <= WIDTH  # the error wraps: no column off-screen
     browser.save_screenshot(str(screenshot_dir / "console-tasks-finished.png"))
 
     outcome = browser.find_element(By.CSS_SELECTOR, ".tr-outcome")
