@@ -164,8 +164,10 @@ class Worker:
     def wait_for_room(self) -> int:
         with self._cond:
             self.prefetch.update(self.completed, clock.monotonic())
-            needed = min(self.low_water(), self.limit())
-            while self.limit() - self.outstanding < needed and not self.stopping.is_set():
+            # The read size is read afresh on each wake: another fetcher may shrink it
+            # meanwhile, and room for the old size might never come.
+            while (self.limit() - self.outstanding < min(self.low_water(), self.limit())
+                   and not self.stopping.is_set()):
                 self._cond.wait(0.5)
             return self.limit() - self.outstanding
 
