@@ -7,13 +7,17 @@ then carries a few messages, and that hand-off is most of a short task's cost. S
 read grows to about `PREFETCH_MS` of work at the rate the pool finishes tasks now, at
 most `PREFETCH_MAX` messages: a flood of 1 ms tasks reads 100 at a time, while tasks of
 a second or more still read `BATCH_SIZE`. What a worker sits on is thus bounded by time
-as well as by count. `PREFETCH_MS = 0` keeps every read at `BATCH_SIZE`.
+as well as by count, and by bytes: a read grows only while its messages, at the size
+the last reads' were, hold at most `PREFETCH_BYTES` (large payloads keep `BATCH_SIZE`).
+`PREFETCH_MS = 0` keeps every read at `BATCH_SIZE`.
 """
 
 from __future__ import annotations
 
-# The most messages one read may grow to (a larger BATCH_SIZE is kept as it is).
+# The most messages one read may grow to (a larger BATCH_SIZE is kept as it is), and
+# the most bytes of messages it may grow to hold.
 PREFETCH_MAX = 100
+PREFETCH_BYTES = 16 * 1024 * 1024
 # Seconds between two samples of the finishing rate: shorter gaps measure noise.
 SAMPLE_S = 0.010
 
@@ -31,6 +35,14 @@ class Prefetch:
         self.rate = 0.0  # tasks finished per second, smoothed over the last samples
         self._sampled_at: float | None = None
         self._sampled_count = 0
+        self.message_bytes = 0.0  # the size of a message lately, smoothed over the reads
+
+    def read(self, count: int, nbytes: int) -> None:
+        """A read brought `count` messages of `nbytes` in all."""
+        if count:
+            size = nbytes / count
+            self.message_bytes = size if not self.message_bytes else (
+                self.message_bytes + size) / 2
 
     def update(self, completed: int, now: float) -> int:
         """The read size, given the worker's count of finished tasks at monotonic `now`."""
@@ -48,5 +60,7 @@ class Prefetch:
         self.rate = (self.rate + current) / 2
         self._sampled_at, self._sampled_count = now, completed
         grown = min(round(self.rate * self.window_s), PREFETCH_MAX)
+        if self.message_bytes:
+            grown = min(grown, int(PREFETCH_BYTES // self.message_bytes))
         self.size = max(self.floor, grown)
         return self.size

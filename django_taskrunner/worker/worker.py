@@ -164,8 +164,7 @@ class Worker:
     def wait_for_room(self) -> int:
         with self._cond:
             self.prefetch.update(self.completed, clock.monotonic())
-            # The read size is read afresh on each wake: another fetcher may shrink it
-            # meanwhile, and room for the old size might never come.
+            # Afresh on each wake: another fetcher may shrink the read (and the limit).
             while (self.limit() - self.outstanding < min(self.low_water(), self.limit())
                    and not self.stopping.is_set()):
                 self._cond.wait(0.5)
@@ -193,7 +192,9 @@ class Worker:
         now = clock.monotonic()
         items = [Delivery(queue, stream_id, body, (runs or {}).get(stream_id), now)
                  for stream_id, body in entries]  # `queue`: the stream, a queue or a shard
+        nbytes = sum(len(body) for _stream_id, body in entries if body)
         with self._cond:
+            self.prefetch.read(len(items), nbytes)
             self.outstanding += len(items)
             self._held.update((queue, item.stream_id) for item in items)
             if self.stopping.is_set():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django_taskrunner.worker.prefetch import PREFETCH_MAX, SAMPLE_S, Prefetch
+from django_taskrunner.worker.prefetch import PREFETCH_BYTES, PREFETCH_MAX, SAMPLE_S, Prefetch
 
 
 def drain(prefetch: Prefetch, per_second: float, seconds: float, step: float = 0.02,
@@ -61,3 +61,13 @@ def test_a_batch_size_above_the_cap_is_kept():
     prefetch = Prefetch(batch_size=500, prefetch_ms=20)
     drain(prefetch, per_second=50_000, seconds=0.5)
     assert prefetch.size == 500
+
+
+def test_large_messages_bound_the_read_by_bytes():
+    prefetch = Prefetch(batch_size=10, prefetch_ms=20)
+    prefetch.read(10, 10 * 1024 * 1024)  # 1 MB messages
+    drain(prefetch, per_second=50_000, seconds=0.5)
+    assert prefetch.size == PREFETCH_BYTES // (1024 * 1024)  # 16, not 100
+    prefetch.read(10, 10 * 4 * 1024 * 1024)  # 4 MB ones now: the smoothed size grows
+    drain(prefetch, per_second=50_000, seconds=0.1, start=(1.0, 25_000))
+    assert prefetch.size == 10  # never below BATCH_SIZE
