@@ -1,10 +1,13 @@
 """Dispatch with its record: `record_add.lua` (the XADD and the record with its stream
 id, one command per message) against the pipeline of HSET, EXPIRE and XADD (the path a
-cluster takes), side by side in one process.
+cluster took before its records kept their stream id), side by side in one process.
+With `--cluster`, on a Redis Cluster: today's path there (the XADDs, then in the next
+round trip `record_new.lua` per record, with its stream id) against that pipeline.
 
     taskset -c 0,1 python bench/records_dispatch.py          # --rounds 5 --batch 1000
+    python bench/records_dispatch.py --cluster               # 3 masters, no replicas
 
-It starts its own redis-server; each round times 10 batches of `--batch` messages and
+It starts its own redis-server (or cluster); each round times 10 batches of `--batch` messages and
 `--batch` one-message round trips through each path, alternating; it prints the medians
 (messages per second) and Redis' time per script call.
 """
@@ -23,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.delayed_timing import start_redis  # noqa: E402
+from bench.records_scale import start_store  # noqa: E402
 
 TASK = "bench.admin_site.tasks.send_receipt"
 
@@ -32,10 +35,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--cluster", action="store_true",
+                        help="on a local Redis Cluster (3 masters) instead of one server")
     options = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix="tr-records-dispatch-")
-    redis_proc, url = start_redis(workdir)
-    os.environ.update(BENCH_REDIS_URL=url, BENCH_DIR=workdir, BENCH_PREFIX="bench",
+    stop_store = start_store(workdir, options.cluster)
+    os.environ.update(BENCH_DIR=workdir, BENCH_PREFIX="bench",
                       DJANGO_SETTINGS_MODULE="bench.admin_site.settings")
     try:
         import django
@@ -68,11 +73,19 @@ def main() -> None:
                 pipe.execute_command("XADD", stream, "*", keys.ENTRY_FIELD, body)
             pipe.execute()
 
+        def by_broker(items: list) -> None:  # type: ignore[type-arg]
+            if len(items) == 1:
+                broker.add("default", items[0][0], items[0][1])
+            else:
+                broker.add_many("default", [body for body, _ in items],
+                                [record for _, record in items])
+
+        first = ("XADD, then record_new.lua" if store.clustered else "record_add.lua")
+        paths = {first: by_broker if store.clustered else by_script,
+                 "HSET+EXPIRE+XADD pipeline": by_pipeline}
         rates: dict[str, dict[str, list[float]]] = {
-            "record_add.lua": {"batch": [], "one": []},
-            "HSET+EXPIRE+XADD pipeline": {"batch": [], "one": []}}
-        paths = {"record_add.lua": by_script, "HSET+EXPIRE+XADD pipeline": by_pipeline}
-        by_script(prepared(1))  # loads the script
+            name: {"batch": [], "one": []} for name in paths}
+        paths[first](prepared(1))  # loads the script
         for _ in range(options.rounds):
             for name, path in paths.items():
                 batches = [prepared(options.batch) for _ in range(10)]
@@ -91,11 +104,11 @@ def main() -> None:
         for name, figures in rates.items():
             print(f"| {name} | {statistics.median(figures['batch']):,.0f} | "
                   f"{statistics.median(figures['one']):,.0f} |")
-        stats = broker.client.info("commandstats").get("cmdstat_evalsha", {})
-        print(f"Redis time per record_add.lua call: {stats.get('usec_per_call', 0):.1f} µs")
+        if not store.clustered:
+            stats = broker.client.info("commandstats").get("cmdstat_evalsha", {})
+            print(f"Redis time per record_add.lua call: {stats.get('usec_per_call', 0):.1f} µs")
     finally:
-        redis_proc.terminate()
-        redis_proc.wait(10)
+        stop_store()
         shutil.rmtree(workdir, ignore_errors=True)
 
 

@@ -3,9 +3,11 @@ records and 100,000 queued messages.
 
     taskset -c 0,1 python bench/records_scale.py            # --records 1000000 --queued 100000
     python bench/records_scale.py --records 100000 --queued 10000 --repeat 5   # a quick look
+    python bench/records_scale.py --cluster        # on a local Redis Cluster (3 masters)
 
-It starts its own redis-server (pinned to CPU 0 when there are two CPUs) and a fresh
-SQLite database, then fills them through the store layer with pipelined writes:
+It starts its own redis-server (pinned to CPU 0 when there are two CPUs), or with
+`--cluster` a Redis Cluster of 3 masters without replicas on loopback ports (not pinned),
+and a fresh SQLite database, then fills them through the store layer with pipelined writes:
 `--queued` plain messages waiting on the default stream (`dispatch_many`, 1,000 a round
 trip: each with its queued record, which keeps its stream id), `--records` finished
 records (`Records.queue_new`, 5,000 a round trip: succeeded with a small result, one in
@@ -28,16 +30,51 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.admin_pages import TRACEBACK, fill_database, write_an_hour_of_statistics  # noqa: E402
 from bench.delayed_timing import start_redis  # noqa: E402
+from tests.cluster.local_cluster import LocalCluster  # noqa: E402
 
 TARGET_MS = 300.0
 TASK = "bench.admin_site.tasks.send_receipt"
+
+
+def start_store(workdir: str, cluster: bool) -> Callable[[], None]:
+    """Start the benchmark's Redis (one server, or a cluster of 3 masters) and point the
+    site's settings at it; returns what stops it."""
+    if cluster:
+        nodes = LocalCluster(masters=3, replicas=0).start()
+        os.environ["BENCH_CLUSTER_NODES"] = ",".join(nodes.nodes)
+        return nodes.stop
+    redis_proc, url = start_redis(workdir)
+    os.environ["BENCH_REDIS_URL"] = url
+
+    def stop() -> None:
+        redis_proc.terminate()
+        redis_proc.wait(10)
+
+    return stop
+
+
+def key_count(client: Any) -> int:
+    """DBSIZE of the server, or of every master of a cluster added up."""
+    if hasattr(client, "get_primaries"):
+        return int(client.dbsize(target_nodes=client.PRIMARIES))  # added up by redis-py
+    return int(client.dbsize())
+
+
+def used_memory_mb(client: Any) -> float:
+    """Redis' used memory in MB: of the server, or of every master of a cluster."""
+    if hasattr(client, "get_primaries"):
+        return sum(client.info("memory", target_nodes=client.PRIMARIES)[node.name]
+                   ["used_memory"] for node in client.get_primaries()) / 1e6
+    return client.info("memory")["used_memory"] / 1e6
 
 
 def fill_queued(queued: int) -> list[str]:
@@ -201,10 +238,12 @@ def main() -> None:
     parser.add_argument("--queued", type=int, default=100_000)
     parser.add_argument("--failed", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument("--cluster", action="store_true",
+                        help="on a local Redis Cluster (3 masters) instead of one server")
     options = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix="tr-records-scale-")
-    redis_proc, url = start_redis(workdir)
-    os.environ.update(BENCH_REDIS_URL=url, BENCH_DIR=workdir, BENCH_PREFIX="bench",
+    stop_store = start_store(workdir, options.cluster)
+    os.environ.update(BENCH_DIR=workdir, BENCH_PREFIX="bench",
                       DJANGO_SETTINGS_MODULE="bench.admin_site.settings")
     try:
         import django
@@ -236,8 +275,8 @@ def main() -> None:
         print(f"filled {len(queued):,} queued messages in {filled_queued:.1f} s, "
               f"{len(finished):,} finished records and {options.failed:,} failed rows in "
               f"{time.perf_counter() - started:.1f} s in all; Redis holds "
-              f"{client_redis.dbsize():,} keys, "
-              f"{client_redis.info('memory')['used_memory'] / 1e6:,.0f} MB")
+              f"{key_count(client_redis):,} keys, "
+              f"{used_memory_mb(client_redis):,.0f} MB")
 
         rng = random.Random(7)  # noqa: S311
         sample_finished = rng.sample(finished, 200)
@@ -300,8 +339,7 @@ def main() -> None:
               f"median {statistics.median(succeeded):.0f} bytes, failed (with a 1.2 kB "
               f"traceback) median {statistics.median(failed):.0f} bytes")
     finally:
-        redis_proc.terminate()
-        redis_proc.wait(10)
+        stop_store()
         shutil.rmtree(workdir, ignore_errors=True)
 
 

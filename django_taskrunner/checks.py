@@ -32,6 +32,7 @@ MAX_SHARDS = 256
 # A year. A longer time setting is a mistake, and far longer ones overflow what Redis
 # (milliseconds in a signed 64-bit integer) and thread timeouts accept.
 MAX_SECONDS = 365 * 24 * 3600
+PREFETCH_MS_MAX = 60_000  # a read grown to a minute of work is no longer a prefetch
 # Thread pools and reads larger than these are typing mistakes, not configurations.
 MAX_POOL = 1024
 MAX_BATCH = 10_000
@@ -93,6 +94,7 @@ class NumberRule:
 NUMBERS: dict[str, NumberRule] = {
     "RESERVATION_TIMEOUT": NumberRule(False, 1, MAX_SECONDS),
     "BATCH_SIZE": NumberRule(True, 1, MAX_BATCH),
+    "PREFETCH_MS": NumberRule(True, 0, PREFETCH_MS_MAX),
     "BLOCK_MS": NumberRule(True, 1, MAX_SECONDS * 1000),  # and below SOCKET_TIMEOUT: E009
     "MIN_WORKERS": NumberRule(True, 1, MAX_POOL, none_allowed=True),
     "MAX_WORKERS": NumberRule(True, 1, MAX_POOL),

@@ -37,6 +37,7 @@ class Settings:
     DEFAULT_QUEUE: str
     RESERVATION_TIMEOUT: float
     BATCH_SIZE: int
+    PREFETCH_MS: int
     BLOCK_MS: int
     MIN_WORKERS: int | None
     MAX_WORKERS: int

@@ -35,6 +35,9 @@ DEFAULTS: dict[str, Option] = {
         300, "Seconds a message may stay un-acked without heartbeat before it is reclaimed."
     ),
     "BATCH_SIZE": Option(10, "Messages read from a stream in one XREADGROUP."),
+    "PREFETCH_MS": Option(
+        20, "Milliseconds of short tasks a read may grow to hold, up to 100 (0: BATCH_SIZE)."
+    ),
     "BLOCK_MS": Option(1000, "Milliseconds an idle XREADGROUP blocks before it is repeated."),
     "MIN_WORKERS": Option(None, "Smallest autoscaled pool (None: a fixed pool of MAX_WORKERS)."),
     "MAX_WORKERS": Option(8, "Worker threads of a fixed pool, or the largest autoscaled one."),

@@ -90,6 +90,7 @@ TASKRUNNER = {
     "DEFAULT_QUEUE": "default",
     "RESERVATION_TIMEOUT": 300,
     "BATCH_SIZE": 10,
+    "PREFETCH_MS": 20,
     "BLOCK_MS": 1000,
     "MIN_WORKERS": None,
     "MAX_WORKERS": 8,

@@ -31,7 +31,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from django_taskrunner.conf import get_settings, on_reset
+from django_taskrunner.conf import get_settings
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.outbox_move import (
     FAILED,
@@ -43,11 +43,11 @@ from django_taskrunner.core.outbox_move import (
     spend,
 )
 from django_taskrunner.core.outbox_rows import Row, failed_model, outbox_model
+from django_taskrunner.core.sending import announce_queue
 from django_taskrunner.core.unique import Claim
 from django_taskrunner.exceptions import InvalidTaskOptions
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.errors import REDIS_DOWN
-from django_taskrunner.store.schedule import for_broker as schedule_store
 
 logger = logging.getLogger(__name__)
 
@@ -157,29 +157,9 @@ def settle(outcomes: Sequence[Outcome], using: str = DEFAULT_DB_ALIAS) -> None:
 def _announce_sent(outcomes: Sequence[Outcome]) -> None:
     queues = {outcome.message.queue for outcome in outcomes
               if outcome.status == SENT and outcome.message is not None}
-    for queue in queues:
-        _announce(queue)
-
-
-# (prefix, queue) this process added to the known queues already (as core/sending.py).
-_announced: set[tuple[str, str]] = set()
-
-
-@on_reset
-def _forget_announced() -> None:
-    _announced.clear()
-
-
-def _announce(queue: str) -> None:
-    """Add `queue` to the known queues once per process (see sending.announce_queue)."""
     broker = get_broker()
-    if (broker.prefix, queue) in _announced:
-        return
-    try:
-        schedule_store(broker).add_known_queues([queue])
-    except REDIS_DOWN:
-        return
-    _announced.add((broker.prefix, queue))
+    for queue in queues:
+        announce_queue(broker, queue)
 
 
 def _record_failed(outcome: Outcome, using: str) -> None:

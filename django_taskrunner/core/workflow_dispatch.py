@@ -27,6 +27,7 @@ from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.prepare import new_message, new_message_id
 from django_taskrunner.core.records import PENDING_TTL_S, dispatch_record, encode_value
 from django_taskrunner.core.sending import announce_queue
+from django_taskrunner.core.unique import holder_value
 from django_taskrunner.core.workflow_lookup import WorkflowHandle, store
 from django_taskrunner.exceptions import InvalidTaskOptions, TaskAlreadyDispatched, TaskIdConflict
 from django_taskrunner.store import keys, sharding
@@ -195,8 +196,22 @@ def _sent(built: list[list[_Member]], stream_ids: list[str]) -> None:
         if member.claim is None:
             member.message.stream_id = next(plain)
     broker = get_broker()
+    _note_stream_ids(broker, [member.message for member in built[0]
+                              if member.claim is None and member.due_ms is None])
     for queue in dict.fromkeys(member.message.queue for row in built for member in row):
         announce_queue(broker, queue)
+
+
+def _note_stream_ids(broker: Any, sent: list[TaskMessage]) -> None:
+    """The first stage's records learn their entries (`record_sid.lua`, one round trip),
+    so a lookup by id reads the entry instead of searching the stream. The workflow is
+    already sent: a Redis outage here costs only that, not the dispatch."""
+    try:
+        broker.records.set_stream_ids([(message.id, holder_value(message), message.stream_id)
+                                       for message in sent if message.stream_id])
+    except REDIS_DOWN as exc:
+        logger.warning("workflow's first stage sent; its records' stream ids not written "
+                       "(%s): the admin searches the stream for them", exc)
 
 
 def _describe(stages: Stages) -> str:

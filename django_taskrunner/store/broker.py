@@ -59,52 +59,50 @@ class Broker(StreamRecovery):
 
     def add(self, queue: str, body: str, record: RecordWrite | None = None) -> str:
         """XADD one message; returns its stream id. With `record`, its task record is
-        written first (HSET, EXPIRE) in the same pipelined round trip."""
+        written with that stream id: in the same script on one server (`record_add.lua`),
+        in the round trip after the XADD on a cluster (another slot: `Records.save_new`)."""
         if record is None:
             return text(self.client.xadd(self.stream(queue), {keys.ENTRY_FIELD: body}))
-        if not self.records.clustered:  # the record keeps the stream id (record_add.lua)
+        if not self.records.clustered:
             return text(self.records.add(self.stream(queue), body, record))
-        pipe = self.client.pipeline(transaction=False)
-        self.records.queue_new(pipe, record)
-        pipe.execute_command("XADD", self.stream(queue), "*", keys.ENTRY_FIELD, body)
-        return text(pipe.execute()[-1])
+        stream_id = text(self.client.xadd(self.stream(queue), {keys.ENTRY_FIELD: body}))
+        self.records.save_new([(record, stream_id)])
+        return stream_id
 
     def add_many(
         self, queue: str, bodies: Sequence[str], records: Sequence[RecordWrite] = (),
     ) -> list[str]:
-        """XADD many messages in one pipelined round trip (with their `records` first).
+        """XADD many messages in one pipelined round trip.
 
-        `records`: none, or one per body in the same order; then, on one server, each
-        record keeps its message's stream id (`record_add.lua` per message)."""
-        store = self.records
-        if records and len(records) == len(bodies) and not store.clustered:
+        `records`: none, or one per body in the same order; each record keeps its
+        message's stream id: `record_add.lua` per message on one server, the round trip
+        after the XADDs on a cluster (`Records.save_new`)."""
+        if records and not self.records.clustered:
             return self._add_recorded([(queue, body) for body in bodies], records)
         pipe = self.client.pipeline(transaction=False)
-        for record in records:
-            store.queue_new(pipe, record)
         stream = self.stream(queue)
         # execute_command, not pipe.xadd(): skips building and checking xadd's options
         # for every message of the batch.
         command = pipe.execute_command
         for body in bodies:
             command("XADD", stream, "*", keys.ENTRY_FIELD, body)
-        replies = pipe.execute()
-        return [text(stream_id) for stream_id in replies[2 * len(records):]]
+        stream_ids = [text(stream_id) for stream_id in pipe.execute()]
+        self.records.save_new(list(zip(records, stream_ids, strict=True)) if records else [])
+        return stream_ids
 
     def add_each(
         self, entries: Sequence[tuple[str, str]], records: Sequence[RecordWrite] = (),
     ) -> list[str]:
         """XADD each (queue or shard, body) in one pipelined round trip (any slots),
-        with their `records` first (none, or one per entry, as `add_many`)."""
-        store = self.records
-        if records and len(records) == len(entries) and not store.clustered:
+        with their `records` (none, or one per entry, as `add_many`)."""
+        if records and not self.records.clustered:
             return self._add_recorded(entries, records)
         pipe = self.client.pipeline(transaction=False)
-        for record in records:
-            store.queue_new(pipe, record)
         for queue, body in entries:
             pipe.xadd(self.stream(queue), {keys.ENTRY_FIELD: body})
-        return [text(stream_id) for stream_id in pipe.execute()[2 * len(records):]]
+        stream_ids = [text(stream_id) for stream_id in pipe.execute()]
+        self.records.save_new(list(zip(records, stream_ids, strict=True)) if records else [])
+        return stream_ids
 
     def _add_recorded(
         self, entries: Sequence[tuple[str, str]], records: Sequence[RecordWrite],

@@ -122,13 +122,13 @@ class UniqueLocks:
         Returns ("ok", stream id or "delayed"), or on contention ("lock" | "id", the
         holder value found) and nothing at all is written. A task `record` is written
         by the same script on one server; on a cluster (another slot) by a second round
-        trip once the message was added (`Records.save_new`).
+        trip once the message was added, with its stream id (`Records.save_new`).
         """
         store = Records(self.client, self.prefix)
         reply = _add_reply(scripts.run(self.client, "enqueue",
                                        *_script_call(reservation, record, store)))
         if record is not None and store.clustered and reply[0] == "ok":
-            store.save_new([record])
+            store.save_new([(record, reply[1])])
         return reply
 
     def add_reserved_many(
@@ -153,7 +153,8 @@ class UniqueLocks:
         sent = scripts.execute_loading(self.client, build, ["enqueue"])
         replies = [_add_reply(reply) for reply in sent[len(delete):]]
         if store.clustered:
-            store.save_new([record for record, reply in zip(records, replies, strict=False)
+            store.save_new([(record, reply[1])
+                            for record, reply in zip(records, replies, strict=False)
                             if record is not None and reply[0] == "ok"])
         return replies
 

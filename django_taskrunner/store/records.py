@@ -5,13 +5,17 @@ worker's record step; this module only runs the commands, on plain values: task 
 field names and text values, TTLs in seconds. Keys come from `keys.record_key`,
 `keys.record_done_key` (tagged by the task id: `lookup(id)` knows nothing else) and
 `keys.cancelled_key` (tagged by the shard: its fetcher reads it). Scripts:
-`record_write.lua`, `record_watch.lua`, `record_cancel.lua`, each on one record's two keys;
-`cancel_entry.lua`, the cancel's second step, in the slot of the task's shard.
+`record_write.lua`, `record_watch.lua`, `record_cancel.lua`, `record_new.lua`, each on
+one record's two keys; `cancel_entry.lua`, the cancel's second step, in the slot of the
+task's shard.
 
-Writes ride in round trips their callers already make: the dispatch's XADD pipeline
-(`queue_new`, or inside `enqueue.lua` on one server, `enqueue_args`), the acker's batch
-(`queue_writes`), the heartbeat's (`queue_writes`, `queue_flags`). Redis outage errors
-(`errors.REDIS_DOWN`) pass through every method unchanged.
+Writes ride in round trips their callers already make: the dispatch's (inside
+`record_add.lua` or `enqueue.lua` on one server, `enqueue_args`; a delayed message's ZADD
+pipeline, `queue_new`), the acker's batch (`queue_writes`), the heartbeat's
+(`queue_writes`, `queue_flags`). One exception: on a cluster the record of a message
+added now follows its XADD in a round trip of its own (`save_new`), since it needs the
+stream id the XADD gives. Redis outage errors (`errors.REDIS_DOWN`) pass through every
+method unchanged.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from django_taskrunner.store.values import text
 SCRIPTS = ("record_write", "record_index")  # queued as bare EVALSHA: loaded on NOSCRIPT
 SID_SCRIPTS = ("record_sid",)  # the same, for `set_stream_ids`
 ADD_SCRIPTS = ("record_add",)  # the dispatch's, queued the same way
+NEW_SCRIPTS = ("record_new",)  # the same, for `save_new` (a cluster's dispatch)
 # Records per script call on one server: the script's own cost is paid once per call,
 # and a call stays short enough (well under a millisecond) not to hold up other clients.
 ADD_BATCH = WRITE_BATCH = 200
@@ -130,17 +135,24 @@ class Records:
             bodies.append(body)
         return script_keys, [keys.ENTRY_FIELD, _encode(specs), *bodies]
 
-    def save_new(self, writes: Sequence[RecordWrite]) -> None:
-        """DEL, HSET and EXPIRE each record (an id may be a reused `task_id`), one
-        pipelined round trip: the cluster's record write after `enqueue.lua`."""
-        if not writes:
-            return
-        pipe = self.client.pipeline(transaction=False)
-        for write in writes:
-            key = keys.record_key(self.prefix, write.task_id)
-            pipe.execute_command("DEL", key, keys.record_done_key(self.prefix, write.task_id))
-            self.queue_new(pipe, write)
-        pipe.execute()
+    def save_new(self, added: Sequence[tuple[RecordWrite, str]]) -> None:
+        """`record_new.lua` for each (record, stream id of its message's entry, or
+        "delayed"), one pipelined round trip: the cluster's record write after the XADD
+        or `enqueue.lua` (another slot), with the entry's stream id ('sid'). A record a
+        worker already wrote (running, finished) only gains the fields it lacks: it
+        never goes back to "queued"; one of an earlier dispatch of the id is replaced."""
+        calls = [([keys.record_key(self.prefix, write.task_id),
+                   keys.record_done_key(self.prefix, write.task_id)],
+                  [str(write.ttl_s), "" if stream_id == "delayed" else stream_id,
+                   *_flat(write.fields)]) for write, stream_id in added]
+        if len(calls) == 1:  # one dispatch: a plain EVALSHA, no pipeline to build
+            scripts.run(self.client, "record_new", *calls[0])
+        elif calls:
+            def build(pipe: Any) -> None:
+                for call in calls:
+                    scripts.queue(pipe, "record_new", *call)
+
+            scripts.execute_loading(self.client, build, NEW_SCRIPTS)
 
     def enqueue_args(self, write: RecordWrite) -> tuple[list[str], list[str]]:
         """The KEYS and ARGV `enqueue.lua` appends to write the record in its own step

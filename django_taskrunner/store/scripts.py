@@ -58,9 +58,17 @@ def queue(pipe: Any, name: str, keys: list[Any], args: list[Any]) -> None:
     `execute_loading()`, which loads the script and sends the batch again on NOSCRIPT.
     """
     if isinstance(pipe, ClusterPipeline):
-        pipe.execute_command("EVAL", compact_source(name), len(keys), *keys, *args)
+        pipe.execute_command("EVAL", compact_source(name), len(keys), *keys, *args,
+                             **_node_of(pipe, keys))
     else:
         pipe.execute_command("EVALSHA", _script(name).sha, len(keys), *keys, *args)
+
+
+def _node_of(pipe: ClusterPipeline, keys: list[Any]) -> dict[str, Any]:
+    """The node of the script's slot, named up front: without it redis-py (8.x) asks the
+    server which of an EVAL's arguments are keys (COMMAND GETKEYS), one more round trip
+    per script of the pipeline. A MOVED reply still sends it on to the new owner."""
+    return {"target_nodes": pipe.get_node_from_key(keys[0])} if keys else {}
 
 
 def execute_loading(client: Any, build: Callable[[Any], None], names: Sequence[str]) -> list[Any]:

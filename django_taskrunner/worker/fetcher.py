@@ -60,7 +60,7 @@ class Fetcher(threading.Thread):
                 turns.wait(0.05)  # an earlier queue (or one with turns left) reads first
                 continue
             generation = worker.generation()
-            count = min(room, worker.settings.batch_size)
+            count = min(room, worker.prefetch.size)
             block = None if worker.settings.burst else worker.settings.block_ms
             if len(self.streams) > 1:
                 found = self._read_levels(count, block, generation)

@@ -48,6 +48,7 @@ class WorkerSettings:
     stats_window: int
     result_ttl: int = 86400  # seconds a finished task's record is kept (0: none)
     async_concurrency: int = 100  # `async def` tasks awaited side by side on the event loop
+    prefetch_ms: int = 20  # work a read may grow to hold beyond `batch_size` (prefetch.py)
     # `runtasks -Q a -Q b[:weight]`: (queue, weight) in the order given, every weight 0 for
     # a strict order; None: the queues are read side by side (worker/turns.py).
     queue_order: tuple[tuple[str, int], ...] | None = None
@@ -128,5 +129,6 @@ def worker_settings(
         stats_window=first(given.get("stats_window"), settings.STATS_WINDOW),
         result_ttl=first(given.get("result_ttl"), settings.RESULT_TTL),
         async_concurrency=first(given.get("async_concurrency"), settings.ASYNC_CONCURRENCY),
+        prefetch_ms=first(given.get("prefetch_ms"), settings.PREFETCH_MS),
         queue_order=given.get("queue_order"),
     )

@@ -39,6 +39,7 @@ from django_taskrunner.worker.keepalive import Heartbeat
 from django_taskrunner.worker.monitor import Monitor
 from django_taskrunner.worker.outage import RedisStatus
 from django_taskrunner.worker.pool import Pool
+from django_taskrunner.worker.prefetch import Prefetch
 from django_taskrunner.worker.reclaim import Reclaimer, shortest_timeout
 from django_taskrunner.worker.running import Attempt, RunningSet
 from django_taskrunner.worker.settings import WorkerSettings
@@ -67,6 +68,9 @@ class Worker:
         self.pool = Pool(0, self._run_item)
         self._cond = threading.Condition()
         self.outstanding = 0  # fetched and not yet finished
+        # The read size. Weights share out reads, so weighted queues keep reads of one size.
+        weighted = any(weight for _queue, weight in settings.queue_order or ())
+        self.prefetch = Prefetch(settings.batch_size, 0 if weighted else settings.prefetch_ms)
         self.completed = 0  # finished so far; tells burst mode that work may have appeared
         self.promotions = 0  # burst mode: passes that moved due delayed tasks to the streams
         self.requeues = 0  # batches of retries the acker has put back on the streams
@@ -131,7 +135,7 @@ class Worker:
         """Messages held at most: what the pool and the event loop run now, plus one batch
         waiting. A coroutine awaited on the loop holds no thread, so it does not count
         against the pool; those waiting for an async slot do."""
-        return self.pool.size + self.coroutines.active + self.settings.batch_size
+        return self.pool.size + self.coroutines.active + self.prefetch.size
 
     def _room_changed(self) -> None:
         """A coroutine took an async slot: the limit grew, a fetcher may read again."""
@@ -155,12 +159,14 @@ class Worker:
         fetcher) carry one message. With room for a batch, only the running tasks are
         left, and they keep the threads busy while the read is in flight.
         """
-        return max(1, self.settings.batch_size)
+        return max(1, self.prefetch.size)
 
     def wait_for_room(self) -> int:
         with self._cond:
-            needed = min(self.low_water(), self.limit())
-            while self.limit() - self.outstanding < needed and not self.stopping.is_set():
+            self.prefetch.update(self.completed, clock.monotonic())
+            # Afresh on each wake: another fetcher may shrink the read (and the limit).
+            while (self.limit() - self.outstanding < min(self.low_water(), self.limit())
+                   and not self.stopping.is_set()):
                 self._cond.wait(0.5)
             return self.limit() - self.outstanding
 
@@ -186,7 +192,9 @@ class Worker:
         now = clock.monotonic()
         items = [Delivery(queue, stream_id, body, (runs or {}).get(stream_id), now)
                  for stream_id, body in entries]  # `queue`: the stream, a queue or a shard
+        nbytes = sum(len(body) for _stream_id, body in entries if body)
         with self._cond:
+            self.prefetch.read(len(items), nbytes)
             self.outstanding += len(items)
             self._held.update((queue, item.stream_id) for item in items)
             if self.stopping.is_set():

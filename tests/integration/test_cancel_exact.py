@@ -39,11 +39,10 @@ def subscribed(worker) -> None:
     wait_for(worker.cancels.subscribed.is_set)
 
 
-def needs_stream_ids() -> None:
-    """On a cluster a queued task's record does not know its stream entry (another
-    slot): its cancel frees the lock at once, as docs/records.md says."""
+def needs_one_server() -> None:
+    """The test kills a connection on its one server."""
     if get_broker().records.clustered:
-        pytest.skip("the records of queued tasks hold no stream id on a cluster")
+        pytest.skip("kills the connection on a single server")
 
 
 @pytest.fixture(autouse=True)
@@ -54,7 +53,6 @@ def _fresh_notes():
 
 
 def test_a_message_no_worker_fetched_is_deleted_with_its_lock_in_one_step(r, run_burst):
-    needs_stream_ids()
     broker = get_broker()
     broker.ensure_group("default")  # a worker read the queue before: the group exists
     first = tasks.unique_records.dispatch({"n": 1})
@@ -72,7 +70,6 @@ def test_a_message_no_worker_fetched_is_deleted_with_its_lock_in_one_step(r, run
 
 
 def test_a_fetched_message_keeps_its_lock_until_its_worker_skips_it(r):
-    needs_stream_ids()
     blocker = tasks.gated_report.dispatch({"k": "held"})
     buffered = tasks.unique_records.dispatch({"n": 7})
     broker = get_broker()
@@ -114,8 +111,8 @@ def test_a_message_a_dead_worker_fetched_is_skipped_by_the_worker_that_reclaims_
     assert cancel(message.id) is True
     assert time.monotonic() - began < 10
 
-    # the dead worker's entry still holds it (on a cluster it was freed at once)
-    assert bool(r.exists(message.lock_key)) is not get_broker().records.clustered
+    # the dead worker's entry still holds it
+    assert r.exists(message.lock_key)
     with worker_thread() as worker:
         wait_for(lambda: drained(broker))
         assert worker.executor.cancelled.get("default") is not None
@@ -138,8 +135,7 @@ def test_a_running_task_is_told_before_cancel_returns(r):
             began = time.perf_counter()
             assert cancel(message.id) is True
             took.append(time.perf_counter() - began)
-            # told before cancel() returned (on a cluster, once the record knows its entry)
-            assert attempt.cancel.is_set() or get_broker().records.clustered
+            assert attempt.cancel.is_set()  # told before cancel() returned
             wait_for(lambda: message.id in cancel_tasks.SEEN, step=0.001)  # noqa: B023
             seen.append(cancel_tasks.SEEN[message.id] - began)
             wait_for(lambda: lookup(message.id).status == "cancelled")  # noqa: B023
@@ -151,7 +147,6 @@ def test_a_running_task_is_told_before_cancel_returns(r):
 
 def test_a_cancel_waits_no_longer_than_its_answer_time_for_a_silent_holder(r, monkeypatch):
     """Its holder fetched it a moment ago and then died: no answer comes."""
-    needs_stream_ids()
     monkeypatch.setattr(core_records, "CANCEL_ANSWER_S", 0.2)
     message = tasks.unique_records.dispatch({"n": 4})
     broker = get_broker()
@@ -166,7 +161,6 @@ def test_the_wait_for_an_answer_stays_under_the_socket_timeout(
     r, monkeypatch, taskrunner_settings,
 ):
     """A client with a short socket timeout: the cancel took effect, and says so."""
-    needs_stream_ids()
     taskrunner_settings(SOCKET_TIMEOUT=0.5, BLOCK_MS=100)
     monkeypatch.setattr(core_records, "CANCEL_ANSWER_S", 30.0)
     message = tasks.unique_records.dispatch({"n": 5})
@@ -199,7 +193,7 @@ def test_the_listener_subscribes_again_after_its_connection_drops(r):
     channel = keys.cancel_channel(get_broker().prefix)
     with worker_thread(concurrency=1) as worker:
         subscribed(worker)
-        needs_stream_ids()  # and one server to kill the connection on
+        needs_one_server()
         assert r.pubsub_numsub(channel) == [(channel.encode(), 1)]
         r.client_kill_filter(_type="pubsub")
         wait_for(lambda: r.pubsub_numsub(channel) == [(channel.encode(), 1)]
@@ -232,7 +226,6 @@ def test_racing_cancels_never_start_a_cancelled_task_nor_a_unique_task_twice(r, 
     in the stream) draining 40 short unique tasks once the gate opens, while another
     thread cancels them in a random order: a message whose cancel() returned True never
     starts afterwards, and no unique key runs twice at once. Five rounds."""
-    needs_stream_ids()
     broker = get_broker()
     outcomes: list[str] = []
     entry_cancel = Records.cancel_entry

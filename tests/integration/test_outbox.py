@@ -380,3 +380,15 @@ def test_a_per_call_on_conflict_is_refused_through_the_outbox_before_anything_is
         with transaction.atomic():
             dispatch(unique_order, {"order": "o-1"}, transactional=True, on_conflict="return")
     assert not OutboxMessage.objects.exists()
+
+
+def test_a_queue_used_only_through_the_outbox_is_consumed_by_runtasks_by_default(r):
+    # the outbox's move announces the queue as a dispatch does: seen and used, so a
+    # runtasks without -Q reads it
+    from django_taskrunner.management.commands.runtasks import Command
+
+    with transaction.atomic():
+        dispatch_on_commit(noop, {"n": 1}, queue="outbox-only")
+    assert [message.queue for message in queued(r, get_broker().prefix, "outbox-only")] == [
+        "outbox-only"]
+    assert "outbox-only" in Command._default_queues("default", get_broker())

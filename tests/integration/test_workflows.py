@@ -230,3 +230,16 @@ def test_a_later_steps_expiry_counts_from_when_it_is_sent(r):
         record = wait_for(lambda: finished(handle.id))
     assert record.status == "succeeded"  # sent after 1.2 s, it had 1 s from then
     assert int(r.get(wf_key("callback-runs"))) == 1
+
+
+def test_the_first_stages_records_know_their_stream_entries(r):
+    # a lookup by id (the admin's task page) then reads the entry instead of searching
+    handle = group(wf_member.s({"name": "g1"}), wf_member.s({"name": "g2"}),
+                   then=wf_collect.s({"name": "then"})).dispatch()
+    prefix = get_broker().prefix
+    stream = keys.stream_key(prefix, "default")
+    for task_id in handle.task_ids[:2]:
+        sid = r.hget(keys.record_key(prefix, task_id), "sid")
+        [(entry_id, fields)] = r.xrange(stream, sid, sid)
+        assert json.loads(fields[keys.ENTRY_FIELD])["id"] == task_id
+    assert r.hget(keys.record_key(prefix, handle.task_ids[2]), "sid") is None  # not sent yet

@@ -124,7 +124,7 @@ NUMERIC_KEYS = [
     "STATS_WINDOW", "SHUTDOWN_TIMEOUT", "LONG_QUEUE_THRESHOLD", "LONG_QUEUE_COOLDOWN",
     "SOCKET_TIMEOUT", "CONNECT_TIMEOUT", "LEADER_LEASE", "TIME_LIMIT_GRACE",
     "DEAD_CONSUMER_TIMEOUT", "RESULT_TTL", "ASYNC_CONCURRENCY", "OUTBOX_WARN_AGE",
-    "FINISHED_LIST_SIZE", "QUEUE_FORGET_AFTER",
+    "FINISHED_LIST_SIZE", "QUEUE_FORGET_AFTER", "PREFETCH_MS",
 ]
 
 
@@ -147,6 +147,7 @@ def test_non_finite_numbers_are_refused(settings, key, value):
     {"MAX_WORKERS": 10**6}, {"BATCH_SIZE": 10**9}, {"SOCKET_TIMEOUT": 1e20},
     {"FINISHED_LIST_SIZE": 10**7}, {"FINISHED_LIST_SIZE": -1}, {"FINISHED_LIST_SIZE": 1.5},
     {"QUEUE_FORGET_AFTER": -1}, {"QUEUE_FORGET_AFTER": 1e12}, {"QUEUE_FORGET_AFTER": "1d"},
+    {"PREFETCH_MS": -1}, {"PREFETCH_MS": 60_001}, {"PREFETCH_MS": 2.5},
 ])
 def test_numbers_out_of_range_or_of_the_wrong_type_are_refused(value):
     [(key, number)] = value.items()

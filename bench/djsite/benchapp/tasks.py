@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from typing import Any
 
@@ -28,6 +29,16 @@ def orm(payload: Any) -> None:
 @task(name="bench.noop")
 def noop(payload: Any) -> None:
     """bench/handle_cost.py: the runner's own cost per task, nothing else."""
+
+
+# bench/prefetch.py runs its worker in its own process: runs counted in memory, by task.
+counted_runs: collections.Counter[int] = collections.Counter()
+
+
+@task(name="bench.counted")
+def counted(payload: Any) -> None:
+    """bench/prefetch.py: a no-op that counts its runs in this process (exactly once)."""
+    counted_runs[payload["i"]] += 1
 
 
 @task(name="bench.sized")

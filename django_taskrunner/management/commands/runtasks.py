@@ -14,7 +14,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_taskrunner.checks import MAX_BATCH, MAX_POOL, QUEUE_NAME
+from django_taskrunner.checks import MAX_BATCH, MAX_POOL, PREFETCH_MS_MAX, QUEUE_NAME
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
 from django_taskrunner.core.options import check_queue_name
@@ -102,6 +102,17 @@ pool_size = int_up_to(MAX_POOL)  # as MIN_WORKERS and MAX_WORKERS
 batch_size = int_up_to(MAX_BATCH)  # as BATCH_SIZE
 
 
+def prefetch_ms(value: str) -> int:
+    """argparse type: milliseconds from 0 to 60,000, the range of PREFETCH_MS."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if not 0 <= number <= PREFETCH_MS_MAX:
+        raise argparse.ArgumentTypeError(f"must be from 0 to {PREFETCH_MS_MAX}, not {number}")
+    return number
+
+
 def consumer_name(value: str) -> str:
     """argparse type: a consumer name of printable characters, at most 200."""
     if not value or len(value) > 200 or not value.isprintable() or " " in value:
@@ -178,6 +189,10 @@ class Command(BaseCommand):
                             help="address the metrics server binds (default: 127.0.0.1)")
         parser.add_argument("--batch-size", type=batch_size,
                             help="messages per read (default: TASKRUNNER['BATCH_SIZE'])")
+        parser.add_argument("--prefetch-ms", type=prefetch_ms,
+                            help="milliseconds of short tasks a read may grow to hold, up to "
+                                 "100 messages; 0: every read is --batch-size (default: "
+                                 "TASKRUNNER['PREFETCH_MS'])")
         parser.add_argument("--consumer-name", type=consumer_name,
                             help="name in the consumer group (default: host-pid-random)")
         parser.add_argument("--burst", action="store_true",
@@ -222,7 +237,8 @@ class Command(BaseCommand):
             return worker_settings(
                 queues, concurrency=options.get("concurrency"),
                 min_workers=options.get("min_workers"), max_workers=options.get("max_workers"),
-                batch_size=options.get("batch_size"), consumer=options.get("consumer_name"),
+                batch_size=options.get("batch_size"), prefetch_ms=options.get("prefetch_ms"),
+                consumer=options.get("consumer_name"),
                 burst=options.get("burst"), scheduler=not options.get("no_scheduler"),
                 queue_order=order,
             )

@@ -3,8 +3,8 @@
 -- admin's task page from a lock's holder id) reads the entry at once instead of
 -- searching the stream. One call carries a whole batch (`dispatch_many`): the script's
 -- own cost is paid once, not per message. A single server only: on a cluster the record
--- lives in the id's slot, not the queue's, and is written beside the XADD without its
--- stream id (store/records.py).
+-- lives in the id's slot, not the queue's, and follows the XADD in the next round trip,
+-- with its stream id (record_new.lua).
 --
 -- KEYS[2k-1], KEYS[2k]   message k's stream <prefix>:{<queue>}:stream, its record
 --                        <prefix>:record:{<id>}
