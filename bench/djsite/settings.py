@@ -35,6 +35,14 @@ TASKRUNNER = {"REDIS_URL": os.environ.get("BENCH_REDIS_URL"), "PREFIX": "bench",
               "ASYNC_CONCURRENCY": int(os.environ.get("BENCH_ASYNC_CONCURRENCY", "100"))}
 if os.environ.get("BENCH_BATCH_SIZE"):  # messages per read; the default is the app's
     TASKRUNNER["BATCH_SIZE"] = int(os.environ["BENCH_BATCH_SIZE"])
+# bench/queues_growth.py: the size of redis-py's connection pool (in the URL, as a user sets
+# it; unset: redis-py's default), and what a user sets to lower the idle cost
+if os.environ.get("BENCH_MAX_CONNECTIONS") and TASKRUNNER["REDIS_URL"]:
+    TASKRUNNER["REDIS_URL"] += f"?max_connections={int(os.environ['BENCH_MAX_CONNECTIONS'])}"
+if os.environ.get("BENCH_BLOCK_MS"):
+    TASKRUNNER["BLOCK_MS"] = int(os.environ["BENCH_BLOCK_MS"])
+if os.environ.get("BENCH_STATS_INTERVAL"):
+    TASKRUNNER["STATS_INTERVAL"] = float(os.environ["BENCH_STATS_INTERVAL"])
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
