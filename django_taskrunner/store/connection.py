@@ -119,6 +119,30 @@ def _build_client() -> Any:
     return client
 
 
+def make_room(client: Any, connections: int) -> None:
+    """Let `client`'s pools open `connections` connections at least: a worker holds one
+    per fetcher (a queue or shard) and per thread, past redis-py's default cap of 100
+    with many queues, and a full pool fails every command like a Redis outage. A cap
+    set in `REDIS_URL` (`?max_connections=`) or by a django-redis pool is kept: too small
+    for the worker, it is logged."""
+    pools = [client.connection_pool] if hasattr(client, "connection_pool") else [
+        node.redis_connection.connection_pool for node in client.get_nodes()
+        if node.redis_connection is not None]
+    if not pools or all(pool.max_connections >= connections for pool in pools):
+        return
+    url = get_settings().REDIS_URL
+    if not getattr(client, "_taskrunner_owned", False) or (
+            url and "max_connections" in parse_url(url)):
+        logger.warning("the Redis connection pool allows %d connections; this worker needs "
+                       "about %d (one per queue and thread): raise max_connections",
+                       min(pool.max_connections for pool in pools), connections)
+        return
+    for pool in pools:
+        pool.max_connections = max(pool.max_connections, connections)
+    if hasattr(client, "nodes_manager"):  # nodes found later (a failover) get it too
+        client.nodes_manager.connection_kwargs["max_connections"] = connections
+
+
 def get_redis() -> Any:
     """The process's Redis client (thread-safe; built on first use).
 

@@ -26,6 +26,12 @@ class PoolSizeConflict(ValueError):
     """The pool options contradict each other (runtasks reports it as a CommandError)."""
 
 
+# Redis connections a worker's own threads may hold at once, beside one per fetcher and
+# pool thread (acker, heartbeat, monitor, election, scheduler, cancels, event loop...),
+# with room to spare: what `store.connection.make_room` lets its pool open.
+OWN_CONNECTIONS = 16
+
+
 @dataclass(frozen=True)
 class WorkerSettings:
     """The settings of one worker process (see `conf.DEFAULTS` for what each one means)."""

@@ -1,11 +1,9 @@
 """The worker: fetchers read streams into a bounded buffer, a pool runs the tasks,
 an acker acks finished ones in batches. No argparse here; `runtasks` builds a Worker.
 
-Beside them: a heartbeat keeps every message the worker holds (running or buffered)
-reserved, the fetchers take over messages of dead workers into the same buffer first,
-and a watchdog enforces time limits (see heartbeat.py, reclaim.py, timelimit.py). A Redis
-outage stops none of them: each retries with capped backoff and the outage is logged
-once (outage.py).
+Beside them: a heartbeat keeps every message held (running or buffered) reserved, the
+fetchers take over dead workers' messages first, a watchdog enforces time limits
+(keepalive.py, reclaim.py, timelimit.py); a Redis outage stops none of them (outage.py).
 
 Shutdown (`request_stop()`, from SIGTERM/SIGINT): fetchers stop reading, running tasks
 get `shutdown_timeout` seconds to finish, and every message this worker holds but did
@@ -28,6 +26,7 @@ from django_taskrunner.scheduling.outbox_flush import flush_waiting
 from django_taskrunner.scheduling.scheduler import LeaderScheduler, promote_all_due, register_queues
 from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import Broker, Entry
+from django_taskrunner.store.connection import make_room
 from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.worker.acker import Acker
 from django_taskrunner.worker.async_runner import AsyncRunner
@@ -42,7 +41,7 @@ from django_taskrunner.worker.pool import Pool
 from django_taskrunner.worker.prefetch import Prefetch
 from django_taskrunner.worker.reclaim import Reclaimer, shortest_timeout
 from django_taskrunner.worker.running import Attempt, RunningSet
-from django_taskrunner.worker.settings import WorkerSettings
+from django_taskrunner.worker.settings import OWN_CONNECTIONS, WorkerSettings
 from django_taskrunner.worker.steps.record import requeued_write
 from django_taskrunner.worker.timelimit import TimeLimitWatchdog, interrupt
 from django_taskrunner.worker.turns import QueueTurns
@@ -153,12 +152,9 @@ class Worker:
             return list(self._held)
 
     def low_water(self) -> int:
-        """Room to wait for before the next read: a whole batch, so reads stay batched.
-
-        Reading as soon as one slot frees makes every read (and every wake-up of the
-        fetcher) carry one message. With room for a batch, only the running tasks are
-        left, and they keep the threads busy while the read is in flight.
-        """
+        """Room to wait for before the next read: a whole read, so reads stay batched
+        (reading as soon as one slot frees makes every read carry one message; with room
+        for a whole one, the running tasks keep the threads busy while it is in flight)."""
         return max(1, self.prefetch.size)
 
     def wait_for_room(self) -> int:
@@ -273,6 +269,8 @@ class Worker:
         self.heartbeat.start()
         self.cancels.start()
         self.watchdog.start()
+        needed = len(self.fetchers) + self.settings.max_workers + OWN_CONNECTIONS
+        make_room(self.broker.client, needed)
         for fetcher in self.fetchers:
             fetcher.start()
         if self.scheduling is not None:
