@@ -41,6 +41,19 @@ def test_cluster_nodes_select_redis_clusters_client(r):
     assert message.stream_id
 
 
+def test_a_workers_room_for_connections_reaches_every_master(r):
+    # each node has a pool of its own; a node found later (a failover) gets the cap too
+    from django_taskrunner.store.connection import make_room
+
+    client = get_redis()
+    dispatch("tests.testapp.tasks.noop", {"n": 1})  # the nodes' pools exist now
+    make_room(client, 500)
+    pools = [node.redis_connection.connection_pool for node in client.get_nodes()
+             if node.redis_connection is not None]
+    assert pools and all(pool.max_connections >= 500 for pool in pools)
+    assert client.nodes_manager.connection_kwargs["max_connections"] == 500
+
+
 def test_a_redis_url_naming_one_node_finds_the_whole_cluster(r, redis_cluster,
                                                               taskrunner_settings, run_burst):
     # Given only the URL of one replica (the last node), no CLUSTER_NODES
