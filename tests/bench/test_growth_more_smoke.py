@@ -8,33 +8,18 @@ unless each ran exactly once (the probes, the moved slice, the drained queue).
 from __future__ import annotations
 
 import importlib.util
-import os
-import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.bench_run import run_bench
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("psutil") is None,
                                 reason="psutil not installed")
 
 
 def run(script: str, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("DJANGO_", "TASKRUNNER_"))}
-    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / script), *args, "--smoke"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    try:
-        out, _ = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
-        pytest.fail(f"bench/{script} took over 240 s:\n{out}")
-    assert proc.returncode == 0, out
+    code, out, _ = run_bench(script, *args, "--smoke")
+    assert code == 0, out
     return out
 
 

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import signal
-import subprocess
-import sys
-from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.bench_run import run_bench
+
 URL = urlparse(os.environ.get("TASKRUNNER_TEST_DATABASE_URL")
                or "postgres://postgres@127.0.0.1:5432/tr_bench")
 HOST, PORT, USER = URL.hostname or "127.0.0.1", str(URL.port or 5432), URL.username or "postgres"
@@ -39,17 +36,8 @@ def postgres_down() -> str | None:
 
 
 def run(*args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "TASKRUNNER_"))}
-    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "growth.py"), *args, "--smoke"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    try:
-        out, _ = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
-        pytest.fail(f"bench/growth.py {args[0]} took over 240 s:\n{out}")
-    assert proc.returncode == 0, out
+    code, out, _ = run_bench("growth.py", *args, "--smoke")
+    assert code == 0, out
     return out
 
 

@@ -12,15 +12,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import signal
-import subprocess
-import sys
-from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.bench_run import run_bench
+
 NEEDED = ("celery", "rq", "dramatiq", "huey", "psutil", "psycopg")
 missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
 URL = urlparse(os.environ.get("TASKRUNNER_TEST_DATABASE_URL")
@@ -56,18 +53,9 @@ def test_every_system_inserts_every_row_exactly_once() -> None:
     down = postgres_down()
     if down:
         pytest.skip(down)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "TASKRUNNER_"))}
-    argv = [sys.executable, str(ROOT / "bench" / "orm.py"), "--smoke", "--pg-host", HOST,
-            "--pg-port", PORT, "--pg-user", USER, "--pg-name", NAME]
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    try:
-        out, _ = proc.communicate(timeout=600)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
-        pytest.fail(f"the smoke benchmark took over 600 s:\n{out}")
-    assert proc.returncode == 0, out
+    code, out, _ = run_bench("orm.py", "--smoke", "--pg-host", HOST, "--pg-port", PORT,
+                             "--pg-user", USER, "--pg-name", NAME, timeout=600)
+    assert code == 0, out
     assert "smoke: every system ran every task exactly once" in out
     for mode in ("`CONN_MAX_AGE` 600", "`CONN_MAX_AGE` unset"):
         assert mode in out, f"no table for {mode}"

@@ -7,15 +7,11 @@ of each library). Timing figures are printed, never asserted.
 from __future__ import annotations
 
 import importlib.util
-import os
-import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.bench_run import run_bench
+
 PEERS = ("celery", "rq", "dramatiq", "huey", "psutil")
 missing = [name for name in PEERS if importlib.util.find_spec(name) is None]
 
@@ -27,18 +23,8 @@ pytestmark = pytest.mark.skipif(
 
 def run_smoke() -> tuple[int, str]:
     """Run the smoke benchmark; on a timeout, SIGTERM lets it kill its workers first."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("DJANGO_", "TASKRUNNER_"))}
-    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "peers.py"), "--smoke"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    try:
-        out, _ = proc.communicate(timeout=100)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
-        pytest.fail(f"the smoke benchmark took over 100 s:\n{out}")
-    return proc.returncode, out
+    code, out, _ = run_bench("peers.py", "--smoke", timeout=100)
+    return code, out
 
 
 def test_every_system_runs_every_task_exactly_once() -> None:

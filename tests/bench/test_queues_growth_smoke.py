@@ -7,15 +7,10 @@ each drain ran exactly once.
 from __future__ import annotations
 
 import importlib.util
-import os
-import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.bench_run import run_bench
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("psutil") is None,
                                 reason="psutil not installed")
@@ -31,17 +26,8 @@ CONFIGS = {
 
 
 def run_smoke() -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "TASKRUNNER_"))}
-    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "queues_growth.py"), "--smoke"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    try:
-        out, err = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-        pytest.fail(f"bench/queues_growth.py took over 240 s:\n{err}")
-    assert proc.returncode == 0, err
+    code, out, err = run_bench("queues_growth.py", "--smoke", merge_stderr=False)
+    assert code == 0, err
     return out
 
 
