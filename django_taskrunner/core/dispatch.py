@@ -18,11 +18,12 @@ from django.db import transaction
 
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock, due, eager, outbox
-from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.core.message import TaskMessage, batch_bodies
 from django_taskrunner.core.prepare import (
     debounce_ms,
     new_message,
     new_message_id,
+    new_message_ids,
     prepare,
     resolve_queue,
     resolve_task,
@@ -207,14 +208,15 @@ def _dispatch_many_plain(
     """The common case, no locks: queue, expiry and dispatch time are worked out once,
     since the batch shares them, and the bodies go in one pipelined round trip."""
     first = new_message(task, None, queue=queue, expires=expires, priority=priority)
-    messages = [TaskMessage(id=new_message_id(), task_name=first.task_name, queue=first.queue,
+    messages = [TaskMessage(id=message_id, task_name=first.task_name, queue=first.queue,
                             payload=payload, dispatched_at_ms=first.dispatched_at_ms,
                             expires_at_ms=first.expires_at_ms,
                             reservation_timeout_ms=first.reservation_timeout_ms,
                             trace_context=first.trace_context,  # one span for the batch
                             priority=first.priority)
-                for payload in payloads]
-    bodies = [message.to_json() for message in messages]
+                for message_id, payload in zip(new_message_ids(len(payloads)), payloads,
+                                               strict=True)]
+    bodies = batch_bodies(messages)
     try:
         stream_ids = add_plain(get_broker(), task, messages, bodies)
     except REDIS_DOWN as exc:

@@ -14,7 +14,8 @@ that is not valid Unicode (a lone surrogate) is refused before it reaches Redis.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -85,6 +86,24 @@ class TaskMessage:
 
         Raises `InvalidTaskPayload` (naming the task) when the payload is not JSON.
         """
+        try:
+            text = wire.encode(self._wire_fields())
+        except RecursionError:
+            check_payload(self.payload, self.task_name)  # raises: it is nested too deep
+            raise
+        except (TypeError, ValueError) as exc:
+            check_payload(self.payload, self.task_name)  # a cycle: "contains itself"
+            raise InvalidTaskPayload(
+                f"payload of task {self.task_name!r} is not JSON-serialisable: {exc}",
+                task_name=self.task_name,
+            ) from exc
+        # The common message, ASCII, small and with few brackets, passes in C calls.
+        if (not text.isascii() or len(text) > MESSAGE_MAX_BYTES
+                or text.count("{") + text.count("[") > PAYLOAD_MAX_DEPTH):
+            self._check_text(text)
+        return text
+
+    def _wire_fields(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "v": WIRE_VERSION,
             "id": self.id,
@@ -111,19 +130,13 @@ class TaskMessage:
             data["wf"] = self.workflow
         if self.priority is not None:
             data["pr"] = self.priority
-        check_payload(self.payload, self.task_name)
-        try:
-            text = wire.encode(data)
-        except (TypeError, ValueError) as exc:
-            raise InvalidTaskPayload(
-                f"payload of task {self.task_name!r} is not JSON-serialisable: {exc}",
-                task_name=self.task_name,
-            ) from exc
-        self._check_size(text)
-        return text
+        return data
 
-    def _check_size(self, text: str) -> None:
-        """Refuse text that is not valid Unicode, or over MESSAGE_MAX_BYTES as UTF-8."""
+    def _check_text(self, text: str) -> None:
+        """Refuse a payload nested too deep (walked only when the text holds enough
+        brackets), text that is not valid Unicode, or over MESSAGE_MAX_BYTES as UTF-8."""
+        if wire.could_nest_past(text):
+            check_payload(self.payload, self.task_name)
         if text.isascii():  # constant time: CPython knows it of every string
             size = len(text)
         else:
@@ -186,7 +199,7 @@ class TaskMessage:
             priority=wire.number(data, "pr", task_name, 0, 9) if "pr" in data else None,
             stream_id=stream_id,
         )
-        if nested_too_deep(message.payload):
+        if wire.could_nest_past(raw) and nested_too_deep(message.payload):
             raise InvalidTaskPayload(
                 f"payload of task {task_name!r} is nested more than {PAYLOAD_MAX_DEPTH} "
                 f"levels deep", task_name=task_name)
@@ -216,3 +229,36 @@ def holder_parts(body: str, message: TaskMessage) -> tuple[str, str]:
     if not body.startswith(start) or message.dispatch_token is None or at < 0:
         raise ValueError("not the wire form of this message")
     return head, body[len(start):at] + body[at + len(token_field):]
+
+
+# Stand-ins for the id and payload while a batch's shared envelope is encoded.
+_ID_MARK, _PAYLOAD_MARK = "\x01id\x01", "\x01payload\x01"
+
+
+def batch_bodies(messages: Sequence[TaskMessage]) -> list[str]:
+    """The wire forms of messages alike but for their hex ids and payloads (one
+    `dispatch_many` batch): each the text `to_json` gives, with the same checks, but
+    the envelope is encoded once and per message only its payload, about half the
+    encoding work."""
+    envelope = replace(messages[0], id=_ID_MARK, payload=_PAYLOAD_MARK).to_json()
+    id_mark, payload_mark = wire.encode(_ID_MARK), wire.encode(_PAYLOAD_MARK)
+    if envelope.count(id_mark) != 1 or envelope.count(payload_mark) != 1:
+        return [message.to_json() for message in messages]  # a name holds a mark
+    head, rest = envelope.split(id_mark)
+    middle, tail = rest.split(payload_mark)
+    bodies = []
+    for message in messages:
+        if not message.id.isalnum():  # it would need escaping: the long way
+            bodies.append(message.to_json())
+            continue
+        try:
+            payload = wire.encode(message.payload)
+        except (TypeError, ValueError, RecursionError):
+            message.to_json()  # raises the error that names the task
+            raise
+        body = f'{head}"{message.id}"{middle}{payload}{tail}'
+        if (not body.isascii() or len(body) > MESSAGE_MAX_BYTES
+                or body.count("{") + body.count("[") > PAYLOAD_MAX_DEPTH):
+            message._check_text(body)
+        bodies.append(body)
+    return bodies

@@ -102,6 +102,11 @@ def result_ttl(task: Task) -> int:
     return int(get_settings().RESULT_TTL if own is None else own)
 
 
+def keeps_records(task: Task) -> bool:
+    """Whether dispatches of `task` write a record (asked once for a whole batch)."""
+    return result_ttl(task) > 0
+
+
 # One encoder for every value: `json.dumps` with options builds a new one per call.
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 

@@ -18,7 +18,7 @@ from django_taskrunner.core import clock
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.prepare import debounce_ms, level_of
-from django_taskrunner.core.records import dispatch_record
+from django_taskrunner.core.records import dispatch_record, keeps_records
 from django_taskrunner.core.unique import Claim
 from django_taskrunner.exceptions import RedisUnavailable, TaskAlreadyDispatched
 from django_taskrunner.store import keys, sharding
@@ -142,8 +142,9 @@ def add_plain(
     shards = sharding.spread(queue, len(bodies))
     if priority is not None:
         shards = [keys.level_name(shard, priority) for shard in shards]
-    records = [record for message, shard in zip(messages, shards, strict=True)
-               if (record := dispatch_record(message, task, shard)) is not None]
+    records = [dispatch_record(message, task, shard)
+               for message, shard in zip(messages, shards, strict=True)
+               ] if keeps_records(task) else []
     if sharding.shard_count(queue) == 1:
         return broker.add_many(shards[0], bodies, records)
     return broker.add_each(list(zip(shards, bodies, strict=True)), records)

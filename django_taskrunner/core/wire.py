@@ -74,6 +74,19 @@ def nested_too_deep(value: Any, limit: int = PAYLOAD_MAX_DEPTH) -> bool:
     return False
 
 
+def could_nest_past(text: bytes | str, limit: int = PAYLOAD_MAX_DEPTH) -> bool:
+    """False when JSON `text` holds too few brackets to nest more than `limit` levels.
+
+    Every level needs its own "[" or "{", so counting them (in C, strings included)
+    spares walking the decoded value on the hot paths; only a body that holds more
+    brackets than `limit` is walked (`nested_too_deep`).
+    """
+    if isinstance(text, str):
+        return text.count("[") + text.count("{") > limit
+    data = text if isinstance(text, bytes) else bytes(text)
+    return data.count(b"[") + data.count(b"{") > limit
+
+
 def load(raw: bytes | str) -> dict[str, Any]:
     """The JSON object of a body: size, UTF-8, syntax, nesting and Unicode checked."""
     if isinstance(raw, str):

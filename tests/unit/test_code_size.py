@@ -33,7 +33,6 @@ ALLOWED_FUNCTIONS: dict[tuple[str, str], tuple[int, str]] = {
     ("core/dispatch.py", "dispatch"): (52, "docstring of the main public entry point"),
     # The message's encoding: one line per optional wire field, one straight pass on the
     # hot path (a helper per group of fields would cost a call per dispatch).
-    ("core/message.py", "TaskMessage.to_json"): (41, "one line per wire field, hot path"),
 }
 
 

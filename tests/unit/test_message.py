@@ -256,3 +256,51 @@ def test_a_message_over_the_size_limit_is_refused_naming_the_task():
 def test_null_and_integral_values_of_optional_fields_decode_to_their_defaults(fields, expected):
     message = TaskMessage.from_json(wire(**fields))
     assert {name: getattr(message, name) for name in expected} == expected
+
+
+# -- a dispatch_many batch encodes its shared envelope once (core/message.py batch_bodies) --
+
+def batch(payloads, **shared):
+    from django_taskrunner.core.prepare import new_message_ids
+
+    name = shared.pop("task_name", "shop.tasks.send")
+    return [TaskMessage(id=message_id, task_name=name, queue="q", payload=payload,
+                        dispatched_at_ms=1_700_000_000_000, **shared)
+            for message_id, payload in zip(new_message_ids(len(payloads)), payloads,
+                                           strict=True)]
+
+
+@pytest.mark.parametrize("shared", [
+    {}, {"expires_at_ms": 1_700_000_100_000, "reservation_timeout_ms": 4000, "priority": 7,
+         "trace_context": "00-" + "a" * 32 + "-" + "b" * 16 + "-01"},
+    {"task_name": 'shop.tasks.\x01id\x01"'},  # a name holding a stand-in: the long way
+])
+def test_the_bodies_of_a_batch_are_exactly_what_each_message_encodes_alone(shared):
+    from django_taskrunner.core.message import batch_bodies
+
+    messages = batch([None, 1, "é ☃", {"n": [1, {"k": "\x01payload\x01"}]}, [[[]]]], **shared)
+    assert batch_bodies(messages) == [message.to_json() for message in messages]
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"when": b"bytes"}, "not JSON-serialisable"),
+    (json.loads("[" * 150 + "]" * 150), "nested more than"),
+    ("\udcff", "lone surrogate"),
+    ("x" * (4 * 1024 * 1024), "over the limit"),
+])
+def test_a_bad_payload_in_a_batch_raises_what_it_raises_alone(bad, match):
+    from django_taskrunner.core.message import batch_bodies
+
+    with pytest.raises(InvalidTaskPayload, match=match):
+        batch_bodies(batch([{"n": 1}, bad]))
+
+
+def test_a_payload_that_contains_itself_is_refused_in_a_batch_and_alone():
+    from django_taskrunner.core.message import batch_bodies
+
+    cycle: list = []
+    cycle.append(cycle)
+    with pytest.raises(InvalidTaskPayload, match="contains itself"):
+        batch_bodies(batch([cycle]))
+    with pytest.raises(InvalidTaskPayload, match="contains itself"):
+        batch([cycle])[0].to_json()
