@@ -15,7 +15,7 @@ from django_taskrunner import tracing
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
 from django_taskrunner.core import unique as locks
-from django_taskrunner.core.message import TaskMessage, check_payload
+from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.options import (
     DEFAULT_PRIORITY,
     TaskOptions,
@@ -121,7 +121,6 @@ def prepare(
     """
     message = new_message(task, payload, queue=queue, expires=expires, start_ms=start_ms,
                           task_id=task_id, priority=priority)
-    check_payload(payload, task.name)  # before a unique_key function walks the payload
     claim = locks.claim_for(task, message, get_settings().PREFIX, unique_key=unique_key,
                             unique_for=unique_for, unique_mode=unique_mode,
                             on_conflict=on_conflict)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from django_taskrunner.core import clock
-from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.core.message import TaskMessage, check_payload
 from django_taskrunner.core.options import UNIQUE_MODES, check_on_conflict, check_unique_for
 from django_taskrunner.core.unique_conflict import Conflict, conflict_for, reservation_for
 from django_taskrunner.core.unique_holder import (
@@ -180,6 +180,7 @@ def lock_spec(
                 f"dispatch of task {task.name!r} is not unique, so on_conflict="
                 f"{on_conflict!r} has no lock to meet; make it unique or leave it out")
         return None
+    check_payload(payload, task.name)  # before a key function walks the payload
     policy = check_on_conflict(on_conflict if on_conflict is not None else options.on_conflict,
                                task.name)
     mode = unique_mode if unique_mode is not None else options.unique_mode
