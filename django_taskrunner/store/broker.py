@@ -61,8 +61,9 @@ class Broker(StreamRecovery):
         """XADD one message; returns its stream id. With `record`, its task record is
         written with that stream id: in the same script on one server (`record_add.lua`),
         in the round trip after the XADD on a cluster (another slot: `Records.save_new`)."""
-        if record is None:
-            return text(self.client.xadd(self.stream(queue), {keys.ENTRY_FIELD: body}))
+        if record is None:  # execute_command, not xadd(): skips building its options
+            return text(self.client.execute_command("XADD", self.stream(queue), "*",
+                                                    keys.ENTRY_FIELD, body))
         if not self.records.clustered:
             return text(self.records.add(self.stream(queue), body, record))
         stream_id = text(self.client.xadd(self.stream(queue), {keys.ENTRY_FIELD: body}))
