@@ -11,7 +11,7 @@ final record of. Redis outage errors pass through unchanged.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django_taskrunner.conf import get_settings
 from django_taskrunner.store import keys, scripts
@@ -142,10 +142,9 @@ class _FinishedCursor:
         return f"{self.top}:{self.skip}" if self.top is not None else ""
 
 
-@dataclass(frozen=True)
-class _Index:
+class _Index(NamedTuple):
     """Where and when a final write lists its task: its queue, finish time, and the
-    oldest finish time its index keeps."""
+    oldest finish time its index keeps (a tuple: one is built per finished task)."""
 
     queue: str
     finished_ms: int
@@ -157,15 +156,27 @@ def finished_list_size() -> int:
     return int(get_settings().FINISHED_LIST_SIZE)
 
 
-def index_of(write: RecordWrite, keep: int) -> _Index | None:
-    """The index entry of a final write naming its queue ('q') and finish time ('f');
+def index_limits() -> tuple[int, int]:
+    """(ids each queue's finished index keeps, `RESULT_TTL` in seconds), read once for
+    a batch of writes (`index_of`)."""
+    settings = get_settings()
+    return int(settings.FINISHED_LIST_SIZE), int(settings.RESULT_TTL)
+
+
+def index_of(write: RecordWrite, keep: int, result_ttl_s: int) -> _Index | None:
+    """The index entry of a final write naming its queue ('q') and finish time ('f'),
+    kept as long as the longer of its record's TTL and `result_ttl_s` (`RESULT_TTL`);
     None for any other write, or with the index off."""
     if not write.final or keep <= 0:
         return None
-    fields = dict(write.fields)
-    queue, finished = fields.get("q"), fields.get("f")
+    queue = finished = None
+    for name, value in write.fields:
+        if name == "q":
+            queue = value
+        elif name == "f":
+            finished = value
     if not queue or finished is None or not finished.isdigit():
         return None
     finished_ms = int(finished)
-    kept_s = max(write.ttl_s, int(get_settings().RESULT_TTL))
+    kept_s = max(write.ttl_s, result_ttl_s)
     return _Index(queue, finished_ms, finished_ms - kept_s * 1000)

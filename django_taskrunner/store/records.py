@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_taskrunner.store import keys, scripts
-from django_taskrunner.store.finished import finished_list_size, index_of
+from django_taskrunner.store.finished import index_limits, index_of
 from django_taskrunner.store.subscription import WakeSubscription
 from django_taskrunner.store.values import text
 
@@ -197,7 +197,7 @@ class Records:
         statuses now held). A final write also lists its task in its queue's finished
         index (`keys.finished_key`): in the same script on one server, with
         `record_index.lua` right after it on a cluster."""
-        keep = finished_list_size()
+        keep, result_ttl_s = index_limits()
         size = 1 if self.clustered else WRITE_BATCH
         for start in range(0, len(writes), size):
             script_keys: list[str] = []
@@ -205,7 +205,7 @@ class Records:
             for write in writes[start:start + size]:
                 script_keys += [keys.record_key(self.prefix, write.task_id),
                                 keys.record_done_key(self.prefix, write.task_id)]
-                index = index_of(write, keep)
+                index = index_of(write, keep, result_ttl_s)
                 indexed = index is not None and not self.clustered
                 if indexed:
                     script_keys.append(keys.finished_key(self.prefix, index.queue))
@@ -215,15 +215,17 @@ class Records:
                               _flat(write.fields)])
             scripts.queue(pipe, "record_write", script_keys, [_encode(specs)])
             if self.clustered:
-                self._queue_index(pipe, writes[start], keep)
+                self._queue_index(pipe, writes[start], keep, result_ttl_s)
         for write in writes:
             if write.uncancel:
                 pipe.srem(keys.cancelled_key(self.prefix, write.uncancel),
                           write.cancel_member or write.task_id)
 
-    def _queue_index(self, pipe: Any, write: RecordWrite, keep: int) -> None:
+    def _queue_index(
+        self, pipe: Any, write: RecordWrite, keep: int, result_ttl_s: int,
+    ) -> None:
         """On a cluster: `record_index.lua` for a final write, right after its record's."""
-        index = index_of(write, keep)
+        index = index_of(write, keep, result_ttl_s)
         if index is not None:
             scripts.queue(pipe, "record_index", [keys.finished_key(self.prefix, index.queue)],
                           [write.task_id, str(index.finished_ms), str(keep),
