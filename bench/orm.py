@@ -450,8 +450,9 @@ def section(args: argparse.Namespace, results: Results, argv: list[str],
                         *[a for a in argv if a != "--no-write"]])
     out = [f"Run of {datetime.date.today().isoformat()}: `{command}` — {args.jobs} tasks per "
            f"drain, {args.reps} interleaved repetitions, {os.cpu_count()} CPUs (Redis and the "
-           "producers on CPU 0, the worker on CPU 1, PostgreSQL unpinned), a machine shared "
-           "with other test runs.", "", f"Versions: {versions(args)}.", ""]
+           "producers on CPU 0, the worker on CPU 1, PostgreSQL unpinned); the machine's "
+           f"load average over the last 15 minutes was {os.getloadavg()[2]:.1f} at the end.",
+           "", f"Versions: {versions(args)}.", ""]
     if skipped:
         out += [f"Not run: {'; '.join(skipped)}.", ""]
     for mode in results:
