@@ -24,6 +24,7 @@ from typing import Any
 
 from redis.exceptions import (
     ClusterDownError,
+    MaxConnectionsError,
     RedisError,
     SlotNotCoveredError,
     TryAgainError,
@@ -108,10 +109,20 @@ def _is_redis_py(module_globals: dict[str, Any]) -> bool:
     return name == "redis" or name.startswith("redis.")
 
 
+def outage_text(exc: BaseException) -> str:
+    """What an outage error means, for its log line and `RedisUnavailable`: a full
+    connection pool is this process's own limit (redis-py raises it as a connection
+    error, before any command is sent), not Redis being down."""
+    if isinstance(exc, MaxConnectionsError):
+        return ("the Redis connection pool is full (every one of its max_connections is "
+                "in use: raise ?max_connections= in REDIS_URL, or the pool's size)")
+    return "Redis is unreachable"
+
+
 def unavailable(what: str, exc: Exception, client: Any) -> RedisUnavailable:
     """The `RedisUnavailable` for `exc`, saying whether the write may have happened."""
     maybe = may_have_run(exc, client)
     outcome = ("it may have been queued: the connection failed after the command was sent"
                if maybe else "it was not queued: the command was never sent")
-    return RedisUnavailable(f"{what}: Redis is unreachable: {exc}; {outcome}",
+    return RedisUnavailable(f"{what}: {outage_text(exc)}: {exc}; {outcome}",
                             maybe_queued=maybe)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from django_taskrunner.core import clock
-from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.store.errors import REDIS_DOWN, outage_text
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +56,8 @@ class RedisStatus:
             if self._down_since is not None:
                 return
             self._down_since = clock.monotonic()
-        logger.error("Redis is unreachable (%s: %s) while %s; %s", type(error).__name__, error,
-                     doing, self.meanwhile)
+        logger.error("%s (%s: %s) while %s; %s", outage_text(error), type(error).__name__,
+                     error, doing, self.meanwhile)
 
     def succeeded(self) -> None:
         """A Redis call worked; the end of an outage is logged."""

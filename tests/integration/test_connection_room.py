@@ -8,9 +8,11 @@ import logging
 
 import pytest
 import redis
+from redis.exceptions import MaxConnectionsError
 
-from django_taskrunner import dispatch
+from django_taskrunner import RedisUnavailable, dispatch
 from django_taskrunner.store.connection import get_redis, make_room
+from django_taskrunner.worker.outage import RedisStatus
 from tests.testapp.tasks import runs_key
 from tests.worker_helpers import wait_for, worker_thread
 
@@ -37,3 +39,26 @@ def test_a_cap_set_in_the_url_is_kept_and_logged(redis_url, caplog, taskrunner_s
         make_room(client, 50)
     assert client.connection_pool.max_connections == 5
     assert "allows 5 connections; this worker needs about 50" in caplog.text
+
+
+def test_a_full_pool_is_named_as_such_not_as_redis_being_down(redis_url, taskrunner_settings):
+    url = f"{redis_url}{'&' if '?' in redis_url else '?'}max_connections=1"
+    taskrunner_settings(REDIS_URL=url)
+    held = get_redis().connection_pool.get_connection()
+    try:
+        with pytest.raises(RedisUnavailable) as raised:
+            dispatch("tests.testapp.tasks.noop", {"n": "full"})
+    finally:
+        get_redis().connection_pool.release(held)
+    assert "connection pool is full" in str(raised.value)
+    assert "max_connections" in str(raised.value)
+    assert raised.value.maybe_queued is False  # refused before anything was sent
+    dispatch("tests.testapp.tasks.noop", {"n": "room again"})  # and works once there is room
+
+
+def test_a_worker_logs_a_full_pool_as_such(caplog):
+    with caplog.at_level(logging.ERROR, logger="django_taskrunner.worker.outage"):
+        RedisStatus("its work waits").failed(MaxConnectionsError("Too many connections"),
+                                             "reading queue default")
+    assert "connection pool is full" in caplog.text
+    assert "Redis is unreachable" not in caplog.text
