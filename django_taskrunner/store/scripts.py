@@ -5,9 +5,10 @@ keys only, so it runs unchanged on Redis Cluster.
 
 On a cluster, redis-py's `Script` sends EVALSHA to the node owning the keys' slot and, on
 NOSCRIPT (a node that never saw it, such as a replica promoted by a failover), loads it
-on every master and tries again. A cluster *pipeline* refuses EVALSHA (it could not
-load a missing script half way through), so there the script text goes with the call
-(EVAL), without its comments: a few hundred bytes, and nothing to be missing.
+on every master and tries again. A cluster *pipeline* could not load a missing script
+half way through its nodes' parts (redis-py blocks its `evalsha()` method for that
+reason), so there the script text goes with the call (EVAL), without its comments: a few
+hundred bytes, and nothing to be missing.
 """
 
 from __future__ import annotations
