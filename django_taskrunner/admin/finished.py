@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django_taskrunner.admin.task_facts import duration, moment_text
+from django_taskrunner.admin.task_facts import dotted_name, duration, moment_text
 from django_taskrunner.core.records import records
 from django_taskrunner.store.finished import FinishedIndex, FinishedRow
 
@@ -37,6 +37,11 @@ class FinishedTask:
     @property
     def finished(self) -> str:
         return moment_text(self.finished_ms)
+
+    @property
+    def task_name_html(self) -> str:
+        """The task name, escaped, wrapping after its dots (see `dotted_name`)."""
+        return dotted_name(self.task_name)
 
     @property
     def duration(self) -> str:

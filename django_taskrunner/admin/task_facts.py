@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from django.utils import timezone
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
 
 from django_taskrunner.checks import QUEUE_NAME
 from django_taskrunner.core import unique as locks
@@ -88,6 +90,12 @@ def duration(ms: int | None) -> str:
     if minutes < 120:
         return f"{minutes} min {secs:02d} s"
     return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def dotted_name(name: str) -> SafeString:
+    """`name` escaped, with a line-break opportunity after each dot: a long dotted task
+    name in a narrow column wraps between its parts, not in the middle of a word."""
+    return mark_safe(escape(name).replace(".", ".<wbr>"))  # noqa: S308 - escaped first
 
 
 def stream_id_after(candidate: str, floor: str) -> bool:

@@ -189,3 +189,11 @@ def test_the_index_expires_with_its_longest_record_and_is_never_shortened():
     assert 7100 < broker.client.ttl(index) <= 7200
     finish("short-again", "succeeded", clock.now_ms(), ttl_s=30)
     assert broker.client.ttl(index) > 7100
+
+
+def test_a_task_name_wraps_after_its_dots_and_stays_escaped(root):
+    now = clock.now_ms()
+    finish("t-name", "succeeded", now, name="shop.tasks.<b>send_receipt</b>")
+    html = root.get(TASKS, {"queue": "default", "status": "finished"}).content.decode()
+    assert "shop.<wbr>tasks.<wbr>&lt;b&gt;send_receipt&lt;/b&gt;</a>" in html
+    assert "<b>send_receipt" not in html
