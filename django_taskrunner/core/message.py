@@ -40,6 +40,13 @@ def check_payload(payload: Any, task_name: str) -> None:
             f"deep (or contains itself)", task_name=task_name)
 
 
+def _plainly_valid(text: str) -> bool:
+    """ASCII, within MESSAGE_MAX_BYTES and with too few brackets to nest too deep: the
+    common message, which passes in a few C calls (anything else gets `_check_text`)."""
+    return (text.isascii() and len(text) <= MESSAGE_MAX_BYTES
+            and text.count("{") + text.count("[") <= PAYLOAD_MAX_DEPTH)
+
+
 @dataclass(slots=True)
 class TaskMessage:
     """One dispatched task: its id stays the same across retries."""
@@ -97,9 +104,7 @@ class TaskMessage:
                 f"payload of task {self.task_name!r} is not JSON-serialisable: {exc}",
                 task_name=self.task_name,
             ) from exc
-        # The common message, ASCII, small and with few brackets, passes in C calls.
-        if (not text.isascii() or len(text) > MESSAGE_MAX_BYTES
-                or text.count("{") + text.count("[") > PAYLOAD_MAX_DEPTH):
+        if not _plainly_valid(text):
             self._check_text(text)
         return text
 
@@ -257,8 +262,7 @@ def batch_bodies(messages: Sequence[TaskMessage]) -> list[str]:
             message.to_json()  # raises the error that names the task
             raise
         body = f'{head}"{message.id}"{middle}{payload}{tail}'
-        if (not body.isascii() or len(body) > MESSAGE_MAX_BYTES
-                or body.count("{") + body.count("[") > PAYLOAD_MAX_DEPTH):
+        if not _plainly_valid(body):
             message._check_text(body)
         bodies.append(body)
     return bodies
