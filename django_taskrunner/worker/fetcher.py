@@ -41,6 +41,8 @@ class Fetcher(threading.Thread):
         self._levels_at = 0.0
         # Burst mode: the worker's generation seen when a read found the stream empty.
         self.idle_at: tuple[int, int, int] | None = None
+        # Whether the last read got all it asked for (more may wait on the stream).
+        self.filled = False
 
     def run(self) -> None:
         worker, broker = self.worker, self.worker.broker
@@ -62,6 +64,11 @@ class Fetcher(threading.Thread):
             generation = worker.generation()
             count = min(room, worker.prefetch.size)
             block = None if worker.settings.burst else worker.settings.block_ms
+            if turns is not None and turns.strict and self.filled:
+                # Later queues wait for this one to run dry: after a full read, look
+                # without blocking, so that an empty stream lets them read at once
+                # instead of after BLOCK_MS.
+                block = None
             if len(self.streams) > 1:
                 found = self._read_levels(count, block, generation)
                 if turns is not None and found is not None:
@@ -76,6 +83,7 @@ class Fetcher(threading.Thread):
         read = self._with_retries(
             lambda: worker.broker.read_checked(self.queue, worker.consumer, count, block))
         entries = None if read is None else read[0]
+        self.filled = bool(entries) and len(entries) >= count
         if read is not None:  # the ids cancelled on this stream, as of this read
             worker.executor.cancelled[self.queue] = read[1]
             if turns is not None:
@@ -134,12 +142,15 @@ class Fetcher(threading.Thread):
                 read_any = True
                 count -= len(read[0])
                 worker.accept(stream, read[0])
+        self.filled = read_any and count <= 0
         if read_any:
             self.idle_at = None
             return True
         if worker.settings.burst:
             self.idle_at = generation
             worker.wait_for_change(0.05)
+            return False
+        if block is None:  # asked not to block (see run): every level is empty now
             return False
         many = self._with_retries(
             lambda: broker.read_checked_many(self.streams, worker.consumer, 1, block))
