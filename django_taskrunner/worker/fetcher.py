@@ -72,7 +72,7 @@ class Fetcher(threading.Thread):
             if len(self.streams) > 1:
                 found = self._read_levels(count, block, generation)
                 if turns is not None and found is not None:
-                    turns.read(self.queue_name, self.queue, found)
+                    turns.read(self.queue_name, self.queue, found, drained=not self.filled)
                 continue
             self._read_stream(count, block, generation)
 
@@ -87,7 +87,7 @@ class Fetcher(threading.Thread):
         if read is not None:  # the ids cancelled on this stream, as of this read
             worker.executor.cancelled[self.queue] = read[1]
             if turns is not None:
-                turns.read(self.queue_name, self.queue, bool(entries))
+                turns.read(self.queue_name, self.queue, bool(entries), drained=not self.filled)
         if entries:
             self.idle_at = None
             worker.accept(self.queue, entries)

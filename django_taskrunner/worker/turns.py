@@ -3,7 +3,8 @@
 Without it every queue's fetcher reads side by side, as they always did. With an order:
 
 - strict (no weights): a queue is read only while every queue named before it had
-  nothing to read at its fetchers' last reads; `a` before `b`, as Sidekiq's `-q a -q b`;
+  nothing more to read at its fetchers' last reads (they found nothing, or less than
+  they asked for); `a` before `b`, as Sidekiq's `-q a -q b`;
 - weighted: a weighted round robin of reads (batches): each queue has as many reads
   per round as its weight; a round starts over when every queue with work left has used
   its reads. A queue with nothing to read gives its turn away.
@@ -50,12 +51,14 @@ class QueueTurns:
                 return True
             return False
 
-    def read(self, queue: str, fetcher: str, found: bool) -> None:
-        """A fetcher of `queue` read: it found messages (a turn used) or none."""
+    def read(self, queue: str, fetcher: str, found: bool, drained: bool = False) -> None:
+        """A fetcher of `queue` read: it found messages (a turn used) or none. `drained`:
+        it got fewer than it asked for, so the stream is empty now, and in a strict order
+        the queues after it may read at once."""
         with self._cond:
             if queue not in self.weights:
                 return
-            self._idle[queue][fetcher] = not found
+            self._idle[queue][fetcher] = not found or (self.strict and drained)
             if found and not self.strict:
                 self.credits[queue] -= 1
             self._cond.notify_all()
