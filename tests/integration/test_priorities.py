@@ -178,17 +178,19 @@ def test_queues_given_in_order_are_read_strictly_in_that_order(r):
 
 
 @pytest.mark.parametrize("priority", [None, 7])  # one stream, or a level's stream too
+@pytest.mark.parametrize("earlier", [4, 5])  # its last read full, or short of its count
 def test_a_later_strict_queue_is_read_once_the_earlier_one_runs_dry_not_a_block_later(
-        r, priority):
+        r, priority, earlier):
     # BLOCK_MS 3 s: before, the read that found "a" empty blocked that long before "b"
     # could be read; now the read after a full one does not block (all 8 run in well
     # under a second; the 2 s wait is the margin for a loaded machine).
     dispatch_many(step, [{"n": f"b-{n}"} for n in range(4)], queue="b")
-    dispatch_many(step, [{"n": f"a-{n}"} for n in range(4)], queue="a", priority=priority)
-    with worker_thread(("a", "b"), concurrency=1, batch_size=2, block_ms=3000,
-                       queue_order=(("a", 0), ("b", 0))):
-        wait_for(lambda: len(started) == 8, timeout=2)
-    assert started == [f"a-{n}" for n in range(4)] + [f"b-{n}" for n in range(4)]
+    dispatch_many(step, [{"n": f"a-{n}"} for n in range(earlier)], queue="a",
+                  priority=priority)
+    with worker_thread(("a", "b"), concurrency=1, batch_size=2, prefetch_ms=0,
+                       block_ms=3000, queue_order=(("a", 0), ("b", 0))):
+        wait_for(lambda: len(started) == earlier + 4, timeout=2)
+    assert started == [f"a-{n}" for n in range(earlier)] + [f"b-{n}" for n in range(4)]
 
 
 def test_weighted_queues_are_read_in_a_weighted_round_robin(r):
