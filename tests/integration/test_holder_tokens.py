@@ -38,8 +38,9 @@ def runs_started(r) -> int:
 
 
 def ran_in(r, run: int) -> int:
-    """The pid of the worker that started run number `run`."""
-    return int(r.hget(runs_key(), f"gated_report:report:{run}"))
+    """The pid of the worker that started run number `run`. The task writes it just after
+    counting the run (two commands): wait for it, rather than read between the two."""
+    return int(wait_for(lambda: r.hget(runs_key(), f"gated_report:report:{run}"), 15))
 
 
 def open_gate(r, run: int) -> None:
