@@ -236,8 +236,10 @@ def holder_parts(body: str, message: TaskMessage) -> tuple[str, str]:
     return head, body[len(start):at] + body[at + len(token_field):]
 
 
-# Stand-ins for the id and payload while a batch's shared envelope is encoded.
+# Stand-ins for the id and payload while a batch's shared envelope is encoded, and
+# their JSON (what is split out of the envelope).
 _ID_MARK, _PAYLOAD_MARK = "\x01id\x01", "\x01payload\x01"
+_ID_JSON, _PAYLOAD_JSON = wire.encode(_ID_MARK), wire.encode(_PAYLOAD_MARK)
 
 
 def batch_bodies(messages: Sequence[TaskMessage]) -> list[str]:
@@ -246,11 +248,10 @@ def batch_bodies(messages: Sequence[TaskMessage]) -> list[str]:
     the envelope is encoded once and per message only its payload, about half the
     encoding work."""
     envelope = replace(messages[0], id=_ID_MARK, payload=_PAYLOAD_MARK).to_json()
-    id_mark, payload_mark = wire.encode(_ID_MARK), wire.encode(_PAYLOAD_MARK)
-    if envelope.count(id_mark) != 1 or envelope.count(payload_mark) != 1:
+    if envelope.count(_ID_JSON) != 1 or envelope.count(_PAYLOAD_JSON) != 1:
         return [message.to_json() for message in messages]  # a name holds a mark
-    head, rest = envelope.split(id_mark)
-    middle, tail = rest.split(payload_mark)
+    head, rest = envelope.split(_ID_JSON)
+    middle, tail = rest.split(_PAYLOAD_JSON)
     bodies = []
     for message in messages:
         if not message.id.isalnum():  # it would need escaping: the long way

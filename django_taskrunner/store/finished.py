@@ -88,9 +88,9 @@ class FinishedIndex:
         """`record_index.lua`: list a task no worker will write the final record of (a
         queued message a cancel deleted) in its queue's finished index, as a final write
         does (nothing with the index off)."""
-        keep = finished_list_size()
+        keep, result_ttl_s = index_limits()
         if keep > 0:
-            kept_s = max(ttl_s, int(get_settings().RESULT_TTL))
+            kept_s = max(ttl_s, result_ttl_s)
             scripts.run(self.client, "record_index", [keys.finished_key(self.prefix, queue)],
                         [task_id, str(finished_ms), str(keep),
                          str(finished_ms - kept_s * 1000), str(ttl_s)])
@@ -151,14 +151,9 @@ class _Index(NamedTuple):
     cutoff_ms: int
 
 
-def finished_list_size() -> int:
-    """Ids each queue's finished index keeps (`FINISHED_LIST_SIZE`; 0: no index)."""
-    return int(get_settings().FINISHED_LIST_SIZE)
-
-
 def index_limits() -> tuple[int, int]:
-    """(ids each queue's finished index keeps, `RESULT_TTL` in seconds), read once for
-    a batch of writes (`index_of`)."""
+    """(ids each queue's finished index keeps, `FINISHED_LIST_SIZE`, 0: no index; and
+    `RESULT_TTL` in seconds), read once for a batch of writes (`index_of`)."""
     settings = get_settings()
     return int(settings.FINISHED_LIST_SIZE), int(settings.RESULT_TTL)
 
