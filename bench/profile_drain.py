@@ -4,7 +4,9 @@
 
 Queues N tasks with `dispatch_many`, runs the worker under `py-spy record` (pinned like
 peers.py), stops it once the N-th task ran, and prints the functions with the most
-samples: self (the function itself) and total (with what it calls).
+samples: self (the function itself) and total (with what it calls). With `--steady`,
+py-spy attaches to the worker once a tenth of the tasks ran and leaves before the last
+tenth, so start-up and the drain's tail are not in the samples.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import collections
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -49,12 +52,28 @@ def summarize(path: Path, top: int) -> str:
     return "\n".join(lines)
 
 
+def _attach_when_steady(ctx: measure.Context, spy_args: list[str], worker_argv: list[str],
+                        url: str) -> subprocess.Popen[bytes]:
+    """Start the worker, attach py-spy once a tenth of the tasks ran, and detach it (stop
+    sampling) before the last tenth; returns the worker (py-spy has written its file)."""
+    worker = procs.spawn(worker_argv, cpu=procs.WORKER_CPU, env=procs.child_env(url))
+    measure.wait_for_count(ctx.client, ctx.jobs // 10, time.monotonic() + 600, 0.005)
+    spy = procs.spawn([*spy_args, "--pid", str(worker.pid)], cpu=procs.LOAD_CPU,
+                      env=procs.child_env(url))
+    measure.wait_for_count(ctx.client, ctx.jobs * 9 // 10, time.monotonic() + 600, 0.005)
+    spy.send_signal(signal.SIGINT)
+    spy.wait(60)
+    return worker
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=50_000)
     parser.add_argument("--concurrency", default="1")
     parser.add_argument("--rate", default="1000", help="py-spy samples per second")
     parser.add_argument("--gil", action="store_true", help="only samples holding the GIL")
+    parser.add_argument("--steady", action="store_true",
+                        help="sample only the steady drain (a tenth in to a tenth before the end)")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--out", help="keep py-spy's collapsed stacks in this file")
     args = parser.parse_args(argv)
@@ -67,17 +86,23 @@ def main(argv: list[str]) -> int:
     stacks = Path(args.out or Path(workdir) / "stacks.txt")
     try:
         measure.produce(ctx, "taskrunner", "many", args.jobs)
-        gil = ["--gil"] if args.gil else []
-        spy = procs.spawn(["py-spy", "record", *gil, "-r", args.rate, "-f", "raw", "-o",
-                           str(stacks), "--", *procs.python(*TASKRUNNER_WORKER, "--concurrency",
-                                                            args.concurrency)],
-                          cpu=procs.WORKER_CPU, env=procs.child_env(url))
+        spy_args = ["py-spy", "record", *(["--gil"] if args.gil else []), "-r", args.rate,
+                    "-f", "raw", "-o", str(stacks)]
+        worker_argv = procs.python(*TASKRUNNER_WORKER, "--concurrency", args.concurrency)
         started = time.monotonic()
+        if args.steady:
+            worker = _attach_when_steady(ctx, spy_args, worker_argv, url)
+        else:
+            spy = procs.spawn([*spy_args, "--", *worker_argv], cpu=procs.WORKER_CPU,
+                              env=procs.child_env(url))
         measure.wait_for_count(ctx.client, args.jobs, time.monotonic() + 600, 0.01)
         print(f"drained {args.jobs} in {time.monotonic() - started:.1f}s (with start-up)")
-        for child in psutil.Process(spy.pid).children():
-            child.send_signal(signal.SIGTERM)
-        spy.wait(60)
+        if args.steady:
+            procs.kill(worker)
+        else:
+            for child in psutil.Process(spy.pid).children():
+                child.send_signal(signal.SIGTERM)
+            spy.wait(60)
         print(summarize(stacks, args.top))
     finally:
         procs.kill(redis_proc)
