@@ -2,17 +2,18 @@
 
     taskset -c 0,1 python bench/records.py               # 20,000 no-op tasks, 3 reps
     python bench/records.py --jobs 5000 --reps 1          # a quick look
+    python bench/records.py --concurrency 8               # runtasks' default pool
 
 Each repetition drains the same number of no-op tasks (`dispatch_many`, then
-`runtasks --concurrency 1` pinned to its own CPU, Redis and the producer on the other,
-as peers.py) three times, side by side: with records (`RESULT_TTL` = 1 day, the default,
-and the finished index of the admin's Tasks page, `FINISHED_LIST_SIZE` 10,000), with
-records but no index (`FINISHED_LIST_SIZE = 0`), and without records (`RESULT_TTL = 0`:
-nothing is written at all). It prints the drain rate and the worker's CPU per task of
-each, their median over the repetitions and the cost of records in drain rate (target:
-at most 15%). Then it dispatches and runs 1,000 tasks that return a small dict and reads
-`MEMORY USAGE` of their finished records and of the queue's finished index: bytes per
-record in Redis, with its index entry.
+`runtasks --concurrency 1`, or `--concurrency N`, pinned to its own CPU, Redis and the
+producer on the other, as peers.py) three times, side by side: with records
+(`RESULT_TTL` = 1 day, the default, and the finished index of the admin's Tasks page,
+`FINISHED_LIST_SIZE` 10,000), with records but no index (`FINISHED_LIST_SIZE = 0`), and
+without records (`RESULT_TTL = 0`: nothing is written at all). It prints the drain rate
+and the worker's CPU per task of each, their median over the repetitions and the cost of
+records in drain rate (target: at most 15%). Then it dispatches and runs 1,000 tasks
+that return a small dict and reads `MEMORY USAGE` of their finished records and of the
+queue's finished index: bytes per record in Redis, with its index entry.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ TARGET = 0.15
 MODES = {"on": ("86400", "10000"), "no index": ("86400", "0"), "off": ("0", "0")}
 
 
-def one_drain(ctx: measure.Context, mode: str) -> dict[str, float]:
+def one_drain(ctx: measure.Context, mode: str, concurrency: int) -> dict[str, float]:
     """Queue `ctx.jobs` no-op tasks and drain them with one pinned worker."""
     ctx.client.flushall()
     ttl, size = MODES[mode]
@@ -44,7 +45,7 @@ def one_drain(ctx: measure.Context, mode: str) -> dict[str, float]:
     os.environ["BENCH_RESULT_TTL"] = ttl  # the producer dispatches with it too
     os.environ["BENCH_FINISHED_LIST_SIZE"] = size
     measure.produce(ctx, "taskrunner", "many", ctx.jobs)
-    worker = procs.spawn(procs.python(*TASKRUNNER_WORKER, "--concurrency", "1"),
+    worker = procs.spawn(procs.python(*TASKRUNNER_WORKER, "--concurrency", str(concurrency)),
                          cpu=procs.WORKER_CPU, env=env)
     try:
         figures, _cut = measure.drain(ctx, worker)
@@ -85,6 +86,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=1,
+                        help="the worker's pool threads (runtasks' default is 8)")
     args = parser.parse_args(argv)
     procs.pin_self(procs.LOAD_CPU)
     workdir = tempfile.mkdtemp(prefix="bench-records-")
@@ -97,7 +100,7 @@ def main(argv: list[str]) -> int:
         for rep in range(args.reps):
             order = list(MODES)[rep % len(MODES):] + list(MODES)[:rep % len(MODES)]
             for mode in order:  # each mode first in turn
-                figures = one_drain(ctx, mode)
+                figures = one_drain(ctx, mode, args.concurrency)
                 rows[mode].append(figures)
                 print(f"rep {rep + 1} records {mode:>8}: {figures['drain']:8,.0f} tasks/s  "
                       f"worker {figures['worker_cpu']:5.0f} us/task  "
@@ -119,7 +122,7 @@ def report(args: argparse.Namespace, rows: dict[str, list[dict[str, float]]], me
                       for k in ("drain", "worker_cpu", "redis_cpu")}
                for mode, runs in rows.items()}
     print()
-    print(f"{args.jobs:,} no-op tasks, --concurrency 1, median of {args.reps}")
+    print(f"{args.jobs:,} no-op tasks, --concurrency {args.concurrency}, median of {args.reps}")
     print("| records | drain (tasks/s) | worker CPU (us/task) | Redis CPU (us/task) |")
     print("|---|---:|---:|---:|")
     names = {"on": "on, with the finished index (RESULT_TTL 86400, FINISHED_LIST_SIZE 10000)",
