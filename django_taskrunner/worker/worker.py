@@ -26,6 +26,7 @@ from django_taskrunner.scheduling.outbox_flush import flush_waiting
 from django_taskrunner.scheduling.scheduler import LeaderScheduler, promote_all_due, register_queues
 from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import Broker, Entry
+from django_taskrunner.store.clients import connection_name, name_connections
 from django_taskrunner.store.connection import make_room
 from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.worker.acker import Acker
@@ -33,7 +34,7 @@ from django_taskrunner.worker.async_runner import AsyncRunner
 from django_taskrunner.worker.cancels import CancelListener
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
-from django_taskrunner.worker.fetcher import Fetcher
+from django_taskrunner.worker.fetcher import Fetcher, stop_fetchers
 from django_taskrunner.worker.keepalive import Heartbeat
 from django_taskrunner.worker.monitor import Monitor
 from django_taskrunner.worker.outage import RedisStatus
@@ -261,6 +262,7 @@ class Worker:
         """Run until stopped; returns the process exit code."""
         logger.info("worker %s started: queues=%s concurrency=%d batch=%d", self.consumer,
                     ",".join(self.queues), self.settings.concurrency, self.settings.batch_size)
+        name_connections(self.broker.client, connection_name(self.consumer))  # before threads
         self.acker.start()
         self.coroutines.start()
         self.pool.resize(self.settings.concurrency)
@@ -320,8 +322,8 @@ class Worker:
         self._log_stopping(self.settings.shutdown_timeout)
         if self.scheduling is not None:
             self.scheduling.stop()  # resigns the lease: another worker takes over at once
-        for fetcher in self.fetchers:
-            fetcher.join(self.settings.block_ms / 1000 + 1)
+        stop_fetchers(self.fetchers, self.broker.client, connection_name(self.consumer),
+                      self.settings.block_ms)
         remaining = max(0.0, self.settings.shutdown_timeout - (clock.monotonic() - started))
         finished = self._wait_for_pool(remaining)
         unfinished = self.pool.drain_inbox() + (self.pool.running_items() if not finished else [])

@@ -128,3 +128,23 @@ def test_a_second_signal_ends_the_wait_and_says_so(caplog, r):
     # The abandoned task's thread ends inside this test: later it would write into the
     # keys of whatever test runs then (its record() reads the prefix when it runs).
     wait_for(lambda: r.hget(runs_key(), "sleeper:slow") is not None, timeout=15)
+
+
+def test_a_stop_wakes_the_blocked_reads_instead_of_waiting_out_block_ms(r, spawn_worker):
+    # Given an idle worker whose fetcher has just begun a 9-second blocking read
+    worker = spawn_worker("--queue", "default", TASKRUNNER_TEST_SETTINGS=(
+        '{"BLOCK_MS": 9000, "SOCKET_TIMEOUT": 30}'))
+    wait_until_started(worker)
+    wait_for(lambda: [entry for entry in r.client_list(_type="normal")
+                      if entry.get("name", "").startswith("taskrunner:")
+                      and "b" in entry.get("flags", "") and entry.get("cmd") == "xreadgroup"])
+
+    # When it gets SIGTERM
+    started = time.monotonic()
+    worker.send_signal(signal.SIGTERM)
+    output = worker.communicate(timeout=60)[0].decode()
+
+    # Then it exits at once: its read is woken (CLIENT UNBLOCK), not waited out (about
+    # 9 s from here, before the stop woke it; an idle stop takes well under a second)
+    assert worker.returncode == 0, output
+    assert time.monotonic() - started < 6, output
