@@ -180,11 +180,12 @@ UNBLOCK_EVERY_S = 0.1
 def stop_fetchers(fetchers: list[Fetcher], client: Any, name: str, block_ms: int) -> None:
     """Wait for the fetchers to end (the worker is stopping), waking their blocked reads
     (`store/clients.py`) instead of waiting up to `BLOCK_MS` for each; where that is not
-    possible (a cluster, a server that refuses it), within `BLOCK_MS` and a second."""
+    possible (a server that refuses it), within `BLOCK_MS` and a second."""
     deadline = clock.monotonic() + block_ms / 1000 + 1
     alive = [fetcher for fetcher in fetchers if fetcher.is_alive()]
+    waking = True
     while alive and clock.monotonic() < deadline:
-        unblock_reads(client, name)
+        waking = waking and unblock_reads(client, name) is not None  # once refused: joins
         for fetcher in alive:
             fetcher.join(max(0.0, min(UNBLOCK_EVERY_S, deadline - clock.monotonic())))
         alive = [fetcher for fetcher in alive if fetcher.is_alive()]

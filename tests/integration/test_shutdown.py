@@ -135,9 +135,7 @@ def test_a_stop_wakes_the_blocked_reads_instead_of_waiting_out_block_ms(r, spawn
     worker = spawn_worker("--queue", "default", TASKRUNNER_TEST_SETTINGS=(
         '{"BLOCK_MS": 9000, "SOCKET_TIMEOUT": 30}'))
     wait_until_started(worker)
-    wait_for(lambda: [entry for entry in r.client_list(_type="normal")
-                      if entry.get("name", "").startswith("taskrunner:")
-                      and "b" in entry.get("flags", "") and entry.get("cmd") == "xreadgroup"])
+    wait_for(lambda: blocked_reads(r))
 
     # When it gets SIGTERM
     started = time.monotonic()
@@ -148,3 +146,13 @@ def test_a_stop_wakes_the_blocked_reads_instead_of_waiting_out_block_ms(r, spawn
     # 9 s from here, before the stop woke it; an idle stop takes well under a second)
     assert worker.returncode == 0, output
     assert time.monotonic() - started < 6, output
+
+
+def blocked_reads(r) -> list[dict]:
+    """The named connections of workers blocked in XREADGROUP, on every server (each
+    node of a cluster)."""
+    servers = [r] if hasattr(r, "connection_pool") else [
+        node.redis_connection for node in r.get_nodes() if node.redis_connection is not None]
+    return [entry for server in servers for entry in server.client_list(_type="normal")
+            if entry.get("name", "").startswith("taskrunner:")
+            and "b" in entry.get("flags", "") and entry.get("cmd") == "xreadgroup"]
