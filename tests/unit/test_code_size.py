@@ -31,8 +31,6 @@ ALLOWED_FUNCTIONS: dict[tuple[str, str], tuple[int, str]] = {
     # 19 lines of code under a 33-line docstring: the Args/Raises reference of the main
     # entry point, which the style asks for on the public API and no page should lose.
     ("core/dispatch.py", "dispatch"): (52, "docstring of the main public entry point"),
-    # The message's encoding: one line per optional wire field, one straight pass on the
-    # hot path (a helper per group of fields would cost a call per dispatch).
 }
 
 
