@@ -20,6 +20,7 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
+from django_taskrunner.store.connection import server_clients
 from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.store.values import text
 
@@ -34,20 +35,12 @@ def connection_name(consumer: str) -> str:
     return "taskrunner:" + _NOT_IN_NAME.sub("_", consumer)
 
 
-def _servers(client: Any) -> list[Any]:
-    """A client per server: the client itself, or a cluster's client of each node."""
-    if hasattr(client, "connection_pool"):
-        return [client]
-    return [node.redis_connection for node in client.get_nodes()
-            if node.redis_connection is not None]
-
-
 def name_connections(client: Any, name: str) -> bool:
     """Name every connection `client` makes from now on, and drop those it made so far so
     that none stays unnamed; call it before the worker's threads use the client. False
     (and nothing changed) when the server refuses `CLIENT SETNAME`, or cannot be reached
     (a worker starts during an outage all the same)."""
-    servers = _servers(client)
+    servers = server_clients(client)
     try:
         for server in servers:  # each server takes the name: every connection may ask
             server.client_setname(name)
@@ -75,7 +68,7 @@ def unblock_reads(client: Any, name: str) -> int | None:
     woken. None when they could not be looked for (the connections are not named, the
     server refuses, or it cannot be reached): the reads then end on their own, and
     asking again would only wait for the server."""
-    servers = _servers(client)
+    servers = server_clients(client)
     if not servers or any(server.connection_pool.connection_kwargs.get("client_name") != name
                           for server in servers):
         return None

@@ -119,15 +119,22 @@ def _build_client() -> Any:
     return client
 
 
+def server_clients(client: Any) -> list[Any]:
+    """A client per server: `client` itself, or a cluster client's client of each node
+    (each with its own connection pool)."""
+    if hasattr(client, "connection_pool"):
+        return [client]
+    return [node.redis_connection for node in client.get_nodes()
+            if node.redis_connection is not None]
+
+
 def make_room(client: Any, connections: int) -> None:
     """Let `client`'s pools open `connections` connections at least: a worker holds one
     per fetcher (a queue or shard) and per thread, past redis-py's default cap of 100
     with many queues, and a full pool fails every command like a Redis outage. A cap
     set in `REDIS_URL` (`?max_connections=`) or by a django-redis pool is kept: too small
     for the worker, it is logged."""
-    pools = [client.connection_pool] if hasattr(client, "connection_pool") else [
-        node.redis_connection.connection_pool for node in client.get_nodes()
-        if node.redis_connection is not None]
+    pools = [server.connection_pool for server in server_clients(client)]
     if not pools or all(pool.max_connections >= connections for pool in pools):
         return
     url = get_settings().REDIS_URL

@@ -71,4 +71,3 @@ def test_a_server_that_refuses_client_setname_leaves_the_connections_unnamed(
     finally:
         client.close()
         r.acl_deluser(user)
-

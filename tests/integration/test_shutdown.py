@@ -9,6 +9,7 @@ import time
 import pytest
 
 from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store.connection import server_clients
 from tests.testapp.tasks import marked_sleeper, noop, runs_key, sleeper
 from tests.worker_helpers import wait_for, worker_thread
 
@@ -151,8 +152,6 @@ def test_a_stop_wakes_the_blocked_reads_instead_of_waiting_out_block_ms(r, spawn
 def blocked_reads(r) -> list[dict]:
     """The named connections of workers blocked in XREADGROUP, on every server (each
     node of a cluster)."""
-    servers = [r] if hasattr(r, "connection_pool") else [
-        node.redis_connection for node in r.get_nodes() if node.redis_connection is not None]
-    return [entry for server in servers for entry in server.client_list(_type="normal")
+    return [entry for server in server_clients(r) for entry in server.client_list(_type="normal")
             if entry.get("name", "").startswith("taskrunner:")
             and "b" in entry.get("flags", "") and entry.get("cmd") == "xreadgroup"]
