@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib import measure, procs, report  # noqa: E402
-from benchlib.systems import BY_KEY, SYSTEMS, missing_packages, version  # noqa: E402
+from benchlib.systems import BY_KEY, SYSTEMS, System, missing_packages, version  # noqa: E402
 
 DOCS = procs.ROOT / "docs" / "benchmarks.md"
 
@@ -49,6 +49,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="small N, one repetition, assert every task ran exactly once")
     parser.add_argument("--drain-only", action="store_true",
                         help="skip the latency phases (a quicker look while profiling)")
+    parser.add_argument("--against", metavar="CHECKOUT",
+                        help="also run the chosen django-taskrunner systems from CHECKOUT "
+                             "(its package and its bench/), in the same rounds, beside the "
+                             "same bare-loop repetitions: a before/after comparison")
     parser.add_argument("--no-write", action="store_true", help="do not update the docs")
     parser.add_argument("--save", metavar="FILE", help="also save the raw figures as JSON")
     parser.add_argument("--load", metavar="FILE",
@@ -57,6 +61,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.smoke:
         args.jobs, args.reps, args.latency_jobs, args.idle_jobs = 300, 1, 50, 5
         args.no_write, args.drain_budget = True, None
+    if args.against:
+        if not (Path(args.against) / "bench" / "benchlib").is_dir():
+            parser.error(f"--against {args.against}: not a checkout with a bench/benchlib")
+        args.against = str(Path(args.against).resolve())
+        args.no_write = True  # a comparison, not the table of record
     return args
 
 
@@ -73,7 +82,11 @@ def run(args: argparse.Namespace, workdir: str) -> report.Results:
     try:
         for rep in range(1, args.reps + 1):
             blocks = [("raw", lambda: measure.raw_block(ctx))]
-            blocks += [(s.key, lambda s=s: measure.worker_block(ctx, s)) for s in chosen]
+            for system in chosen:
+                blocks.append((system.key, lambda s=system: measure.worker_block(ctx, s)))
+                if args.against and system.producer == "taskrunner":
+                    blocks.append((report.against_key(system.key),
+                                   lambda s=system: against_block(ctx, s, args.against)))
             for key, block in blocks:
                 started = time.monotonic()
                 figures = block()
@@ -87,19 +100,31 @@ def run(args: argparse.Namespace, workdir: str) -> report.Results:
     return results
 
 
+def against_block(ctx: measure.Context, system: System, checkout: str) -> dict[str, float]:
+    """`system`'s block with `checkout`'s package and bench/ in its children."""
+    os.environ["BENCH_AGAINST"] = checkout
+    try:
+        return measure.worker_block(ctx, system)
+    finally:
+        del os.environ["BENCH_AGAINST"]
+
+
 def versions() -> str:
     redis_version = subprocess.run([procs.redis_binary(), "--version"], capture_output=True,
                                    text=True).stdout.split()
     server = next((w.split("=")[1] for w in redis_version if w.startswith("v=")), "?")
-    checkout = os.environ.get("BENCH_CHECKOUT") or str(procs.ROOT)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=checkout,
-                            capture_output=True, text=True).stdout.strip() or "?"
+    commit = commit_of(os.environ.get("BENCH_CHECKOUT") or str(procs.ROOT))
     names = ["django-taskrunner", "Django", "redis", "hiredis", "celery", "kombu", "rq",
              "dramatiq", "huey"]
     parts = [f"Python {platform.python_version()}", f"redis-server {server}"]
     parts += [f"{name} {version(name)}" + (f" ({commit})" if name == "django-taskrunner" else "")
               for name in names]
     return ", ".join(parts)
+
+
+def commit_of(checkout: str) -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=checkout,
+                          capture_output=True, text=True).stdout.strip() or "?"
 
 
 def shown_args(argv: list[str]) -> list[str]:
@@ -131,6 +156,10 @@ def section(args: argparse.Namespace, results: report.Results, argv: list[str]) 
         "and latency: lower is better.", "",
         report.table(results), "", "Targets of the performance issue, from the same run:", "",
         report.targets(results), "",
+        *([f"Against `{args.against}` ({commit_of(args.against)}): this checkout's figure "
+           "÷ that one's, repetition by repetition (both ran in the same rounds), and each "
+           "÷ the same round's bare loop (medians):",
+           "", report.against(results), ""] if args.against else []),
     ])
 
 

@@ -77,13 +77,22 @@ def child_env(redis_url: str, **extra: str) -> dict[str, str]:
     """The environment of every child: this checkout first on the path, then bench/.
 
     BENCH_CHECKOUT names another checkout whose django_taskrunner to measure instead
-    (a before/after comparison with the same benchmark code).
+    (a before/after comparison with the same benchmark code). BENCH_AGAINST names one
+    whose django_taskrunner and bench/ (its Django site and producer) the children use,
+    for a checkout whose package layout this bench/ does not know (`peers.py --against`).
     """
     env = dict(os.environ)
-    paths = [os.environ.get("BENCH_CHECKOUT") or str(ROOT), str(BENCH_DIR)]
+    package = os.environ.get("BENCH_AGAINST") or os.environ.get("BENCH_CHECKOUT") or str(ROOT)
+    paths = [package, str(bench_dir())]
     env.update(BENCH_REDIS_URL=redis_url, DJANGO_SETTINGS_MODULE="djsite.settings",
                PYTHONPATH=os.pathsep.join(paths), PYTHONUNBUFFERED="1", **extra)
     return env
+
+
+def bench_dir() -> Path:
+    """The bench/ folder the children run from: BENCH_AGAINST's, else this one."""
+    against = os.environ.get("BENCH_AGAINST")
+    return Path(against) / "bench" if against else BENCH_DIR
 
 
 def spawn(argv: Sequence[str], *, cpu: int, env: dict[str, str],
@@ -95,7 +104,7 @@ def spawn(argv: Sequence[str], *, cpu: int, env: dict[str, str],
         if can_pin():
             os.sched_setaffinity(0, {cpu})
 
-    return subprocess.Popen(list(argv), cwd=BENCH_DIR, env=env, stdout=stdout,
+    return subprocess.Popen(list(argv), cwd=bench_dir(), env=env, stdout=stdout,
                             stderr=subprocess.STDOUT if stdout is not None else None,
                             start_new_session=True, preexec_fn=pin)
 

@@ -48,8 +48,25 @@ def fmt(value: float, unit: str) -> str:
     return f"{value:.2f}"
 
 
+AGAINST = "@against"  # suffix of a system's key when run from `peers.py --against`'s checkout
+
+
+def against_key(system: str) -> str:
+    return system + AGAINST
+
+
 def label(system: str, metric: str) -> str:
-    return RAW_LABELS[metric] if system == "raw" else BY_KEY[system].label
+    if system == "raw":
+        return RAW_LABELS[metric]
+    if system.endswith(AGAINST):
+        return BY_KEY[system.removesuffix(AGAINST)].label + " (--against checkout)"
+    return BY_KEY[system].label
+
+
+def shown_systems(results: Results) -> list[str]:
+    """The keys of the table's rows in order: raw, then each system (and its --against run)."""
+    return ["raw", *(key for system in BY_KEY for key in (system, against_key(system))
+                     if key in results)]
 
 
 def best_peer(results: Results, metric: Metric) -> float | None:
@@ -65,7 +82,7 @@ def rows(results: Results, metric: Metric) -> list[list[str]]:
     limit = median(limit_values) if limit_values else None
     peer = best_peer(results, metric)
     out = []
-    for system in ["raw", *BY_KEY]:
+    for system in shown_systems(results):
         values = results.get(system, {}).get(metric.key)
         if not values:
             continue
@@ -153,3 +170,47 @@ def targets(results: Results) -> str:
         verdict = "n/a" if met is None else ("met" if met else "**missed**")
         lines.append(f"| {name} | {shown} | {goal} | {verdict} |")
     return "\n".join(lines)
+
+
+# What `against` compares: the figure, whether a higher one is better, and whether the
+# bare loop's figure is its yardstick (the dispatch ratios are already ÷ raw XADD).
+COMPARED = [("drain", True, True), ("worker_cpu", False, True), ("redis_cpu", False, True),
+            ("dispatch_vs_raw", True, False), ("dispatch_many_vs_raw", True, False)]
+EVEN = 0.02  # a median ratio within 2% of 1 is shown as even
+
+
+def against(results: Results) -> str:
+    """This checkout's figures ÷ the --against checkout's, repetition by repetition (the
+    two ran in the same round, so one round's load falls on both), for each system run
+    from both; each figure also ÷ the same round's bare loop, the issue's yardstick."""
+    lines = ["| system | figure | this ÷ bare | that ÷ bare | this ÷ that, by repetition | "
+             "median | better here |", "|---|---|---:|---:|---|---:|---|"]
+    bare = results.get("bare", {})
+    for system in BY_KEY:
+        ours, theirs = results.get(system, {}), results.get(against_key(system), {})
+        for metric, higher_is_better, by_bare_too in COMPARED:
+            if not ours.get(metric) or not theirs.get(metric):
+                continue
+            pairs = _per_rep(ours[metric], theirs[metric])
+            if not pairs:
+                continue
+            by_bare = ["", ""]
+            if by_bare_too and _per_rep(ours[metric], bare.get(metric, [])):
+                by_bare = [f"{median(_per_rep(side[metric], bare[metric])):.2f}"
+                           for side in (ours, theirs)]
+            mid = median(pairs)
+            lines.append(f"| {BY_KEY[system].label} | {metric} | {by_bare[0]} | {by_bare[1]} | "
+                         + " / ".join(f"{r:.2f}" for r in pairs)
+                         + f" | {mid:.2f} | {_verdict(mid, higher_is_better)} |")
+    return "\n".join(lines)
+
+
+def _per_rep(values: list[float], others: list[float]) -> list[float]:
+    """values[i] ÷ others[i] for each repetition both have (and a nonzero divisor)."""
+    return [a / b for a, b in zip(values, others, strict=False) if b]
+
+
+def _verdict(ratio: float, higher_is_better: bool) -> str:
+    if abs(ratio - 1) <= EVEN:
+        return "even"
+    return "yes" if (ratio > 1) == higher_is_better else "no"

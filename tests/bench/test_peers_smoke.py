@@ -7,6 +7,7 @@ of each library). Timing figures are printed, never asserted.
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 
@@ -33,3 +34,17 @@ def test_every_system_runs_every_task_exactly_once() -> None:
     assert "smoke: every system ran every task exactly once" in out
     for label in ("django-taskrunner -c1", "Celery", "RQ", "Dramatiq", "Huey", "bare"):
         assert label in out, f"{label} missing from the table"
+
+
+def test_against_another_checkout_runs_both_in_the_same_rounds() -> None:
+    """`--against` (here this very checkout): its runs appear as rows of their own and in
+    the table of ratios, each figure divided by the other run's of the same round."""
+    root = str(Path(__file__).resolve().parents[2])
+    code, out, _ = run_bench("peers.py", "--smoke", "--systems", "bare,taskrunner",
+                             "--against", root, timeout=100)
+    assert code == 0, out
+    assert "django-taskrunner -c1 (--against checkout)" in out
+    rows = [line for line in out.splitlines()
+            if line.startswith("| django-taskrunner -c1 | drain |")]
+    assert len(rows) == 1, out
+    assert float(rows[0].split("|")[6]) > 0  # the median of this ÷ that
