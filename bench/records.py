@@ -133,9 +133,13 @@ def report(args: argparse.Namespace, rows: dict[str, list[dict[str, float]]], me
               f"{figures['redis_cpu']:.0f} |")
     for mode in ("on", "no index"):
         cost = 1 - medians[mode]["drain"] / medians["off"]["drain"]
+        paired = [1 - r["drain"] / off["drain"] for r, off in zip(rows[mode], rows["off"],
+                                                                   strict=True)]
         verdict = "met" if cost <= TARGET else "MISSED"
         print(f"records {mode}: cost {100 * cost:.1f}% of the drain rate "
-              f"(target <= {100 * TARGET:.0f}%: {verdict})")
+              f"(target <= {100 * TARGET:.0f}%: {verdict}); rep by rep (÷ the same rep's "
+              f"off) {' / '.join(f'{100 * c:.1f}' for c in paired)}%, median "
+              f"{100 * statistics.median(paired):.1f}%")
     print(f"Redis memory per finished record: {mean:.0f} bytes on average, {largest} at most "
           f"(MEMORY USAGE of 1,000 records of a task returning a small dict), plus "
           f"{per_id:.0f} bytes per id in the finished index: {mean + per_id:.0f} in all")
