@@ -154,7 +154,8 @@ def section(args: argparse.Namespace, results: report.Results, argv: list[str]) 
         "batches) and divides the two times, so a load swing hits both. `÷ best peer` "
         "divides by the best of Celery, RQ, Dramatiq and Huey. Rates: higher is better; CPU "
         "and latency: lower is better.", "",
-        report.table(results), "", "Targets of the performance issue, from the same run:", "",
+        report.table(results), "",
+        "Targets of the performance issue (its second round), from the same run:", "",
         report.targets(results), "",
         *([f"Against `{args.against}` ({commit_of(args.against)}): this checkout's figure "
            "÷ that one's, repetition by repetition (both ran in the same rounds), and each "
