@@ -38,8 +38,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=3, help="interleaved repetitions (default 3)")
     parser.add_argument("--latency-jobs", type=int, default=1000,
                         help="tasks offered at 500/s for the latency figures (default 1000)")
-    parser.add_argument("--idle-jobs", type=int, default=40,
-                        help="tasks, one every 50 ms, for the idle latency (default 40)")
+    parser.add_argument("--idle-jobs", type=int, default=200,
+                        help="tasks, one every 50 ms, for the idle latency (default 200: "
+                             "with fewer, the p99 is the slowest one or two)")
     parser.add_argument("--drain-budget", type=float, default=12.0,
                         help="seconds of steady drain measured at most; a slower system is "
                              "measured on the tasks it ran by then (default 12)")
