@@ -1,0 +1,173 @@
+"""What one plain `dispatch()` costs the process that calls it, and where that goes.
+
+    taskset -c 0,1 python bench/dispatch_cost.py           # --calls 10000 --rounds 3
+    python bench/dispatch_cost.py --smoke                   # a few calls: figures only
+
+Starts a private redis-server on the same CPU as this process (as peers.py places Redis
+and the producers). Two parts, with task records on (the default) and off:
+
+- *against the server*: per call, wall time and this process's CPU (user + system) of
+  `dispatch()`, of the very `EVALSHA` (or `XADD`) it sends, sent bare by the same client
+  (what redis-py and the round trip cost), and of a raw `XADD`; with the server's own
+  time per call (`INFO commandstats`);
+- *Python only*: the same steps timed with the client's `execute_command` answering at
+  once, best of 5: the whole `dispatch()`, and its parts (the message, its JSON, the
+  record's first write and its script arguments, `Broker.add`, `scripts.run`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+import timeit
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from benchlib import procs  # noqa: E402
+
+
+def cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def per_call(fn: Callable[[], Any], calls: int) -> tuple[float, float]:
+    """Wall and CPU µs per call of `fn`, over `calls` calls."""
+    cpu, wall = cpu_s(), time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (1e6 * (time.perf_counter() - wall) / calls, 1e6 * (cpu_s() - cpu) / calls)
+
+
+def sent_by(client: Any, send: Callable[[], Any]) -> tuple[Any, ...]:
+    """The arguments of the one command `send()` makes `client` send."""
+    seen: list[tuple[Any, ...]] = []
+    real = client.execute_command
+
+    def spy(*args: Any, **options: Any) -> Any:
+        seen.append(args)
+        return real(*args, **options)
+
+    client.execute_command = spy
+    try:
+        send()
+    finally:
+        del client.execute_command
+    return seen[-1]
+
+
+def against_server(job: Any, client: Any, calls: int, rounds: int) -> None:
+    command = sent_by(client, lambda: job.dispatch({}))
+    for round_no in range(1, rounds + 1):
+        client.flushall()
+        client.config_resetstat()
+        dispatch = per_call(lambda: job.dispatch({}), calls)
+        queued = sum(int(client.xlen(key)) for key in client.scan_iter("bench:*:stream"))
+        if queued != calls:
+            raise SystemExit(f"{calls} dispatches queued {queued} messages")
+        stats = client.info("commandstats")
+        server_us = stats.get(f"cmdstat_{str(command[0]).lower()}", {}).get("usec_per_call")
+        bare = per_call(lambda: client.execute_command(*command), calls)
+        xadd = per_call(lambda: client.execute_command(
+            "XADD", "bench:raw", "*", "m", "x" * 200), calls)
+        print(f"  round {round_no}: dispatch {dispatch[0]:6.1f} µs wall {dispatch[1]:6.1f} µs "
+              f"CPU | its {command[0]} sent bare {bare[0]:6.1f} / {bare[1]:6.1f} | raw XADD "
+              f"{xadd[0]:6.1f} / {xadd[1]:6.1f} | server {server_us} µs per {command[0]}",
+              flush=True)
+
+
+def best_us(fn: Callable[[], Any], number: int) -> float:
+    return min(timeit.repeat(fn, number=number, repeat=5)) / number * 1e6
+
+
+def python_only(job: Any, client: Any, number: int) -> None:
+    from django_taskrunner.core import records
+    from django_taskrunner.core.prepare import prepare
+    from django_taskrunner.core.sending import get_broker
+    from django_taskrunner.store import scripts
+
+    broker = get_broker()
+    message, _claim = prepare(job, {})
+    body = message.to_json()
+    record = records.dispatch_record(message, job, message.queue)
+    client.execute_command = lambda *args, **options: [b"1-0"]
+    try:
+        parts: list[tuple[str, Callable[[], Any]]] = [
+            ("dispatch()", lambda: job.dispatch({})),
+            ("prepare (the message, checked)", lambda: prepare(job, {})),
+            ("TaskMessage.to_json", message.to_json),
+            ("Broker.add, no record", lambda: broker.add(message.queue, body, None)),
+        ]
+        if record is not None:
+            add_args = broker.records._add_args([(broker.stream(message.queue), body, record)])
+            parts += [
+                ("dispatch_record (its fields)",
+                 lambda: records.dispatch_record(message, job, message.queue)),
+                ("record_add.lua's arguments",
+                 lambda: broker.records._add_args([(broker.stream(message.queue), body,
+                                                     record)])),
+                ("scripts.run", lambda: scripts.run(client, "record_add", *add_args)),
+                ("Broker.add with the record", lambda: broker.add(message.queue, body, record)),
+            ]
+        for label, fn in parts:
+            print(f"  {label:34s} {best_us(fn, number):6.2f} µs", flush=True)
+    finally:
+        del client.execute_command
+
+
+def measure(args: argparse.Namespace, records_on: bool) -> None:
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from djsite.benchapp.tasks import job
+
+    from django_taskrunner.conf import reset
+    from django_taskrunner.store.connection import get_redis
+
+    settings.TASKRUNNER["RESULT_TTL"] = 86400 if records_on else 0
+    reset()  # read the settings again: records on or off from here
+    client = get_redis()
+    print(f"records {'on' if records_on else 'off'}, against the server "
+          f"({args.calls:,} calls a round):")
+    against_server(job, client, args.calls, args.rounds)
+    print(f"records {'on' if records_on else 'off'}, Python only (the client answering at "
+          "once; best of 5):")
+    python_only(job, client, args.number)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--number", type=int, default=20_000,
+                        help="calls per timing of the Python-only part")
+    parser.add_argument("--smoke", action="store_true")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.calls, args.rounds, args.number = 200, 1, 200
+    procs.pin_self(procs.LOAD_CPU)
+    workdir = tempfile.mkdtemp(prefix="bench-dispatch-")
+    redis_proc, url = procs.start_redis(workdir)
+    os.environ.update(BENCH_REDIS_URL=url, DJANGO_SETTINGS_MODULE="djsite.settings",
+                      BENCH_DB=str(Path(workdir) / "bench.sqlite3"))
+    try:
+        for records_on in (True, False):
+            measure(args, records_on)
+    finally:
+        procs.kill(redis_proc)
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
