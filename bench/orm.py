@@ -49,6 +49,8 @@ from benchlib.systems import TASKRUNNER_WORKER  # noqa: E402
 DOCS = procs.ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- orm:begin -->", "<!-- orm:end -->"
 TABLE = "benchapp_benchrow"
+TASKS_DB_SITE = "djsite.tasksdb_settings"  # the site with django-tasks-db's app and TASKS
+TASKS_DB_TABLE = "django_tasks_database_dbtaskresult"  # its queue, emptied between drains
 CONN_MODES = ("600", "")  # CONN_MAX_AGE: 600 s, and unset
 
 
@@ -94,10 +96,11 @@ SYSTEMS = [
               env={"BENCH_CELERY_DB_REUSE_MAX": "1000"}, package="celery", peer=True),
     OrmSystem("rq", "RQ (SimpleWorker)", "rq", ("-m", "benchlib.peer_apps.rq_tasks"),
               package="rq", peer=True),
+    # django-tasks' database backend: its queue is a table of the same database.
+    OrmSystem("tasksdb", "django-tasks-db (db_worker)", "tasksdb",
+              ("-m", "django", "db_worker"), env={"DJANGO_SETTINGS_MODULE": TASKS_DB_SITE},
+              package="django-tasks-db", peer=True),
 ]
-# django-tasks' database backend (its queue is the database, `manage.py db_worker`): run
-# when the package is installed is not written yet; the run says it was left out.
-TASKS_DB = "django-tasks-db"
 BY_KEY = {s.key: s for s in SYSTEMS}
 METRICS = [("drain", "drain (tasks/s)", True), ("worker_cpu", "worker CPU (µs/task)", False),
            ("pg_cpu", "PostgreSQL CPU (µs/task)", False),
@@ -180,10 +183,13 @@ def child_env(args: argparse.Namespace, url: str, mode: str, system: OrmSystem |
     return env
 
 
-def migrate(args: argparse.Namespace, url: str) -> None:
+def migrate(args: argparse.Namespace, url: str, chosen: list[OrmSystem]) -> None:
+    """The benchmark's tables, and django-tasks-db's when it runs (its site is a superset)."""
+    env = child_env(args, url, "")
+    if any(system.key == "tasksdb" for system in chosen):
+        env["DJANGO_SETTINGS_MODULE"] = TASKS_DB_SITE
     out = subprocess.run(procs.python("-m", "django", "migrate", "--run-syncdb", "-v", "0"),
-                         cwd=procs.BENCH_DIR, env=child_env(args, url, ""),
-                         capture_output=True, text=True)
+                         cwd=procs.BENCH_DIR, env=env, capture_output=True, text=True)
     if out.returncode != 0:
         raise BenchError(f"migrate failed:\n{out.stdout}\n{out.stderr}")
 
@@ -225,7 +231,10 @@ class PgMonitor:
         return row[0], row[1], row[2], row[3]
 
     def empty(self) -> None:
-        self.conn.execute(f"TRUNCATE {TABLE} RESTART IDENTITY")
+        """No rows, and no task left in django-tasks-db's queue (a drain cut short)."""
+        has_queue = self.conn.execute("SELECT to_regclass(%s)", (TASKS_DB_TABLE,)).fetchone()[0]
+        tables = f"{TABLE}, {TASKS_DB_TABLE}" if has_queue else TABLE
+        self.conn.execute(f"TRUNCATE {tables} RESTART IDENTITY")
 
     def sessions(self) -> int:
         return int(self.conn.execute("SELECT sessions FROM pg_stat_database WHERE datname = %s",
@@ -356,7 +365,7 @@ def run(args: argparse.Namespace, workdir: str, chosen: list[OrmSystem]) -> Resu
     create_database(args)
     results: Results = {}
     try:
-        migrate(args, url)
+        migrate(args, url, chosen)
         monitor = PgMonitor(args)
         try:
             for rep in range(1, args.reps + 1):
@@ -432,7 +441,7 @@ def targets(results: Results) -> str:
 def versions(args: argparse.Namespace) -> str:
     with psycopg.connect(pg_dsn(args, "postgres")) as conn:
         server = conn.execute("SHOW server_version").fetchone()[0].split()[0]
-    names = ["Django", "psycopg", "celery", "dramatiq", "huey", "rq"]
+    names = ["Django", "psycopg", "celery", "dramatiq", "huey", "rq", "django-tasks-db"]
     parts = [f"Python {platform.python_version()}", f"PostgreSQL {server}"]
     for name in names:
         try:
@@ -469,12 +478,6 @@ def main(argv: list[str]) -> int:
     chosen = [s for s in SYSTEMS if s.key in wanted and available(s)]
     skipped = [f"{s.label} ({s.package} is not installed)"
                for s in SYSTEMS if s.key in wanted and not available(s) and s.package]
-    try:
-        importlib.metadata.version(TASKS_DB)
-        skipped.append(f"{TASKS_DB} `db_worker` (installed, but this script has no runner "
-                       "for it yet)")
-    except importlib.metadata.PackageNotFoundError:
-        skipped.append(f"{TASKS_DB} `db_worker` ({TASKS_DB} is not installed)")
     for reason in skipped:
         print(f"skipped: {reason}", file=sys.stderr)
     try:

@@ -84,9 +84,21 @@ def huey_senders(name: str = "job") -> tuple[Send, None]:
     return getattr(huey_tasks, name), None
 
 
+def tasksdb_senders(name: str = "orm") -> tuple[Send, None]:
+    """django-tasks' database backend (bench/orm.py only): each enqueue is an INSERT."""
+    os.environ["DJANGO_SETTINGS_MODULE"] = "djsite.tasksdb_settings"
+    import django
+
+    django.setup()
+    from benchlib.peer_apps import tasksdb_tasks
+
+    return getattr(tasksdb_tasks, name).enqueue, None
+
+
 SENDERS = {
     "bare": bare_senders, "taskrunner": taskrunner_senders, "celery": celery_senders,
     "rq": rq_senders, "dramatiq": dramatiq_senders, "huey": huey_senders,
+    "tasksdb": tasksdb_senders,
 }
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from tests.bench.bench_run import run_bench
 
-NEEDED = ("celery", "rq", "dramatiq", "huey", "psutil", "psycopg")
+NEEDED = ("celery", "rq", "dramatiq", "huey", "django_tasks_db", "psutil", "psycopg")
 missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
 URL = urlparse(os.environ.get("TASKRUNNER_TEST_DATABASE_URL")
                or "postgres://postgres@127.0.0.1:5432/tr_bench")
@@ -26,7 +26,7 @@ HOST, PORT, USER = URL.hostname or "127.0.0.1", str(URL.port or 5432), URL.usern
 NAME = f"{(URL.path.strip('/') or 'tr_bench')}_orm_smoke"
 LABELS = ("plain loop, ORM work only", "django-taskrunner -c1",
           "django-taskrunner, runtasks defaults", "Dramatiq", "Huey", "Celery (solo pool) |",
-          "CELERY_DB_REUSE_MAX", "RQ")
+          "CELERY_DB_REUSE_MAX", "RQ", "django-tasks-db (db_worker)")
 
 
 def postgres_down() -> str | None:
