@@ -19,10 +19,8 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -163,15 +161,10 @@ def main(argv: list[str]) -> int:
     if args.smoke:
         args.repeat = 1
     procs.pin_self(procs.LOAD_CPU)
-    workdir = tempfile.mkdtemp(prefix="bench-admin-growth-")
-    redis_proc, url = procs.start_redis(workdir)
-    os.environ.update(BENCH_REDIS_URL=url, BENCH_DIR=workdir, BENCH_PREFIX="bench",
-                      DJANGO_SETTINGS_MODULE="bench.admin_site.settings")
-    try:
+    with procs.private_redis("bench-admin-growth-") as (workdir, url, _):
+        os.environ.update(BENCH_REDIS_URL=url, BENCH_DIR=workdir, BENCH_PREFIX="bench",
+                          DJANGO_SETTINGS_MODULE="bench.admin_site.settings")
         print(table(args.what, args.sizes, run(args)))
-    finally:
-        procs.kill(redis_proc)
-        shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 

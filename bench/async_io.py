@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -87,8 +86,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[100, 500])
     parser.add_argument("--taskiq-python", help="a Python that has taskiq and taskiq-redis")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as workdir:
-        redis_proc, url = procs.start_redis(workdir)
+    with procs.private_redis("bench-async-io-") as (workdir, url, _):
         os.environ.update(procs.child_env(url, BENCH_DB=str(Path(workdir) / "bench.sqlite3")))
         import django
 
@@ -96,28 +94,25 @@ def main() -> None:
         from django.core.management import call_command
 
         call_command("migrate", verbosity=0)
-        try:
-            print(f"{args.tasks} tasks of {args.ms} ms, one runtasks process\n")
-            print("| tasks | runs as | side by side | drain s | ideal s | drain / ideal |")
-            print("|---|---|---|---|---|---|")
-            rows = [("bench.async_io", "async def, 1 thread", 1, slots)
-                    for slots in args.concurrency]
-            rows.append(("bench.sync_io", f"def, {SYNC_THREADS} threads", SYNC_THREADS, 1))
-            for task_name, kind, threads, slots in rows:
-                side_by_side = max(threads, slots) if task_name == "bench.async_io" \
-                    else threads
-                took = drain(url, task_name, args.tasks, args.ms, threads=threads,
-                             async_slots=max(slots, 1))
-                ideal = args.tasks * args.ms / 1000 / side_by_side
-                print(f"| {args.tasks} | {kind} | {side_by_side} | {took:.2f} | "
-                      f"{ideal:.2f} | {took / ideal:.2f} |", flush=True)
-            for slots in args.concurrency if args.taskiq_python else []:
-                took = drain_taskiq(url, args.taskiq_python, args.tasks, args.ms, slots)
-                ideal = args.tasks * args.ms / 1000 / slots
-                print(f"| {args.tasks} | Taskiq, 1 process | {slots} | {took:.2f} | "
-                      f"{ideal:.2f} | {took / ideal:.2f} |", flush=True)
-        finally:
-            procs.kill(redis_proc)
+        print(f"{args.tasks} tasks of {args.ms} ms, one runtasks process\n")
+        print("| tasks | runs as | side by side | drain s | ideal s | drain / ideal |")
+        print("|---|---|---|---|---|---|")
+        rows = [("bench.async_io", "async def, 1 thread", 1, slots)
+                for slots in args.concurrency]
+        rows.append(("bench.sync_io", f"def, {SYNC_THREADS} threads", SYNC_THREADS, 1))
+        for task_name, kind, threads, slots in rows:
+            side_by_side = max(threads, slots) if task_name == "bench.async_io" \
+                else threads
+            took = drain(url, task_name, args.tasks, args.ms, threads=threads,
+                         async_slots=max(slots, 1))
+            ideal = args.tasks * args.ms / 1000 / side_by_side
+            print(f"| {args.tasks} | {kind} | {side_by_side} | {took:.2f} | "
+                  f"{ideal:.2f} | {took / ideal:.2f} |", flush=True)
+        for slots in args.concurrency if args.taskiq_python else []:
+            took = drain_taskiq(url, args.taskiq_python, args.tasks, args.ms, slots)
+            ideal = args.tasks * args.ms / 1000 / slots
+            print(f"| {args.tasks} | Taskiq, 1 process | {slots} | {took:.2f} | "
+                  f"{ideal:.2f} | {took / ideal:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -26,9 +26,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from datetime import UTC, datetime
@@ -262,20 +260,15 @@ def main(argv: list[str]) -> int:
     if args.smoke:
         args.sizes, args.window, args.settle = "1000,2000", 2.0, 1.0
     procs.pin_self(procs.LOAD_CPU)
-    workdir = tempfile.mkdtemp(prefix="bench-backlog-")
-    redis_proc, url = procs.start_redis(workdir)
-    os.environ.update(BENCH_REDIS_URL=url, BENCH_DIR=workdir, BENCH_PREFIX="bench",
-                      DJANGO_SETTINGS_MODULE="bench.timing_site.settings")
     rows: Table = []
-    try:
+    with procs.private_redis("bench-backlog-") as (workdir, url, _):
+        os.environ.update(BENCH_REDIS_URL=url, BENCH_DIR=workdir, BENCH_PREFIX="bench",
+                          DJANGO_SETTINGS_MODULE="bench.timing_site.settings")
         run = Run(args, url, workdir)
         for size in (int(s) for s in args.sizes.split(",")):
             rows.append(one_size(run, size))
             print(" | ".join(rows[-1]), f"(load {os.getloadavg()[0]:.1f})", file=sys.stderr,
                   flush=True)
-    finally:
-        procs.kill(redis_proc)
-        shutil.rmtree(workdir, ignore_errors=True)
     print(markdown(["delayed tasks", "loaded at", "Redis bytes per delayed task",
                     "leader CPU idle", "lateness idle p50 / p99 ms", "slice due at once",
                     "leader CPU moving", "CPU ms per 1,000 moved",

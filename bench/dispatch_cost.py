@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 import time
 import timeit
 from collections.abc import Callable
@@ -151,16 +149,11 @@ def main(argv: list[str]) -> int:
     if args.smoke:
         args.calls, args.rounds, args.number = 200, 1, 200
     procs.pin_self(procs.LOAD_CPU)
-    workdir = tempfile.mkdtemp(prefix="bench-dispatch-")
-    redis_proc, url = procs.start_redis(workdir)
-    os.environ.update(BENCH_REDIS_URL=url, DJANGO_SETTINGS_MODULE="djsite.settings",
-                      BENCH_DB=str(Path(workdir) / "bench.sqlite3"))
-    try:
+    with procs.private_redis("bench-dispatch-") as (workdir, url, _):
+        os.environ.update(BENCH_REDIS_URL=url, DJANGO_SETTINGS_MODULE="djsite.settings",
+                          BENCH_DB=str(Path(workdir) / "bench.sqlite3"))
         for records_on in (True, False):
             measure(args, records_on)
-    finally:
-        procs.kill(redis_proc)
-        shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 

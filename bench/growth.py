@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -181,10 +179,6 @@ def failed_tables(results: list[tuple[int, str, float, float, int]], db: str,
 
 
 def cmd_failed(args: argparse.Namespace) -> str:
-    workdir = tempfile.mkdtemp(prefix="bench-growth-")
-    redis_proc, url = procs.start_redis(workdir)
-    os.environ.update(BENCH_REDIS_URL=url, BENCH_DIR=workdir,
-                      DJANGO_SETTINGS_MODULE="bench.admin_site.settings")
     name, dsn = args.pg_name, f"host={args.pg_host} port={args.pg_port} user={args.pg_user}"
     if args.db == "postgresql":
         import psycopg
@@ -195,10 +189,11 @@ def cmd_failed(args: argparse.Namespace) -> str:
         os.environ.update(BENCH_PG_NAME=name, BENCH_PG_HOST=args.pg_host,
                           BENCH_PG_PORT=str(args.pg_port), BENCH_PG_USER=args.pg_user)
     try:
-        return failed_tables(measure_failed(args), args.db, wide=not args.smoke)
-    finally:
-        procs.kill(redis_proc)
-        shutil.rmtree(workdir, ignore_errors=True)
+        with procs.private_redis("bench-growth-") as (workdir, url, _):
+            os.environ.update(BENCH_REDIS_URL=url, BENCH_DIR=workdir,
+                              DJANGO_SETTINGS_MODULE="bench.admin_site.settings")
+            return failed_tables(measure_failed(args), args.db, wide=not args.smoke)
+    finally:  # the database last, once the server and its folder are gone
         if args.db == "postgresql":
             with psycopg.connect(f"{dsn} dbname=postgres", autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -213,47 +208,46 @@ def idle_figures(args: argparse.Namespace, workers: int, queues: int) -> dict[st
     import redis
     from benchlib.systems import TASKRUNNER_WORKER
 
-    workdir = tempfile.mkdtemp(prefix="bench-growth-")
-    redis_proc, url = procs.start_redis(workdir)
-    env = procs.child_env(url, BENCH_DB=str(Path(workdir) / "bench.sqlite3"))
-    names = [arg for n in range(queues) for arg in ("--queue", f"q{n}")]
-    started = []
-    try:
-        for n in range(workers):
-            started.append(procs.spawn(procs.python(*TASKRUNNER_WORKER, *names,
-                                                    "--consumer-name", f"idle-{n}"),
-                                       cpu=procs.WORKER_CPU, env=env))
-        client = redis.Redis.from_url(url)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:  # every worker has read every queue once
-            groups = sum(len(client.xinfo_groups(key)) for key in client.scan_iter("*:stream"))
-            clients = int(client.info("clients")["connected_clients"])
-            if groups >= queues and clients > workers:
-                break
-            time.sleep(0.5)
-        time.sleep(args.settle)
-        for proc in started:
-            if proc.poll() is not None:
-                raise SystemExit(f"a worker exited with {proc.returncode}")
+    with procs.private_redis("bench-growth-") as (workdir, url, _):
+        env = procs.child_env(url, BENCH_DB=str(Path(workdir) / "bench.sqlite3"))
+        names = [arg for n in range(queues) for arg in ("--queue", f"q{n}")]
+        started = []
+        try:
+            for n in range(workers):
+                started.append(procs.spawn(procs.python(*TASKRUNNER_WORKER, *names,
+                                                        "--consumer-name", f"idle-{n}"),
+                                           cpu=procs.WORKER_CPU, env=env))
+            client = redis.Redis.from_url(url)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:  # every worker has read every queue once
+                groups = sum(len(client.xinfo_groups(key))
+                             for key in client.scan_iter("*:stream"))
+                clients = int(client.info("clients")["connected_clients"])
+                if groups >= queues and clients > workers:
+                    break
+                time.sleep(0.5)
+            time.sleep(args.settle)
+            for proc in started:
+                if proc.poll() is not None:
+                    raise SystemExit(f"a worker exited with {proc.returncode}")
 
-        def snap() -> tuple[float, int, float, float]:
-            info = client.info()
-            cpu = sum(procs.cpu_seconds(proc.pid) for proc in started)
-            return (time.monotonic(), int(info["total_commands_processed"]),
-                    float(info["used_cpu_sys"]) + float(info["used_cpu_user"]), cpu)
+            def snap() -> tuple[float, int, float, float]:
+                info = client.info()
+                cpu = sum(procs.cpu_seconds(proc.pid) for proc in started)
+                return (time.monotonic(), int(info["total_commands_processed"]),
+                        float(info["used_cpu_sys"]) + float(info["used_cpu_user"]), cpu)
 
-        t1, c1, r1, w1 = snap()
-        time.sleep(args.window)
-        t2, c2, r2, w2 = snap()
-        seconds = t2 - t1
-        rss = sum(psutil.Process(proc.pid).memory_info().rss for proc in started)
-        return {"commands": (c2 - c1 - 2) / seconds, "redis_cpu": (r2 - r1) / seconds * 100,
-                "worker_cpu": (w2 - w1) / seconds * 100, "rss_mb": rss / workers / 2**20}
-    finally:
-        for proc in started:
-            procs.kill(proc)
-        procs.kill(redis_proc)
-        shutil.rmtree(workdir, ignore_errors=True)
+            t1, c1, r1, w1 = snap()
+            time.sleep(args.window)
+            t2, c2, r2, w2 = snap()
+            seconds = t2 - t1
+            rss = sum(psutil.Process(proc.pid).memory_info().rss for proc in started)
+            return {"commands": (c2 - c1 - 2) / seconds,
+                    "redis_cpu": (r2 - r1) / seconds * 100,
+                    "worker_cpu": (w2 - w1) / seconds * 100, "rss_mb": rss / workers / 2**20}
+        finally:
+            for proc in started:
+                procs.kill(proc)
 
 
 def cmd_queues(args: argparse.Namespace) -> str:

@@ -20,10 +20,8 @@ from __future__ import annotations
 import argparse
 import cProfile
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -54,11 +52,7 @@ def main(argv: list[str]) -> int:
     import psycopg
 
     dsn = f"host={args.pg_host} port={args.pg_port} user={args.pg_user} dbname=postgres"
-    workdir = tempfile.mkdtemp(prefix="bench-handle-")
-    redis_proc, url = procs.start_redis(workdir)
-    procs.pin_self(procs.WORKER_CPU)
-    env = {"BENCH_REDIS_URL": url, "DJANGO_SETTINGS_MODULE": "djsite.settings",
-           "BENCH_DB": str(Path(workdir) / "bench.sqlite3")}
+    env = {"DJANGO_SETTINGS_MODULE": "djsite.settings"}
     if args.job == "orm":
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{args.pg_name}" WITH (FORCE)')
@@ -67,12 +61,13 @@ def main(argv: list[str]) -> int:
                    BENCH_PG_PORT=args.pg_port, BENCH_PG_USER=args.pg_user)
         if args.conn_max_age != "unset":
             env["BENCH_CONN_MAX_AGE"] = args.conn_max_age
-    os.environ.update(env)
     try:
-        return measure(args)
-    finally:
-        procs.kill(redis_proc)
-        shutil.rmtree(workdir, ignore_errors=True)
+        with procs.private_redis("bench-handle-") as (workdir, url, _):
+            procs.pin_self(procs.WORKER_CPU)
+            os.environ.update(env, BENCH_REDIS_URL=url,
+                              BENCH_DB=str(Path(workdir) / "bench.sqlite3"))
+            return measure(args)
+    finally:  # the database last, once the server and its folder are gone
         if args.job == "orm":
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{args.pg_name}" WITH (FORCE)')

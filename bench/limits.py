@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -116,10 +114,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated subset")
     args = parser.parse_args(argv)
     kinds = tuple(kind for kind in KINDS if kind in args.kinds.split(","))
-    workdir = tempfile.mkdtemp(prefix="bench-limits-")
-    redis_proc, url = procs.start_redis(workdir)
-    procs.pin_self(procs.WORKER_CPU)
-    try:
+    with procs.private_redis("bench-limits-") as (workdir, url, _):
+        procs.pin_self(procs.WORKER_CPU)
         configure(url, workdir)
         RoundTrips.install()
         tasks = declare()
@@ -134,9 +130,6 @@ def main(argv: list[str]) -> int:
                       f"{figures['commands']:5.2f} commands/task  "
                       f"{figures['cpu_us']:6.0f} us CPU/task  {figures['rate']:7,.0f} tasks/s",
                       flush=True)
-    finally:
-        procs.kill(redis_proc)
-        shutil.rmtree(workdir, ignore_errors=True)
     median = {kind: {name: statistics.median(r[name] for r in rows[kind])
                      for name in ("trips", "commands", "cpu_us", "rate")} for kind in kinds}
     plain = median.get("plain", median[kinds[0]])

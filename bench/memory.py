@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -102,24 +100,20 @@ def main(argv: list[str]) -> int:
     if args.smoke:
         sizes, args.settle = [2000, 20_000], 1.0
     procs.pin_self(procs.LOAD_CPU)
-    workdir = tempfile.mkdtemp(prefix="bench-memory-")
-    os.environ["BENCH_DB"] = str(Path(workdir) / "bench.sqlite3")
-    redis_proc, url = procs.start_redis(workdir)
     rows = []
-    try:
-        for size in sizes:
-            ctx = measure.Context(url=url, redis_proc=redis_proc, jobs=size, latency_jobs=0,
-                                  idle_jobs=0, smoke=args.smoke, timeout=max(120.0, size / 1000),
-                                  workdir=workdir)
-            rows.append(one_size(ctx, args))
-            print(" | ".join(rows[-1]), f"(load {os.getloadavg()[0]:.1f})", file=sys.stderr,
-                  flush=True)
-    except measure.BenchError as exc:
-        print(f"FAILED: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        procs.kill(redis_proc)
-        shutil.rmtree(workdir, ignore_errors=True)
+    with procs.private_redis("bench-memory-") as (workdir, url, redis_proc):
+        os.environ["BENCH_DB"] = str(Path(workdir) / "bench.sqlite3")
+        try:
+            for size in sizes:
+                ctx = measure.Context(url=url, redis_proc=redis_proc, jobs=size, latency_jobs=0,
+                                      idle_jobs=0, smoke=args.smoke,
+                                      timeout=max(120.0, size / 1000), workdir=workdir)
+                rows.append(one_size(ctx, args))
+                print(" | ".join(rows[-1]), f"(load {os.getloadavg()[0]:.1f})",
+                      file=sys.stderr, flush=True)
+        except measure.BenchError as exc:
+            print(f"FAILED: {exc}", file=sys.stderr)
+            return 1
     print(markdown([f"queued tasks (runtasks --concurrency {args.concurrency})", "RSS idle MB",
                     "RSS after the first task MB", "peak RSS MB", "drained in",
                     f"peak < {LIMIT_MB} MB"], rows))

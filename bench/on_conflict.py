@@ -25,7 +25,6 @@ import functools
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -116,23 +115,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args(argv)
-    workdir = tempfile.mkdtemp(prefix="bench-on-conflict-")
-    redis_proc, url = procs.start_redis(workdir)
-    procs.pin_self(procs.WORKER_CPU)
-    os.environ.update(procs.child_env(url, BENCH_DB=str(Path(workdir) / "bench.sqlite3")))
-    import django
+    with procs.private_redis("bench-on-conflict-") as (workdir, url, _):
+        procs.pin_self(procs.WORKER_CPU)
+        os.environ.update(procs.child_env(url, BENCH_DB=str(Path(workdir) / "bench.sqlite3")))
+        import django
 
-    django.setup()
-    from django_taskrunner.store.connection import get_redis
+        django.setup()
+        from django_taskrunner.store.connection import get_redis
 
-    figures: dict[str, list[tuple[float, float, float]]] = {}
-    try:
+        figures: dict[str, list[tuple[float, float, float]]] = {}
         for _ in range(args.reps):
             get_redis().flushall()
             for name, micros in run(args.n, get_redis()).items():
                 figures.setdefault(name, []).append(micros)
-    finally:
-        procs.kill(redis_proc)
 
     def median(name: str, column: int) -> float:
         return statistics.median(values[column] for values in figures[name])

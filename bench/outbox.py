@@ -26,10 +26,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -120,10 +118,8 @@ def main(argv: list[str]) -> int:
                         help="transactions of one mode before the next mode's turn")
     args = parser.parse_args(argv)
     database_url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_DATABASE)
-    workdir = tempfile.mkdtemp(prefix="bench-outbox-")
-    redis_proc, redis_url = procs.start_redis(workdir)
-    os.environ["BENCH_REDIS_URL"] = redis_url
-    try:
+    with procs.private_redis("bench-outbox-") as (_, redis_url, _):
+        os.environ["BENCH_REDIS_URL"] = redis_url
         ensure_database(database_url)
         configure(database_url, redis_url)
         from django.contrib.auth.models import Group
@@ -162,9 +158,6 @@ def main(argv: list[str]) -> int:
         print(f"outbox vs on-commit: {ratio:.2f}x the transactions/s ({ratio - 1:+.0%}; "
               f"{extra_us:+,.0f} us per transaction)")
         Group.objects.filter(name__startswith="bench-").delete()
-    finally:
-        procs.kill(redis_proc)
-        shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 

@@ -16,11 +16,9 @@ import datetime
 import json
 import os
 import platform
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -70,17 +68,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def run(args: argparse.Namespace, workdir: str) -> report.Results:
-    redis_proc, url = procs.start_redis(workdir)
-    # Smoke mode fails within 40 s per wait, with the worker's output, rather than hang.
-    timeout = 40.0 if args.smoke else max(120.0, args.jobs / 100)
-    ctx = measure.Context(url=url, redis_proc=redis_proc, jobs=args.jobs,
-                          latency_jobs=args.latency_jobs, idle_jobs=args.idle_jobs,
-                          smoke=args.smoke, timeout=timeout, workdir=workdir,
-                          drain_budget=args.drain_budget, drain_only=args.drain_only)
-    chosen = [s for s in SYSTEMS if s.key in args.systems.split(",")]
-    results: report.Results = {}
-    try:
+def run(args: argparse.Namespace) -> report.Results:
+    with procs.private_redis("bench-peers-") as (workdir, url, redis_proc):
+        os.environ["BENCH_DB"] = str(Path(workdir) / "bench.sqlite3")
+        # Smoke mode fails within 40 s per wait, with the worker's output, rather than hang.
+        timeout = 40.0 if args.smoke else max(120.0, args.jobs / 100)
+        ctx = measure.Context(url=url, redis_proc=redis_proc, jobs=args.jobs,
+                              latency_jobs=args.latency_jobs, idle_jobs=args.idle_jobs,
+                              smoke=args.smoke, timeout=timeout, workdir=workdir,
+                              drain_budget=args.drain_budget, drain_only=args.drain_only)
+        chosen = [s for s in SYSTEMS if s.key in args.systems.split(",")]
+        results: report.Results = {}
         for rep in range(1, args.reps + 1):
             blocks = [("raw", lambda: measure.raw_block(ctx))]
             for system in chosen:
@@ -96,8 +94,6 @@ def run(args: argparse.Namespace, workdir: str) -> report.Results:
                 print(f"[{rep}/{args.reps}] {key:12s} {time.monotonic() - started:5.1f}s  "
                       + "  ".join(f"{k}={v:,.1f}" for k, v in figures.items()),
                       file=sys.stderr, flush=True)
-    finally:
-        procs.kill(redis_proc)
     return results
 
 
@@ -175,16 +171,12 @@ def main(argv: list[str]) -> int:
     # SIGTERM unwinds like Ctrl+C, so every worker and the Redis server are killed.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     procs.pin_self(procs.LOAD_CPU)
-    workdir = tempfile.mkdtemp(prefix="bench-peers-")
-    os.environ["BENCH_DB"] = str(Path(workdir) / "bench.sqlite3")
     started = time.monotonic()
     try:
-        results = json.loads(Path(args.load).read_text()) if args.load else run(args, workdir)
+        results = json.loads(Path(args.load).read_text()) if args.load else run(args)
     except measure.BenchError as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
         return 1
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
     if args.save:
         Path(args.save).write_text(json.dumps(results, indent=1))
     text = section(args, results, argv)

@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -52,14 +50,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--tasks", type=int, default=120)
     parser.add_argument("--concurrency", default="1")
     args = parser.parse_args(argv)
-    workdir = tempfile.mkdtemp(prefix="bench-pickup-")
-    redis_proc, url = procs.start_redis(workdir)
-    os.environ.update(procs.child_env(url), BENCH_DB=str(Path(workdir) / "bench.sqlite3"))
-    try:
+    with procs.private_redis("bench-pickup-") as (workdir, url, _):
+        os.environ.update(procs.child_env(url), BENCH_DB=str(Path(workdir) / "bench.sqlite3"))
         return trace(args)
-    finally:
-        procs.kill(redis_proc)
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def trace(args: argparse.Namespace) -> int:

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -45,17 +43,12 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.smoke:
         args.jobs, args.reps = 500, 1
-    workdir = tempfile.mkdtemp(prefix="bench-prefetch-")
-    redis_proc, url = procs.start_redis(workdir)
-    if procs.can_pin():
-        procs.pin_self(procs.WORKER_CPU)
-    os.environ.update(BENCH_REDIS_URL=url, DJANGO_SETTINGS_MODULE="djsite.settings",
-                      BENCH_DB=str(Path(workdir) / "bench.sqlite3"))
-    try:
+    with procs.private_redis("bench-prefetch-") as (workdir, url, _):
+        if procs.can_pin():
+            procs.pin_self(procs.WORKER_CPU)
+        os.environ.update(BENCH_REDIS_URL=url, DJANGO_SETTINGS_MODULE="djsite.settings",
+                          BENCH_DB=str(Path(workdir) / "bench.sqlite3"))
         return measure(args)
-    finally:
-        procs.kill(redis_proc)
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def drain(jobs: int, concurrency: int, prefetch_ms: int) -> tuple[float, int]:

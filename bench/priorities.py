@@ -23,7 +23,6 @@ import functools
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -72,27 +71,23 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args(argv)
-    workdir = tempfile.mkdtemp(prefix="bench-priorities-")
-    redis_proc, url = procs.start_redis(workdir)
-    procs.pin_self(procs.WORKER_CPU)
-    os.environ.update(procs.child_env(url, BENCH_DB=str(Path(workdir) / "bench.sqlite3")))
-    import logging
+    with procs.private_redis("bench-priorities-") as (workdir, url, _):
+        procs.pin_self(procs.WORKER_CPU)
+        os.environ.update(procs.child_env(url, BENCH_DB=str(Path(workdir) / "bench.sqlite3")))
+        import logging
 
-    import django
+        import django
 
-    django.setup()
-    logging.getLogger("django_taskrunner").setLevel(logging.WARNING)
-    from django_taskrunner.store.connection import get_redis
+        django.setup()
+        logging.getLogger("django_taskrunner").setLevel(logging.WARNING)
+        from django_taskrunner.store.connection import get_redis
 
-    figures: dict[str, list[tuple[float, float]]] = {name: [] for name in CASES}
-    try:
+        figures: dict[str, list[tuple[float, float]]] = {name: [] for name in CASES}
         for _ in range(args.reps):
             for name, levels in CASES.items():
                 get_redis().flushall()
                 wall, cpu = drain(args.n, levels)
                 figures[name].append((wall / args.n * 1e6, cpu / args.n * 1e6))
-    finally:
-        procs.kill(redis_proc)
 
     def median(name: str, column: int) -> float:
         return statistics.median(values[column] for values in figures[name])

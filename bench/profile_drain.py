@@ -14,11 +14,9 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -78,13 +76,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", help="keep py-spy's collapsed stacks in this file")
     args = parser.parse_args(argv)
     procs.pin_self(procs.LOAD_CPU)
-    workdir = tempfile.mkdtemp(prefix="bench-profile-")
-    os.environ["BENCH_DB"] = str(Path(workdir) / "bench.sqlite3")
-    redis_proc, url = procs.start_redis(workdir)
-    ctx = measure.Context(url=url, redis_proc=redis_proc, jobs=args.jobs, latency_jobs=0,
-                          idle_jobs=0, smoke=False, timeout=600, workdir=workdir)
-    stacks = Path(args.out or Path(workdir) / "stacks.txt")
-    try:
+    with procs.private_redis("bench-profile-") as (workdir, url, redis_proc):
+        os.environ["BENCH_DB"] = str(Path(workdir) / "bench.sqlite3")
+        ctx = measure.Context(url=url, redis_proc=redis_proc, jobs=args.jobs, latency_jobs=0,
+                              idle_jobs=0, smoke=False, timeout=600, workdir=workdir)
+        stacks = Path(args.out or Path(workdir) / "stacks.txt")
         measure.produce(ctx, "taskrunner", "many", args.jobs)
         spy_args = ["py-spy", "record", *(["--gil"] if args.gil else []), "-r", args.rate,
                     "-f", "raw", "-o", str(stacks)]
@@ -104,9 +100,6 @@ def main(argv: list[str]) -> int:
                 child.send_signal(signal.SIGTERM)
             spy.wait(60)
         print(summarize(stacks, args.top))
-    finally:
-        procs.kill(redis_proc)
-        shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 

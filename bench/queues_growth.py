@@ -35,12 +35,10 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -291,34 +289,30 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     procs.pin_self(procs.LOAD_CPU)
-    workdir = tempfile.mkdtemp(prefix="bench-queues-")
-    redis_proc, url = procs.start_redis(workdir)
-    os.environ.update(BENCH_REDIS_URL=url, BENCH_DB=str(Path(workdir) / "bench.sqlite3"),
-                      DJANGO_SETTINGS_MODULE="djsite.settings")
-    if args.max_connections:  # bench/djsite/settings.py puts it in REDIS_URL (workers too)
-        os.environ["BENCH_MAX_CONNECTIONS"] = str(args.max_connections)
-    import django
+    with procs.private_redis("bench-queues-") as (workdir, url, redis_proc):
+        os.environ.update(BENCH_REDIS_URL=url, BENCH_DB=str(Path(workdir) / "bench.sqlite3"),
+                          DJANGO_SETTINGS_MODULE="djsite.settings")
+        if args.max_connections:  # bench/djsite/settings.py puts it in REDIS_URL (workers too)
+            os.environ["BENCH_MAX_CONNECTIONS"] = str(args.max_connections)
+        import django
 
-    django.setup()
-    from django.core.management import call_command
+        django.setup()
+        from django.core.management import call_command
 
-    call_command("migrate", verbosity=0)  # the leader's outbox reads its table
-    ctx = measure.Context(url=url, redis_proc=redis_proc, jobs=args.jobs, latency_jobs=0,
-                          idle_jobs=0, smoke=args.smoke, timeout=max(300.0, args.jobs / 100),
-                          workdir=workdir)
-    try:
-        print(header(ctx), file=sys.stderr, flush=True)
-        results = run_all(ctx, args)
-        print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}",
-              file=sys.stderr)
-    except measure.BenchError as exc:
-        log = Path(workdir) / "worker.log"
-        tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
-        print(f"FAILED: {exc}\n--- worker output ---\n{tail}", file=sys.stderr)
-        return 1
-    finally:
-        procs.kill(redis_proc)
-        shutil.rmtree(workdir, ignore_errors=True)
+        call_command("migrate", verbosity=0)  # the leader's outbox reads its table
+        ctx = measure.Context(url=url, redis_proc=redis_proc, jobs=args.jobs, latency_jobs=0,
+                              idle_jobs=0, smoke=args.smoke, timeout=max(300.0, args.jobs / 100),
+                              workdir=workdir)
+        try:
+            print(header(ctx), file=sys.stderr, flush=True)
+            results = run_all(ctx, args)
+            print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}",
+                  file=sys.stderr)
+        except measure.BenchError as exc:
+            log = Path(workdir) / "worker.log"
+            tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+            print(f"FAILED: {exc}\n--- worker output ---\n{tail}", file=sys.stderr)
+            return 1
     print(main_table(results))
     print()
     print(command_table(results))

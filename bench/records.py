@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -90,13 +88,11 @@ def main(argv: list[str]) -> int:
                         help="the worker's pool threads (runtasks' default is 8)")
     args = parser.parse_args(argv)
     procs.pin_self(procs.LOAD_CPU)
-    workdir = tempfile.mkdtemp(prefix="bench-records-")
-    os.environ["BENCH_DB"] = str(Path(workdir) / "bench.sqlite3")
-    redis_proc, url = procs.start_redis(workdir)
-    ctx = measure.Context(url=url, redis_proc=redis_proc, jobs=args.jobs, latency_jobs=0,
-                          idle_jobs=0, smoke=False, timeout=600, workdir=workdir)
     rows: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
-    try:
+    with procs.private_redis("bench-records-") as (workdir, url, redis_proc):
+        os.environ["BENCH_DB"] = str(Path(workdir) / "bench.sqlite3")
+        ctx = measure.Context(url=url, redis_proc=redis_proc, jobs=args.jobs, latency_jobs=0,
+                              idle_jobs=0, smoke=False, timeout=600, workdir=workdir)
         for rep in range(args.reps):
             order = list(MODES)[rep % len(MODES):] + list(MODES)[:rep % len(MODES)]
             for mode in order:  # each mode first in turn
@@ -108,9 +104,6 @@ def main(argv: list[str]) -> int:
                       f"records left {int(figures['records']):,}", flush=True)
                 time.sleep(0.5)
         mean, largest, per_id = record_memory(ctx)
-    finally:
-        procs.kill(redis_proc)
-        shutil.rmtree(workdir, ignore_errors=True)
     report(args, rows, mean, largest, per_id)
     return 0
 

@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -143,19 +141,17 @@ def main(argv: list[str]) -> int:
                              "members by dispatch_many, no workflow, no callback)")
     args = parser.parse_args(argv)
     procs.pin_self(procs.LOAD_CPU)
-    workdir = tempfile.mkdtemp(prefix="bench-workflows-")
-    redis_proc, url = procs.start_redis(workdir)
-    os.environ.update(BENCH_REDIS_URL=url, DJANGO_SETTINGS_MODULE="djsite.settings",
-                      BENCH_DB=str(Path(workdir) / "bench.sqlite3"))
-    import django
+    with procs.private_redis("bench-workflows-") as (workdir, url, _):
+        os.environ.update(BENCH_REDIS_URL=url, DJANGO_SETTINGS_MODULE="djsite.settings",
+                          BENCH_DB=str(Path(workdir) / "bench.sqlite3"))
+        import django
 
-    django.setup()
-    from django.core.management import call_command
+        django.setup()
+        from django.core.management import call_command
 
-    call_command("migrate", verbosity=0)
-    systems = args.systems.split(",")
-    rows: dict[str, list[dict[str, float]]] = {system: [] for system in systems}
-    try:
+        call_command("migrate", verbosity=0)
+        systems = args.systems.split(",")
+        rows: dict[str, list[dict[str, float]]] = {system: [] for system in systems}
         for rep in range(args.reps):
             for system in (systems if rep % 2 == 0 else systems[::-1]):
                 figures = one_run(url, workdir, system, args.members)
@@ -164,9 +160,6 @@ def main(argv: list[str]) -> int:
                       f"to callback {figures['to_callback_s']:6.2f} s  "
                       f"commands {figures['commands']:5.1f}/member  "
                       f"script calls {figures['scripts']:4.1f}/member", flush=True)
-    finally:
-        procs.kill(redis_proc)
-        shutil.rmtree(workdir, ignore_errors=True)
     print()
     print(f"group of {args.members:,} no-op members with a callback, one worker process, "
           f"median of {args.reps}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
@@ -10,9 +11,11 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 import redis
@@ -71,6 +74,30 @@ def start_redis(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
             time.sleep(0.025)
     kill(proc)
     raise SystemExit(f"redis-server on port {port} did not start")
+
+
+class PrivateRedis(NamedTuple):
+    """What private_redis() yields: the temp folder, the server's URL and its process."""
+
+    workdir: str
+    url: str
+    proc: subprocess.Popen[bytes]
+
+
+@contextlib.contextmanager
+def private_redis(prefix: str = "bench-") -> Iterator[PrivateRedis]:
+    """A temp folder and a private redis-server in it (start_redis) for one run; on exit,
+    by an exception too, the server is killed and then the folder removed, so that a run
+    leaves neither behind."""
+    workdir = tempfile.mkdtemp(prefix=prefix)
+    try:
+        proc, url = start_redis(workdir)
+        try:
+            yield PrivateRedis(workdir, url, proc)
+        finally:
+            kill(proc)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def child_env(redis_url: str, **extra: str) -> dict[str, str]:
