@@ -24,6 +24,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
@@ -73,13 +74,57 @@ def main(argv: list[str]) -> int:
                 conn.execute(f'DROP DATABASE IF EXISTS "{args.pg_name}" WITH (FORCE)')
 
 
-def measure(args: argparse.Namespace) -> int:
-    import django
+class Split:
+    """One repetition's CPU: the task function in a loop, and `Executor.handle()` with the
+    acker, split into this (the executing) thread and the acker's thread, with the
+    acker's flushes (how many, how many tasks each, the CPU inside them)."""
 
-    django.setup()
-    from django.core.management import call_command
+    def __init__(self) -> None:
+        self.loop_s = self.handle_s = self.executor_s = self.acker_s = 0.0
+        self.flushes = self.flushed = 0
+        self.flush_s = 0.0
+
+    def count_flushes(self, acker: Any) -> None:
+        """Wrap `acker.flush` (called on the acker's thread) to count and time each."""
+        flush = acker.flush
+
+        def counted(batch: Any) -> bool:
+            start = time.thread_time()
+            try:
+                return flush(batch)
+            finally:
+                self.flush_s += time.thread_time() - start
+                self.flushes += 1
+                self.flushed += batch.size
+
+        acker.flush = counted
+
+
+def handle_all(args: argparse.Namespace, executor: Any, acker: Any, deliveries: list[Any],
+               split: Split) -> None:
+    """`Executor.handle()` on every delivery, until the acker sent the last ack."""
+    acker_clock = time.pthread_getcpuclockid(acker.ident)
+    start, own, acker_start = (time.process_time(), time.thread_time(),
+                               time.clock_gettime(acker_clock))
+    profiler = cProfile.Profile() if args.profile else None
+    if profiler is not None:
+        profiler.enable()
+    for delivery in deliveries:
+        executor.handle(delivery)
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(args.profile)
+    split.executor_s = time.thread_time() - own
+    while not acker.idle():
+        time.sleep(0.0005)
+    split.handle_s = time.process_time() - start
+    split.acker_s = time.clock_gettime(acker_clock) - acker_start
+
+
+def repetition(args: argparse.Namespace, rep: int, task: Any) -> Split:
+    """Queue N messages, read them as a worker would, then (in turn) the loop and the
+    handle run; fails unless every message was acked."""
     from django.db import connection
-    from djsite.benchapp import tasks
 
     from django_taskrunner.conf import get_settings
     from django_taskrunner.store.broker import get_broker
@@ -88,65 +133,89 @@ def measure(args: argparse.Namespace) -> int:
     from django_taskrunner.worker.executor import Executor
     from django_taskrunner.worker.outage import RedisStatus
 
+    broker, consumer, split = get_broker(), "bench-handle-1", Split()
+    if args.job == "orm":
+        with connection.cursor() as cursor:
+            cursor.execute("TRUNCATE benchapp_benchrow RESTART IDENTITY")
+    broker.client.flushall()
+    queue = task.options.queue or get_settings().DEFAULT_QUEUE
+    broker.ensure_group(queue)
+    task.dispatch_many([{"i": i} for i in range(args.jobs)])
+    entries: list[Any] = []
+    while len(entries) < args.jobs:
+        entries += broker.read(queue, consumer, 1000, None)
+    deliveries = [Delivery(queue, stream_id, body) for stream_id, body in entries]
+    acker = Acker(broker, consumer, RedisStatus())
+    split.count_flushes(acker)
+    acker.start()
+    executor = Executor(broker, consumer, acker.add, requeue=acker.requeue,
+                        record=acker.record)
+    payloads = [{"i": args.jobs + i} for i in range(args.jobs)]
+    for order in ((0, 1) if rep % 2 == 0 else (1, 0)):
+        if order == 0:
+            start = time.process_time()
+            for payload in payloads:
+                task.fn(payload)
+            split.loop_s = time.process_time() - start
+        else:
+            handle_all(args, executor, acker, deliveries, split)
+    acker.stop()
+    left = broker.pending(queue)
+    if left:
+        raise SystemExit(f"{left} messages were not acked")
+    return split
+
+
+def per_task(args: argparse.Namespace, seconds: float) -> float:
+    return seconds / args.jobs * 1e6
+
+
+def measure(args: argparse.Namespace) -> int:
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from djsite.benchapp import tasks
+
     call_command("migrate", "--run-syncdb", verbosity=0)
     task = tasks.orm if args.job == "orm" else tasks.noop
-    broker = get_broker()
-    consumer = "bench-handle-1"
-    loop_s: list[float] = []
-    handle_s: list[float] = []
+    splits = []
     for rep in range(args.reps):
-        if args.job == "orm":
-            with connection.cursor() as cursor:
-                cursor.execute("TRUNCATE benchapp_benchrow RESTART IDENTITY")
-        broker.client.flushall()
-        queue = task.options.queue or get_settings().DEFAULT_QUEUE
-        broker.ensure_group(queue)
-        task.dispatch_many([{"i": i} for i in range(args.jobs)])
-        entries = []
-        while len(entries) < args.jobs:
-            entries += broker.read(queue, consumer, 1000, None)
-        deliveries = [Delivery(queue, stream_id, body) for stream_id, body in entries]
-        acker = Acker(broker, consumer, RedisStatus())
-        acker.start()
-        executor = Executor(broker, consumer, acker.add, requeue=acker.requeue,
-                            record=acker.record)
-        fn = task.fn
-        payloads = [{"i": args.jobs + i} for i in range(args.jobs)]
-        for order in ((0, 1) if rep % 2 == 0 else (1, 0)):
-            if order == 0:
-                start = time.process_time()
-                for payload in payloads:
-                    fn(payload)
-                loop_s.append(time.process_time() - start)
-            else:
-                start = time.process_time()
-                profiler = cProfile.Profile() if args.profile else None
-                if profiler is not None:
-                    profiler.enable()
-                for delivery in deliveries:
-                    executor.handle(delivery)
-                if profiler is not None:
-                    profiler.disable()
-                    profiler.dump_stats(args.profile)
-                while not acker.idle():
-                    time.sleep(0.0005)
-                handle_s.append(time.process_time() - start)
-        acker.stop()
-        left = broker.pending(queue)
-        if left:
-            raise SystemExit(f"{left} messages were not acked")
-        print(f"[{rep + 1}/{args.reps}] loop {loop_s[-1] / args.jobs * 1e6:7.1f} µs/task  "
-              f"handle {handle_s[-1] / args.jobs * 1e6:7.1f} µs/task", file=sys.stderr,
-              flush=True)
-    loop = statistics.median(loop_s) / args.jobs * 1e6
-    handle = statistics.median(handle_s) / args.jobs * 1e6
-    print(f"job={args.job} jobs={args.jobs} reps={args.reps}: task function in a loop "
-          f"{loop:.1f} µs/task, Executor.handle + acker {handle:.1f} µs/task, "
-          f"the runner's own {handle - loop:.1f} µs ({(handle - loop) / loop:+.1%} of the "
-          "task's)" if args.job == "orm" else
-          f"job={args.job} jobs={args.jobs} reps={args.reps}: Executor.handle + acker "
-          f"{handle:.1f} µs/task (the function itself {loop:.2f} µs)")
+        split = repetition(args, rep, task)
+        splits.append(split)
+        print(f"[{rep + 1}/{args.reps}] loop {per_task(args, split.loop_s):7.1f} µs/task  "
+              f"handle {per_task(args, split.handle_s):7.1f} µs/task (executing thread "
+              f"{per_task(args, split.executor_s):.1f}, acker thread "
+              f"{per_task(args, split.acker_s):.1f})  {split.flushes} flushes of "
+              f"{split.flushed / max(1, split.flushes):.1f} tasks, "
+              f"{split.flush_s / max(1, split.flushes) * 1e6:.0f} µs CPU each",
+              file=sys.stderr, flush=True)
+    report(args, splits)
     return 0
+
+
+def report(args: argparse.Namespace, splits: list[Split]) -> None:
+    """The medians; for the ORM job also the median of each repetition's own cost (the
+    handle run against the loop run of the same repetition)."""
+    def median(values: list[float]) -> float:
+        return statistics.median(values)
+
+    loop = median([per_task(args, s.loop_s) for s in splits])
+    handle = median([per_task(args, s.handle_s) for s in splits])
+    acker = median([per_task(args, s.acker_s) for s in splits])
+    flush = median([s.flush_s / max(1, s.flushes) * 1e6 for s in splits])
+    size = median([s.flushed / max(1, s.flushes) for s in splits])
+    threads = (f"; of it the acker's thread {acker:.1f} µs/task, its flushes of "
+               f"{size:.1f} tasks {flush:.0f} µs CPU each")
+    if args.job == "orm":
+        own = median([per_task(args, s.handle_s - s.loop_s) for s in splits])
+        print(f"job=orm jobs={args.jobs} reps={args.reps}: task function in a loop "
+              f"{loop:.1f} µs/task, Executor.handle + acker {handle:.1f} µs/task, the "
+              f"runner's own {handle - loop:.1f} µs ({(handle - loop) / loop:+.1%} of the "
+              f"task's; per repetition {own:.1f} µs){threads}")
+    else:
+        print(f"job={args.job} jobs={args.jobs} reps={args.reps}: Executor.handle + acker "
+              f"{handle:.1f} µs/task (the function itself {loop:.2f} µs){threads}")
 
 
 if __name__ == "__main__":
