@@ -10,9 +10,11 @@ Starts a private redis-server (and, for `--job orm`, a PostgreSQL database of it
 with XREADGROUP as a worker would; then, alternating, runs the task function N times in a
 loop and `Executor.handle()` on the N messages (the worker's own Acker thread sending the
 acks and task records). CPU is `time.process_time()` of this process (every thread),
-from the first task to the last ack sent. The fetcher, the heartbeat and the monitor are
-left out: what this measures is the per-task path the optimisations touch, with far less
-noise than a drain on a shared machine.
+from the first task to the last ack sent, split into the executing thread's and the
+acker thread's (with the acker's flushes: how many, tasks each, CPU each); for the ORM
+job also the median of each repetition's own cost. The fetcher, the heartbeat and the
+monitor are left out: what this measures is the per-task path the optimisations touch,
+with far less noise than a drain on a shared machine.
 """
 
 from __future__ import annotations
@@ -197,9 +199,7 @@ def measure(args: argparse.Namespace) -> int:
 def report(args: argparse.Namespace, splits: list[Split]) -> None:
     """The medians; for the ORM job also the median of each repetition's own cost (the
     handle run against the loop run of the same repetition)."""
-    def median(values: list[float]) -> float:
-        return statistics.median(values)
-
+    median = statistics.median
     loop = median([per_task(args, s.loop_s) for s in splits])
     handle = median([per_task(args, s.handle_s) for s in splits])
     acker = median([per_task(args, s.acker_s) for s in splits])
