@@ -4,6 +4,7 @@ batched round trips, against calling the same task function in a plain loop.
     taskset -c 0,1 python bench/handle_cost.py            # --jobs 3000 --reps 5
     python bench/handle_cost.py --job noop                 # a task that does nothing
     python bench/handle_cost.py --job noop --profile out.prof   # and where its time goes
+    PYTHONPATH=<other checkout> python bench/handle_cost.py   # that checkout's package
 
 Starts a private redis-server (and, for `--job orm`, a PostgreSQL database of its own,
 `CONN_MAX_AGE` 600), queues N messages of the task with `dispatch_many` and reads them
