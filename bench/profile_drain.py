@@ -4,7 +4,9 @@
 
 Queues N tasks with `dispatch_many`, runs the worker under `py-spy record` (pinned like
 peers.py), stops it once the N-th task ran, and prints the functions with the most
-samples: self (the function itself) and total (with what it calls). With `--steady`,
+samples: self (the function itself) and total (with what it calls), and the samples per
+part of the worker (the job's own work, the runner's Python, redis-py, json, the rest;
+with `--gil`, that is where the worker's CPU goes). With `--steady`,
 py-spy attaches to the worker once a tenth of the tasks ran and leaves before the last
 tenth, so start-up and the drain's tail are not in the samples.
 """
@@ -26,24 +28,48 @@ import psutil  # noqa: E402
 from benchlib import measure, procs  # noqa: E402
 from benchlib.systems import TASKRUNNER_WORKER  # noqa: E402
 
+# The benchmark's job function (bench/benchlib/job.py): samples under it are the task's
+# own work, which the bare loop does too.
+JOB_FRAME = "job (bench/benchlib/job.py:"
+
+
+def where(frames: list[str]) -> str:
+    """The part of the worker a sample belongs to: the job, or the library of the
+    function it was in (the runner, redis-py, json, the rest)."""
+    if any(frame.startswith(JOB_FRAME) for frame in frames):
+        return "the job (task function)"
+    path = frames[-1].rpartition(" (")[2]
+    for prefix, part in (("django_taskrunner/", "the runner's own Python"),
+                         ("redis/", "redis-py (and hiredis), for the runner's commands"),
+                         ("json/", "json")):
+        if path.startswith(prefix) or f"/{prefix}" in path:
+            return part
+    return "the rest (threading, ...)"
+
 
 def summarize(path: Path, top: int) -> str:
-    """Self and total samples per function from py-spy's raw (collapsed) output."""
+    """Self and total samples per function from py-spy's raw (collapsed) output, and the
+    samples per part of the worker (`where`)."""
     own: collections.Counter[str] = collections.Counter()
     total: collections.Counter[str] = collections.Counter()
+    parts: collections.Counter[str] = collections.Counter()
     samples = 0
     for line in path.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
+        raw = [f for f in stack.split(";") if f]
         frames = [f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].split("/")[-1] + ")"
-                  for f in stack.split(";") if f]
+                  for f in raw]
         if not frames:
             continue
         n = int(count)
         samples += n
         own[frames[-1]] += n
+        parts[where(raw)] += n
         for frame in set(frames):
             total[frame] += n
-    lines = [f"{samples} samples", "", "self %  function"]
+    lines = [f"{samples} samples", "", "by part %"]
+    lines += [f"{100 * n / samples:5.1f}  {name}" for name, n in parts.most_common()]
+    lines += ["", "self %  function"]
     lines += [f"{100 * n / samples:5.1f}  {name}" for name, n in own.most_common(top)]
     lines += ["", "total %  function"]
     lines += [f"{100 * n / samples:5.1f}  {name}" for name, n in total.most_common(top)]
