@@ -28,16 +28,16 @@ import psutil  # noqa: E402
 from benchlib import measure, procs  # noqa: E402
 from benchlib.systems import TASKRUNNER_WORKER  # noqa: E402
 
-# The benchmark's job function (bench/benchlib/job.py): samples under it are the task's
-# own work, which the bare loop does too.
-# py-spy names a frame "function (file:line)", the file relative or absolute.
-JOB_FRAME = ("job (", "benchlib/job.py:")
+# The benchmark's job function: samples under it are the task's own work, which the
+# bare loop does too. py-spy names a frame "function (file:line)", the file relative or
+# absolute.
+JOB_FILE = "benchlib/job.py:"
 
 
 def where(frames: list[str]) -> str:
     """The part of the worker a sample belongs to: the job, or the library of the
     function it was in (the runner, redis-py, json, the rest)."""
-    if any(frame.startswith(JOB_FRAME[0]) and JOB_FRAME[1] in frame for frame in frames):
+    if any(frame.startswith("job (") and JOB_FILE in frame for frame in frames):
         return "the job (task function)"
     path = frames[-1].rpartition(" (")[2]
     for prefix, part in (("django_taskrunner/", "the runner's own Python"),
