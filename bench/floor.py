@@ -12,6 +12,8 @@ run, side by side, the same no-op tasks (the peers benchmark's job, an INCR) dra
   on): `read` (the bare loop on the runner's messages), `delete` (also XDEL of what it
   acked, as the runner does) and `records` (also each task's final record, the acker's
   `record_write.lua` call with a success's fields, and its finished-index entry);
+- `benchlib.floor_worker` at `pool`: `records` with the runner's threads (a reader, 8
+  pool threads, an acker), none of its steps;
 - `runtasks` with its defaults (8 threads) and with `--concurrency 1`, records on, and
   with records off (`RESULT_TTL = 0`), which the `delete` level matches.
 
@@ -58,6 +60,8 @@ DRAINS = [
     Drain("delete", "floor: + XDEL", "taskrunner", ("-m", "benchlib.floor_worker", "delete")),
     Drain("records", "floor: + XDEL + record_write.lua", "taskrunner",
           ("-m", "benchlib.floor_worker", "records"), writes_records=True),
+    Drain("pool", "floor: + 8 pool threads and an acker thread", "taskrunner",
+          ("-m", "benchlib.floor_worker", "pool"), writes_records=True),
     Drain("runner8", "runtasks -c8, records on", "taskrunner",
           (*TASKRUNNER_WORKER, "--concurrency", "8"), writes_records=True),
     Drain("runner1", "runtasks -c1, records on", "taskrunner",
@@ -143,7 +147,8 @@ def report(args: argparse.Namespace, rows: dict[str, list[dict[str, float]]]) ->
               f"{figures['worker_cpu'] / bare:.2f}x | {figures['redis_cpu']:.0f} |")
     print()
     budget = TARGET * bare
-    for floor, runner in (("records", "runner8"), ("delete", "runner8off")):
+    for floor, runner in (("records", "runner8"), ("pool", "runner8"),
+                          ("delete", "runner8off")):
         paid = medians[floor]["worker_cpu"]
         own = medians[runner]["worker_cpu"] - paid
         print(f"{runner}: floor ({floor}) {paid:.0f} us/task = {paid / bare:.2f}x the bare "

@@ -1,7 +1,7 @@
 """The bare loop doing the Redis work a django-taskrunner worker must do per task, and
 nothing else: the floor under the runner's CPU per task (bench/floor.py).
 
-    python -m benchlib.floor_worker LEVEL      # LEVEL: read, delete or records
+    python -m benchlib.floor_worker LEVEL      # LEVEL: read, delete, records or pool
 
 Reads the stream django-taskrunner's `dispatch_many` filled (queue `default` of the
 benchmark site) under a consumer group of its own, XREADGROUP COUNT 100 (blocking), and
@@ -13,6 +13,13 @@ once per batch, in one pipelined round trip:
   `record_write.lua` call with the fields a success writes (status, task, queue,
   attempt, worker, start, finish, result), listing each in the queue's finished index.
 
+`pool` does what `records` does with the runner's threads: the reading thread hands
+each entry to 8 pool threads (a `SimpleQueue`), each decodes it, runs the job and hands
+its ack and record to an acker thread, which sends what finished meanwhile in one round
+trip once 10 ms passed or 100 wait; the reader reads again once a read's worth of room
+is free (at most 8 running plus 100 waiting; a task's room frees when it finishes, its
+ack following with the acker's next round trip).
+
 No pool, no validation beyond `json.loads`, no statistics, no cancel checks, no time
 limits: what is left of the runner's cost above this floor is everything else it does.
 """
@@ -21,7 +28,9 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -34,7 +43,10 @@ PREFIX = "bench"  # the benchmark site's PREFIX
 QUEUE = "default"
 GROUP = "floor"
 CONSUMER = "floor-1"
-LEVELS = ("read", "delete", "records")
+LEVELS = ("read", "delete", "records", "pool")
+THREADS = 8
+READ = 100  # entries per read
+ACK_LINGER_S, ACK_BATCH = 0.010, 100  # the acker's
 # The acker's figures: records per script call, ids the finished index keeps.
 WRITE_BATCH = 200
 FINISHED_KEEP = 10_000
@@ -67,6 +79,29 @@ def record_call(sha: str, done: list[tuple[str, int]], finished_ms: int) -> list
             json.dumps(specs, separators=(",", ":"))]
 
 
+def send(client: redis.Redis, sha: str, stream: str, level: str, ids: list[bytes],
+         done: list[tuple[str, int]]) -> None:
+    """One round trip: the records (at `records` and `pool`), XACK, XDEL (but at `read`)."""
+    pipe = client.pipeline(transaction=False)
+    if level in ("records", "pool"):
+        finished_ms = time.time_ns() // 1_000_000
+        for start in range(0, len(done), WRITE_BATCH):
+            pipe.execute_command(*record_call(sha, done[start:start + WRITE_BATCH],
+                                              finished_ms))
+    pipe.xack(stream, GROUP, *ids)
+    if level != "read":
+        pipe.xdel(stream, *ids)
+    pipe.execute()
+
+
+def run_one(body: bytes) -> tuple[str, int]:
+    """Decode an entry's body and run the job: (task id, start ms)."""
+    data = json.loads(body)
+    started_ms = time.time_ns() // 1_000_000
+    job(data["payload"])
+    return data["id"], started_ms
+
+
 def main(level: str) -> None:
     if level not in LEVELS:
         raise SystemExit(f"level must be one of {', '.join(LEVELS)}")
@@ -74,28 +109,68 @@ def main(level: str) -> None:
     stream = keys.stream_key(PREFIX, QUEUE)
     ensure_group(client, stream)
     sha = client.script_load(SCRIPT)
+    if level == "pool":
+        Pool(client, sha, stream).run()
     while True:
-        reply = client.xreadgroup(GROUP, CONSUMER, {stream: ">"}, count=100, block=1000)
-        if not reply:
-            continue
-        ids = []
-        done = []
-        for stream_id, fields in reply[0][1]:
-            data = json.loads(fields[keys.ENTRY_FIELD])
-            started_ms = time.time_ns() // 1_000_000
-            job(data["payload"])
-            ids.append(stream_id)
-            done.append((data["id"], started_ms))
-        pipe = client.pipeline(transaction=False)
-        if level == "records":
-            finished_ms = time.time_ns() // 1_000_000
-            for start in range(0, len(done), WRITE_BATCH):
-                pipe.execute_command(*record_call(sha, done[start:start + WRITE_BATCH],
-                                                  finished_ms))
-        pipe.xack(stream, GROUP, *ids)
-        if level != "read":
-            pipe.xdel(stream, *ids)
-        pipe.execute()
+        reply = client.xreadgroup(GROUP, CONSUMER, {stream: ">"}, count=READ, block=1000)
+        if reply:
+            entries = reply[0][1]
+            done = [run_one(fields[keys.ENTRY_FIELD]) for _stream_id, fields in entries]
+            send(client, sha, stream, level, [stream_id for stream_id, _ in entries], done)
+
+
+class Pool:
+    """The `pool` level: a reader, 8 pool threads and an acker, as the runner has."""
+
+    def __init__(self, client: redis.Redis, sha: str, stream: str) -> None:
+        self.client, self.sha, self.stream = client, sha, stream
+        self.inbox: queue.SimpleQueue[tuple[bytes, bytes]] = queue.SimpleQueue()
+        self.room = threading.Condition()  # the reader waits for a read's worth of room
+        self.held = 0  # read and not yet finished
+        self.acks = threading.Condition()  # the acker waits for finished tasks
+        self.ids: list[bytes] = []
+        self.done: list[tuple[str, int]] = []
+
+    def run(self) -> None:
+        for _ in range(THREADS):
+            threading.Thread(target=self.work, daemon=True).start()
+        threading.Thread(target=self.ack, daemon=True).start()
+        while True:
+            with self.room:
+                while THREADS + READ - self.held < READ:
+                    self.room.wait()
+            reply = self.client.xreadgroup(GROUP, CONSUMER, {self.stream: ">"}, count=READ,
+                                           block=1000)
+            if reply:
+                entries = reply[0][1]
+                with self.room:
+                    self.held += len(entries)
+                for stream_id, fields in entries:
+                    self.inbox.put((stream_id, fields[keys.ENTRY_FIELD]))
+
+    def work(self) -> None:
+        while True:
+            stream_id, body = self.inbox.get()
+            finished = run_one(body)
+            with self.acks:
+                self.ids.append(stream_id)
+                self.done.append(finished)
+                if len(self.ids) in (1, ACK_BATCH):
+                    self.acks.notify()
+            with self.room:
+                self.held -= 1
+                if THREADS + READ - self.held == READ:
+                    self.room.notify()
+
+    def ack(self) -> None:
+        while True:
+            with self.acks:
+                while not self.ids:
+                    self.acks.wait()
+                if len(self.ids) < ACK_BATCH:
+                    self.acks.wait(ACK_LINGER_S)
+                ids, done, self.ids, self.done = self.ids, self.done, [], []
+            send(self.client, self.sha, self.stream, "pool", ids, done)
 
 
 if __name__ == "__main__":
