@@ -15,7 +15,8 @@ run, side by side, the same no-op tasks (the peers benchmark's job, an INCR) dra
 - `benchlib.floor_worker` at `pool`: `records` with the runner's threads (a reader, 8
   pool threads, an acker), none of its steps;
 - `runtasks` with its defaults (8 threads) and with `--concurrency 1`, records on, and
-  with records off (`RESULT_TTL = 0`), which the `delete` level matches.
+  with records off (`RESULT_TTL = 0`), which the `delete` level matches;
+- Huey (2 threads), the best peer of the peers benchmark, for the drain rates' scale.
 
 Each repetition runs every system once, in an order rotated each time; the worker is
 pinned to one CPU, Redis and the producer to the other, as in peers.py. It prints each
@@ -51,6 +52,7 @@ class Drain:
     worker: tuple[str, ...]
     records: bool = True  # dispatched with records on (RESULT_TTL 1 day)
     writes_records: bool = False  # its worker writes each task's final record
+    dispatch: str = "many"  # the producer's mode: batches, or one call a task
 
 
 DRAINS = [
@@ -68,6 +70,8 @@ DRAINS = [
           (*TASKRUNNER_WORKER, "--concurrency", "1"), writes_records=True),
     Drain("runner8off", "runtasks -c8, records off", "taskrunner",
           (*TASKRUNNER_WORKER, "--concurrency", "8"), records=False),
+    Drain("huey", "Huey, 2 threads (the best peer of peers.py)", "huey", BY_KEY["huey"].worker,
+          records=False, dispatch="plain"),
 ]
 
 
@@ -76,7 +80,7 @@ def one_drain(ctx: measure.Context, drain: Drain) -> dict[str, float]:
     ctx.client.flushall()
     ttl = "86400" if drain.records else "0"
     os.environ["BENCH_RESULT_TTL"] = ttl  # the producer's dispatches, and the worker's
-    measure.produce(ctx, drain.producer, "many", ctx.jobs)
+    measure.produce(ctx, drain.producer, drain.dispatch, ctx.jobs)
     worker = procs.spawn(procs.python(*drain.worker), cpu=procs.WORKER_CPU,
                          env=procs.child_env(ctx.url))
     try:
@@ -139,12 +143,15 @@ def report(args: argparse.Namespace, rows: dict[str, list[dict[str, float]]]) ->
     bare = medians["bare"]["worker_cpu"]
     print()
     print(f"{args.jobs:,} no-op tasks, median of {args.reps}")
-    print("| drained by | tasks/s | worker CPU (us/task) | ÷ bare loop | Redis CPU (us/task) |")
-    print("|---|---:|---:|---:|---:|")
+    huey = medians["huey"]["drain"]
+    print("| drained by | tasks/s | ÷ Huey | worker CPU (us/task) | ÷ bare loop | "
+          "Redis CPU (us/task) |")
+    print("|---|---:|---:|---:|---:|---:|")
     for drain in DRAINS:
         figures = medians[drain.key]
-        print(f"| {drain.label} | {figures['drain']:,.0f} | {figures['worker_cpu']:.0f} | "
-              f"{figures['worker_cpu'] / bare:.2f}x | {figures['redis_cpu']:.0f} |")
+        print(f"| {drain.label} | {figures['drain']:,.0f} | {figures['drain'] / huey:.2f}x | "
+              f"{figures['worker_cpu']:.0f} | {figures['worker_cpu'] / bare:.2f}x | "
+              f"{figures['redis_cpu']:.0f} |")
     print()
     budget = TARGET * bare
     for floor, runner in (("records", "runner8"), ("pool", "runner8"),

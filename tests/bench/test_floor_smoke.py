@@ -8,7 +8,8 @@ import re
 
 from tests.bench.bench_run import run_bench
 
-DRAINS = ("bare", "read", "delete", "records", "pool", "runner8", "runner1", "runner8off")
+DRAINS = ("bare", "read", "delete", "records", "pool", "runner8", "runner1", "runner8off",
+          "huey")
 
 
 def test_each_drain_runs_every_task_and_prints_its_figures() -> None:
@@ -19,7 +20,8 @@ def test_each_drain_runs_every_task_and_prints_its_figures() -> None:
         assert re.search(rf"^rep 1 +{key}: +[\d,]+ tasks/s +worker +\d+ us/task +"
                          rf"redis +\d+ us/task$", out, re.M), out
     assert "300 no-op tasks, median of 1" in out, out
-    assert len(re.findall(r"^\| .+ \| [\d,]+ \| \d+ \| \d+\.\d\dx \| \d+ \|$", out, re.M)) == 8
+    assert len(re.findall(r"^\| .+ \| [\d,]+ \| \d+\.\d\dx \| \d+ \| \d+\.\d\dx \| \d+ \|$", out,
+                          re.M)) == 9
     for runner, floor in (("runner8", "records"), ("runner8", "pool"), ("runner8off", "delete")):
         assert re.search(rf"^{runner}: floor \({floor}\) \d+ us/task = \d+\.\d\dx the bare "
                          r"loop; 1\.15x leaves -?\d+ us/task for the rest of the runner, "
