@@ -20,8 +20,9 @@ trip once 10 ms passed or 100 wait; the reader reads again once a read's worth o
 is free (at most 8 running plus 100 waiting; a task's room frees when it finishes, its
 ack following with the acker's next round trip).
 
-No pool, no validation beyond `json.loads`, no statistics, no cancel checks, no time
-limits: what is left of the runner's cost above this floor is everything else it does.
+No validation beyond `json.loads`, no statistics, no cancel checks, no time limits, and
+no threads but at `pool`: what is left of the runner's cost above this floor is
+everything else it does.
 """
 
 from __future__ import annotations
@@ -136,8 +137,8 @@ class Pool:
             threading.Thread(target=self.work, daemon=True).start()
         threading.Thread(target=self.ack, daemon=True).start()
         while True:
-            with self.room:
-                while THREADS + READ - self.held < READ:
+            with self.room:  # room for a whole read: at most THREADS held
+                while self.held > THREADS:
                     self.room.wait()
             reply = self.client.xreadgroup(GROUP, CONSUMER, {self.stream: ">"}, count=READ,
                                            block=1000)
@@ -159,7 +160,7 @@ class Pool:
                     self.acks.notify()
             with self.room:
                 self.held -= 1
-                if THREADS + READ - self.held == READ:
+                if self.held == THREADS:
                     self.room.notify()
 
     def ack(self) -> None:
