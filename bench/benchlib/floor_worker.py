@@ -33,12 +33,11 @@ import queue
 import sys
 import threading
 import time
-from pathlib import Path
 
 import redis
 from benchlib.job import job
 
-from django_taskrunner.store import keys
+from django_taskrunner.store import keys, scripts
 
 PREFIX = "bench"  # the benchmark site's PREFIX
 QUEUE = "default"
@@ -52,7 +51,7 @@ ACK_LINGER_S, ACK_BATCH = 0.010, 100  # the acker's
 WRITE_BATCH = 200
 FINISHED_KEEP = 10_000
 RESULT_TTL_S = 86_400
-SCRIPT = (Path(keys.__file__).parent / "lua" / "record_write.lua").read_text()
+SCRIPT = scripts.source("record_write")
 
 
 def ensure_group(client: redis.Redis, stream: str) -> None:
