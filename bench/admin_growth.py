@@ -1,5 +1,5 @@
 """The admin pages at 1x, 10x and 100x what is behind them: held unique locks, and task
-records (docs/benchmarks.md, "How cost grows"); the target is 300 ms a page.
+records (bench/NOTES.md, "How cost grows"); the target is 300 ms a page.
 
     python bench/admin_growth.py locks   [--sizes 1000,10000,100000]
     python bench/admin_growth.py records [--sizes 10000,100000,1000000]

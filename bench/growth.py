@@ -1,4 +1,4 @@
-"""How cost grows with the work: each figure at 1x, 10x and 100x (docs/benchmarks.md,
+"""How cost grows with the work: each figure at 1x, 10x and 100x (bench/NOTES.md,
 "How cost grows").
 
     python bench/growth.py failed  [--sizes 10000,100000,1000000]   # FailedTask admin, PostgreSQL
@@ -163,7 +163,7 @@ def measure_failed(args: argparse.Namespace) -> list[tuple[int, str, float, floa
 def failed_tables(results: list[tuple[int, str, float, float, int]], db: str,
                   wide: bool) -> str:
     """A row per size and page; with `wide`, first the same as one column per size (on
-    stderr, the layout of docs/benchmarks.md)."""
+    stderr, the layout of bench/NOTES.md)."""
     sizes = sorted({size for size, *_ in results})
     if wide:
         cells = {(size, label): f"{ms:,.0f} / {sql:,.0f}" + ("" if ms < 300 else " **missed**")

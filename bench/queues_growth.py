@@ -1,5 +1,5 @@
 """Queues per worker: one `runtasks` (default options) on 1, 10 and 100 queues, idle and
-draining (docs/benchmarks.md, "How cost grows", "Queues per worker").
+draining (bench/NOTES.md, "How cost grows", "Queues per worker").
 
     python bench/queues_growth.py                    # 1, 10, 100 queues; 3 reps; medians
     python bench/queues_growth.py --sizes 1,10 --reps 5 --jobs 20000

@@ -58,7 +58,7 @@ TASKRUNNER = {
     "REDIS_URL": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
     "PREFIX": os.environ.get("BENCH_PREFIX", "bench"),
 }
-# A Redis Cluster instead (`--cluster` of bench/records_scale.py, records_dispatch.py).
+# A Redis Cluster instead (`--cluster` of bench/records_scale.py).
 if os.environ.get("BENCH_CLUSTER_NODES"):
     del TASKRUNNER["REDIS_URL"]
     TASKRUNNER["CLUSTER_NODES"] = os.environ["BENCH_CLUSTER_NODES"].split(",")
