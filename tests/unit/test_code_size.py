@@ -24,6 +24,9 @@ MAX_FUNCTION_LINES = 40
 
 # Module (relative to the package) -> (its size now, why it is over).
 ALLOWED_MODULES: dict[str, tuple[int, str]] = {
+    # One concept per module (issue 37): a concept split only to get under this limit is
+    # merged back; the limit itself goes with that issue.
+    "core/unique.py": (520, "one concept: unique locks, their holder, conflict, release"),
 }
 
 # (module, qualified name) -> (its size now, why it is over).
