@@ -27,6 +27,7 @@ ALLOWED_MODULES: dict[str, tuple[int, str]] = {
     # One concept per module (issue 37): a concept split only to get under this limit is
     # merged back; the limit itself goes with that issue.
     "core/unique.py": (520, "one concept: unique locks, their holder, conflict, release"),
+    "core/workflows.py": (705, "one concept: workflows, their dispatch and lookup"),
 }
 
 # (module, qualified name) -> (its size now, why it is over).
