@@ -28,6 +28,7 @@ ALLOWED_MODULES: dict[str, tuple[int, str]] = {
     # merged back; the limit itself goes with that issue.
     "core/unique.py": (520, "one concept: unique locks, their holder, conflict, release"),
     "core/workflows.py": (705, "one concept: workflows, their dispatch and lookup"),
+    "core/outbox.py": (438, "one concept: the outbox's rows and their move to Redis"),
 }
 
 # (module, qualified name) -> (its size now, why it is over).
