@@ -46,7 +46,7 @@ def main() -> None:
         import django
 
         django.setup()
-        from django_taskrunner.core.dispatch import new_message
+        from django_taskrunner.core.prepare import new_message
         from django_taskrunner.core.records import dispatch_record
         from django_taskrunner.core.registry import registry
         from django_taskrunner.store import keys, scripts

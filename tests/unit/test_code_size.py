@@ -29,6 +29,7 @@ ALLOWED_MODULES: dict[str, tuple[int, str]] = {
     "core/unique.py": (520, "one concept: unique locks, their holder, conflict, release"),
     "core/workflows.py": (705, "one concept: workflows, their dispatch and lookup"),
     "core/outbox.py": (438, "one concept: the outbox's rows and their move to Redis"),
+    "worker/worker.py": (401, "imports Entry where it is defined, no longer via the broker"),
 }
 
 # (module, qualified name) -> (its size now, why it is over).
