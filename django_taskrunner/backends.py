@@ -44,17 +44,18 @@ from django_taskrunner.compat import (
     task_enqueued,
 )
 from django_taskrunner.core import clock, due
-from django_taskrunner.core.dispatch import REDIS_DOWN, add_delayed, announce_queue, new_message
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.options import DEFAULT_PRIORITY
+from django_taskrunner.core.prepare import new_message
 from django_taskrunner.core.records import TaskRecord, dispatch_record, from_fields, records
 from django_taskrunner.core.registry import registry
+from django_taskrunner.core.sending import add_delayed, announce_queue
 from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.shim import SHIM_TASK, TASK_PATH
 from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.connection import built_client
-from django_taskrunner.store.errors import unavailable
+from django_taskrunner.store.errors import REDIS_DOWN, unavailable
 from django_taskrunner.store.results import get_results
 
 DEFAULT_RESULT_TTL = 24 * 3600

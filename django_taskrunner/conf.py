@@ -16,9 +16,9 @@ from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
 from django_taskrunner.checks import check_connection_alias, validate_settings
-from django_taskrunner.defaults import DEFAULTS, Option
+from django_taskrunner.defaults import DEFAULTS
 
-__all__ = ["DEFAULTS", "Option", "Settings", "get_settings", "on_reset", "reset"]
+__all__ = ["Settings", "get_settings", "on_reset", "reset"]
 
 _reset_callbacks: list[Callable[[], None]] = []
 

@@ -23,7 +23,8 @@ from datetime import UTC, datetime
 from django.utils import timezone
 
 from django_taskrunner.core import unique as locks
-from django_taskrunner.core.message import MAX_EPOCH_MS, TaskMessage
+from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.core.wire import MAX_EPOCH_MS
 from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.store import sharding, values
 from django_taskrunner.store.broker import Broker

@@ -24,7 +24,7 @@ from django.utils.html import format_html
 
 from django_taskrunner.admin.nul_free import NulFreeChangeListMixin
 from django_taskrunner.admin.redispatch import RetryReport, retry_queryset
-from django_taskrunner.core.message import nested_too_deep
+from django_taskrunner.core.wire import nested_too_deep
 from django_taskrunner.models import FailedTask
 
 

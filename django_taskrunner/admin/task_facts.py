@@ -20,8 +20,9 @@ from django.utils.safestring import SafeString, mark_safe
 
 from django_taskrunner.checks import QUEUE_NAME
 from django_taskrunner.core import unique as locks
-from django_taskrunner.core.message import MAX_EPOCH_MS, TaskMessage
+from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.records import TaskRecord, lookup
+from django_taskrunner.core.wire import MAX_EPOCH_MS
 from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import keys, sharding

@@ -22,10 +22,8 @@ from django_taskrunner.core.message import TaskMessage, batch_bodies
 from django_taskrunner.core.prepare import (
     debounce_ms,
     new_message,
-    new_message_id,
     new_message_ids,
     prepare,
-    resolve_queue,
     resolve_task,
 )
 from django_taskrunner.core.sending import (
@@ -45,11 +43,7 @@ if TYPE_CHECKING:
     from django_taskrunner.core.task import Task
 
 __all__ = ["dispatch", "dispatch_delayed", "dispatch_many", "dispatch_on_commit",
-           "schedule_for",
-           # prepare.py's and sending.py's, imported from here by the Tasks backend,
-           # periodic tasks and the package's API.
-           "REDIS_DOWN", "add_delayed", "announce_queue", "new_message", "new_message_id",
-           "prepare", "resolve_queue", "resolve_task"]
+           "schedule_for"]
 
 logger = logging.getLogger(__name__)
 

@@ -20,8 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django_taskrunner.core import wire
-from django_taskrunner.core.wire import (  # the limits, public here as they always were
-    DISPATCH_TOKEN,  # noqa: F401 - imported from here by core/unique.py
+from django_taskrunner.core.wire import (
     MAX_EPOCH_MS,
     MESSAGE_MAX_BYTES,
     PAYLOAD_MAX_DEPTH,

@@ -31,9 +31,7 @@ from django_taskrunner.store.schedule import for_broker as schedule_store
 if TYPE_CHECKING:
     from django_taskrunner.core.task import Task
 
-# The name these lines were logged under before this module was split off
-# `core/dispatch.py`: logging configurations name it.
-logger = logging.getLogger("django_taskrunner.core.dispatch")
+logger = logging.getLogger(__name__)
 
 
 # (prefix, queue) this process has announced in the known queues, and when (monotonic s).

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, overload
 
+from django_taskrunner.checks import MAX_SECONDS
 from django_taskrunner.core import dispatch as dispatching
 from django_taskrunner.core import workflows
 from django_taskrunner.core.cron import check_cron
 from django_taskrunner.core.limits import check_limit_options
 from django_taskrunner.core.options import (
-    MAX_SECONDS,
     TaskOptions,
     check_debounce,
     check_on_conflict,

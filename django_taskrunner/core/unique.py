@@ -14,10 +14,11 @@ message holds at the point its mode names (`RELEASE_ON`), comparing the whole va
 so an older task never frees what a newer dispatch took. Errors and the admin show the id
 alone (`holder_id`).
 
-This module decides which key, TTL and mode a dispatch takes (`claim_for`) and reads
-the script's reply; the holder value is `unique_holder.py`'s, what a held lock means
-under on_conflict `unique_conflict.py`'s, what to free when `unique_release.py`'s. The
-commands are `store/locks.py`'s (`UniqueLocks`), which these modules hand plain values.
+This module decides which key, TTL and mode a dispatch takes (`claim_for`), what a held
+lock means under on_conflict "return" / "replace" / debounce (`Conflict`,
+`reservation_for`), reads the script's reply (`Claim.settle`), and frees what a message
+holds (`release_with`, `release_held`). The commands are `store/locks.py`'s
+(`UniqueLocks`), which this module hands plain values.
 """
 
 from __future__ import annotations
@@ -25,34 +26,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from django_taskrunner.core import clock
-from django_taskrunner.core.message import TaskMessage, check_payload
+from django_taskrunner.core.message import TaskMessage, check_payload, holder_parts
 from django_taskrunner.core.options import UNIQUE_MODES, check_on_conflict, check_unique_for
-from django_taskrunner.core.unique_conflict import Conflict, conflict_for, reservation_for
-from django_taskrunner.core.unique_holder import (
-    HOLDER_SEPARATOR,
-    holder_id,
-    holder_value,
-    new_dispatch_token,
-)
-from django_taskrunner.core.unique_release import (
-    CANCELLED,
-    DROPPED,
-    FAILED,
-    RELEASE_ON,
-    STARTED,
-    SUCCEEDED,
-    TASK_ID_FREED_ON,
-    TASK_ID_TTL_MS,
-    release,
-    release_held,
-    release_with,
-)
+from django_taskrunner.core.wire import DISPATCH_TOKEN
 from django_taskrunner.exceptions import (
     InvalidTaskOptions,
     InvalidTaskPayload,
@@ -61,23 +45,13 @@ from django_taskrunner.exceptions import (
     UniqueForRequired,
 )
 from django_taskrunner.store import keys, sharding
+from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.store.locks import Reservation, UniqueLocks
 from django_taskrunner.store.values import text
 
 if TYPE_CHECKING:
     from django_taskrunner.core.task import Task
-
-# The holder, the conflict policy and the release are split off into
-# core/unique_holder.py, unique_conflict.py and unique_release.py; their names stay
-# importable from here, where the worker, the admin and the outbox import them.
-__all__ = [
-    "CANCELLED", "DROPPED", "FAILED", "HOLDER_SEPARATOR", "RELEASE_ON", "STARTED",
-    "SUCCEEDED", "TASK_ID_FREED_ON", "TASK_ID_MAX_LENGTH", "TASK_ID_TTL_MS", "Claim",
-    "Conflict", "KeySource", "LockSpec", "check_task_id", "claim_for", "conflict_for",
-    "derive_key", "enqueue", "holder_id", "holder_message", "holder_value", "lock_spec",
-    "new_dispatch_token", "payload_key", "release", "release_held", "release_with",
-    "reservation_for",
-]
+    from django_taskrunner.store.broker import Broker
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +60,58 @@ KeySource = str | Callable[[Any], str] | None
 
 _warned_empty: set[str] = set()
 _warned_lock = threading.Lock()
+
+
+# A task_id stays reserved this long after its dispatch (after its due time when
+# delayed); each attempt a worker starts renews it. Finishing for good frees it at once,
+# so the TTL only matters for a task that is lost or stuck far longer than any lock.
+TASK_ID_TTL_MS = 7 * 24 * 3600 * 1000
+
+# Points in a message's life at which the worker frees what it holds.
+STARTED = "started"  # a worker is about to run an attempt
+SUCCEEDED = "succeeded"  # the task returned
+FAILED = "failed"  # the last attempt raised: failed for good
+DROPPED = "dropped"  # never run: expired, or no task has its name
+CANCELLED = "cancelled"  # an operator cancelled it in the admin: frees it in every mode
+
+RELEASE_ON: dict[str, frozenset[str]] = {
+    "until_finished": frozenset({SUCCEEDED, FAILED, DROPPED, CANCELLED}),
+    "until_executed": frozenset({SUCCEEDED, DROPPED, CANCELLED}),
+    "until_executing": frozenset({STARTED, DROPPED, CANCELLED}),
+    "while_locked": frozenset({CANCELLED}),
+    # The lock lives as long as the quiet period; once the task starts, a new one opens.
+    "debounce": frozenset({STARTED, DROPPED, CANCELLED}),
+}
+TASK_ID_FREED_ON = frozenset({SUCCEEDED, FAILED, DROPPED, CANCELLED})
+
+# A release retries a short Redis outage (a task_id left behind would stay reserved
+# for TASK_ID_TTL_MS); None ends the attempts.
+RELEASE_RETRY_PAUSES = (0.1, 0.5, None)
+
+# Joins the id and the dispatch token in a lock's value; a token never contains it.
+HOLDER_SEPARATOR = "#"
+
+
+def new_dispatch_token() -> str:
+    """16 random hex digits: one dispatch's mark on the lock and task_id it takes."""
+    return os.urandom(8).hex()
+
+
+def holder_value(message: TaskMessage) -> str:
+    """What `message` writes to its lock and task_id key, and what its release compares.
+
+    A message queued by an earlier version has no token: its id alone, as it wrote then.
+    """
+    token = message.dispatch_token
+    return message.id if token is None else f"{message.id}{HOLDER_SEPARATOR}{token}"
+
+
+def holder_id(value: str) -> str:
+    """The task id in a lock's or reservation's value: what errors and the admin show."""
+    task_id, separator, token = value.rpartition(HOLDER_SEPARATOR)
+    if separator and task_id and DISPATCH_TOKEN.fullmatch(token):
+        return task_id
+    return value
 
 
 def payload_key(payload: Any) -> str:
@@ -361,3 +387,134 @@ def enqueue(
     store = UniqueLocks(client, "")
     return claim.read_reply(store.add_reserved(claim.reservation(destination, body, due_ms,
                                                                  wake_channel)))
+
+
+# A held lock under on_conflict "return" or "replace" (and a debounce): the script reads
+# the holder's body, or swaps the holder's payload in when the holder has not started;
+# for that it needs the queue's other structure (the delayed set of a stream dispatch, or
+# the stream of a delayed one), the consumer group, and the new body cut around its id.
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """What enqueue.lua needs to act on a held lock for "return" or "replace": the
+    queue's other structure, the consumer group, and the body cut around its id."""
+
+    other: str
+    group: str
+    head: str = ""
+    rest: str = ""
+
+
+def conflict_for(
+    claim: Claim, message: TaskMessage, body: str, other: str, group: str,
+) -> Conflict | None:
+    """The `Conflict` of a claim whose policy is not "raise", else None."""
+    if claim.policy == "raise":
+        return None
+    head, rest = holder_parts(body, message) if claim.policy != "return" else ("", "")
+    return Conflict(other, group, head, rest)
+
+
+def reservation_for(
+    claim: Claim, broker: Broker, message: TaskMessage, body: str, due_ms: int | None = None,
+) -> Reservation:
+    """The claim's reservation on `broker`: to the stream (`due_ms` None) or the delayed
+    set, with what a held lock needs under the claim's policy."""
+    level = keys.level_name(claim.shard, message.priority)  # the shard's, unless a priority
+    stream = broker.stream(level)
+    delayed = keys.delayed_key(broker.prefix, level)
+    if due_ms is None:
+        destination, other, wake = stream, delayed, ""
+    else:
+        destination, other, wake = delayed, stream, keys.wake_channel(broker.prefix, claim.shard)
+    conflict = conflict_for(claim, message, body, other, broker.group)
+    return claim.reservation(destination, body, due_ms, wake, conflict)
+
+
+# The release: each unique mode frees its lock at a point of the message's life
+# (`RELEASE_ON`); a task_id is freed once the task finished for good and renewed when an
+# attempt starts. The worker calls `release_with`, which compares the whole holder value
+# first; the admin frees one lock by the value it shows (`release_held`).
+
+
+def _actions(prefix: str, message: TaskMessage, event: str) -> list[tuple[str, str]]:
+    """(key, '0' to delete | TTL ms to renew | 'follow') for what `message` frees at
+    `event`; a lock's mode record follows its lock (release_lock.lua)."""
+    actions: list[tuple[str, str]] = []
+    if message.lock_key:
+        freed_on = RELEASE_ON.get(message.unique_mode or "", RELEASE_ON["until_finished"])
+        if event in freed_on:
+            actions.append((message.lock_key, "0"))
+            mode_key = _mode_key(prefix, message)
+            if mode_key is not None:
+                actions.append((mode_key, "follow"))
+    if message.has_task_id:
+        id_key = keys.task_id_key(prefix, message.queue, message.id)
+        if event in TASK_ID_FREED_ON:
+            actions.append((id_key, "0"))
+        elif event == STARTED:
+            actions.append((id_key, str(TASK_ID_TTL_MS)))
+    return actions
+
+
+def release(client: Any, prefix: str, message: TaskMessage, event: str) -> None:
+    """`release_with` on the locks of `client` (only handed to the store) and `prefix`."""
+    release_with(UniqueLocks(client, prefix), message, event)
+
+
+def release_with(store: UniqueLocks, message: TaskMessage, event: str) -> None:
+    """Free (or renew) what `message` holds at `event`; only if this dispatch of it is
+    still the holder (its id and dispatch token, `holder_value`).
+
+    A key already gone or held by another task is logged, never raised; so is Redis
+    being down (the lock then frees at its TTL).
+    """
+    actions = _actions(store.prefix, message, event)
+    if not actions:
+        return
+    replies = _release_retrying(store, message, actions)
+    if replies is None:
+        return
+    for (key, action), reply in zip(actions, replies, strict=True):
+        if action == "follow":
+            continue
+        if reply == 0:
+            logger.debug("task=%s id=%s: %s was already gone (expired or freed)",
+                         message.task_name, message.id, key)
+        elif reply != 1:
+            logger.info("task=%s id=%s: %s is now held by %s; left alone", message.task_name,
+                        message.id, key, reply)
+
+
+def _release_retrying(
+    store: UniqueLocks, message: TaskMessage, actions: list[tuple[str, str]]
+) -> list[int | str] | None:
+    """The store's replies, retrying a short outage; None (logged) once it lasts."""
+    for pause in RELEASE_RETRY_PAUSES:
+        try:
+            return store.release(holder_value(message), actions)
+        except REDIS_DOWN as exc:
+            if pause is None:
+                logger.error("task=%s id=%s: cannot free %s, Redis is unreachable (%s); it "
+                             "frees at its TTL", message.task_name, message.id,
+                             ", ".join(key for key, _ in actions), exc)
+                return None
+            time.sleep(pause)
+    return None
+
+
+def _mode_key(prefix: str, message: TaskMessage) -> str | None:
+    """The mode record of the lock `message` holds; None for a lock of another layout."""
+    try:
+        return keys.unique_mode_key(prefix, message.queue, message.lock_key or "")
+    except ValueError:
+        return None
+
+
+def release_held(client: Any, prefix: str, queue: str, lock_key: str, holder: str) -> int | str:
+    """Free `lock_key` (and its mode record) only while it still holds the value `holder`.
+
+    Returns 1 when freed, 0 when it was already gone, else the value it holds now.
+    """
+    return UniqueLocks(client, prefix).release_lock(queue, lock_key, holder)

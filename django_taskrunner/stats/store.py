@@ -29,16 +29,10 @@ from typing import Any
 
 from django_taskrunner.stats.recorder import BUCKET_LABELS, PICKUP_LABELS, Batch, TaskFigures
 from django_taskrunner.store import keys
-from django_taskrunner.store.stats import (
-    MINUTE_TTL_SECONDS,
-    STATS_TTL_SECONDS,
-    QueueWrite,
-    StatsStore,
-    WorkerBeat,
-)
+from django_taskrunner.store.stats import QueueWrite, StatsStore, WorkerBeat
 
-__all__ = ["COUNTERS", "MINUTE_TTL_SECONDS", "STATS_TTL_SECONDS", "Heartbeat", "flush",
-           "heartbeat_ttl", "queue_writes", "remove_heartbeat", "worker_beat", "write"]
+__all__ = ["COUNTERS", "Heartbeat", "flush", "heartbeat_ttl", "queue_writes", "remove_heartbeat",
+           "worker_beat", "write"]
 COUNTERS = ("runs", "errors", "succeeded", "retried", "failed", "run_us", "pickups",
             "pickup_us")
 

@@ -20,13 +20,7 @@ from django_taskrunner.store import keys, scripts, server
 from django_taskrunner.store.connection import get_redis
 from django_taskrunner.store.limits import RENEW_SCRIPT, Limits, Slot
 from django_taskrunner.store.records import ADD_SCRIPTS, SCRIPTS, Records, RecordWrite
-from django_taskrunner.store.recovery import (  # Claim, Entry, Pending: imported from here too
-    Claim,  # noqa: F401
-    Entry,
-    Pending,  # noqa: F401
-    StreamRecovery,
-    body_of,
-)
+from django_taskrunner.store.recovery import Entry, StreamRecovery, body_of
 from django_taskrunner.store.values import text
 from django_taskrunner.store.workflows import SCRIPTS as WORKFLOW_SCRIPTS
 from django_taskrunner.store.workflows import MemberDone, WorkflowStore

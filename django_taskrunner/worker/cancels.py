@@ -26,7 +26,7 @@ from django_taskrunner.core import clock
 from django_taskrunner.core.unique import holder_value
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import Broker
-from django_taskrunner.worker.outage import REDIS_DOWN
+from django_taskrunner.store.errors import REDIS_DOWN
 
 if TYPE_CHECKING:
     from django_taskrunner.worker.running import Attempt, RunningSet

@@ -58,7 +58,7 @@ from django_taskrunner.worker.steps.record import (
     stop_cancelled,
     write_outcome,
 )
-from django_taskrunner.worker.steps.retry import retry, retry_delay
+from django_taskrunner.worker.steps.retry import retry
 from django_taskrunner.worker.steps.run import Run
 from django_taskrunner.worker.steps.time_limit import check_time_limit
 from django_taskrunner.worker.steps.workflow import parent_reader
@@ -76,7 +76,7 @@ def set_progress(attempt: Attempt, value: Any) -> None:
         raise ValueError(why)
     attempt.set_progress(encoded)
 
-__all__ = ["Executor", "TaskExpired", "retry_delay"]  # TaskExpired: where it was before
+__all__ = ["Executor"]
 
 Step = Callable[["Executor", Run], bool]
 

@@ -17,7 +17,7 @@ from django_taskrunner.store.errors import REDIS_DOWN, outage_text
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["REDIS_DOWN", "RedisStatus", "backoff", "redis_call"]  # REDIS_DOWN: store/errors.py
+__all__ = ["RedisStatus", "backoff", "redis_call"]
 T = TypeVar("T")
 # What to wait for before the next try: `wait(seconds, failures)` sleeps (or waits on a
 # stop event) and returns True to give up.

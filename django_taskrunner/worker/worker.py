@@ -25,10 +25,11 @@ from django_taskrunner.core import clock
 from django_taskrunner.scheduling.outbox_flush import flush_waiting
 from django_taskrunner.scheduling.scheduler import LeaderScheduler, promote_all_due, register_queues
 from django_taskrunner.store import keys, sharding
-from django_taskrunner.store.broker import Broker, Entry
+from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.clients import connection_name, name_connections
 from django_taskrunner.store.connection import make_room
 from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.store.recovery import Entry
 from django_taskrunner.worker.acker import Acker
 from django_taskrunner.worker.async_runner import AsyncRunner
 from django_taskrunner.worker.cancels import CancelListener

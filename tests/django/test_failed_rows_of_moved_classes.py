@@ -10,9 +10,9 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
+from django_taskrunner.exceptions import TaskExpired
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store.broker import get_broker
-from django_taskrunner.worker.executor import TaskExpired
 from django_taskrunner.worker.failures import describe_error
 
 pytestmark = pytest.mark.django_db

@@ -243,7 +243,7 @@ def forged(func, backend="default"):
 def test_the_shim_refuses_a_path_that_is_not_a_framework_task_and_never_imports_it(
     run_burst, tmp_path, monkeypatch, func
 ):
-    from django_taskrunner.core.dispatch import dispatch
+    from django_taskrunner import dispatch
 
     flag = tmp_path / "imported"
     monkeypatch.setenv("TASKRUNNER_TEST_SIDE_EFFECT_FILE", str(flag))
@@ -260,7 +260,7 @@ def test_the_shim_refuses_a_path_that_is_not_a_framework_task_and_never_imports_
 
 
 def test_the_shim_refuses_a_backend_that_is_not_ours(run_burst):
-    from django_taskrunner.core.dispatch import dispatch
+    from django_taskrunner import dispatch
 
     dispatch("django_taskrunner.run_django_task",
              forged("tests.testapp.framework_tasks.add", backend="nope"))
@@ -272,7 +272,7 @@ def test_a_framework_task_in_a_module_no_worker_imported_yet_still_runs(
     run_burst, r, monkeypatch
 ):
     """Inside an installed app, a module is imported on demand, as before."""
-    from django_taskrunner.core.dispatch import dispatch
+    from django_taskrunner import dispatch
     from tests.testapp.tasks import runs_key
 
     module = "tests.testapp.lazy_framework_tasks"
@@ -346,7 +346,7 @@ def test_a_result_record_of_the_previous_release_still_reads_back(r, prefix):
 
 
 def test_a_message_of_the_previous_release_still_runs(run_burst, r, prefix):
-    from django_taskrunner.core.dispatch import dispatch
+    from django_taskrunner import dispatch
 
     dispatch("django_taskrunner.run_django_task",
              {**forged("tests.testapp.framework_tasks.add"), "result_id": "1" * 32,

@@ -143,7 +143,7 @@ def test_with_redis_down_a_thousand_saves_commit_and_run_exactly_once_when_it_is
     stop()
     receiver = dispatch_on(post_save, noop, sender=Note,
                            payload=lambda instance, **kw: {"n": instance.pk})
-    caplog.set_level(logging.WARNING, logger="django_taskrunner.core.outbox")
+    caplog.set_level(logging.WARNING, logger="django_taskrunner")
     try:
         for index in range(1000):
             with transaction.atomic():  # no exception reaches the caller after commit
@@ -206,7 +206,7 @@ def test_a_flush_that_crashed_after_redis_took_the_rows_queues_nothing_twice(r, 
 
 def test_a_unique_conflict_at_flush_is_logged_and_recorded_as_a_failed_row(r, prefix, caplog):
     holder = unique_order.dispatch({"order": "o-9"})
-    caplog.set_level(logging.WARNING, logger="django_taskrunner.core.outbox")
+    caplog.set_level(logging.WARNING, logger="django_taskrunner")
     with transaction.atomic():
         late = dispatch_on_commit(unique_order, {"order": "o-9"})
     assert [m.id for m in queued(r, prefix)] == [holder.id]

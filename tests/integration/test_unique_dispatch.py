@@ -22,7 +22,7 @@ from django_taskrunner import (
 )
 from django_taskrunner.core import clock
 from django_taskrunner.core import unique as locks
-from django_taskrunner.core.dispatch import prepare
+from django_taskrunner.core.prepare import prepare
 from django_taskrunner.core.unique import holder_value
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
@@ -94,7 +94,7 @@ def test_a_plain_dispatch_is_one_xadd_and_a_unique_one_is_one_evalsha(r):
 
 def test_dispatch_many_of_a_unique_task_skips_duplicates_in_one_round_trip(r, caplog):
     held = unique_order.dispatch({"order": "m-3"})
-    caplog.set_level(logging.INFO, logger="django_taskrunner.core.dispatch")
+    caplog.set_level(logging.INFO, logger="django_taskrunner")
 
     queued = dispatch_many(ORDER, [{"order": "m-1"}, {"order": "m-2"}, {"order": "m-1"},
                                    {"order": "m-3"}])
@@ -122,7 +122,7 @@ def test_dispatch_on_commit_checks_now_and_skips_a_duplicate_found_at_commit(r, 
         dispatch_on_commit("tests.testapp.tasks.noop", {}, unique_mode="until_executed")
 
     first = unique_order.dispatch({"order": "c-1"})
-    caplog.set_level(logging.INFO, logger="django_taskrunner.core.dispatch")
+    caplog.set_level(logging.INFO, logger="django_taskrunner")
     with transaction.atomic():
         dispatch_on_commit(ORDER, {"order": "c-1"})  # a duplicate: skipped at commit
         dispatch_on_commit(ORDER, {"order": "c-2"})  # still dispatched after it

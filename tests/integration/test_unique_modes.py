@@ -12,7 +12,6 @@ from redis.retry import Retry
 
 from django_taskrunner import TaskAlreadyDispatched, TaskMessage, dispatch
 from django_taskrunner.core import unique as locks
-from django_taskrunner.core import unique_release
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store.broker import get_broker
 from tests.testapp.tasks import runs_key, unique_order
@@ -265,7 +264,7 @@ def test_a_release_that_finds_the_lock_gone_or_taken_or_redis_down_logs_and_goes
     assert "now held by m-new" in logged["INFO"]
 
     # Redis unreachable: retried briefly, then logged; the lock frees at its TTL
-    monkeypatch.setattr(unique_release, "RELEASE_RETRY_PAUSES", (0.01, None))
+    monkeypatch.setattr(locks, "RELEASE_RETRY_PAUSES", (0.01, None))
     unreachable = redis.Redis(port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
     locks.release(unreachable, prefix, taken, locks.SUCCEEDED)
     assert "Redis is unreachable" in caplog.records[-1].getMessage()

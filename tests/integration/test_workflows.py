@@ -197,14 +197,13 @@ def test_eager_mode_runs_a_workflow_in_process(settings):
 
 
 def test_a_member_counted_twice_dispatches_the_next_stage_once(r):
-    from django_taskrunner.core.workflows import store
-    from django_taskrunner.store.workflows import MemberDone
+    from django_taskrunner.store.workflows import MemberDone, WorkflowStore
 
     handle = group(wf_member.s({"n": 1}), wf_member.s({"n": 2}), then=wf_collect.s({})
                    ).dispatch()
     broker = get_broker()
     assert broker.length("default") == 2
-    workflows = store()
+    workflows = WorkflowStore(broker.client, broker.prefix)
     first = MemberDone(handle.id, 0, 0, "succeeded", ("default",))
     last = MemberDone(handle.id, 1, 0, "failed", ("default",))
     assert workflows.member_done(first) == "counted"

@@ -13,7 +13,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 from django_taskrunner import checks
 from django_taskrunner.checks import check_taskrunner_settings, validate_settings
-from django_taskrunner.conf import DEFAULTS, get_settings
+from django_taskrunner.conf import get_settings
+from django_taskrunner.defaults import DEFAULTS
 
 
 def ids(settings_value, settings):

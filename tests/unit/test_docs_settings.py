@@ -3,7 +3,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from django_taskrunner.conf import DEFAULTS
+from django_taskrunner.defaults import DEFAULTS
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

@@ -91,7 +91,7 @@ def test_overrides_take_a_string_or_a_callable_and_win_over_the_task():
 def test_an_empty_key_is_one_lock_for_the_task_and_is_warned_about_once(caplog, source):
     name = f"shop.tasks.whole_{id(source)}"
     task = make_task(name=name, unique=True, unique_for=10, unique_key=source)
-    caplog.set_level(logging.WARNING, logger="django_taskrunner.core.unique")
+    caplog.set_level(logging.WARNING, logger="django_taskrunner")
 
     specs = {lock_spec(task, {"n": n}, "default", "p").key for n in range(3)}
 
