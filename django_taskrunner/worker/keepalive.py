@@ -7,9 +7,11 @@ or fetched and waiting in its buffer (XCLAIM ... JUSTID by its own consumer, thr
 queues in one pipelined round trip (`Broker.hold_and_sync`), `BEATS_PER_TIMEOUT` times
 per shortest timeout.
 
-The same round trip carries the task records of the running attempts: "running" once
-for each (a task that ends before the next beat never needs it: its outcome's record
-says all), the progress each gave since the last beat, the read of their cancel flags,
+Each attempt's "running" record is written as it starts, before the task's code runs
+(`worker/starts.py`: by the starting thread, or for an `async def` task by this thread,
+woken at once). The beat's round trip carries the rest of the task records of the
+running attempts: "running" for one whose start write failed, the progress each gave
+since the last beat, the read of their cancel flags,
 and the read of the cancelled sets of the streams whose fetched messages wait in the
 buffer (so a message cancelled after its fetch is skipped when it comes out of the
 buffer, even when no fetch follows). So while a task runs, the worker beats at least
@@ -35,6 +37,7 @@ from django_taskrunner.core import clock
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.worker.outage import REDIS_DOWN, RedisStatus
 from django_taskrunner.worker.running import Attempt, RunningSet
+from django_taskrunner.worker.starts import StartWrites
 from django_taskrunner.worker.steps.record import progress_write, started_write
 
 logger = logging.getLogger(__name__)
@@ -85,34 +88,56 @@ class Heartbeat(threading.Thread):
         self._planned_interval = heartbeat_interval(self.floor)
         self._last_beat = clock.monotonic()
         self._lost: set[tuple[str, str]] = set()
+        self.starts = StartWrites(broker.records, consumer, status)
+        self._async_starts: list[Attempt] = []  # async attempts whose start write waits
         running.on_start(self._attempt_started)
 
     def run(self) -> None:
         while self._wait_for_next_beat():
-            self.beat()
+            self._write_async_starts()
+            if self._last_beat + self._planned_interval <= clock.monotonic():
+                self._last_beat = clock.monotonic()
+                self.beat()
 
     def _wait_for_next_beat(self) -> bool:
         """Sleep until one interval after the last beat (shortened by any attempt that
-        starts meanwhile); False once stopping."""
+        starts meanwhile), or until an `async def` attempt's start is to be written;
+        False once stopping."""
         with self._cond:
             while not self._stopping:
+                if self._async_starts:
+                    return True
                 shortest = self.shortest_timeout()
                 self._planned_for = shortest
                 self._planned_interval = interval = self.interval()
                 left = self._last_beat + interval - clock.monotonic()
                 if left <= 0:
-                    self._last_beat = clock.monotonic()
                     return True
                 self._cond.wait(left)
             return False
 
     def _attempt_started(self, attempt: Attempt) -> None:
-        """Wake the thread if this attempt needs beats sooner than planned (called on the
-        task thread for every attempt: one uncontended lock unless it must wake)."""
+        """Write the attempt's "running" record before its code runs, and wake the thread
+        if the attempt needs beats sooner than planned (called on the starting thread for
+        every attempt: one uncontended lock unless it must wake). An `async def` attempt
+        starts on the event loop, which must not wait for Redis: this thread writes it."""
+        recorded = attempt.record_ttl > 0
         with self._cond:
-            if (attempt.reservation_timeout < self._planned_for
+            if recorded and attempt.coroutine:
+                self._async_starts.append(attempt)
+                self._cond.notify()
+            elif (attempt.reservation_timeout < self._planned_for
                     or self._planned_interval > CANCEL_CHECK_S):
                 self._cond.notify()
+        if recorded and not attempt.coroutine:
+            self.starts.write((attempt,))
+
+    def _write_async_starts(self) -> None:
+        """The start writes of the `async def` attempts that started since the last."""
+        with self._cond:
+            waiting, self._async_starts = self._async_starts, []
+        if waiting:
+            self.starts.write(waiting)
 
     def shortest_timeout(self) -> float:
         """The shortest reservation timeout of what the worker holds now, or may soon."""
