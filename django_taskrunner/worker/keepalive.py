@@ -13,8 +13,8 @@ it wakes this thread if the list was empty), and this thread, after `START_LINGE
 gather the others starting meanwhile, writes those still running in one round trip (a
 task that ended by then needs none: its outcome's record says all). The beat's round
 trip carries the rest of the task records of the running attempts: "running" for one
-whose start write failed, the progress each gave since the last beat, the read of their cancel flags,
-and the read of the cancelled sets of the streams whose fetched messages wait in the
+whose start write failed, the progress each gave since the last beat, the read of their
+cancel flags, and the read of the cancelled sets of the streams whose fetched messages wait in the
 buffer (so a message cancelled after its fetch is skipped when it comes out of the
 buffer, even when no fetch follows). So while a task runs, the worker beats at least
 every `CANCEL_CHECK_S`, and a `cancel(id)` reaches `ctx.cancelled` within a second; an
