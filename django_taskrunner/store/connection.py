@@ -185,7 +185,8 @@ def bounded(client: Any, seconds: float, key: str) -> Iterator[Any]:
     redis-py fixes a connection's socket timeout when it connects, so a bound shorter
     than the client's own is a connection of its own, made for the block and closed
     after it (on a cluster, to the node that serves `key`'s slot); otherwise `client`
-    itself. Only for commands on `key` (and keys in its slot).
+    itself, as for a cluster node the client has not connected to yet. Only for
+    commands on `key` (and keys in its slot).
     """
     server = client
     if not hasattr(client, "connection_pool"):  # a cluster: the node of the key's slot
