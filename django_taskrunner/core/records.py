@@ -26,7 +26,7 @@ from django_taskrunner.core import clock, outbox_rows
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
-from django_taskrunner.store.connection import built_client, get_redis
+from django_taskrunner.store.connection import bounded, built_client, get_redis
 from django_taskrunner.store.errors import REDIS_DOWN, unavailable
 from django_taskrunner.store.finished import FinishedIndex
 from django_taskrunner.store.records import (
@@ -62,6 +62,9 @@ CANCEL_ANSWER_S = 1.0
 HOLDER_SILENT_MS = 11_000
 # Longest single block of `wait()` (under the client's socket timeout); it loops.
 WAIT_SLICE_S = 5.0
+# How far past its timeout `wait()` may return when Redis does not answer: the time a
+# healthy server has to answer the last command (a loaded machine's scheduling delays).
+WAIT_MARGIN_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -198,11 +201,13 @@ def wait(task_id: str, timeout: float) -> TaskRecord | None:
 
     Blocks on Redis (BLMOVE on the record's done list), not a polling loop. Returns the
     final record, or None for an unknown id (or one whose record expired meanwhile).
+    Returns within `timeout` plus `WAIT_MARGIN_S` whatever Redis does: each command it
+    sends fails once that is past (`store.connection.bounded`).
 
     Raises:
         ValueError: `timeout` is not a positive, finite number of seconds.
         TimeoutError: the record was not final after `timeout` seconds.
-        RedisUnavailable: Redis could not be reached.
+        RedisUnavailable: Redis could not be reached, or did not answer in time.
     """
     if (isinstance(timeout, bool) or not isinstance(timeout, int | float)
             or not math.isfinite(timeout) or timeout <= 0):
@@ -210,23 +215,37 @@ def wait(task_id: str, timeout: float) -> TaskRecord | None:
     checked = _checked_id(task_id)
     if checked is None:
         return None
-    store = records()
     deadline = clock.monotonic() + timeout
     try:
-        while True:
-            fields = store.watch(checked)
-            if fields is None:
-                return None
-            record = from_fields(checked, fields)
-            if record.finished:
-                return record
-            left = deadline - clock.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"task {checked!r} is still {record.status} after "
-                                   f"{timeout:g}s")
-            store.wait_done(checked, max(0.01, min(left, WAIT_SLICE_S)))
+        return _wait(checked, timeout, deadline)
     except REDIS_DOWN as exc:
         raise unavailable(f"cannot wait for task {checked!r}", exc, built_client()) from exc
+
+
+def _wait(task_id: str, timeout: float, deadline: float) -> TaskRecord | None:
+    """`wait()`'s loop: read the record, block on its done list until final or
+    `deadline`; every command bounded by the time left (and `WAIT_MARGIN_S`)."""
+    prefix = get_settings().PREFIX
+    client = get_redis(within=timeout + WAIT_MARGIN_S)
+    key = keys.record_key(prefix, task_id)
+    while True:
+        with bounded(client, _left(deadline) + WAIT_MARGIN_S, key) as near:
+            fields = Records(near, prefix).watch(task_id)
+        if fields is None:
+            return None
+        record = from_fields(task_id, fields)
+        if record.finished:
+            return record
+        left = _left(deadline)
+        if left <= 0:
+            raise TimeoutError(f"task {task_id!r} is still {record.status} after {timeout:g}s")
+        block = max(0.01, min(left, WAIT_SLICE_S))
+        with bounded(client, block + WAIT_MARGIN_S, key) as near:
+            Records(near, prefix).wait_done(task_id, block)
+
+
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - clock.monotonic())
 
 
 def cancel(task_id: str) -> bool:
@@ -242,8 +261,8 @@ def cancel(task_id: str) -> bool:
     checked = _checked_id(task_id)
     if checked is None:
         return False
-    store = records()
     try:
+        store = records()
         reply = store.cancel(checked, clock.now_ms(), int(get_settings().RESULT_TTL) or 1)
         if reply.outcome != "ok":
             return False

@@ -16,8 +16,10 @@ client of the wrong kind is never kept.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import redis
@@ -82,12 +84,16 @@ def _safe(url: str) -> str:
     return f"{scheme}://***@{rest.rpartition('@')[2]}"
 
 
-def _build_client() -> Any:
+def _build_client(within: float | None = None) -> Any:
     settings = get_settings()
     timeouts = {
         "socket_timeout": settings.SOCKET_TIMEOUT,
         "socket_connect_timeout": settings.CONNECT_TIMEOUT,
     }
+    # The `INFO cluster` probe is over once the client is built: a caller with a deadline
+    # (`within` seconds) bounds it by that, the client keeps the settings' timeouts.
+    probe = timeouts if within is None else {
+        name: min(value, within) for name, value in timeouts.items()}
     client: Any
     if settings.CLUSTER_NODES:
         client = cluster_client(list(settings.CLUSTER_NODES), **timeouts)
@@ -95,7 +101,7 @@ def _build_client() -> Any:
         from django_redis import get_redis_connection
 
         return get_redis_connection(settings.CONNECTION)
-    elif settings.REDIS_URL and is_cluster_node(settings.REDIS_URL, **timeouts):
+    elif settings.REDIS_URL and is_cluster_node(settings.REDIS_URL, **probe):
         if int(parse_url(settings.REDIS_URL).get("db") or 0) != 0:
             raise ImproperlyConfigured(f"TASKRUNNER['REDIS_URL'] {_safe(settings.REDIS_URL)} "
                                        f"names a Redis Cluster node, which has database 0 only")
@@ -150,20 +156,57 @@ def make_room(client: Any, connections: int) -> None:
         client.nodes_manager.connection_kwargs["max_connections"] = connections
 
 
-def get_redis() -> Any:
+def get_redis(within: float | None = None) -> Any:
     """The process's Redis client (thread-safe; built on first use).
 
+    `within`: a caller's deadline, in seconds from now, which bounds the probe that
+    building the client may need (`INFO cluster` of a `REDIS_URL`), not the client.
+
     Raises redis's `ConnectionError` when a cluster (or the server a `REDIS_URL` names,
-    which must be asked whether it is one) cannot be reached; nothing is cached then.
+    which must be asked whether it is one) cannot be reached, or its `TimeoutError`;
+    nothing is cached then.
     """
     global _client
     client = _client
     if client is None:
         with _lock:
             if _client is None:
-                _client = _build_client()
+                _client = _build_client(within)
             client = _client
     return client
+
+
+@contextlib.contextmanager
+def bounded(client: Any, seconds: float, key: str) -> Iterator[Any]:
+    """A client for commands on `key` that each fail (redis's `TimeoutError`, one of
+    `REDIS_DOWN`) after `seconds` at most, whatever the server does: for a caller
+    with a deadline (`wait(id, timeout)`), where `SOCKET_TIMEOUT` is too long.
+
+    redis-py fixes a connection's socket timeout when it connects, so a bound shorter
+    than the client's own is a connection of its own, made for the block and closed
+    after it (on a cluster, to the node that serves `key`'s slot); otherwise `client`
+    itself, as for a cluster node the client has not connected to yet. Only for
+    commands on `key` (and keys in its slot).
+    """
+    server = client
+    if not hasattr(client, "connection_pool"):  # a cluster: the node of the key's slot
+        node = client.get_node_from_key(key)
+        server = None if node is None else node.redis_connection
+    pool = getattr(server, "connection_pool", None)
+    kwargs = {} if pool is None else dict(pool.connection_kwargs)
+    own = kwargs.get("socket_timeout")
+    if pool is None or (own is not None and own <= seconds):
+        yield client
+        return
+    connect = kwargs.get("socket_connect_timeout") or seconds
+    kwargs.update(socket_timeout=seconds, socket_connect_timeout=min(connect, seconds),
+                  health_check_interval=0, retry=Retry(NoBackoff(), 0))
+    short = redis.ConnectionPool(connection_class=pool.connection_class, max_connections=1,
+                                 **kwargs)
+    try:
+        yield redis.Redis(connection_pool=short)
+    finally:
+        short.disconnect()
 
 
 def built_client() -> Any:

@@ -7,10 +7,14 @@ or fetched and waiting in its buffer (XCLAIM ... JUSTID by its own consumer, thr
 queues in one pipelined round trip (`Broker.hold_and_sync`), `BEATS_PER_TIMEOUT` times
 per shortest timeout.
 
-The same round trip carries the task records of the running attempts: "running" once
-for each (a task that ends before the next beat never needs it: its outcome's record
-says all), the progress each gave since the last beat, the read of their cancel flags,
-and the read of the cancelled sets of the streams whose fetched messages wait in the
+Each attempt's "running" record is written by this thread as soon as the attempt
+starts, not with the next beat: the attempt's thread only hands it over (a list append;
+it wakes this thread if the list was empty), and this thread, after `START_LINGER_S` to
+gather the others starting meanwhile, writes those still running in one round trip (a
+task that ended by then needs none: its outcome's record says all). The beat's round
+trip carries the rest of the task records of the running attempts: "running" for one
+whose start write failed, the progress each gave since the last beat, the read of their
+cancel flags, and the read of the cancelled sets of the streams whose fetched messages wait in the
 buffer (so a message cancelled after its fetch is skipped when it comes out of the
 buffer, even when no fetch follows). So while a task runs, the worker beats at least
 every `CANCEL_CHECK_S`, and a `cancel(id)` reaches `ctx.cancelled` within a second; an
@@ -45,6 +49,8 @@ MIN_INTERVAL = 0.05
 MAX_INTERVAL = 10.0
 # Longest time between beats while some attempt runs: how soon it sees a cancel.
 CANCEL_CHECK_S = 0.5
+# How long the first attempt to start waits for others to share its "running" write.
+START_LINGER_S = 0.002
 
 
 def heartbeat_interval(reservation_timeout: float) -> float:
@@ -86,34 +92,73 @@ class Heartbeat(threading.Thread):
         self._planned_interval = heartbeat_interval(self.floor)
         self._last_beat = clock.monotonic()
         self._lost: set[tuple[str, str]] = set()
+        self._starts: list[Attempt] = []  # started, their "running" not written yet
+        self._starts_since = 0.0  # when the first of them started
         running.on_start(self._attempt_started)
 
     def run(self) -> None:
         while self._wait_for_next_beat():
-            self.beat()
+            self.write_starts()
+            if self._last_beat + self._planned_interval <= clock.monotonic():
+                self._last_beat = clock.monotonic()
+                self.beat()
 
     def _wait_for_next_beat(self) -> bool:
         """Sleep until one interval after the last beat (shortened by any attempt that
-        starts meanwhile); False once stopping."""
+        starts meanwhile), or until `START_LINGER_S` after the first attempt whose start
+        is not written yet; False once stopping."""
         with self._cond:
             while not self._stopping:
                 shortest = self.shortest_timeout()
                 self._planned_for = shortest
                 self._planned_interval = interval = self.interval()
-                left = self._last_beat + interval - clock.monotonic()
+                now = clock.monotonic()
+                left = self._last_beat + interval - now
+                if self._starts:
+                    left = min(left, self._starts_since + START_LINGER_S - now)
                 if left <= 0:
-                    self._last_beat = clock.monotonic()
                     return True
                 self._cond.wait(left)
             return False
 
     def _attempt_started(self, attempt: Attempt) -> None:
-        """Wake the thread if this attempt needs beats sooner than planned (called on the
-        task thread for every attempt: one uncontended lock unless it must wake)."""
+        """Hand the attempt's "running" write to this thread, and wake it for the first
+        of a batch or if the attempt needs beats sooner than planned (called on the
+        starting thread for every attempt: one uncontended lock, and a wake-up at most
+        once per batch of starts)."""
         with self._cond:
-            if (attempt.reservation_timeout < self._planned_for
-                    or self._planned_interval > CANCEL_CHECK_S):
+            wake = (attempt.reservation_timeout < self._planned_for
+                    or self._planned_interval > CANCEL_CHECK_S)
+            if attempt.record_ttl > 0:
+                if not self._starts:
+                    self._starts_since = clock.monotonic()
+                    wake = True
+                self._starts.append(attempt)
+            if wake:
                 self._cond.notify()
+
+    def write_starts(self) -> None:
+        """Write "running" for the attempts handed over that still run, one round trip;
+        never raises (a failed write is the next beat's to do)."""
+        with self._cond:
+            started, self._starts = self._starts, []
+        attempts = [attempt for attempt in started
+                    if not attempt.start_recorded and self.running.holds(attempt)]
+        if not attempts:
+            return
+        try:
+            self.broker.records.write([started_write(attempt, self.consumer)
+                                       for attempt in attempts])
+        except REDIS_DOWN as exc:
+            self.status.failed(exc, "writing the records of started tasks")
+            return
+        except Exception:
+            logger.exception("could not write the records of %d started tasks; the next "
+                             "heartbeat writes them", len(attempts))
+            return
+        self.status.succeeded()
+        for attempt in attempts:
+            attempt.start_recorded = True
 
     def shortest_timeout(self) -> float:
         """The shortest reservation timeout of what the worker holds now, or may soon."""

@@ -41,6 +41,7 @@ ON_CLUSTER_TOO = [
     "integration/test_failures.py",
     "integration/test_periodic.py",
     "integration/test_records.py",
+    "integration/test_start_visibility.py",
     "integration/test_cancel_exact.py",
     "integration/test_scheduler_exactly_once.py",
     "integration/test_shards.py",

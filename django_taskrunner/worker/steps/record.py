@@ -2,8 +2,10 @@
 attempt, and the record write of each outcome.
 
 No step sends a round trip of its own: an outcome's record goes to the acker with its
-ack (`Executor.record`, sent in the same `Broker.settle` batch), and a started task's
-record and progress go with the heartbeat (`worker/keepalive.py`).
+ack (`Executor.record`, sent in the same `Broker.settle` batch); a started task's
+"running" record is written by the heartbeat thread within milliseconds of its start,
+for every task started meanwhile in one round trip, and its progress with the heartbeat
+(`worker/keepalive.py`).
 """
 
 from __future__ import annotations
@@ -107,7 +109,8 @@ def write_outcome(
 
 def started_write(attempt: Attempt, consumer: str) -> RecordWrite:
     """The record of an attempt running now ("running", its worker, start time), for
-    the heartbeat; with its progress, if it gave one since the last beat."""
+    the heartbeat thread's start write or beat; with its progress, if it gave one since
+    the last beat."""
     message = attempt.message
     fields = [("s", "running"), ("t", message.task_name), ("q", message.queue),
               ("a", str(message.attempt)), ("w", consumer), ("st", str(attempt.started_ms)),
