@@ -12,6 +12,11 @@ Every move is one `promote_due.lua` call on a small batch: atomic, so two schedu
 other threads are never held up, even when 100,000 messages fall due at once. A turn
 moves one batch of each due set and then reads the wake-ups: a backlog falling due
 holds up another queue's due tasks by about a batch, not by the whole move.
+
+A delayed set (or its stream) that Redis refuses to serve (a key of another type, a
+script error) stops only its own moves: the error is logged once with the set's key, the
+set is tried again every `BROKEN_SET_RETRY_MS`, and every other set is moved as usual.
+A body that is not a message is moved all the same; the worker fails it clearly.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from django_taskrunner.scheduling.periodic import RELOAD_SECONDS, PeriodicRunner
 from django_taskrunner.scheduling.queues import CHECK_EVERY_MS, forget_idle_queues
 from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import Broker
-from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR
 from django_taskrunner.store.leases import leader_lease
 from django_taskrunner.store.schedule import for_broker
 from django_taskrunner.store.subscription import WakeSubscription
@@ -40,6 +45,7 @@ RESYNC_SECONDS = 5.0
 WAIT_SLICE_SECONDS = 0.25  # how quickly stop() is noticed while idle
 WAKE_READS_WHEN_DUE = 100  # wake-ups read between two turns while a set is due, at most
 NEVER = 2**62
+BROKEN_SET_RETRY_MS = 5_000  # a delayed set Redis refuses is tried again this often
 
 
 def promote_all_due(broker: Broker, queues: Iterable[str], now_ms: int,
@@ -51,11 +57,17 @@ def promote_all_due(broker: Broker, queues: Iterable[str], now_ms: int,
     total = 0
     levels = broker.levels_in_use(sharding.all_shards(queues))
     for shard in [stream for streams in levels.values() for stream in streams]:
-        while True:
-            moved, _ = broker.promote_due(shard, now_ms, batch)
-            total += moved
-            if moved < batch:
-                break
+        try:
+            while True:
+                moved, _ = broker.promote_due(shard, now_ms, batch)
+                total += moved
+                if moved < batch:
+                    break
+        except REDIS_DOWN:
+            raise
+        except REDIS_ERROR as error:  # one broken set: the others are moved all the same
+            logger.error("cannot move the delayed set %s (%s); its tasks wait",
+                         keys.delayed_key(broker.prefix, shard), error)
     return total
 
 
@@ -94,6 +106,7 @@ class Scheduler(threading.Thread):
         self._resync_at = 0
         self._reload_at = 0
         self._reload = True
+        self._broken: set[str] = set()  # sets whose error was logged, until they work
 
     def stop(self, timeout: float = 10.0) -> None:
         """Finish the current batch and end the thread."""
@@ -145,14 +158,37 @@ class Scheduler(threading.Thread):
         for shard, due in list(self._next_due.items()):
             if due > now or self._stopping.is_set():
                 continue
-            next_ms: int | None = None
-            for _ in range(BATCHES_PER_TURN):
-                moved, next_ms = self.broker.promote_due(shard, now, self.batch)
-                self.moved += moved
-                if moved < self.batch:
-                    break
+            try:
+                next_ms = self._promote_set(shard, now)
+            except REDIS_DOWN:
+                raise
+            except REDIS_ERROR as error:
+                self._set_broken(shard, error)
+                next_ms = now + BROKEN_SET_RETRY_MS
             self._next_due[shard] = NEVER if next_ms is None else next_ms
         return min(self._next_due.values(), default=NEVER)
+
+    def _promote_set(self, shard: str, now: int) -> int | None:
+        """Up to `BATCHES_PER_TURN` batches of one set; the earliest due time left."""
+        next_ms: int | None = None
+        for _ in range(BATCHES_PER_TURN):
+            moved, next_ms = self.broker.promote_due(shard, now, self.batch)
+            self.moved += moved
+            if moved < self.batch:
+                break
+        if shard in self._broken:
+            self._broken.discard(shard)
+            logger.warning("scheduler: the delayed set of %s is moved again", shard)
+        return next_ms
+
+    def _set_broken(self, shard: str, error: Exception) -> None:
+        """Log (once until it works again) that Redis refuses one delayed set's move."""
+        if shard in self._broken:
+            return
+        self._broken.add(shard)
+        logger.error("scheduler: cannot move the delayed set %s (%s); its tasks wait, it is "
+                     "tried again every %d ms, other queues go on",
+                     keys.delayed_key(self.broker.prefix, shard), error, BROKEN_SET_RETRY_MS)
 
     def wait(self, pubsub: WakeSubscription, wake_at: int) -> None:
         """Sleep until `wake_at` (ms), or until told of an earlier due time.
