@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 
 from django_taskrunner.core import clock
 from django_taskrunner.scheduling.election import LeaderElection
+from django_taskrunner.scheduling.failed_rows import FailedRowsFlusher
 from django_taskrunner.scheduling.outbox_flush import OutboxFlusher
 from django_taskrunner.scheduling.periodic import RELOAD_SECONDS, PeriodicRunner
 from django_taskrunner.scheduling.queues import CHECK_EVERY_MS, forget_idle_queues
@@ -265,6 +266,7 @@ class LeaderScheduler:
         )
         self.scheduler: Scheduler | None = None
         self.flusher: OutboxFlusher | None = None  # the outbox's, while leading
+        self.rows: FailedRowsFlusher | None = None  # the failed rows kept in Redis
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -283,15 +285,18 @@ class LeaderScheduler:
             if self.flusher is None:
                 self.flusher = OutboxFlusher()
                 self.flusher.start()
+            if self.rows is None:
+                self.rows = FailedRowsFlusher()
+                self.rows.start()
 
     def _stop_scheduler(self) -> None:
         with self._lock:
             scheduler, self.scheduler = self.scheduler, None
             flusher, self.flusher = self.flusher, None
-        if scheduler is not None:
-            scheduler.stop()
-        if flusher is not None:
-            flusher.stop()
+            rows, self.rows = self.rows, None
+        for thread in (scheduler, flusher, rows):
+            if thread is not None:
+                thread.stop()
 
 
 def _close(pubsub: WakeSubscription | None) -> None:
