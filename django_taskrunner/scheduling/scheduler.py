@@ -182,14 +182,21 @@ class Scheduler(threading.Thread):
             logger.warning("scheduler: the delayed set of %s is moved again", shard)
         return next_ms
 
-    def _set_broken(self, shard: str, error: Exception) -> None:
-        """Log (once until it works again) that Redis refuses one delayed set's move."""
-        if shard in self._broken:
+    def _set_broken(self, what: str, error: Exception) -> None:
+        """Log (once until it works again) that Redis refuses one delayed set's move (or
+        the known queues' keys)."""
+        if what in self._broken:
             return
-        self._broken.add(shard)
+        self._broken.add(what)
+        if what == "the known queues":
+            logger.error("scheduler: cannot read the known queues (%s, keys %s and %s); "
+                         "going on with the queues known so far", error,
+                         keys.queues_seen_key(self.broker.prefix),
+                         keys.known_queues_key(self.broker.prefix))
+            return
         logger.error("scheduler: cannot move the delayed set %s (%s); its tasks wait, it is "
                      "tried again every %d ms, other queues go on",
-                     keys.delayed_key(self.broker.prefix, shard), error, BROKEN_SET_RETRY_MS)
+                     keys.delayed_key(self.broker.prefix, what), error, BROKEN_SET_RETRY_MS)
 
     def wait(self, pubsub: WakeSubscription, wake_at: int) -> None:
         """Sleep until `wake_at` (ms), or until told of an earlier due time.
@@ -230,10 +237,7 @@ class Scheduler(threading.Thread):
     def _resync(self, pubsub: WakeSubscription, now: int) -> None:
         """Learn new queues (forget idle ones), subscribe to their wake channels, and
         recheck every set."""
-        if now >= self._forget_at:
-            self._forget_at = now + CHECK_EVERY_MS
-            self.queues -= set(forget_idle_queues(self.store, now)) - self.own_queues
-        self.queues |= self.store.known_queues()
+        self._learn_queues(now)
         shards = sharding.all_shards(sorted(self.queues))
         # Each priority level of a shard has a delayed set and a wake channel of its own.
         levels = [keys.level_name(shard, level) for shard in shards for level in range(10)]
@@ -246,6 +250,23 @@ class Scheduler(threading.Thread):
         in_use = self.broker.levels_in_use(shards)
         self._next_due = {stream: 0 for streams in in_use.values() for stream in streams}
         self._resync_at = now + round(RESYNC_SECONDS * 1000)
+
+    def _learn_queues(self, now: int) -> None:
+        """Add the known queues, forget idle ones; when Redis refuses the queue keys
+        (another type), go on with the queues known so far (logged once)."""
+        try:
+            if now >= self._forget_at:
+                self._forget_at = now + CHECK_EVERY_MS
+                self.queues -= set(forget_idle_queues(self.store, now)) - self.own_queues
+            self.queues |= self.store.known_queues()
+        except REDIS_DOWN:
+            raise
+        except REDIS_ERROR as error:
+            self._set_broken("the known queues", error)
+            return
+        if "the known queues" in self._broken:
+            self._broken.discard("the known queues")
+            logger.warning("scheduler: the known queues can be read again")
 
     @staticmethod
     def _subscribe(pubsub: WakeSubscription, channels: list[str]) -> None:

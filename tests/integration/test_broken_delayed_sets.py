@@ -63,3 +63,22 @@ def test_a_body_that_is_not_a_message_is_moved_with_the_others(r):
         pubsub.close()
     # Then all three are on the stream (the worker fails the broken one on its own)
     assert r.xlen(broker.stream("bbb")) == 3
+
+
+def test_a_known_queues_key_of_the_wrong_type_does_not_stop_promotion(r, caplog):
+    broker = get_broker()
+    # Given the known queues' sorted set holds a string, and "bbb" has a due task
+    seen = keys.queues_seen_key(broker.prefix)
+    r.set(seen, "not a sorted set")
+    put_due(r, "bbb", new_message(noop, {"n": 1}, queue="bbb").to_json())
+    scheduler = Scheduler(broker, ["bbb"])
+    pubsub = scheduler.store.subscription()
+    try:
+        with caplog.at_level(logging.ERROR):
+            # When the scheduler takes a turn
+            scheduler.turn(pubsub)
+    finally:
+        pubsub.close()
+    # Then the queue it consumes is promoted all the same, and the key is named in a log
+    assert r.xlen(broker.stream("bbb")) == 1
+    assert any(seen in rec.getMessage() for rec in caplog.records)
