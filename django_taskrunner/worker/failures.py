@@ -14,8 +14,8 @@ import logging
 import traceback as tb
 from typing import Any
 
+from django.db import DataError, IntegrityError, InterfaceError, OperationalError
 from django.db import Error as DatabaseError
-from django.db import IntegrityError
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
@@ -133,25 +133,49 @@ def failed_rows() -> FailedRows:
 def flush_failed_rows(batch: int = 100) -> int:
     """Write the rows kept in Redis, up to about `batch`; how many were settled.
 
-    Raises the database's error (nothing is forgotten then) for the caller's backoff. A
-    kept row that is not a row (written by another program) is logged whole and dropped.
+    A database that cannot be reached raises at once (nothing more is tried); a row the
+    database refuses on its own (a `DataError`...) is kept and the others are written,
+    then its error is raised: either way for the caller's backoff. A kept row that is not
+    a row (written by another program) is logged whole and dropped.
     """
     store = failed_rows()
     settled: list[str] = []
+    refused: DatabaseError | None = None
     try:
         for row_id, raw in store.batch(batch):
             try:
-                fields = json.loads(raw)
-                message_id, token = fields.pop("message_id"), fields.pop("dispatch_token")
-                fields["failed_at"] = parse_datetime(fields["failed_at"])
-            except (ValueError, KeyError, TypeError, AttributeError):
-                logger.error("failed row %s in Redis is not a row; dropped: %r", row_id, raw)
-            else:
-                _write_fields(message_id, token, fields)
+                _write_kept(row_id, raw)
+            except (OperationalError, InterfaceError):
+                raise
+            except DatabaseError as error:
+                refused = refused or error
+                continue
             settled.append(row_id)
     finally:
         store.forget(settled)
+    if refused is not None:
+        raise refused
     return len(settled)
+
+
+def _write_kept(row_id: str, raw: str) -> None:
+    """Write one kept row (its JSON text), or log and drop what is not one."""
+    try:
+        fields = json.loads(raw)
+        message_id, token = fields.pop("message_id"), fields.pop("dispatch_token")
+        fields["failed_at"] = parse_datetime(fields["failed_at"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        logger.error("failed row %s in Redis is not a row; dropped: %r", row_id, raw)
+        return
+    try:
+        _write_fields(message_id, token, fields)
+    except DataError:
+        if not any(isinstance(v, str) and "\x00" in v for v in fields.values()):
+            raise
+        # PostgreSQL text holds no NUL byte: the row shows it escaped instead.
+        _write_fields(message_id, token, {
+            name: value.replace("\x00", "\\x00") if isinstance(value, str) else value
+            for name, value in fields.items()})
 
 
 def _write_fields(message_id: str, token: str, fields: dict[str, Any]) -> None:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from django_taskrunner.store.failed_rows import FailedRows
 from tests import private_postgres
 from tests.conftest import ROOT, worker_env
 from tests.testapp import framework_tasks
-from tests.testapp.tasks import always_fails, noop, runs_key
+from tests.testapp.tasks import always_fails, fails_with_nul, noop, runs_key
 from tests.worker_helpers import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -70,19 +71,29 @@ def pending(r) -> int:
                for queue in ("default", "framework"))
 
 
-def test_a_failure_while_the_database_is_down_is_finished_and_written_later(
-        r, prefix, redis_target, postgres):
-    env = site_env(prefix, redis_target, postgres)
+@contextmanager
+def site_worker(env: dict[str, str]) -> Iterator[list[str]]:
+    """Migrate the private database, then run `runtasks` on it (the leader); yields a
+    list that holds its output once it stopped."""
     subprocess.run([sys.executable, "-m", "django", "migrate", "--noinput", "-v", "0"],
                    cwd=ROOT, env=env, check=True, timeout=300)
     worker = subprocess.Popen(  # noqa: S603 - our own arguments
-        [sys.executable, "-m", "django", "runtasks", "-Q", "default", "-Q", "framework", "-c", "2"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        [sys.executable, "-m", "django", "runtasks", "-Q", "default", "-Q", "framework",
+         "-c", "2"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    output: list[str] = []
     try:
-        # Given a worker (the leader) on a database that answers
         ready = noop.dispatch({"n": "ready"})
         wait_for(lambda: lookup(ready.id).status == "succeeded", 60)
+        yield output
+    finally:
+        worker.terminate()
+        output.append(worker.communicate(timeout=30)[0].decode(errors="replace"))
 
+
+def test_a_failure_while_the_database_is_down_is_finished_and_written_later(
+        r, prefix, redis_target, postgres):
+    # Given a worker (the leader) on a database that answers
+    with site_worker(site_env(prefix, redis_target, postgres)) as output:
         # When the database stops, and a task and a framework task fail for good
         postgres.stop()
         failed = always_fails.dispatch({"n": "down"})
@@ -103,7 +114,22 @@ def test_a_failure_while_the_database_is_down_is_finished_and_written_later(
         assert rows_written(postgres, [failed.id, result.id]) == 2
         assert r.hget(runs_key(), "always_fails:down") == b"3"
         assert lookup(failed.id).status == "failed"
-    finally:
-        worker.terminate()
-        output = worker.communicate(timeout=30)[0].decode(errors="replace")
-    assert "kept in Redis" in output, output[-3000:]
+    assert "kept in Redis" in output[0], output[0][-3000:]
+
+
+def test_an_error_postgresql_text_cannot_hold_is_written_escaped(
+        r, prefix, redis_target, postgres):
+    with site_worker(site_env(prefix, redis_target, postgres)):
+        # When a task fails with a NUL byte in its error (PostgreSQL refuses the row)
+        failed = fails_with_nul.dispatch({"n": 1})
+        # Then it finishes, and its row is written with the byte shown escaped
+        wait_for(lambda: lookup(failed.id).status == "failed", 60)
+        wait_for(lambda: pending(r) == 0, 30)
+        wait_for(lambda: rows_written(postgres, [failed.id]) == 1, 120)
+    assert r.hget(runs_key(), "fails_with_nul:1") == b"1"
+    import psycopg
+
+    with psycopg.connect(postgres.admin_dsn()) as conn:
+        (error,) = conn.execute("SELECT error FROM django_taskrunner_failedtask "
+                                "WHERE message_id = %s", [failed.id]).fetchone()
+    assert error == "ValueError: before\\x00after"
