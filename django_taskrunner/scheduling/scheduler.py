@@ -12,6 +12,11 @@ Every move is one `promote_due.lua` call on a small batch: atomic, so two schedu
 other threads are never held up, even when 100,000 messages fall due at once. A turn
 moves one batch of each due set and then reads the wake-ups: a backlog falling due
 holds up another queue's due tasks by about a batch, not by the whole move.
+
+A delayed set (or its stream) that Redis refuses to serve (a key of another type, a
+script error) stops only its own moves: the error is logged once with the set's key, the
+set is tried again every `BROKEN_SET_RETRY_MS`, and every other set is moved as usual.
+A body that is not a message is moved all the same; the worker fails it clearly.
 """
 
 from __future__ import annotations
@@ -22,12 +27,13 @@ from collections.abc import Callable, Iterable
 
 from django_taskrunner.core import clock
 from django_taskrunner.scheduling.election import LeaderElection
+from django_taskrunner.scheduling.failed_rows import FailedRowsFlusher
 from django_taskrunner.scheduling.outbox_flush import OutboxFlusher
 from django_taskrunner.scheduling.periodic import RELOAD_SECONDS, PeriodicRunner
 from django_taskrunner.scheduling.queues import CHECK_EVERY_MS, forget_idle_queues
 from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import Broker
-from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR
 from django_taskrunner.store.leases import leader_lease
 from django_taskrunner.store.schedule import for_broker
 from django_taskrunner.store.subscription import WakeSubscription
@@ -40,6 +46,7 @@ RESYNC_SECONDS = 5.0
 WAIT_SLICE_SECONDS = 0.25  # how quickly stop() is noticed while idle
 WAKE_READS_WHEN_DUE = 100  # wake-ups read between two turns while a set is due, at most
 NEVER = 2**62
+BROKEN_SET_RETRY_MS = 5_000  # a delayed set Redis refuses is tried again this often
 
 
 def promote_all_due(broker: Broker, queues: Iterable[str], now_ms: int,
@@ -51,11 +58,17 @@ def promote_all_due(broker: Broker, queues: Iterable[str], now_ms: int,
     total = 0
     levels = broker.levels_in_use(sharding.all_shards(queues))
     for shard in [stream for streams in levels.values() for stream in streams]:
-        while True:
-            moved, _ = broker.promote_due(shard, now_ms, batch)
-            total += moved
-            if moved < batch:
-                break
+        try:
+            while True:
+                moved, _ = broker.promote_due(shard, now_ms, batch)
+                total += moved
+                if moved < batch:
+                    break
+        except REDIS_DOWN:
+            raise
+        except REDIS_ERROR as error:  # one broken set: the others are moved all the same
+            logger.error("cannot move the delayed set %s (%s); its tasks wait",
+                         keys.delayed_key(broker.prefix, shard), error)
     return total
 
 
@@ -94,6 +107,7 @@ class Scheduler(threading.Thread):
         self._resync_at = 0
         self._reload_at = 0
         self._reload = True
+        self._broken: set[str] = set()  # sets whose error was logged, until they work
 
     def stop(self, timeout: float = 10.0) -> None:
         """Finish the current batch and end the thread."""
@@ -145,14 +159,44 @@ class Scheduler(threading.Thread):
         for shard, due in list(self._next_due.items()):
             if due > now or self._stopping.is_set():
                 continue
-            next_ms: int | None = None
-            for _ in range(BATCHES_PER_TURN):
-                moved, next_ms = self.broker.promote_due(shard, now, self.batch)
-                self.moved += moved
-                if moved < self.batch:
-                    break
+            try:
+                next_ms = self._promote_set(shard, now)
+            except REDIS_DOWN:
+                raise
+            except REDIS_ERROR as error:
+                self._set_broken(shard, error)
+                next_ms = now + BROKEN_SET_RETRY_MS
             self._next_due[shard] = NEVER if next_ms is None else next_ms
         return min(self._next_due.values(), default=NEVER)
+
+    def _promote_set(self, shard: str, now: int) -> int | None:
+        """Up to `BATCHES_PER_TURN` batches of one set; the earliest due time left."""
+        next_ms: int | None = None
+        for _ in range(BATCHES_PER_TURN):
+            moved, next_ms = self.broker.promote_due(shard, now, self.batch)
+            self.moved += moved
+            if moved < self.batch:
+                break
+        if shard in self._broken:
+            self._broken.discard(shard)
+            logger.warning("scheduler: the delayed set of %s is moved again", shard)
+        return next_ms
+
+    def _set_broken(self, what: str, error: Exception) -> None:
+        """Log (once until it works again) that Redis refuses one delayed set's move (or
+        the known queues' keys)."""
+        if what in self._broken:
+            return
+        self._broken.add(what)
+        if what == "the known queues":
+            logger.error("scheduler: cannot read the known queues (%s, keys %s and %s); "
+                         "going on with the queues known so far", error,
+                         keys.queues_seen_key(self.broker.prefix),
+                         keys.known_queues_key(self.broker.prefix))
+            return
+        logger.error("scheduler: cannot move the delayed set %s (%s); its tasks wait, it is "
+                     "tried again every %d ms, other queues go on",
+                     keys.delayed_key(self.broker.prefix, what), error, BROKEN_SET_RETRY_MS)
 
     def wait(self, pubsub: WakeSubscription, wake_at: int) -> None:
         """Sleep until `wake_at` (ms), or until told of an earlier due time.
@@ -193,10 +237,7 @@ class Scheduler(threading.Thread):
     def _resync(self, pubsub: WakeSubscription, now: int) -> None:
         """Learn new queues (forget idle ones), subscribe to their wake channels, and
         recheck every set."""
-        if now >= self._forget_at:
-            self._forget_at = now + CHECK_EVERY_MS
-            self.queues -= set(forget_idle_queues(self.store, now)) - self.own_queues
-        self.queues |= self.store.known_queues()
+        self._learn_queues(now)
         shards = sharding.all_shards(sorted(self.queues))
         # Each priority level of a shard has a delayed set and a wake channel of its own.
         levels = [keys.level_name(shard, level) for shard in shards for level in range(10)]
@@ -209,6 +250,23 @@ class Scheduler(threading.Thread):
         in_use = self.broker.levels_in_use(shards)
         self._next_due = {stream: 0 for streams in in_use.values() for stream in streams}
         self._resync_at = now + round(RESYNC_SECONDS * 1000)
+
+    def _learn_queues(self, now: int) -> None:
+        """Add the known queues, forget idle ones; when Redis refuses the queue keys
+        (another type), go on with the queues known so far (logged once)."""
+        try:
+            if now >= self._forget_at:
+                self._forget_at = now + CHECK_EVERY_MS
+                self.queues -= set(forget_idle_queues(self.store, now)) - self.own_queues
+            self.queues |= self.store.known_queues()
+        except REDIS_DOWN:
+            raise
+        except REDIS_ERROR as error:
+            self._set_broken("the known queues", error)
+            return
+        if "the known queues" in self._broken:
+            self._broken.discard("the known queues")
+            logger.warning("scheduler: the known queues can be read again")
 
     @staticmethod
     def _subscribe(pubsub: WakeSubscription, channels: list[str]) -> None:
@@ -229,6 +287,7 @@ class LeaderScheduler:
         )
         self.scheduler: Scheduler | None = None
         self.flusher: OutboxFlusher | None = None  # the outbox's, while leading
+        self.rows: FailedRowsFlusher | None = None  # the failed rows kept in Redis
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -247,15 +306,18 @@ class LeaderScheduler:
             if self.flusher is None:
                 self.flusher = OutboxFlusher()
                 self.flusher.start()
+            if self.rows is None:
+                self.rows = FailedRowsFlusher()
+                self.rows.start()
 
     def _stop_scheduler(self) -> None:
         with self._lock:
             scheduler, self.scheduler = self.scheduler, None
             flusher, self.flusher = self.flusher, None
-        if scheduler is not None:
-            scheduler.stop()
-        if flusher is not None:
-            flusher.stop()
+            rows, self.rows = self.rows, None
+        for thread in (scheduler, flusher, rows):
+            if thread is not None:
+                thread.stop()
 
 
 def _close(pubsub: WakeSubscription | None) -> None:

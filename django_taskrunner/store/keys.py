@@ -326,6 +326,13 @@ def outbox_mark_key(prefix: str, queue: str, message_id: str) -> str:
     return f"{prefix}:{{{shard_of(queue)}}}:outbox:{message_id}"
 
 
+def failed_rows_key(prefix: str) -> str:
+    """Hash of the `FailedTask` rows the database refused when their task failed for good:
+    "<message id>|<dispatch token>" -> the row's fields as JSON, until a flush writes it
+    (`worker/failures.py`)."""
+    return f"{prefix}:failed-rows"
+
+
 def queues_seen_key(prefix: str) -> str:
     """Sorted set of the known queues, scored by when each was last seen (epoch ms): a
     worker consuming it (its heartbeat) or a dispatch to it. The leader forgets those

@@ -14,8 +14,9 @@ Each step returns True to go on, or False once it settled the delivery: acked, r
 or recorded. Every delivery ends in exactly one `ack()` or `requeue()`, both the acker's.
 
 `Executor.handle()` never raises: a bad message becomes a `FailedTask` row and the
-worker goes on. If even recording fails (the database is down), the message stays
-un-acked, so it is delivered again later instead of being lost.
+worker goes on. A row the database refuses (it is down) is kept in Redis and written
+later (`failures.py`); if Redis refuses it too, the message stays un-acked, so it is
+delivered again later instead of being lost.
 """
 
 from __future__ import annotations
@@ -261,7 +262,8 @@ class Executor:
         `task_raised`: `error` is what the task's last attempt raised (the handler gets
         it wrapped in a `TaskExecutionError`).
 
-        When the record cannot be written the message stays pending, and so does its lock.
+        When the row can be neither written nor kept in Redis the message stays pending,
+        and so does its lock.
         """
         message = run.message
         assert message is not None

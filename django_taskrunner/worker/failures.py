@@ -1,4 +1,11 @@
-"""Recording a task that failed for good: the `FailedTask` row, then the user's hook."""
+"""Recording a task that failed for good: the `FailedTask` row, then the user's hook.
+
+When the database refuses the row (it is down, or lacks the table), the failure is not
+left pending: the row is kept in Redis (`store/failed_rows.py`), the task's outcome goes
+on as usual (record "failed", entry acked, no second run), and `flush_failed_rows()`
+(the leader's `FailedRowsFlusher`, with backoff) writes it once the database answers.
+The row is written once per dispatch either way (the same get-or-create).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +14,10 @@ import logging
 import traceback as tb
 from typing import Any
 
-from django.db import IntegrityError
+from django.db import DataError, IntegrityError, InterfaceError, OperationalError
+from django.db import Error as DatabaseError
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
 
 from django_taskrunner.conf import get_settings
@@ -16,6 +25,8 @@ from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.exceptions import TaskExecutionError
 from django_taskrunner.models import FailedTask
 from django_taskrunner.shim import shown_name
+from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store.failed_rows import FailedRows
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +64,7 @@ def record_failure(
     error_class, error_text = describe_error(error)
     if traceback is None:
         traceback = "".join(tb.format_exception(error))
-    created = _write_row(message, {
+    fields = {
         "task_name": shown_name(message.task_name, message.payload)[:255],
         "queue": message.queue[:100],
         "payload": payload if payload is not None else payload_text(message),
@@ -63,7 +74,8 @@ def record_failure(
         "attempts": attempts,
         "worker": worker[:255],
         "failed_at": timezone.now(),
-    })
+    }
+    created = _write_or_keep(message, fields)
     # With the exception, so its traceback reaches log files and Sentry.
     logger.error(
         "task failed for good: task=%s id=%s queue=%s attempts=%d error=%s",
@@ -75,6 +87,16 @@ def record_failure(
                                  else error)
 
 
+def _write_or_keep(message: TaskMessage, fields: dict[str, Any]) -> bool:
+    """`_write_row`, or the row kept in Redis when the database refuses it (True: the
+    handler runs now, with the outcome, not when the row is written later)."""
+    try:
+        return _write_row(message, fields)
+    except DatabaseError as error:
+        keep_row(message, fields, error)
+        return True
+
+
 def _write_row(message: TaskMessage, fields: dict[str, Any]) -> bool:
     """Create the row of this dispatch unless it exists; True if this call created it."""
     try:
@@ -84,6 +106,84 @@ def _write_row(message: TaskMessage, fields: dict[str, Any]) -> bool:
     except IntegrityError:  # another worker wrote it between our get and create
         return False
     return bool(created)
+
+
+def _row_id(message: TaskMessage) -> str:
+    return f"{message.id}|{message.dispatch_token or ''}"
+
+
+def keep_row(message: TaskMessage, fields: dict[str, Any], error: BaseException) -> None:
+    """Keep the row the database refused in Redis, for `flush_failed_rows()` to write.
+
+    Raises when Redis refuses too: the entry then stays pending, as before.
+    """
+    row = {**fields, "failed_at": fields["failed_at"].isoformat(),
+           "message_id": message.id, "dispatch_token": message.dispatch_token or ""}
+    failed_rows().keep(_row_id(message), json.dumps(row, ensure_ascii=False))
+    logger.warning("task=%s id=%s: cannot write its FailedTask row (%s); it is kept in Redis "
+                   "and written once the database answers", message.task_name, message.id,
+                   error)
+
+
+def failed_rows() -> FailedRows:
+    broker = get_broker()
+    return FailedRows(broker.client, broker.prefix)
+
+
+def flush_failed_rows(batch: int = 100) -> int:
+    """Write the rows kept in Redis, up to about `batch`; how many were settled.
+
+    A database that cannot be reached raises at once (nothing more is tried); a row the
+    database refuses on its own (a `DataError`...) is kept and the others are written,
+    then its error is raised: either way for the caller's backoff. A kept row that is not
+    a row (written by another program) is logged whole and dropped.
+    """
+    store = failed_rows()
+    settled: list[str] = []
+    refused: DatabaseError | None = None
+    try:
+        for row_id, raw in store.batch(batch):
+            try:
+                _write_kept(row_id, raw)
+            except (OperationalError, InterfaceError):
+                raise
+            except DatabaseError as error:
+                refused = refused or error
+                continue
+            settled.append(row_id)
+    finally:
+        store.forget(settled)
+    if refused is not None:
+        raise refused
+    return len(settled)
+
+
+def _write_kept(row_id: str, raw: str) -> None:
+    """Write one kept row (its JSON text), or log and drop what is not one."""
+    try:
+        fields = json.loads(raw)
+        message_id, token = fields.pop("message_id"), fields.pop("dispatch_token")
+        fields["failed_at"] = parse_datetime(fields["failed_at"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        logger.error("failed row %s in Redis is not a row; dropped: %r", row_id, raw)
+        return
+    try:
+        _write_fields(message_id, token, fields)
+    except DataError:
+        if not any(isinstance(v, str) and "\x00" in v for v in fields.values()):
+            raise
+        # PostgreSQL text holds no NUL byte: the row shows it escaped instead.
+        _write_fields(message_id, token, {
+            name: value.replace("\x00", "\\x00") if isinstance(value, str) else value
+            for name, value in fields.items()})
+
+
+def _write_fields(message_id: str, token: str, fields: dict[str, Any]) -> None:
+    try:
+        FailedTask.objects.get_or_create(message_id=message_id, dispatch_token=token,
+                                         defaults=fields)
+    except IntegrityError:  # written meanwhile by a worker or another flush
+        pass
 
 
 def execution_error(message: TaskMessage, error: BaseException) -> TaskExecutionError:

@@ -360,6 +360,13 @@ def unique_records(payload: Any) -> None:
     record("unique_records", payload)
 
 
+@task(max_retry=0)
+def fails_with_nul(payload: Any) -> None:
+    """Fails with a NUL byte in its error, which PostgreSQL text cannot hold."""
+    record("fails_with_nul", payload)
+    raise ValueError("before\x00after")
+
+
 from tests.testapp import chaos_tasks  # noqa: E402,F401 - registers the chaos suite's tasks
 from tests.testapp import async_tasks  # noqa: E402,F401 - registers the async fixture tasks
 from tests.testapp import workflow_tasks  # noqa: E402,F401 - registers the workflow tests tasks

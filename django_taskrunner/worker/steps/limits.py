@@ -12,12 +12,20 @@ A slot is a lease tied to this attempt (holder: the task id): the heartbeat rene
 lease runs out within the reservation timeout when the worker dies. The concurrency
 slot is taken before the rate start, so a rate refusal hands the slot back (with the
 requeue) and a concurrency refusal never spends a start.
+
+A limit key Redis refuses to serve (it holds another type, a script error) is no fault
+of the task: the error is logged once per key, and the task waits `BROKEN_KEY_WAIT_MS`
+in the delayed set (reason "<kind> key unusable" in `lw`) and tries again, until the key
+is fixed or deleted. Only the tasks of that key wait; the worker and other keys go on.
+An outage (`REDIS_DOWN`) is not caught here: the entry stays pending, as for any step.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from django_taskrunner.conf import get_settings
@@ -26,7 +34,8 @@ from django_taskrunner.core import unique as locks
 from django_taskrunner.core.limits import LimitKeyError, limit_key, parse_rate
 from django_taskrunner.core.records import PENDING_TTL_S
 from django_taskrunner.store import keys
-from django_taskrunner.store.limits import Limits, Slot
+from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR
+from django_taskrunner.store.limits import Limits, Slot, Take
 from django_taskrunner.store.records import RecordWrite
 from django_taskrunner.worker.steps.record import record_ttl
 from django_taskrunner.worker.steps.run import Run
@@ -42,6 +51,12 @@ logger = logging.getLogger(__name__)
 SLOT_WAIT_BASE_MS = 200
 SLOT_WAIT_MAX_MS = 5_000
 SLOT_JITTER_MS = 100
+# A task whose limit key Redis refuses (wrong type...) tries again after this, plus jitter.
+BROKEN_KEY_WAIT_MS = 5_000
+
+# The limit keys whose error was logged: each once, until it serves again.
+_broken_keys: set[str] = set()
+_broken_lock = threading.Lock()
 
 
 def check_limits(executor: Executor, run: Run) -> bool:
@@ -85,8 +100,11 @@ def _take_slot(executor: Executor, run: Run, store: Limits, key: str) -> bool:
     timeout_ms = message.reservation_timeout_ms
     lease_ms = (round(executor.reservation_timeout * 1000) if timeout_ms is None
                 else timeout_ms)
-    take = store.take_slot(key, limit, message.id, lease_ms,
-                           SLOT_WAIT_BASE_MS, SLOT_WAIT_MAX_MS)
+    take = _guarded(key, lambda: store.take_slot(key, limit, message.id, lease_ms,
+                                                 SLOT_WAIT_BASE_MS, SLOT_WAIT_MAX_MS))
+    if take is None:
+        defer(executor, run, _broken_wait_ms(), "concurrency key unusable")
+        return False
     if not take.admitted:
         jitter = random.randint(0, SLOT_JITTER_MS)  # noqa: S311 - spreads waiters
         defer(executor, run, take.wait_ms + jitter, "concurrency")
@@ -101,11 +119,41 @@ def _take_rate(executor: Executor, run: Run, store: Limits, queue: str, rate: st
     assert task is not None and message is not None and task.options.rate_limit is not None
     limit = parse_rate(task.options.rate_limit)
     key = keys.limit_key(store.prefix, queue, "rate", task.name, rate)
-    take = store.take_rate(key, limit.limit, limit.window_ms, message.id)
+    take = _guarded(key, lambda: store.take_rate(key, limit.limit, limit.window_ms,
+                                                 message.id))
+    if take is None:
+        defer(executor, run, _broken_wait_ms(), "rate key unusable")
+        return False
     if not take.admitted:
         defer(executor, run, take.wait_ms, "rate")
         return False
     return True
+
+
+def _guarded(key: str, take: Callable[[], Take]) -> Take | None:
+    """`take()`, or None (logged once per key) when Redis refuses the key itself."""
+    try:
+        result = take()
+    except REDIS_DOWN:
+        raise
+    except REDIS_ERROR as error:
+        with _broken_lock:
+            first = key not in _broken_keys
+            _broken_keys.add(key)
+        if first:
+            logger.error("limit key %s cannot be used (%s); its tasks wait and try again "
+                         "every %d ms until it is fixed or deleted", key, error,
+                         BROKEN_KEY_WAIT_MS)
+        return None
+    if _broken_keys and key in _broken_keys:
+        with _broken_lock:
+            _broken_keys.discard(key)
+        logger.warning("limit key %s works again", key)
+    return result
+
+
+def _broken_wait_ms() -> int:
+    return BROKEN_KEY_WAIT_MS + random.randint(0, SLOT_JITTER_MS)  # noqa: S311 - spreads
 
 
 def free_slots(executor: Executor, run: Run) -> bool:
