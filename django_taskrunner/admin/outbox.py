@@ -11,9 +11,10 @@ from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import reverse
 from django.utils import timezone
 
+from django_taskrunner.admin.shared import page_path
 from django_taskrunner.core import outbox, outbox_rows
 from django_taskrunner.models import OutboxMessage
 from django_taskrunner.store.errors import REDIS_ERROR
@@ -47,7 +48,6 @@ def dashboard_context(request: HttpRequest, site_name: str) -> dict[str, Any]:
     return {"outbox": figures, "outbox_age": age(figures.oldest_age), "outbox_url": url}
 
 
-@admin.register(OutboxMessage)
 class OutboxMessageAdmin(admin.ModelAdmin):
     """The rows only; nothing can be added or edited here."""
 
@@ -89,10 +89,7 @@ class OutboxMessageAdmin(admin.ModelAdmin):
         return super().changelist_view(request, context)
 
     def get_urls(self) -> list[Any]:
-        view = self.admin_site.admin_view
-        return [path("flush/", view(self.flush_view),
-                     name="django_taskrunner_outboxmessage_flush"),
-                *super().get_urls()]
+        return [page_path(self, "flush/", self.flush_view, "flush"), *super().get_urls()]
 
     def flush_view(self, request: HttpRequest) -> HttpResponse:
         """Ask first; on the confirming POST move what waits (up to FLUSH_BATCHES)."""

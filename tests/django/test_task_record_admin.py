@@ -10,7 +10,8 @@ from django.core.management import call_command
 from django.test import Client
 
 from django_taskrunner import dispatch, lookup
-from tests.django.admin_helpers import logged_in, make_user
+from django_taskrunner.models import Task
+from tests.django.admin_helpers import logged_in, make_user, page_module
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -95,7 +96,7 @@ def test_an_unknown_id_or_another_queues_task_answers_404(root):
 
 def test_a_task_page_by_id_reads_the_entry_its_record_names_without_searching(root):
     from django_taskrunner import dispatch_many
-    from django_taskrunner.admin import task_facts
+    task_facts = page_module(Task)  # the Tasks page's module: gather() is its reader
     from django_taskrunner.store.browse import get_browser
 
     # On a cluster too: there the record, in another slot, follows the XADD with its id.
@@ -119,7 +120,7 @@ def test_a_task_page_by_id_reads_the_entry_its_record_names_without_searching(ro
 
 
 def test_a_record_without_its_stream_id_is_found_by_a_search_from_its_dispatch_time(root):
-    from django_taskrunner.admin import task_facts
+    task_facts = page_module(Task)  # the Tasks page's module: gather() is its reader
     from django_taskrunner.store import keys
     from django_taskrunner.store.broker import get_broker
     from django_taskrunner.store.browse import get_browser
@@ -142,7 +143,7 @@ def _last_entry(stream: str) -> str:
 
 def test_a_promoted_delayed_tasks_page_reads_its_new_entry_without_searching(root):
     from django_taskrunner import dispatch_delayed
-    from django_taskrunner.admin import task_facts
+    task_facts = page_module(Task)  # the Tasks page's module: gather() is its reader
     from django_taskrunner.core import clock
     from django_taskrunner.store.broker import get_broker
     from django_taskrunner.store.browse import get_browser
@@ -163,7 +164,7 @@ def test_a_promoted_delayed_tasks_page_reads_its_new_entry_without_searching(roo
 
 
 def test_a_retried_tasks_page_reads_its_new_entry_without_searching(root):
-    from django_taskrunner.admin import task_facts
+    task_facts = page_module(Task)  # the Tasks page's module: gather() is its reader
     from django_taskrunner.core import clock
     from django_taskrunner.store.broker import get_broker
     from django_taskrunner.store.browse import get_browser
@@ -183,7 +184,7 @@ def test_a_retried_tasks_page_reads_its_new_entry_without_searching(root):
 
 
 def test_a_message_requeued_onto_its_stream_gives_its_record_the_new_entry():
-    from django_taskrunner.admin import task_facts
+    task_facts = page_module(Task)  # the Tasks page's module: gather() is its reader
     from django_taskrunner.store.broker import Requeue, get_broker
     from django_taskrunner.store.browse import get_browser
     from django_taskrunner.worker.acker import Acker, Batch

@@ -24,6 +24,9 @@ MAX_FUNCTION_LINES = 40
 
 # Module (relative to the package) -> (its size now, why it is over).
 ALLOWED_MODULES: dict[str, tuple[int, str]] = {
+    # One admin page each (issue 37: one concept per module, the 400-line cap goes).
+    "admin/failed.py": (416, "the failed-task page: its list, counts and retry"),
+    "admin/tasks.py": (782, "the Tasks pages: queued, running, finished, one task"),
 }
 
 # (module, qualified name) -> (its size now, why it is over).
