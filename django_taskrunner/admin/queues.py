@@ -36,6 +36,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
+from django.db import DatabaseError
 from django.http import (
     Http404,
     HttpRequest,
@@ -48,14 +49,15 @@ from django.urls import URLPattern, reverse
 from django.utils import timezone
 from django.utils.http import urlencode
 
-from django_taskrunner.admin import outbox
 from django_taskrunner.admin.shared import (
     RedisPageAdmin,
+    age,
     decode,
     page_path,
     stream_names,
     valid_stream,
 )
+from django_taskrunner.core import outbox_rows
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.exceptions import InvalidTaskPayload
@@ -108,6 +110,19 @@ def pickup_buckets(stats: QueueStats) -> list[tuple[str, int]]:
     return rows
 
 
+def outbox_context(request: HttpRequest, site_name: str) -> dict[str, Any]:
+    """The dashboard's outbox line: rows waiting, the oldest's age, the list's address
+    (for those who may view it); read from the database, so shown with Redis down too."""
+    try:
+        figures = outbox_rows.figures()
+    except DatabaseError as exc:
+        return {"outbox_error": str(exc)}
+    url = None
+    if request.user.has_perm("django_taskrunner.view_outboxmessage"):
+        url = reverse(f"{site_name}:django_taskrunner_outboxmessage_changelist")
+    return {"outbox": figures, "outbox_age": age(figures.oldest_age), "outbox_url": url}
+
+
 class QueueAdmin(RedisPageAdmin):
     """No database table: the dashboard, read from Redis at each visit."""
 
@@ -122,7 +137,7 @@ class QueueAdmin(RedisPageAdmin):
         """Every known queue (or `?queue=<name>` only), and the leader."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        in_outbox = outbox.dashboard_context(request, self.admin_site.name)  # Redis down too
+        in_outbox = outbox_context(request, self.admin_site.name)  # Redis down too
         try:
             broker = get_broker()
             names = health.dashboard_queues(broker)

@@ -1,6 +1,7 @@
-"""What more than one admin page uses: the base of the pages that show Redis-held data,
-the NUL-free changelist of the database-backed lists, SCAN paging, and the names and
-decoding of task streams.
+"""What more than one admin page uses: how a page adds its own views (`page_path`), the
+base of the pages that show Redis-held data, the NUL-free changelist of the
+database-backed lists, SCAN paging, the names and decoding of task streams, and a wait
+written for people (`age`).
 
 A Redis page (delayed tasks, unique locks, limits, tasks, workflows, the queues
 dashboard) has an unmanaged model and no rows: nothing can be added, changed or deleted
@@ -43,6 +44,17 @@ PAGE_SIZE = 100
 SCAN_COUNT = 500  # keys Redis examines per SCAN call
 MAX_SCAN_CALLS = 40  # per page: at most about 20,000 keys examined per page view
 POSITION = re.compile(r"^(\d{1,4})\.(\d{1,20})\.(\d{1,6})$")
+
+
+def age(seconds: float) -> str:
+    """A wait for people: "12 s", "3 min 05 s", "2 h 04 min"."""
+    whole = round(seconds)
+    if whole < 120:
+        return f"{whole} s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 120:
+        return f"{minutes} min {secs:02d} s"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
 
 
 def page_path(model_admin: admin.ModelAdmin, route: str, view: Any, name: str) -> URLPattern:
