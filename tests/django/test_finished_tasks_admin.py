@@ -14,11 +14,9 @@ from django.test import Client
 from django_taskrunner import cancel, dispatch, lookup
 from django_taskrunner.core import clock
 from django_taskrunner.core.records import records
-from django_taskrunner.models import Task
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.records import RecordWrite
-from tests.django.admin_helpers import page_module
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -135,20 +133,21 @@ def test_an_expired_record_is_skipped_and_dropped_from_the_index(root):
 
 
 def test_a_filter_that_matches_few_reads_at_most_scan_ids_and_says_so(root):
-    finished = page_module(Task)
+    failed_only = {"queue": "default", "status": "finished", "outcome": "failed"}
+    scan = root.get(TASKS, failed_only).context["finished_scan"]  # ids a page reads at most
 
     now = clock.now_ms()
     finish("the-failed-one", "failed", now - 10_000)
-    for n in range(finished.FINISHED_SCAN + 10):
+    for n in range(scan + 10):
         finish(f"ok-{n}", "succeeded", now + n)
-    page = finished.finished_page("default", outcome="failed")
-    assert page.rows == [] and page.scanned == finished.FINISHED_SCAN and page.stopped
-    more = finished.finished_page("default", cursor=page.next_cursor, outcome="failed")
+    response = root.get(TASKS, failed_only)
+    page = response.context["finished"]
+    assert page.rows == [] and page.scanned == scan and page.stopped
+    more = root.get(TASKS, {**failed_only, "after": page.next_cursor}).context["finished"]
     assert [row.task_id for row in more.rows] == ["the-failed-one"]
     assert more.next_cursor == ""
-    html = root.get(TASKS, {"queue": "default", "status": "finished",
-                            "outcome": "failed"}).content.decode()
-    assert f"at most {finished.FINISHED_SCAN} a page" in html and 'class="next-page"' in html
+    html = response.content.decode()
+    assert f"at most {scan} a page" in html and 'class="next-page"' in html
 
 
 def test_no_index_is_written_when_the_list_is_off(taskrunner_settings):
