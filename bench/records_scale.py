@@ -171,7 +171,7 @@ def promote_moved() -> None:
 
 def finished_cursor() -> str:
     """The cursor of the finished list's second page."""
-    from django_taskrunner.admin.finished import finished_page
+    from django_taskrunner.admin.tasks import finished_page
 
     return finished_page("default").next_cursor
 

@@ -1,10 +1,14 @@
 """Admin for `FailedTask`: read-only rows, a detail page with the payload and traceback,
 and retry actions that ask for confirmation (selected rows, one row, or every row
-matching the current filter)."""
+matching the current filter). A retry dispatches the rows' tasks again in bounded
+chunks and deletes the rows it dispatched."""
 
 from __future__ import annotations
 
 import json
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib import admin, messages
@@ -18,14 +22,19 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
-from django_taskrunner.admin.nul_free import NulFreeChangeListMixin
-from django_taskrunner.admin.redispatch import RetryReport, retry_queryset
+from django_taskrunner.admin.shared import NulFreeChangeListMixin, page_path
+from django_taskrunner.core.dispatch import dispatch, dispatch_many
 from django_taskrunner.core.wire import nested_too_deep
+from django_taskrunner.core.registry import registry
+from django_taskrunner.exceptions import TaskRunnerError
 from django_taskrunner.models import FailedTask
+from django_taskrunner.shim import SHIM_TASK
+
+CHUNK = 500
 
 
 def pretty_json(text: str) -> str:
@@ -199,6 +208,87 @@ def page_number(request: HttpRequest) -> int:
         return 1
 
 
+@dataclass
+class RetryReport:
+    """How a retry went: rows dispatched again (and deleted), and rows kept, with why."""
+
+    retried: int = 0
+    problems: list[str] = field(default_factory=list)
+    kept: int = 0
+
+    def keep(self, row: FailedTask, why: object) -> None:
+        self.kept += 1
+        if len(self.problems) < 20:
+            self.problems.append(f"{row.task_name} ({row.message_id}): {why}")
+
+
+def retry_rows(rows: Iterable[FailedTask], report: RetryReport) -> None:
+    """Dispatch each row's task again with its payload (fresh attempts, a new id); delete
+    the rows that were dispatched. Rows that cannot be dispatched are kept."""
+    batches: dict[tuple[str, str], list[tuple[FailedTask, object]]] = defaultdict(list)
+    for row in rows:
+        try:
+            payload = json.loads(row.payload)
+        except (ValueError, RecursionError):
+            report.keep(row, "the payload is not JSON (the message could not be decoded)")
+            continue
+        task_name = dispatched_name(row.task_name, payload)
+        if registry.find(task_name) is None:
+            report.keep(row, "no task of that name is registered")
+            continue
+        batches[(task_name, row.queue)].append((row, payload))
+    done: list[int] = []
+    for (task_name, queue), entries in batches.items():
+        task = registry.get(task_name)
+        if task.options.unique:
+            done += _one_by_one(task_name, queue, entries, report)
+            continue
+        try:
+            dispatch_many(task, [payload for _row, payload in entries], queue=queue)
+        except TaskRunnerError as exc:
+            for row, _payload in entries:
+                report.keep(row, exc)
+            continue
+        done += [row.pk for row, _payload in entries]
+    FailedTask.objects.filter(pk__in=done).delete()
+    report.retried += len(done)
+
+
+def dispatched_name(shown: str, payload: object) -> str:
+    """The task to dispatch for a row named `shown`: a Django Tasks framework task's row
+    shows the framework function (`tasks.shown_name`) and runs through the shim."""
+    if (registry.find(shown) is None and isinstance(payload, dict)
+            and payload.get("func") == shown):
+        return SHIM_TASK
+    return shown
+
+
+def _one_by_one(task_name: str, queue: str, entries: list[tuple[FailedTask, object]],
+                report: RetryReport) -> list[int]:
+    done = []
+    for row, payload in entries:
+        try:
+            dispatch(task_name, payload, queue=queue)
+        except TaskRunnerError as exc:
+            report.keep(row, exc)
+            continue
+        done.append(row.pk)
+    return done
+
+
+def retry_queryset(queryset: QuerySet[FailedTask]) -> RetryReport:
+    """Retry every row of `queryset`, CHUNK rows at a time, by ascending primary key, so
+    100,000 rows never sit in memory at once and deleting them does not disturb the walk."""
+    report = RetryReport()
+    last_pk = 0
+    while True:
+        chunk = list(queryset.filter(pk__gt=last_pk).order_by("pk")[:CHUNK])
+        if not chunk:
+            return report
+        last_pk = chunk[-1].pk
+        retry_rows(chunk, report)
+
+
 class FailedTaskAdmin(NulFreeChangeListMixin, admin.ModelAdmin):
     list_display = ("task_name", "queue", "error_class", "short_error", "attempts", "failed_at")
     list_filter = (("task_name", IndexedValuesFilter), ("queue", IndexedValuesFilter),
@@ -259,12 +349,9 @@ class FailedTaskAdmin(NulFreeChangeListMixin, admin.ModelAdmin):
         return format_html("<pre>{}</pre>", obj.traceback)
 
     def get_urls(self) -> list[Any]:
-        view = self.admin_site.admin_view
         return [
-            path("retry-matching/", view(self.retry_matching_view),
-                 name="django_taskrunner_failedtask_retry_matching"),
-            path("<int:pk>/retry/", view(self.retry_one_view),
-                 name="django_taskrunner_failedtask_retry_one"),
+            page_path(self, "retry-matching/", self.retry_matching_view, "retry_matching"),
+            page_path(self, "<int:pk>/retry/", self.retry_one_view, "retry_one"),
             *super().get_urls(),
         ]
 
@@ -327,5 +414,3 @@ class FailedTaskAdmin(NulFreeChangeListMixin, admin.ModelAdmin):
                               messages.WARNING)
         for problem in report.problems:
             self.message_user(request, f"Not retried: {problem}", messages.ERROR)
-
-

@@ -4,7 +4,7 @@ tasks waiting on it.
 
 A limit key exists only while in use (a rate log expires one window after its last
 start, a slot set with its last lease), so the page shows what is live. Pages go by
-SCAN position (`held_locks.Position`), never reading every key; listing needs the
+SCAN position (`shared.Position`), never reading every key; listing needs the
 "view" permission of `Limit`. The page only reads: a limit has nothing to release (a
 slot frees with its task, or its lease).
 """
@@ -14,18 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.utils.http import urlencode
 
-from django_taskrunner.admin.base import RedisPageAdmin
-from django_taskrunner.admin.held_locks import PAGE_SIZE, Position, scan_keys_page
+from django_taskrunner.admin.shared import PAGE_SIZE, Position, RedisPageAdmin, scan_keys_page
 from django_taskrunner.checks import QUEUE_NAME
 from django_taskrunner.core import clock
 from django_taskrunner.core.limits import parse_rate
 from django_taskrunner.core.registry import registry
-from django_taskrunner.models import Limit
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.errors import REDIS_ERROR
@@ -105,7 +102,6 @@ def read_limits(store: Limits, names: list[str]) -> list[LimitRow]:
     return rows
 
 
-@admin.register(Limit)
 class LimitAdmin(RedisPageAdmin):
     """No database table: the limits read from Redis."""
 

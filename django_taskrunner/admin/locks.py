@@ -5,14 +5,21 @@ Listing needs the "view" permission of `UniqueLock`, releasing "release_uniquelo
 A release is POST only (CSRF-checked), asks for confirmation first, and is value-guarded:
 it frees a lock only while the holder shown on the page still holds it, so a lock a newer
 task took meanwhile is never freed.
+
+Locks are paged by SCAN position (`shared.Position`), never read all at once. A lock's
+mode comes from its mode record (`keys.unique_mode_key`, written with the lock by
+`store/lua/enqueue.lua`); a lock taken before mode records existed shows its task's
+declared mode, marked as such. The record also names the holder's conflict policy
+(`on_conflict`, or "debounce"), shown next to the mode.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
-from django.contrib import admin, messages
+from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import (
     HttpRequest,
@@ -22,17 +29,25 @@ from django.http import (
     HttpResponseRedirect,
     QueryDict,
 )
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, reverse
 from django.utils.http import urlencode
 
-from django_taskrunner.admin import held_locks as unique_locks
-from django_taskrunner.admin.base import RedisPageAdmin
+from django_taskrunner.admin.shared import (
+    PAGE_SIZE,
+    SCAN_COUNT,
+    Position,
+    RedisPageAdmin,
+    page_path,
+    scan_keys_page,
+)
 from django_taskrunner.checks import QUEUE_NAME
 from django_taskrunner.core import unique as locks
-from django_taskrunner.models import UniqueLock
+from django_taskrunner.core.registry import registry
 from django_taskrunner.stats.health import dashboard_queues
+from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.errors import REDIS_ERROR
+from django_taskrunner.store.locks import UniqueLocks
 from django_taskrunner.store.locks import for_broker as lock_store
 
 RELEASE_PERMISSION = "django_taskrunner.release_uniquelock"
@@ -44,7 +59,138 @@ OUTCOMES = {
 }
 
 
-def lock_ref(lock: unique_locks.HeldLock) -> str:
+@dataclass(frozen=True)
+class HeldLock:
+    """One lock as the admin shows it."""
+
+    key: str
+    queue: str
+    task_name: str
+    unique_key: str
+    holder_id: str  # the holding task's id, as TaskAlreadyDispatched names it
+    mode: str | None  # None: not recorded and the task is not registered
+    mode_recorded: bool  # False: `mode` is the task's declared mode, not the record
+    ttl_ms: int | None  # None: the key has no TTL
+    # The lock's value (id and dispatch token): what a release must match.
+    holder_value: str = ""
+    # What a dispatch meeting the lock does (the holder's on_conflict, else the task's
+    # declared one); `policy_recorded` False: the declared one (an older lock).
+    policy: str | None = None
+    policy_recorded: bool = False
+
+    @property
+    def time_left(self) -> str:
+        """The TTL for people: "2 h 05 min", "41 s", "no TTL"."""
+        if self.ttl_ms is None:
+            return "no TTL"
+        seconds = self.ttl_ms / 1000
+        if seconds < 60:
+            return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+        minutes, secs = divmod(round(seconds), 60)
+        if minutes < 60:
+            return f"{minutes} min {secs:02d} s"
+        hours, minutes = divmod(minutes, 60)
+        return f"{hours} h {minutes:02d} min" if hours < 48 else f"{hours // 24} d {hours % 24} h"
+
+
+@dataclass(frozen=True)
+class LockPage:
+    """One page of held locks and where the next page starts (None: this was the last)."""
+
+    locks: list[HeldLock]
+    next: Position | None
+    scan_calls: int
+
+
+def parse_key(prefix: str, key: str) -> tuple[str, str, str] | None:
+    """(queue, task name, unique key) of a lock key of `prefix`, or None.
+
+    The task name is the longest registered name the rest starts with; for a task not
+    registered here, everything up to the first ":".
+    """
+    start = f"{prefix}:{{"
+    if not key.startswith(start):
+        return None
+    queue, sep, rest = key[len(start):].partition("}:unique:")
+    if not sep or not QUEUE_NAME.match(queue) or not rest:
+        return None
+    names = [task.name for task in registry if rest == task.name or
+             rest.startswith(task.name + ":")]
+    if names:
+        name = max(names, key=len)
+        return queue, name, rest[len(name) + 1:]
+    name, _sep, unique_key = rest.partition(":")
+    return queue, name, unique_key
+
+
+def pattern(prefix: str, queue: str = "", text: str = "") -> str:
+    """MATCH pattern of the locks of one queue (or all), whose name contains `text`."""
+    base = keys.unique_pattern(prefix, queue or "*")
+    return f"{base}{keys.glob_escape(text)}*" if text else base
+
+
+def scan_page(client: Any, prefix: str, at: Position | None = None, *, queue: str = "",
+              text: str = "", size: int = PAGE_SIZE) -> LockPage:
+    """`scan_locks` on the locks of `client` (only handed to the store) and `prefix`."""
+    return scan_locks(UniqueLocks(client, prefix), at, queue=queue, text=text, size=size)
+
+
+def scan_locks(store: UniqueLocks, at: Position | None = None, *, queue: str = "",
+               text: str = "", size: int = PAGE_SIZE,
+               scan_count: int = SCAN_COUNT) -> LockPage:
+    """At most `size` held locks from `at` on, found with at most MAX_SCAN_CALLS SCANs."""
+    found, following, calls = scan_keys_page(store, at or Position(),
+                                             pattern(store.prefix, queue, text), size,
+                                             scan_count)
+    return LockPage(read_locks(store, found), following, calls)
+
+
+def read_locks(store: UniqueLocks, lock_keys: list[str]) -> list[HeldLock]:
+    """The holder, TTL and mode of each key, in one pipelined round trip; keys that are
+    not locks of the store's prefix, or were freed meanwhile, are left out."""
+    parsed = [(key, found) for key in dict.fromkeys(lock_keys)
+              if (found := parse_key(store.prefix, key)) is not None]
+    states = store.inspect_many([(queue, key) for key, (queue, _task, _key) in parsed])
+    held = []
+    for (key, (queue, task_name, unique_key)), state in zip(parsed, states, strict=True):
+        if state is None:
+            continue
+        held.append(HeldLock(
+            key=key, queue=queue, task_name=task_name, unique_key=unique_key,
+            holder_id=locks.holder_id(state.holder),
+            mode=state.mode if state.mode is not None else _declared_mode(task_name),
+            mode_recorded=state.mode is not None, ttl_ms=state.ttl_ms,
+            holder_value=state.holder,
+            policy=state.policy if state.policy is not None else _declared_policy(task_name),
+            policy_recorded=state.policy is not None,
+        ))
+    held.sort(key=lambda lock: (lock.queue, lock.task_name, lock.unique_key))
+    return held
+
+
+def release(store: UniqueLocks, lock_key: str, holder: str) -> str:
+    """Free the lock only while it still holds `holder` (a `HeldLock.holder_value`):
+    "released", "gone", or "retaken" (a newer dispatch holds it now and keeps it)."""
+    parsed = parse_key(store.prefix, lock_key)
+    if parsed is None:
+        raise ValueError(f"{lock_key!r} is not a unique lock")
+    reply = store.release_lock(parsed[0], lock_key, holder)
+    if reply == 1:
+        return "released"
+    return "gone" if reply == 0 else "retaken"
+
+
+def _declared_mode(task_name: str) -> str | None:
+    task = registry.find(task_name)
+    return task.options.unique_mode if task is not None else None
+
+
+def _declared_policy(task_name: str) -> str | None:
+    task = registry.find(task_name)
+    return task.options.on_conflict if task is not None else None
+
+
+def lock_ref(lock: HeldLock) -> str:
     """What a checkbox posts: the lock key and the value (holder) it was shown with."""
     return json.dumps([lock.key, lock.holder_value], ensure_ascii=False)
 
@@ -67,20 +213,15 @@ def _filters_query(query: str) -> str:
                       "q": given.get("q", "")[:200]})
 
 
-@admin.register(UniqueLock)
 class UniqueLockAdmin(RedisPageAdmin):
     """No database table: the locks read from Redis, with a value-guarded release."""
 
     title = "Unique locks"
+    scan_count = SCAN_COUNT  # keys Redis examines per SCAN call
 
     def get_urls(self) -> list[URLPattern]:
-        info = self.opts.app_label, self.opts.model_name
-        return [
-            path("", self.admin_site.admin_view(self.changelist_view),
-                 name="{}_{}_changelist".format(*info)),
-            path("release/", self.admin_site.admin_view(self.release_view),
-                 name="{}_{}_release".format(*info)),
-        ]
+        return [page_path(self, "", self.changelist_view, "changelist"),
+                page_path(self, "release/", self.release_view, "release")]
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         """One page of held locks, optionally of one queue or with a text in their key."""
@@ -89,10 +230,11 @@ class UniqueLockAdmin(RedisPageAdmin):
         queue = request.GET.get("queue", "")
         queue = queue if QUEUE_NAME.match(queue) else ""
         text = request.GET.get("q", "").strip()[:200]
-        at = unique_locks.Position.parse(request.GET.get("at"))
+        at = Position.parse(request.GET.get("at"))
         broker = get_broker()
         try:
-            page = unique_locks.scan_locks(lock_store(broker), at, queue=queue, text=text)
+            page = scan_locks(lock_store(broker), at, queue=queue, text=text,
+                              scan_count=self.scan_count)
             queues = dashboard_queues(broker)
         except REDIS_ERROR as exc:
             return self.render(request, "change_list.html", {"redis_error": str(exc)})
@@ -122,13 +264,13 @@ class UniqueLockAdmin(RedisPageAdmin):
             self.message_user(request, "Select at least one lock.", messages.WARNING)
             return HttpResponseRedirect(back)
         broker = get_broker()
-        if any(unique_locks.parse_key(broker.prefix, key) is None for key, _ in parsed):
+        if any(parse_key(broker.prefix, key) is None for key, _ in parsed):
             return HttpResponseBadRequest("not a unique lock of this site")
         if request.POST.get("confirm") != "yes":
             return self._confirm(request, parsed, back, back_query)
         counts = {outcome: 0 for outcome in OUTCOMES}
         for key, holder in parsed:
-            counts[unique_locks.release(lock_store(broker), key, holder)] += 1
+            counts[release(lock_store(broker), key, holder)] += 1
         for outcome, count in counts.items():
             if count:
                 text, level = OUTCOMES[outcome]
@@ -138,7 +280,7 @@ class UniqueLockAdmin(RedisPageAdmin):
     def _confirm(self, request: HttpRequest, parsed: list[tuple[str, str]], back: str,
                  back_query: str) -> HttpResponse:
         broker = get_broker()
-        now = {lock.key: lock for lock in unique_locks.read_locks(
+        now = {lock.key: lock for lock in read_locks(
             lock_store(broker), [key for key, _ in parsed])}
         rows = []
         for key, holder in parsed:

@@ -1,6 +1,6 @@
 """Admin for the transactional outbox: the rows waiting to be moved to Redis (read-only,
-oldest first), a "Flush now" action (POST, confirmed, its own permission), and the
-outbox's line on the queues dashboard (`dashboard_context`)."""
+oldest first) and a "Flush now" action (POST, confirmed, its own permission). The
+outbox's line on the queues dashboard is the dashboard's (`queues.py`)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import reverse
 from django.utils import timezone
 
-from django_taskrunner.core import outbox, outbox_rows
+from django_taskrunner.admin.shared import age, page_path
+from django_taskrunner.core import outbox
 from django_taskrunner.models import OutboxMessage
 from django_taskrunner.store.errors import REDIS_ERROR
 
@@ -23,31 +23,6 @@ from django_taskrunner.store.errors import REDIS_ERROR
 FLUSH_BATCHES = 50
 
 
-def age(seconds: float) -> str:
-    """A wait for people: "12 s", "3 min 05 s", "2 h 04 min"."""
-    whole = round(seconds)
-    if whole < 120:
-        return f"{whole} s"
-    minutes, secs = divmod(whole, 60)
-    if minutes < 120:
-        return f"{minutes} min {secs:02d} s"
-    return f"{minutes // 60} h {minutes % 60:02d} min"
-
-
-def dashboard_context(request: HttpRequest, site_name: str) -> dict[str, Any]:
-    """The dashboard's outbox line: rows waiting, the oldest's age, the list's address
-    (for those who may view it); read from the database, so shown with Redis down too."""
-    try:
-        figures = outbox_rows.figures()
-    except DatabaseError as exc:
-        return {"outbox_error": str(exc)}
-    url = None
-    if request.user.has_perm("django_taskrunner.view_outboxmessage"):
-        url = reverse(f"{site_name}:django_taskrunner_outboxmessage_changelist")
-    return {"outbox": figures, "outbox_age": age(figures.oldest_age), "outbox_url": url}
-
-
-@admin.register(OutboxMessage)
 class OutboxMessageAdmin(admin.ModelAdmin):
     """The rows only; nothing can be added or edited here."""
 
@@ -89,10 +64,7 @@ class OutboxMessageAdmin(admin.ModelAdmin):
         return super().changelist_view(request, context)
 
     def get_urls(self) -> list[Any]:
-        view = self.admin_site.admin_view
-        return [path("flush/", view(self.flush_view),
-                     name="django_taskrunner_outboxmessage_flush"),
-                *super().get_urls()]
+        return [page_path(self, "flush/", self.flush_view, "flush"), *super().get_urls()]
 
     def flush_view(self, request: HttpRequest) -> HttpResponse:
         """Ask first; on the confirming POST move what waits (up to FLUSH_BATCHES)."""

@@ -11,7 +11,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 
-from django_taskrunner.admin.nul_free import NulFreeChangeListMixin
+from django_taskrunner.admin.shared import NulFreeChangeListMixin
 from django_taskrunner.core import clock
 from django_taskrunner.exceptions import TaskRunnerError
 from django_taskrunner.models import PeriodicTask

@@ -1,22 +1,36 @@
 """The admin's "Tasks" pages: queued, running, delayed and finished tasks of each queue,
 and one task's page, read from Redis through the unmanaged `Task` model.
 
-The list reads one page of one stream from a cursor (see `task_facts`), the finished
-list one page of the queue's finished index and its records (see `finished`); the running list
-refreshes itself every few seconds through `live/`, a JSON view polled by
+Nothing here reads a whole stream. A page of queued tasks is one XRANGE (or XREVRANGE)
+from a cursor, a page of running ones one XPENDING from a cursor; a search by task name
+or id walks at most `SEARCH_SCAN` entries per page and says where it stopped. The
+running list refreshes itself every few seconds through `live/`, a JSON view polled by
 `static/django_taskrunner/refresh.js`. Opening any of it takes the "view" permission of
 `Task`; it changes nothing. Unknown ids, queues and streams answer 404.
 
-The task page shows the task's record (status, result or error, progress, attempts,
-times) and, to those with the "cancel" permission, a Cancel button: a POST (with CSRF)
-answered by a confirmation page, then `cancel(id)` on "yes".
+The finished list reads a queue's recently finished tasks, newest first, from their task
+records through the queue's finished index (`keys.finished_key`, written with each final
+record in the acker's batch), which holds ids scored by finish time: a page reads a batch
+of ids from a score cursor and the records of those ids (`FinishedIndex.page`), never
+the whole index, and at most `FINISHED_SCAN` ids per page when a status filter skips
+most of them.
+
+The task page shows everything known about one task, collected by `gather()`: its task
+record (status, result or error, progress, attempts, times), where its message is, its
+lock and failed rows. It never reads a whole stream: the record's stream id names the
+entry, and a lookup by id alone searches at most `FIND_SCAN` entries. To those with the
+"cancel" permission it shows a Cancel button: a POST (with CSRF) answered by a
+confirmation page, then `cancel(id)` on "yes".
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
-from django.contrib import admin, messages
+from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import (
     Http404,
@@ -26,41 +40,534 @@ from django.http import (
     HttpResponseRedirect,
     JsonResponse,
 )
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, reverse
+from django.utils import timezone
+from django.utils.html import escape
 from django.utils.http import urlencode
+from django.utils.safestring import SafeString, mark_safe
 
-from django_taskrunner.admin import finished
-from django_taskrunner.admin import task_facts as facts_of
-from django_taskrunner.admin import task_rows as rows_of
-from django_taskrunner.admin.base import RedisPageAdmin
-from django_taskrunner.core.records import cancel
-from django_taskrunner.models import Task
+from django_taskrunner.admin.shared import (
+    RedisPageAdmin,
+    decode,
+    page_path,
+    stream_names,
+    valid_stream,
+)
+from django_taskrunner.core import unique as locks
+from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.core.wire import MAX_EPOCH_MS
+from django_taskrunner.core.records import TaskRecord, cancel, lookup, records
+from django_taskrunner.exceptions import InvalidTaskPayload
+from django_taskrunner.models import FailedTask
 from django_taskrunner.stats.health import dashboard_queues
 from django_taskrunner.store import keys, sharding
-from django_taskrunner.store.browse import get_browser
+from django_taskrunner.store.browse import (
+    STREAM_ID,
+    Held,
+    StreamBrowser,
+    StreamEntry,
+    get_browser,
+    stream_id_key,
+)
 from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.store.finished import FinishedIndex, FinishedRow
 
 REFRESH_SECONDS = 5
 CANCEL_PERMISSION = "django_taskrunner.cancel_task"
+PER_PAGE = 50  # rows of a list (queued, running or finished)
+SEARCH_SCAN = 5000  # stream entries a search page walks at most
+PAYLOAD_PREVIEW = 300  # characters of payload shown per row of a list
+OUTCOMES = ("succeeded", "failed", "cancelled", "expired")
+FINISHED_SCAN = 2000  # index ids a finished page reads at most (a filter matching few)
+# Stream entries a lookup by message id looks at, at most, in batches searched on the
+# server (a batch blocks Redis well under a millisecond).
+FIND_SCAN = 200_000
+FIND_BATCH = 1000
+# How far before a record's dispatch time a search for its message starts (the clocks of
+# the dispatching host and of the Redis server may differ that much).
+CLOCK_SLACK_MS = 5 * 60 * 1000
+STATUSES = ("queued", "running", "delayed")
 
 
-@admin.register(Task)
+def body_text(body: bytes | None) -> str:
+    return "" if body is None else body.decode("utf-8", errors="replace")
+
+
+def pretty_payload(message: TaskMessage | None, body: bytes | None) -> str:
+    """The payload as indented JSON; the raw body for a message that does not decode."""
+    if message is None:
+        return body_text(body)
+    return json.dumps(message.payload, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+def moment_text(ms: int | None) -> str:
+    if not ms:
+        return ""
+    moment = timezone.localtime(datetime.fromtimestamp(min(ms, MAX_EPOCH_MS) / 1000, tz=UTC))
+    return f"{moment:%Y-%m-%d %H:%M:%S} {moment.tzname()}"
+
+
+def duration(ms: int | None) -> str:
+    if ms is None:
+        return ""
+    seconds = ms / 1000
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 120:
+        return f"{minutes} min {secs:02d} s"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def dotted_name(name: str) -> SafeString:
+    """`name` escaped, with a line-break opportunity after each dot: a long dotted task
+    name in a narrow column wraps between its parts, not in the middle of a word."""
+    return mark_safe(escape(name).replace(".", ".<wbr>"))  # noqa: S308 - escaped first
+
+
+def stream_id_after(candidate: str, floor: str) -> bool:
+    """`candidate` is a well-formed stream id after `floor`."""
+    return bool(STREAM_ID.match(candidate)) and stream_id_key(candidate) >= stream_id_key(floor)
+
+
+@dataclass
+class TaskFacts:
+    """Everything known about one task, from the stream, the delayed set, its lock and
+    the failed-task table. A later step adds what its record says (status, result,
+    progress, error) here."""
+
+    queue: str  # the stream (queue or shard) it was found in
+    message_id: str = ""
+    stream_id: str = ""
+    status: str = ""  # "queued", "running", "delayed", or "" when only a failed row is left
+    message: TaskMessage | None = None
+    body: bytes | None = None
+    consumer: str = ""
+    idle_ms: int | None = None
+    deliveries: int | None = None
+    due_ms: int | None = None
+    lock_held: bool | None = None  # None: it names no lock
+    task_id_held: bool | None = None  # None: its id is not a reserved task_id
+    failed_rows: list[FailedTask] = field(default_factory=list)
+    searched: int = 0  # stream entries walked to find it by message id
+    record: TaskRecord | None = None  # its task record, when it has one in this queue
+
+    @property
+    def result_pretty(self) -> str:
+        record = self.record
+        if record is None or record.status != "succeeded" or record.error:
+            return ""
+        return json.dumps(record.result, indent=2, ensure_ascii=False, sort_keys=True)
+
+    @property
+    def progress_pretty(self) -> str:
+        record = self.record
+        if record is None or record.progress is None:
+            return ""
+        return json.dumps(record.progress, indent=2, ensure_ascii=False, sort_keys=True)
+
+    @property
+    def cancellable(self) -> bool:
+        """Its record says it has not finished, and no cancel was asked for yet."""
+        record = self.record
+        return record is not None and not record.finished and not record.cancel_requested
+
+    @property
+    def task_name(self) -> str:
+        if self.message is not None:
+            return self.message.task_name
+        if self.record is not None:
+            return self.record.task_name
+        return self.failed_rows[0].task_name if self.failed_rows else "(undecodable message)"
+
+    @property
+    def payload_pretty(self) -> str:
+        if self.message is None and self.body is None and self.failed_rows:
+            return self.failed_rows[0].payload
+        return pretty_payload(self.message, self.body)
+
+    @property
+    def dispatched(self) -> str:
+        return moment_text(self.message.dispatched_at_ms) if self.message else ""
+
+    @property
+    def due(self) -> str:
+        return moment_text(self.due_ms)
+
+    @property
+    def idle(self) -> str:
+        return duration(self.idle_ms)
+
+    @property
+    def found(self) -> bool:
+        return bool(self.status or self.failed_rows or self.record)
+
+
+def gather(browser: StreamBrowser, queue: str, *, stream_id: str = "",
+           message_id: str = "", hint: str = "") -> TaskFacts:
+    """The facts of the task at `stream_id` of stream `queue`, or of message `message_id`
+    (looked for in the first FIND_SCAN entries of the stream, then in the delayed set).
+
+    `hint` says where a link came from, so the likely place is read first: "delayed"
+    (the delayed set before the stream), "failed" (a failed row: its message left Redis,
+    nothing is searched). Only `queue`'s keys under this site's prefix are read: an id
+    of another queue or prefix is not found. `facts.found` is False for an unknown id.
+    """
+    facts = TaskFacts(queue=queue, message_id=message_id)
+    record = record_in(message_id, queue) if message_id and not stream_id else None
+    if stream_id:
+        if STREAM_ID.match(stream_id):
+            _from_stream(browser, facts, stream_id)
+    elif message_id and hint != "failed" and not _from_record(browser, facts, record):
+        if hint != "delayed" or not _find_delayed(browser, facts, message_id):
+            _find_by_id(browser, facts, message_id, _search_start(record))
+    if facts.message is not None:
+        if facts.message.id != message_id:
+            record = None
+        facts.message_id = facts.message.id
+        _held_keys(browser, facts)
+    if facts.message_id:
+        facts.record = record if record is not None else record_in(facts.message_id, queue)
+        facts.failed_rows = list(FailedTask.objects.filter(
+            message_id=facts.message_id, queue=keys.queue_of(queue)).order_by("-failed_at")[:10])
+    return facts
+
+
+def record_in(message_id: str, queue: str) -> TaskRecord | None:
+    """The task record of `message_id` when it belongs to `queue`'s queue (a crafted id of
+    another queue shows nothing and cannot be cancelled from this page)."""
+    record = lookup(message_id)
+    if record is None or record.queue != keys.queue_of(queue):
+        return None
+    return record
+
+
+def _from_record(browser: StreamBrowser, facts: TaskFacts, record: TaskRecord | None) -> bool:
+    """True when the task's record settles where it is, so nothing is searched: a final
+    record (its message left the stream), or the entry its stream id names (read at
+    once). False: search (no record, or one that does not know its entry)."""
+    if record is None:
+        return False
+    if record.finished:
+        return True
+    if record.status == "delayed":
+        return _find_delayed(browser, facts, record.id)
+    if record.stream_id and record.shard == facts.queue and STREAM_ID.match(record.stream_id):
+        _from_stream(browser, facts, record.stream_id)
+        if facts.message is not None and facts.message.id != record.id:
+            facts.status, facts.stream_id, facts.body, facts.message = "", "", None, None
+        return bool(facts.status)
+    return False
+
+
+def _from_stream(browser: StreamBrowser, facts: TaskFacts, stream_id: str) -> None:
+    held = browser.holder_of(facts.queue, stream_id)
+    if held is not None:
+        facts.status, facts.stream_id, facts.body = "running", stream_id, held.body
+        facts.consumer, facts.idle_ms, facts.deliveries = (held.consumer, held.idle_ms,
+                                                           held.deliveries)
+    else:
+        entry = browser.entry(facts.queue, stream_id)
+        if entry is None:
+            return
+        floor = browser.group_state(facts.queue).last_delivered
+        if not stream_id_after(stream_id, floor) or stream_id == floor:
+            return  # delivered and acked: done (DELETE_ON_ACK off keeps it)
+        facts.status, facts.stream_id, facts.body = "queued", stream_id, entry.body
+    facts.message = decode(facts.body)
+
+
+def _search_start(record: TaskRecord | None) -> str:
+    """Where a search of the stream for a task may start: `CLOCK_SLACK_MS` before its
+    record's dispatch time (a stream id is the server's clock at XADD), else the start."""
+    if record is None or record.dispatched_at is None:
+        return "0-0"
+    start = int(record.dispatched_at.timestamp() * 1000) - CLOCK_SLACK_MS
+    return f"{max(0, start)}-0"
+
+
+def _find_by_id(browser: StreamBrowser, facts: TaskFacts, message_id: str,
+                start: str = "0-0") -> None:
+    """Search the stream from `start` (then from its beginning, when not found after a
+    later start: the clocks of the server and the dispatcher disagree), then the
+    delayed set."""
+    if _search_for(browser, facts, message_id, start) or start == "0-0":
+        return
+    _search_for(browser, facts, message_id, "0-0")
+
+
+def _search_for(browser: StreamBrowser, facts: TaskFacts, message_id: str, cursor: str) -> bool:
+    needle = b'"id":' + json.dumps(message_id, ensure_ascii=False).encode("utf-8")
+    while cursor and facts.searched < FIND_SCAN:
+        candidates, cursor = browser.find_in_stream(facts.queue, cursor, FIND_BATCH, needle)
+        facts.searched += FIND_BATCH
+        for stream_id in candidates:
+            entry = browser.entry(facts.queue, stream_id)
+            message = decode(entry.body) if entry is not None else None
+            if message is not None and message.id == message_id:
+                _from_stream(browser, facts, stream_id)
+                if facts.status:
+                    return True
+    return _find_delayed(browser, facts, message_id)
+
+
+def _find_delayed(browser: StreamBrowser, facts: TaskFacts, message_id: str) -> bool:
+    literal = json.dumps(message_id, ensure_ascii=False)
+    for body, score in browser.scan_delayed(facts.queue, f'"id":{literal}', 10):
+        message = decode(body)
+        if message is not None and message.id == message_id:
+            facts.status, facts.body, facts.message = "delayed", body, message
+            facts.due_ms = int(min(max(score, 0), MAX_EPOCH_MS))
+            return True
+    return False
+
+
+def _held_keys(browser: StreamBrowser, facts: TaskFacts) -> None:
+    """Whether its lock and task_id still hold this dispatch's value."""
+    message = facts.message
+    assert message is not None
+    holder = locks.holder_value(message)
+    names = []
+    lock_ok = False
+    if message.lock_key:
+        try:
+            message.check_lock_key(browser.prefix, facts.queue)
+            lock_ok = True
+            names.append(message.lock_key)
+        except InvalidTaskPayload:
+            facts.lock_held = False
+    if message.has_task_id:
+        names.append(keys.task_id_key(browser.prefix, facts.queue, message.id))
+    if not names:
+        return
+    values = browser.values(names)
+    if lock_ok:
+        facts.lock_held = values.pop(0) == holder
+    if message.has_task_id:
+        facts.task_id_held = values.pop(0) == holder
+
+
+def lock_search(message: TaskMessage | None, prefix: str, queue: str) -> str:
+    """What to type in the locks page's search box to find this task's lock."""
+    if message is None or not message.lock_key:
+        return ""
+    start = keys.unique_key_space(prefix, queue)
+    return message.lock_key[len(start):] if message.lock_key.startswith(start) else ""
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One row of the Tasks list."""
+
+    queue: str  # the stream: a queue or one of its shards
+    stream_id: str
+    message: TaskMessage | None
+    body: bytes | None
+    consumer: str = ""
+    idle_ms: int | None = None
+    deliveries: int | None = None
+
+    @property
+    def task_name(self) -> str:
+        return self.message.task_name if self.message else "(undecodable message)"
+
+    @property
+    def message_id(self) -> str:
+        return self.message.id if self.message else ""
+
+    @property
+    def dispatched(self) -> str:
+        return moment_text(self.message.dispatched_at_ms) if self.message else ""
+
+    @property
+    def idle(self) -> str:
+        return duration(self.idle_ms)
+
+    @property
+    def preview(self) -> str:
+        text_ = json.dumps(self.message.payload, ensure_ascii=False, sort_keys=True) if (
+            self.message) else body_text(self.body)
+        return text_ if len(text_) <= PAYLOAD_PREVIEW else text_[:PAYLOAD_PREVIEW] + "..."
+
+
+@dataclass(frozen=True)
+class RowPage:
+    """One page of rows; the cursors of the pages around it ("" for none)."""
+
+    rows: list[TaskRow]
+    next_cursor: str = ""
+    previous_cursor: str = ""
+    scanned: int = 0  # entries a search walked for this page
+    search_stopped: bool = False  # the search hit SEARCH_SCAN before filling the page
+
+
+def matches(message: TaskMessage | None, stream_id: str, needle: str) -> bool:
+    """A search hit: the text is in the task name (any case), or is the message or stream id."""
+    if message is None:
+        return needle == stream_id
+    return (needle.lower() in message.task_name.lower() or needle == message.id
+            or needle == stream_id)
+
+
+def queued_page(browser: StreamBrowser, queue: str, *, after: str = "", before: str = "",
+                query: str = "", size: int = PER_PAGE) -> RowPage:
+    """Waiting (undelivered) messages of one stream, oldest first, from a cursor."""
+    floor = browser.group_state(queue).last_delivered
+    if before and not query:
+        entries = browser.waiting_before(queue, before, floor, size + 1)
+        more_before = len(entries) > size
+        entries = entries[-size:]
+        rows = [_queued(queue, entry) for entry in entries]
+        return RowPage(rows, next_cursor=rows[-1].stream_id if rows else "",
+                       previous_cursor=rows[0].stream_id if rows and more_before else "")
+    start = after if after and stream_id_after(after, floor) else floor
+    if not query:
+        entries = browser.waiting_after(queue, start, size + 1)
+        rows = [_queued(queue, entry) for entry in entries[:size]]
+        return RowPage(rows, next_cursor=rows[-1].stream_id if len(entries) > size else "",
+                       previous_cursor=rows[0].stream_id if rows and after else "")
+    return _search(browser, queue, start, query, size)
+
+
+def _search(browser: StreamBrowser, queue: str, start: str, query: str, size: int) -> RowPage:
+    rows: list[TaskRow] = []
+    scanned = 0
+    cursor = start
+    exhausted = False
+    while len(rows) < size and scanned < SEARCH_SCAN:
+        entries = browser.waiting_after(queue, cursor, 500)
+        if not entries:
+            exhausted = True
+            break
+        for entry in entries:
+            scanned += 1
+            cursor = entry.stream_id
+            message = decode(entry.body)
+            if matches(message, entry.stream_id, query):
+                rows.append(TaskRow(queue, entry.stream_id, message, entry.body))
+                if len(rows) >= size:
+                    break
+    return RowPage(rows, next_cursor="" if exhausted else cursor, scanned=scanned,
+                   search_stopped=not exhausted and len(rows) < size)
+
+
+def _queued(queue: str, entry: StreamEntry) -> TaskRow:
+    return TaskRow(queue, entry.stream_id, decode(entry.body), entry.body)
+
+
+def running_page(browser: StreamBrowser, queue: str, *, after: str = "", query: str = "",
+                 consumer: str = "", size: int = PER_PAGE) -> RowPage:
+    """Pending (delivered, not acked) entries of one stream with their holders (of one
+    consumer only, when named)."""
+    start = after if STREAM_ID.match(after) else "-"
+    held = browser.held(queue, start, size + 1, consumer or None)
+    rows = [_running(queue, item) for item in held[:size]]
+    if query:
+        rows = [row for row in rows if matches(row.message, row.stream_id, query)]
+    return RowPage(rows, next_cursor=held[size - 1].stream_id if len(held) > size else "",
+                   previous_cursor="-" if after else "")
+
+
+def _running(queue: str, item: Held) -> TaskRow:
+    return TaskRow(queue, item.stream_id, decode(item.body), item.body, consumer=item.consumer,
+                   idle_ms=item.idle_ms, deliveries=item.deliveries)
+
+
+def as_json_row(row: TaskRow) -> dict[str, Any]:
+    """A running row for the refreshing list (plain values, escaped by the script)."""
+    return {"queue": row.queue, "stream_id": row.stream_id, "task": row.task_name,
+            "id": row.message_id, "consumer": row.consumer, "idle": row.idle,
+            "deliveries": row.deliveries, "payload": row.preview}
+
+
+@dataclass(frozen=True)
+class FinishedTask:
+    """One row of the finished list."""
+
+    task_id: str
+    status: str
+    task_name: str
+    queue: str
+    finished_ms: int
+    started_ms: int | None
+    attempt: str
+    worker: str
+    error: str
+
+    @property
+    def finished(self) -> str:
+        return moment_text(self.finished_ms)
+
+    @property
+    def task_name_html(self) -> str:
+        """The task name, escaped, wrapping after its dots (see `dotted_name`)."""
+        return dotted_name(self.task_name)
+
+    @property
+    def duration(self) -> str:
+        """Run time of the last attempt (none for a task that never started)."""
+        if self.started_ms is None or self.started_ms > self.finished_ms:
+            return ""
+        return duration(self.finished_ms - self.started_ms)
+
+
+@dataclass(frozen=True)
+class FinishedList:
+    """A page of finished tasks, the cursor of the next one ("" at the end), and how
+    many ids were read for it (`stopped`: FINISHED_SCAN reached before the page filled)."""
+
+    rows: list[FinishedTask]
+    next_cursor: str
+    scanned: int
+    stopped: bool
+
+
+def finished_index() -> FinishedIndex:
+    """The finished indexes of the app's Redis and prefix."""
+    store = records()
+    return FinishedIndex(store.client, store.prefix)
+
+
+def outcome_filter(value: str) -> str:
+    """The status filter of a request: one of OUTCOMES, or "" for all of them."""
+    return value if value in OUTCOMES else ""
+
+
+def finished_page(queue: str, *, cursor: str = "", outcome: str = "",
+                  size: int = PER_PAGE) -> FinishedList:
+    """One page of `queue`'s finished tasks from `cursor`, of one outcome or all."""
+    statuses = frozenset([outcome] if outcome in OUTCOMES else OUTCOMES)
+    page = finished_index().page(queue, cursor[:40], size, statuses, FINISHED_SCAN)
+    rows = [_row(queue, row) for row in page.rows]
+    return FinishedList(rows, page.next_cursor, page.scanned,
+                        stopped=bool(page.next_cursor) and len(rows) < size)
+
+
+def finished_count(queue: str) -> int:
+    """How many ids `queue`'s finished index holds (some may have expired since)."""
+    return finished_index().count(queue)
+
+
+def _row(queue: str, row: FinishedRow) -> FinishedTask:
+    fields = row.fields
+    started = fields.get("st", "")
+    return FinishedTask(
+        task_id=row.task_id, status=fields.get("s", ""), task_name=fields.get("t", ""),
+        queue=fields.get("q", queue), finished_ms=row.finished_ms,
+        started_ms=int(started) if started.isdigit() else None,
+        attempt=fields.get("a", ""), worker=fields.get("w", ""), error=fields.get("e", ""))
+
+
 class TaskAdmin(RedisPageAdmin):
     """No database table: tasks read from Redis a page at a time."""
 
     title = "Tasks"
 
     def get_urls(self) -> list[URLPattern]:
-        view = self.admin_site.admin_view
-        return [
-            path("", view(self.changelist_view), name=self._name("changelist")),
-            path("detail/", view(self.detail_view), name=self._name("detail")),
-            path("live/", view(self.live_view), name=self._name("live")),
-            path("cancel/", view(self.cancel_view), name=self._name("cancel")),
-        ]
-
-    def _name(self, view: str) -> str:
-        return f"{self.opts.app_label}_{self.opts.model_name}_{view}"
+        return [page_path(self, "", self.changelist_view, "changelist"),
+                page_path(self, "detail/", self.detail_view, "detail"),
+                page_path(self, "live/", self.live_view, "live"),
+                page_path(self, "cancel/", self.cancel_view, "cancel")]
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         """One page of one stream's queued or running tasks."""
@@ -69,11 +576,11 @@ class TaskAdmin(RedisPageAdmin):
         browser = get_browser()
         try:
             queues = dashboard_queues()
-            streams = facts_of.stream_names(queues, browser)
+            streams = stream_names(queues, browser)
             stream = request.GET.get("queue", "") or (streams[0] if streams else "")
             if stream in queues and stream not in streams:  # a split queue: its first shard
                 stream = sharding.shards(stream)[0]
-            if not facts_of.valid_stream(stream, queues):
+            if not valid_stream(stream, queues):
                 raise Http404("no such queue")
             if (status := request.GET.get("status", "queued")) == "finished":
                 return self._finished_view(request, stream, streams)
@@ -89,12 +596,12 @@ class TaskAdmin(RedisPageAdmin):
             "page": page, "state": state, "delayed": delayed,
             "delayed_url": self._delayed_url(request, keys.queue_of(stream)),
             **self._list_links(request, stream, status, query, page),
-            "refresh_seconds": REFRESH_SECONDS, "search_scan": rows_of.SEARCH_SCAN,
+            "refresh_seconds": REFRESH_SECONDS, "search_scan": SEARCH_SCAN,
             "detail_url": reverse(self.url_name("detail")),
         })
 
     def _list_links(self, request: HttpRequest, stream: str, status: str, query: str,
-                    page: rows_of.RowPage) -> dict[str, str]:
+                    page: RowPage) -> dict[str, str]:
         """The list's filter and paging query strings, and its live view's URL."""
         consumer = request.GET.get("consumer", "")[:200] if status == "running" else ""
         filters = {"queue": stream, "status": status, "q": query,
@@ -117,11 +624,11 @@ class TaskAdmin(RedisPageAdmin):
         """One page of the queue's finished tasks, newest first, read from their records
         (a split queue lists every shard's: the index is the queue's)."""
         queue = keys.queue_of(stream)
-        outcome = finished.outcome_filter(request.GET.get("outcome", ""))
+        outcome = outcome_filter(request.GET.get("outcome", ""))
         try:
-            page = finished.finished_page(queue, cursor=request.GET.get("after", ""),
+            page = finished_page(queue, cursor=request.GET.get("after", ""),
                                           outcome=outcome)
-            count = finished.finished_count(queue)
+            count = finished_count(queue)
             state = get_browser().group_state(stream)
             delayed = get_browser().delayed_count(stream)
         except REDIS_DOWN as exc:
@@ -130,8 +637,8 @@ class TaskAdmin(RedisPageAdmin):
                    **({"outcome": outcome} if outcome else {})}
         return self.render(request, "change_list.html", {
             "streams": streams, "queue": stream, "status": "finished", "finished": page,
-            "finished_count": count, "outcome": outcome, "outcomes": finished.OUTCOMES,
-            "state": state, "delayed": delayed, "finished_scan": finished.SCAN,
+            "finished_count": count, "outcome": outcome, "outcomes": OUTCOMES,
+            "state": state, "delayed": delayed, "finished_scan": FINISHED_SCAN,
             "delayed_url": self._delayed_url(request, queue),
             "filters": urlencode(filters),
             "next_query": urlencode({**filters, "after": page.next_cursor})
@@ -141,16 +648,16 @@ class TaskAdmin(RedisPageAdmin):
         })
 
     def _page(self, browser: Any, stream: str, status: str, query: str,
-              request: HttpRequest) -> rows_of.RowPage:
+              request: HttpRequest) -> RowPage:
         after = request.GET.get("after", "")
         before = request.GET.get("before", "")
         if status == "running":
             consumer = request.GET.get("consumer", "")[:200]
-            return rows_of.running_page(browser, stream, after=after, query=query,
+            return running_page(browser, stream, after=after, query=query,
                                          consumer=consumer)
-        if before and not facts_of.STREAM_ID.match(before) and before != "+":
+        if before and not STREAM_ID.match(before) and before != "+":
             before = ""
-        return rows_of.queued_page(browser, stream, after=after, before=before, query=query)
+        return queued_page(browser, stream, after=after, before=before, query=query)
 
     def detail_view(self, request: HttpRequest) -> HttpResponse:
         """One task, by `?queue=&stream=<stream id>` or `?queue=&id=<message id>`."""
@@ -185,9 +692,9 @@ class TaskAdmin(RedisPageAdmin):
         message_id = request.POST.get("id", "")[:255]
         try:
             known = dashboard_queues()
-            if not facts_of.valid_stream(queue, known) and queue not in known:
+            if not valid_stream(queue, known) and queue not in known:
                 raise Http404("no such queue")
-            record = facts_of.record_in(message_id, queue) if message_id else None
+            record = record_in(message_id, queue) if message_id else None
             if record is None:
                 raise Http404("no such task in this queue")
             back = (f"{reverse(self.url_name('detail'))}?"
@@ -208,27 +715,27 @@ class TaskAdmin(RedisPageAdmin):
         return HttpResponseRedirect(back)
 
     def _gather(self, browser: Any, stream: str, stream_id: str, message_id: str,
-                hint: str) -> facts_of.TaskFacts:
+                hint: str) -> TaskFacts:
         """The facts from one stream; a split queue's name looks in each of its shards."""
         queues = dashboard_queues()
-        if stream in queues and stream not in facts_of.stream_names(queues):
+        if stream in queues and stream not in stream_names(queues):
             candidates = browser.streams(sharding.shards(stream))
-        elif facts_of.valid_stream(stream, queues):
+        elif valid_stream(stream, queues):
             candidates = [stream]
         else:
             raise Http404("no such queue")
         if message_id and not stream_id and len(candidates) > 1:
-            record = facts_of.record_in(message_id, candidates[0])  # its shard first
+            record = record_in(message_id, candidates[0])  # its shard first
             if record is not None and record.shard in candidates:
                 candidates = [record.shard, *(c for c in candidates if c != record.shard)]
         for shard in candidates:
-            facts = facts_of.gather(browser, shard, stream_id=stream_id,
+            facts = gather(browser, shard, stream_id=stream_id,
                                     message_id=message_id, hint=hint)
             if facts.found:
                 return facts
         return facts
 
-    def _links(self, request: HttpRequest, facts: facts_of.TaskFacts) -> dict[str, Any]:
+    def _links(self, request: HttpRequest, facts: TaskFacts) -> dict[str, Any]:
         """Where the page links to, for those who may open it."""
         site = self.admin_site.name
         user = request.user
@@ -243,7 +750,7 @@ class TaskAdmin(RedisPageAdmin):
         if user.has_perm("django_taskrunner.view_failedtask"):
             links["failed"] = [(row, reverse(f"{site}:django_taskrunner_failedtask_change",
                                              args=[row.pk])) for row in facts.failed_rows]
-        search = facts_of.lock_search(facts.message, get_browser().prefix, facts.queue)
+        search = lock_search(facts.message, get_browser().prefix, facts.queue)
         if search and user.has_perm("django_taskrunner.view_uniquelock"):
             links["lock"] = (f"{reverse(f'{site}:django_taskrunner_uniquelock_changelist')}?"
                              f"{urlencode({'queue': facts.queue, 'q': search})}")
@@ -264,13 +771,13 @@ class TaskAdmin(RedisPageAdmin):
         stream = request.GET.get("queue", "")
         browser = get_browser()
         try:
-            if not facts_of.valid_stream(stream, dashboard_queues()):
+            if not valid_stream(stream, dashboard_queues()):
                 raise Http404("no such queue")
-            page = rows_of.running_page(browser, stream)
+            page = running_page(browser, stream)
         except REDIS_DOWN as exc:
             return JsonResponse({"error": f"Redis cannot be reached: {exc}"}, status=503)
         detail = reverse(self.url_name("detail"))
         return JsonResponse({"rows": [
-            {**rows_of.as_json_row(row),
+            {**as_json_row(row),
              "url": f"{detail}?{urlencode({'queue': row.queue, 'stream': row.stream_id})}"}
             for row in page.rows], "more": bool(page.next_cursor)})

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib import admin, messages
+from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import (
     Http404,
@@ -23,10 +23,10 @@ from django.http import (
     HttpResponseNotAllowed,
     HttpResponseRedirect,
 )
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, reverse
 from django.utils.http import urlencode
 
-from django_taskrunner.admin.base import RedisPageAdmin
+from django_taskrunner.admin.shared import RedisPageAdmin, page_path
 from django_taskrunner.core.workflows import (
     WorkflowRecord,
     cancel_workflow,
@@ -34,7 +34,6 @@ from django_taskrunner.core.workflows import (
     record_from,
     store,
 )
-from django_taskrunner.models import Workflow
 from django_taskrunner.store.errors import REDIS_DOWN
 
 PAGE = 50
@@ -66,22 +65,15 @@ def _number(raw: str) -> int:
     return int(raw) if raw.isdigit() and len(raw) < 10 else 0
 
 
-@admin.register(Workflow)
 class WorkflowAdmin(RedisPageAdmin):
     """No database table: workflows read from Redis a page at a time."""
 
     title = "Workflows"
 
     def get_urls(self) -> list[URLPattern]:
-        view = self.admin_site.admin_view
-        return [
-            path("", view(self.changelist_view), name=self._name("changelist")),
-            path("detail/", view(self.detail_view), name=self._name("detail")),
-            path("cancel/", view(self.cancel_view), name=self._name("cancel")),
-        ]
-
-    def _name(self, view: str) -> str:
-        return f"{self.opts.app_label}_{self.opts.model_name}_{view}"
+        return [page_path(self, "", self.changelist_view, "changelist"),
+                page_path(self, "detail/", self.detail_view, "detail"),
+                page_path(self, "cancel/", self.cancel_view, "cancel")]
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         """One page of workflows, newest first, from `?after=<dispatch ms>-<id>`."""

@@ -1,10 +1,16 @@
-"""Staff users and logged-in clients for the admin tests."""
+"""Staff users and logged-in clients for the admin tests, and the admin's pages as the
+admin site has them registered (so a test names a page by its model, never by the
+module that holds it)."""
 
 from __future__ import annotations
 
+import sys
+from types import ModuleType
 from typing import Any
 
+from django.contrib import admin
 from django.contrib.auth.models import Permission, User
+from django.db.models import Model
 from django.test import Client
 
 
@@ -22,3 +28,13 @@ def logged_in(user: User, **client_options: Any) -> Client:
     client = Client(**client_options)
     client.force_login(user)
     return client
+
+
+def page_of(model: type[Model]) -> admin.ModelAdmin:
+    """The admin page the site has registered for `model`."""
+    return admin.site.get_model_admin(model)
+
+
+def page_module(model: type[Model]) -> ModuleType:
+    """The module holding the admin page of `model`, for the helpers that serve it only."""
+    return sys.modules[type(page_of(model)).__module__]

@@ -13,10 +13,12 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_taskrunner.admin.failed import COUNT_CAP, AtLeast, CappedPaginator, bounded_count
 from django_taskrunner.models import FailedTask
+from tests.django.admin_helpers import page_module
 
 pytestmark = pytest.mark.django_db
+
+failed_page = page_module(FailedTask)  # the failed-task list's page
 
 CHANGELIST = "/admin/django_taskrunner/failedtask/"
 ROWS = 1_000
@@ -59,13 +61,13 @@ def failed_task_counts(queries) -> list[str]:
 
 
 def test_at_least_is_an_int_shown_with_a_plus():
-    count = AtLeast(10_001)
+    count = failed_page.AtLeast(10_001)
     assert count == 10_001 and count > 10_000
     assert str(count) == "10,000+" and f"{count}" == "10,000+"
 
 
 def test_a_long_list_shows_the_cap_with_a_plus_and_never_counts_every_row(staff_client):
-    add_rows(COUNT_CAP + 50)
+    add_rows(failed_page.COUNT_CAP + 50)
     with CaptureQueriesContext(connection) as queries:
         response = staff_client.get(CHANGELIST)
     page = response.content.decode()
@@ -210,12 +212,12 @@ def test_a_count_postgresql_cannot_finish_in_time_gives_up_and_leaves_no_timeout
     before = statement_timeout()
     if in_atomic:
         with transaction.atomic():
-            assert bounded_count(slow_rows(), 20) is None
-            assert bounded_count(FailedTask.objects.all(), 1_000) == 5
+            assert failed_page.bounded_count(slow_rows(), 20) is None
+            assert failed_page.bounded_count(FailedTask.objects.all(), 1_000) == 5
             assert statement_timeout() == before
     else:
-        assert bounded_count(slow_rows(), 20) is None
-        assert bounded_count(FailedTask.objects.all(), 1_000) == 5
+        assert failed_page.bounded_count(slow_rows(), 20) is None
+        assert failed_page.bounded_count(FailedTask.objects.all(), 1_000) == 5
     assert statement_timeout() == before
     assert FailedTask.objects.count() == 5  # the connection is still usable
 
@@ -224,7 +226,7 @@ def test_a_count_postgresql_cannot_finish_in_time_gives_up_and_leaves_no_timeout
 def test_a_list_whose_count_times_out_still_pages_on():
     add_rows(10)
     rows = slow_rows().order_by("-failed_at", "-id")
-    paginator = CappedPaginator(rows, 2, page_number=2, cap=5, timeout_ms=20)
-    assert paginator.count == AtLeast(5) and str(paginator.count) == "4+"
+    paginator = failed_page.CappedPaginator(rows, 2, page_number=2, cap=5, timeout_ms=20)
+    assert paginator.count == failed_page.AtLeast(5) and str(paginator.count) == "4+"
     assert paginator.num_pages == 3  # the next page is a link away
     assert [row.message_id for row in paginator.page(2).object_list] == ["m2", "m3"]

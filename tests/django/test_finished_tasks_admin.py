@@ -133,20 +133,21 @@ def test_an_expired_record_is_skipped_and_dropped_from_the_index(root):
 
 
 def test_a_filter_that_matches_few_reads_at_most_scan_ids_and_says_so(root):
-    from django_taskrunner.admin import finished
+    failed_only = {"queue": "default", "status": "finished", "outcome": "failed"}
+    scan = root.get(TASKS, failed_only).context["finished_scan"]  # ids a page reads at most
 
     now = clock.now_ms()
     finish("the-failed-one", "failed", now - 10_000)
-    for n in range(finished.SCAN + 10):
+    for n in range(scan + 10):
         finish(f"ok-{n}", "succeeded", now + n)
-    page = finished.finished_page("default", outcome="failed")
-    assert page.rows == [] and page.scanned == finished.SCAN and page.stopped
-    more = finished.finished_page("default", cursor=page.next_cursor, outcome="failed")
+    response = root.get(TASKS, failed_only)
+    page = response.context["finished"]
+    assert page.rows == [] and page.scanned == scan and page.stopped
+    more = root.get(TASKS, {**failed_only, "after": page.next_cursor}).context["finished"]
     assert [row.task_id for row in more.rows] == ["the-failed-one"]
     assert more.next_cursor == ""
-    html = root.get(TASKS, {"queue": "default", "status": "finished",
-                            "outcome": "failed"}).content.decode()
-    assert f"at most {finished.SCAN} a page" in html and 'class="next-page"' in html
+    html = response.content.decode()
+    assert f"at most {scan} a page" in html and 'class="next-page"' in html
 
 
 def test_no_index_is_written_when_the_list_is_off(taskrunner_settings):

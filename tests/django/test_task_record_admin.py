@@ -24,6 +24,13 @@ def root() -> Client:
     return logged_in(User.objects.create_superuser("root", password="pw"))  # noqa: S106
 
 
+def page_facts(client: Client, message_id: str):  # type: ignore[no-untyped-def]
+    """What the task page of `message_id` in "default" shows (its `gather()` facts)."""
+    response = client.get(DETAIL, {"queue": "default", "id": message_id})
+    assert response.status_code == 200
+    return response.context["facts"]
+
+
 def test_a_finished_task_page_shows_its_record_and_result(root):
     message = tasks.returns_double.dispatch({"n": 4})
     call_command("runtasks", "--burst")
@@ -95,8 +102,6 @@ def test_an_unknown_id_or_another_queues_task_answers_404(root):
 
 def test_a_task_page_by_id_reads_the_entry_its_record_names_without_searching(root):
     from django_taskrunner import dispatch_many
-    from django_taskrunner.admin import task_facts
-    from django_taskrunner.store.browse import get_browser
 
     # On a cluster too: there the record, in another slot, follows the XADD with its id.
     plain = dispatch("tests.testapp.tasks.noop", {"n": 1})
@@ -106,7 +111,7 @@ def test_a_task_page_by_id_reads_the_entry_its_record_names_without_searching(ro
         record = lookup(message.id)
         assert record.shard == "default"
         assert record.stream_id == message.stream_id
-        facts = task_facts.gather(get_browser(), "default", message_id=message.id)
+        facts = page_facts(root, message.id)
         assert (facts.status, facts.stream_id) == ("queued", message.stream_id)
         assert facts.searched == 0
 
@@ -114,21 +119,19 @@ def test_a_task_page_by_id_reads_the_entry_its_record_names_without_searching(ro
     assert many[-1].stream_id in html
 
     call_command("runtasks", "--burst")
-    facts = task_facts.gather(get_browser(), "default", message_id=plain.id)
+    facts = page_facts(root, plain.id)
     assert facts.record.status == "succeeded" and facts.searched == 0
 
 
 def test_a_record_without_its_stream_id_is_found_by_a_search_from_its_dispatch_time(root):
-    from django_taskrunner.admin import task_facts
     from django_taskrunner.store import keys
     from django_taskrunner.store.broker import get_broker
-    from django_taskrunner.store.browse import get_browser
 
     message = dispatch("tests.testapp.tasks.noop", {"n": 1})
     broker = get_broker()
     broker.client.hdel(keys.record_key(broker.prefix, message.id), "sid")  # an older record
 
-    facts = task_facts.gather(get_browser(), "default", message_id=message.id)
+    facts = page_facts(root, message.id)
     assert (facts.status, facts.stream_id) == ("queued", message.stream_id)
     assert facts.searched > 0
 
@@ -142,10 +145,8 @@ def _last_entry(stream: str) -> str:
 
 def test_a_promoted_delayed_tasks_page_reads_its_new_entry_without_searching(root):
     from django_taskrunner import dispatch_delayed
-    from django_taskrunner.admin import task_facts
     from django_taskrunner.core import clock
     from django_taskrunner.store.broker import get_broker
-    from django_taskrunner.store.browse import get_browser
 
     broker = get_broker()
     message = dispatch_delayed("tests.testapp.tasks.noop", {"n": 1}, delay=3600)
@@ -156,17 +157,15 @@ def test_a_promoted_delayed_tasks_page_reads_its_new_entry_without_searching(roo
     record = lookup(message.id)
     assert record.status == "queued"
     assert record.stream_id == _last_entry(broker.stream("default"))
-    facts = task_facts.gather(get_browser(), "default", message_id=message.id)
+    facts = page_facts(root, message.id)
     assert (facts.status, facts.stream_id, facts.searched) == ("queued", record.stream_id, 0)
     assert record.stream_id in root.get(DETAIL, {"queue": "default", "id": message.id}
                                         ).content.decode()
 
 
 def test_a_retried_tasks_page_reads_its_new_entry_without_searching(root):
-    from django_taskrunner.admin import task_facts
     from django_taskrunner.core import clock
     from django_taskrunner.store.broker import get_broker
-    from django_taskrunner.store.browse import get_browser
 
     broker = get_broker()
     message = tasks.fails_then_retries_later.dispatch({"n": 1})
@@ -177,15 +176,13 @@ def test_a_retried_tasks_page_reads_its_new_entry_without_searching(root):
     record = lookup(message.id)
     assert (record.status, record.attempt) == ("retrying", 2)
     assert record.stream_id == _last_entry(broker.stream("default"))
-    facts = task_facts.gather(get_browser(), "default", message_id=message.id)
+    facts = page_facts(root, message.id)
     assert (facts.status, facts.stream_id, facts.searched) == ("queued", record.stream_id, 0)
     assert facts.message.attempt == 2
 
 
-def test_a_message_requeued_onto_its_stream_gives_its_record_the_new_entry():
-    from django_taskrunner.admin import task_facts
+def test_a_message_requeued_onto_its_stream_gives_its_record_the_new_entry(root):
     from django_taskrunner.store.broker import Requeue, get_broker
-    from django_taskrunner.store.browse import get_browser
     from django_taskrunner.worker.acker import Acker, Batch
     from django_taskrunner.worker.outage import RedisStatus
 
@@ -199,7 +196,7 @@ def test_a_message_requeued_onto_its_stream_gives_its_record_the_new_entry():
     new_id = _last_entry(broker.stream("default"))
     assert new_id != message.stream_id
     assert lookup(message.id).stream_id == new_id
-    facts = task_facts.gather(get_browser(), "default", message_id=message.id)
+    facts = page_facts(root, message.id)
     assert (facts.status, facts.stream_id, facts.searched) == ("queued", new_id, 0)
 
 

@@ -13,11 +13,11 @@ from django.test import Client
 from django.urls import reverse
 
 from django_taskrunner import TaskAlreadyDispatched
-from django_taskrunner.admin import held_locks as unique_locks
 from django_taskrunner.core.unique import holder_value
+from django_taskrunner.models import UniqueLock
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
-from tests.django.admin_helpers import logged_in, make_user
+from tests.django.admin_helpers import logged_in, make_user, page_of
 from tests.testapp.tasks import unique_order, unique_whole
 
 pytestmark = pytest.mark.django_db
@@ -88,7 +88,7 @@ def test_pages_follow_the_scan_cursor_and_show_every_lock_once(root, r, monkeypa
         pipe.set(keys.unique_key(prefix, "default", "tests.testapp.tasks.unique_order", f"k{n}"),
                  f"holder-{n}", px=600_000)
     pipe.execute()
-    monkeypatch.setattr(unique_locks, "SCAN_COUNT", 37)  # batches that straddle pages
+    monkeypatch.setattr(page_of(UniqueLock), "scan_count", 37)  # batches that straddle pages
 
     seen: list[str] = []
     query: dict[str, str] = {}

@@ -10,8 +10,8 @@ from django.core.management import call_command
 from django.test import Client
 
 from django_taskrunner import chain, group, lookup_workflow
-from django_taskrunner.admin import workflows as workflow_admin
-from tests.django.admin_helpers import logged_in, make_user
+from django_taskrunner.models import Workflow
+from tests.django.admin_helpers import logged_in, make_user, page_module
 from tests.testapp.workflow_tasks import wf_blocked, wf_collect, wf_member
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,7 +41,7 @@ def test_the_list_shows_each_workflow_with_its_progress(root):
 
 
 def test_the_list_pages_through_redis(root, monkeypatch):
-    monkeypatch.setattr(workflow_admin, "PAGE", 2)
+    monkeypatch.setattr(page_module(Workflow), "PAGE", 2)
     handles = [wf_member.s({"n": n}).dispatch() for n in range(5)]
     seen, query = [], ""
     for _ in range(5):

@@ -163,16 +163,18 @@ def test_an_error_freeing_the_lock_after_a_success_is_logged_and_the_entry_acked
 
 def test_the_row_of_an_entry_too_deep_to_parse_can_be_shown_and_is_kept_by_retry(r, run_burst):
     # The row keeps the raw body: the admin's detail page and its retry parse it again
-    from django_taskrunner.admin.failed import pretty_json
-    from django_taskrunner.admin.redispatch import RetryReport, retry_rows
+    from tests.django.admin_helpers import page_module
+
+    failed_page = page_module(FailedTask)  # the failed-task page's module
 
     add(r, b'{"v": 1, "id": "deep", "task": "t", "payload": ' + b"[" * 5000 + b"]" * 5000
         + b"}")
     run_burst("--queue", "default")
     row = FailedTask.objects.get()
 
-    assert pretty_json(row.payload) == row.payload  # shown as it is, not a RecursionError
-    report = RetryReport()
-    retry_rows([row], report)
+    # shown as it is, not a RecursionError
+    assert failed_page.pretty_json(row.payload) == row.payload
+    report = failed_page.RetryReport()
+    failed_page.retry_rows([row], report)
     assert (report.retried, report.kept) == (0, 1)
     assert FailedTask.objects.count() == 1

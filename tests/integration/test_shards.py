@@ -20,14 +20,13 @@ from django_taskrunner import (
     dispatch_delayed,
     dispatch_many,
 )
-from django_taskrunner.admin import delayed_sets
-from django_taskrunner.admin.redispatch import RetryReport, retry_rows
 from django_taskrunner.core.unique import holder_value
-from django_taskrunner.models import FailedTask
+from django_taskrunner.models import DelayedTask, FailedTask
 from django_taskrunner.stats.figures import get_stats
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.keys import delayed_key, queue_of, stream_key
 from django_taskrunner.store.sharding import shard_for, shards
+from tests.django.admin_helpers import page_module
 from tests.integration.scheduling_helpers import wait_for
 from tests.testapp.tasks import runs_key
 from tests.worker_helpers import MovableClock
@@ -138,7 +137,7 @@ def test_delayed_tasks_wait_in_their_shard_and_run_once_when_due(
     for n in range(8):
         dispatch_delayed("tests.testapp.tasks.noop", {"n": n}, delay=0.3, queue="hot")
     assert [r.zcard(delayed_key(prefix, name)) for name in HOT] == [2, 2, 2, 2]
-    assert len(delayed_sets.DelayedSet(get_broker(), "hot")) == 8
+    assert len(page_module(DelayedTask).DelayedSet(get_broker(), "hot")) == 8
 
     MovableClock.install(monkeypatch).advance(0.35)
     run_burst("--queue", "hot")
@@ -151,17 +150,17 @@ def test_delayed_tasks_wait_in_their_shard_and_run_once_when_due(
 def test_the_delayed_admin_view_merges_the_shards_by_due_time_and_finds_each_entry(r):
     for n in range(12):
         dispatch_delayed("tests.testapp.tasks.noop", {"n": n}, delay=60 + n, queue="hot")
-    view = delayed_sets.DelayedSet(get_broker(), "hot")
+    view = page_module(DelayedTask).DelayedSet(get_broker(), "hot")
 
     page = view[3:9]
     assert [entry.message.payload["n"] for entry in page] == [3, 4, 5, 6, 7, 8]
     assert all(entry.queue == "hot" for entry in page)
-    assert delayed_sets.queues_with_counts(get_broker(), ["hot"]) == [("hot", 12)]
+    assert page_module(DelayedTask).queues_with_counts(get_broker(), ["hot"]) == [("hot", 12)]
 
-    taken = delayed_sets.take(get_broker(), "hot", page[0].ref, run=True)
+    taken = page_module(DelayedTask).take(get_broker(), "hot", page[0].ref, run=True)
     assert taken is not None and taken.payload == {"n": 3}
     assert len(view) == 11
-    assert delayed_sets.take(get_broker(), "hot", page[0].ref, run=True) is None
+    assert page_module(DelayedTask).take(get_broker(), "hot", page[0].ref, run=True) is None
 
 
 def test_a_retry_stays_in_its_shard_and_a_failure_row_names_the_queue(r, prefix, run_burst):
@@ -174,8 +173,9 @@ def test_a_retry_stays_in_its_shard_and_a_failure_row_names_the_queue(r, prefix,
     assert run_counts(r, "always_fails") == Counter({"2": 3})
     row = FailedTask.objects.get()
     assert row.queue == "hot"
-    report = RetryReport()
-    retry_rows([row], report)  # the admin's retry dispatches to the queue again
+    report = page_module(FailedTask).RetryReport()
+    # the admin's retry dispatches to the queue again
+    page_module(FailedTask).retry_rows([row], report)
     assert report.retried == 1
     assert sum(stream_lengths(r, prefix, HOT)) == 1
 

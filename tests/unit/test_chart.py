@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from django_taskrunner.admin.chart import TOP, throughput_chart
+from django_taskrunner.models import Queue
 from django_taskrunner.stats.figures import MinuteCounts
+from tests.django.admin_helpers import page_module
+
+_dashboard = page_module(Queue)  # the queues dashboard's page: it draws the chart
+TOP, throughput_chart = _dashboard.TOP, _dashboard.throughput_chart
 
 
 def minutes(*counts: tuple[int, int]) -> list[MinuteCounts]:

@@ -30,6 +30,9 @@ ALLOWED_MODULES: dict[str, tuple[int, str]] = {
     "core/workflows.py": (705, "one concept: workflows, their dispatch and lookup"),
     "core/outbox.py": (438, "one concept: the outbox's rows and their move to Redis"),
     "worker/worker.py": (401, "imports Entry where it is defined, no longer via the broker"),
+    # One admin page each (issue 37: one concept per module, the 400-line cap goes).
+    "admin/failed.py": (416, "the failed-task page: its list, counts and retry"),
+    "admin/tasks.py": (782, "the Tasks pages: queued, running, finished, one task"),
 }
 
 # (module, qualified name) -> (its size now, why it is over).

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from django_taskrunner.admin.held_locks import HeldLock, Position, parse_key, pattern
+from django_taskrunner.models import UniqueLock
 from django_taskrunner.store import keys
+from tests.django.admin_helpers import page_module
+
+_locks = page_module(UniqueLock)  # the unique-locks page's module
+HeldLock, Position, parse_key, pattern = (_locks.HeldLock, _locks.Position, _locks.parse_key,
+                                          _locks.pattern)
 
 
 def test_a_lock_key_gives_back_its_queue_task_and_key():
