@@ -85,6 +85,7 @@ class Acker(threading.Thread):
         self.on_requeued = on_requeued  # told after a batch with requeues was sent
         self._batch = Batch()
         self._sending = 0  # size of the batch being sent
+        self._in_flight: Batch | None = None  # the batch being sent
         self._cond = threading.Condition()
         self._stopping = False
 
@@ -133,7 +134,19 @@ class Acker(threading.Thread):
                 self._cond.wait(ACK_LINGER_S)
             batch, self._batch = self._batch, Batch()
             self._sending = batch.size
+            self._in_flight = batch
             return batch
+
+    def unsent(self) -> set[tuple[str, str]]:
+        """(queue, stream id) of every message whose ack or requeue is not sent yet: still
+        this worker's, and kept reserved by its heartbeat (a Redis refusing writes can
+        hold them for long: no other worker, nor this one's reclaimer, may take them)."""
+        with self._cond:
+            batches = [self._batch] + ([self._in_flight] if self._in_flight else [])
+            return {*((queue, stream_id) for batch in batches
+                      for queue, ids in batch.acks.items() for stream_id in ids),
+                    *((requeue.queue, requeue.stream_id) for batch in batches
+                      for requeue in batch.requeues)}
 
     def idle(self) -> bool:
         """True when nothing waits to be sent and nothing is being sent."""
@@ -164,6 +177,7 @@ class Acker(threading.Thread):
                 self.on_requeued()  # before idle() can be true: burst mode reads again
             with self._cond:
                 self._sending = 0
+                self._in_flight = None
 
     def _send(self, batch: Batch) -> bool:
         """Send `batch` until it went (True), or until giving up at exit (False).

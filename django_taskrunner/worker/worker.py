@@ -144,14 +144,14 @@ class Worker:
             self._cond.notify_all()
 
     def holds(self, queue: str, stream_id: str) -> bool:
-        """True while `stream_id` is in this worker's buffer or running."""
+        """True while `stream_id` is in this worker's buffer, running, or not acked yet."""
         with self._cond:
-            return (queue, stream_id) in self._held
+            return (queue, stream_id) in self._held or (queue, stream_id) in self.acker.unsent()
 
     def held_messages(self) -> list[tuple[str, str]]:
-        """(queue, stream id) of every message fetched and not finished, for the heartbeat."""
+        """(queue, stream id) of every message fetched and not acked, for the heartbeat."""
         with self._cond:
-            return list(self._held)
+            return list(self._held | self.acker.unsent())
 
     def low_water(self) -> int:
         """Room to wait for before the next read: a whole read, so reads stay batched
