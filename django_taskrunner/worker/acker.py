@@ -187,14 +187,11 @@ class Acker(threading.Thread):
         begins and once when it ends; any other error (a bug) is logged, and the batch
         kept and sent again. Meanwhile `blocked` holds the worker's fetchers and pool.
         """
-        moved = self._until_sent(lambda: self.flush(batch), batch)
-        if moved is None:
-            return False
-        if moved:  # the records of messages put back on a stream learn their new entry
-            return self._until_sent(lambda: self._set_stream_ids(moved), batch) is not None
-        return True
+        return self._until_sent(lambda: self.flush(batch), batch) is not None
 
     def _until_sent(self, call: Callable[[], T], batch: Batch) -> T | None:
+        """`call()`'s result, tried again with backoff until it works (None: given up
+        at exit); `blocked` is set from its first failure to its success."""
         failures = 0
         while True:
             try:
@@ -232,10 +229,10 @@ class Acker(threading.Thread):
             self._cond.wait(seconds)
             return self._stopping and failures > EXIT_TRIES
 
-    def flush(self, batch: Batch) -> list[tuple[str, str, str]]:
+    def flush(self, batch: Batch) -> bool:
         """Send one batch (one round trip; two when a corrupt task record is written
-        again alone); returns the messages requeued onto a stream, whose records learn
-        their new stream id next (sending the batch again is safe).
+        again alone, one more with requeues onto a stream, whose records learn their new
+        stream id); True once sent (sending it again is safe).
 
         An item Redis could not apply because of its own key (`Unsettled`) is logged
         with its key; the rest of the batch went through, the item's entry acked."""
@@ -245,8 +242,11 @@ class Acker(threading.Thread):
             logger.error("could not apply the %s %s while acking finished tasks (%s); it "
                          "is left as it is, the rest of the batch went through", item.what,
                          item.key, item.error)
-        return [entry for requeue, reply in zip(batch.requeues, settled.requeued, strict=True)
-                if requeue.due_ms == 0 and (entry := _requeued(requeue.body, reply))]
+        moved = [entry for requeue, reply in zip(batch.requeues, settled.requeued, strict=True)
+                 if requeue.due_ms == 0 and (entry := _requeued(requeue.body, reply))]
+        if moved:  # applied: only this step is tried again (a requeue is not sent twice)
+            self._until_sent(lambda: self._set_stream_ids(moved), batch)
+        return True
 
     def _set_stream_ids(self, moved: list[tuple[str, str, str]]) -> bool:
         """Give requeued messages' records their new stream ids; a corrupt record is
