@@ -11,6 +11,12 @@ all. If the worker dies before the batch is sent, the old entry is still pending
 reclaimed and runs again, as an un-sent ack would (at least once). A requeue onto the
 stream (a retry without backoff, a put-back) then gives its record the new entry's
 stream id, one more round trip for such a batch only.
+
+The acker never ends but at the exit. A batch Redis cannot take (unreachable, or
+refusing writes: OOM, READONLY...) is kept and sent again with backoff; meanwhile
+`blocked` stops the worker fetching and starting tasks, and `unsent()` keeps the
+waiting messages reserved by the heartbeat. One item whose own key is corrupt is left
+out of its batch, logged with its key (store/settle.py), and the rest goes through.
 """
 
 from __future__ import annotations
