@@ -21,9 +21,9 @@ from django_taskrunner.store.connection import get_redis
 from django_taskrunner.store.limits import RENEW_SCRIPT, Limits, Slot
 from django_taskrunner.store.records import ADD_SCRIPTS, SCRIPTS, Records, RecordWrite
 from django_taskrunner.store.recovery import Entry, StreamRecovery, body_of
+from django_taskrunner.store.settle import Settled, settle_batch
 from django_taskrunner.store.values import text
-from django_taskrunner.store.workflows import SCRIPTS as WORKFLOW_SCRIPTS
-from django_taskrunner.store.workflows import MemberDone, WorkflowStore
+from django_taskrunner.store.workflows import MemberDone
 
 
 @dataclass(frozen=True)
@@ -221,30 +221,13 @@ class Broker(StreamRecovery):
         self, consumer: str, acks: Mapping[str, Sequence[str]], requeues: Sequence[Requeue],
         records: Sequence[RecordWrite] = (), releases: Sequence[Slot] = (), *,
         workflows: Sequence[MemberDone] = (),
-    ) -> list[Any]:
+    ) -> Settled:
         """Ack finished entries (`{queue: [stream id, ...]}`, as `ack()`) and requeue
         others (`requeue.lua`, which acks each old entry in the same script), all in one
-        pipelined round trip, after the task `records` (`Records.queue_writes`); returns
-        each requeue's reply (new stream id, "delayed", or None: no longer `consumer`'s).
-
-        Redis outage errors pass through; nothing of the batch may have been applied,
-        or all of it: sending it again is safe (an ack is idempotent, a requeue of an
-        entry already acked finds it no longer pending and does nothing).
-        `releases`: concurrency slots freed by the attempts that ended (ZREM, as safe).
-        """
-        def build(pipe: Any) -> None:
-            self.records.queue_writes(pipe, records)
-            if workflows:  # after the records: a next step reads its parents' results
-                WorkflowStore(self.client, self.prefix).queue_member_done(pipe, workflows)
-            Limits.queue_releases(pipe, releases)
-            for queue, stream_ids in acks.items():
-                self.ack(queue, stream_ids, pipe=pipe)
-            for requeue in requeues:
-                self._requeue(pipe, consumer, requeue)
-
-        replies = scripts.execute_loading(self.client, build,
-                                          SCRIPTS + WORKFLOW_SCRIPTS if workflows else SCRIPTS)
-        return replies[len(replies) - len(requeues):]  # the requeues go last
+        pipelined round trip, after the task `records` and the `workflows`' members;
+        `releases`: concurrency slots freed by the attempts that ended. Each item's error
+        is its own: see store/settle.py, which also says why sending it again is safe."""
+        return settle_batch(self, consumer, acks, requeues, records, releases, workflows)
 
     def _requeue(self, client: Any, consumer: str, requeue: Requeue) -> Any:
         """Run (or, on a pipeline, queue) `requeue.lua` for one entry."""

@@ -23,9 +23,14 @@ from __future__ import annotations
 from typing import Any
 
 from redis.exceptions import (
+    BusyLoadingError,
     ClusterDownError,
     MaxConnectionsError,
+    NoScriptError,
+    OutOfMemoryError,
+    ReadOnlyError,
     RedisError,
+    ResponseError,
     SlotNotCoveredError,
     TryAgainError,
 )
@@ -45,6 +50,29 @@ REDIS_DOWN: tuple[type[Exception], ...] = (
     TryAgainError,
     SlotNotCoveredError,
 )
+
+# Replies of a server that is up but refuses writes for now: at `maxmemory` with
+# `noeviction` (OOM), a replica after a failover (READONLY), loading its data (LOADING), a
+# script cache flushed under us (NOSCRIPT, when loading it again did not help), a master
+# that lost its link or its replicas (MASTERDOWN, NOREPLICAS), a failed RDB save that
+# stops writes (MISCONF), a long script (BUSY). The command did not run: the worker
+# waits and sends again, as through an outage (`refuses_writes`).
+REFUSING: tuple[type[Exception], ...] = (OutOfMemoryError, ReadOnlyError, BusyLoadingError,
+                                         NoScriptError)
+_REFUSING_CODES = ("OOM ", "READONLY ", "LOADING ", "NOSCRIPT ", "MASTERDOWN ", "NOREPLICAS ",
+                   "MISCONF ", "BUSY ", "TRYAGAIN ", "CLUSTERDOWN ")
+
+
+def refuses_writes(exc: BaseException) -> bool:
+    """Whether `exc` is a server refusing writes for now (see `REFUSING`), not bad data."""
+    if isinstance(exc, REFUSING):
+        return True
+    return isinstance(exc, ResponseError) and f"{exc} ".startswith(_REFUSING_CODES)
+
+
+def stalls_writes(exc: BaseException) -> bool:
+    """Whether `exc` means "try again later": Redis unreachable or refusing writes."""
+    return isinstance(exc, REDIS_DOWN) or refuses_writes(exc)
 
 
 # Where redis-py opens a connection (socket connect, handshake, the health-check PING):
@@ -116,6 +144,8 @@ def outage_text(exc: BaseException) -> str:
     if isinstance(exc, MaxConnectionsError):
         return ("the Redis connection pool is full (every one of its max_connections is "
                 "in use: raise ?max_connections= in REDIS_URL, or the pool's size)")
+    if refuses_writes(exc):
+        return "Redis refuses writes"
     return "Redis is unreachable"
 
 

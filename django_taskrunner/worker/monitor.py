@@ -107,7 +107,7 @@ class Monitor(threading.Thread):
             max_workers=self.max_workers, started_ms=self.started_ms,
         )
         written = redis_call(lambda: self._write(broker, batch, heartbeat),
-                             status=self.worker.status,
+                             status=self.worker.status, writes=True,
                              doing="writing statistics (kept until it is back)")
         if written is None:
             self.recorder.restore(batch)

@@ -13,7 +13,13 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from django_taskrunner.core import clock
-from django_taskrunner.store.errors import REDIS_DOWN, outage_text
+from django_taskrunner.store.errors import (
+    REDIS_DOWN,
+    REDIS_ERROR,
+    outage_text,
+    refuses_writes,
+    stalls_writes,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -34,10 +40,15 @@ def backoff(failures: int) -> float:
 class RedisStatus:
     """Whether the worker currently reaches Redis; logs only the changes."""
 
-    def __init__(self, meanwhile: str = "retrying with backoff, running tasks go on") -> None:
+    def __init__(self, meanwhile: str = "retrying with backoff, running tasks go on",
+                 back: str = "Redis is reachable again",
+                 writes_back: str = "Redis takes writes again") -> None:
         self.meanwhile = meanwhile  # what the first log line of an outage says happens next
+        self.back = back  # what its last line says (`writes_back`: after a refusal)
+        self.writes_back = writes_back
         self._lock = threading.Lock()
         self._down_since: float | None = None
+        self._refused_since: float | None = None
         self._back_at = float("-inf")
 
     @property
@@ -51,43 +62,61 @@ class RedisStatus:
         return clock.monotonic() - self._back_at
 
     def failed(self, error: BaseException, doing: str) -> None:
-        """A Redis call failed; the first failure of an outage is logged."""
+        """A Redis call failed; the first failure of an outage is logged. A server that
+        refuses writes (OOM...) but answers reads is an outage of its own: reads that
+        work do not end it, only a write that went through (`succeeded(wrote=True)`)."""
+        refusal = refuses_writes(error) and not isinstance(error, REDIS_DOWN)
         with self._lock:
-            if self._down_since is not None:
-                return
-            self._down_since = clock.monotonic()
+            if refusal:
+                if self._refused_since is not None:
+                    return
+                self._refused_since = clock.monotonic()
+            else:
+                if self._down_since is not None:
+                    return
+                self._down_since = clock.monotonic()
         logger.error("%s (%s: %s) while %s; %s", outage_text(error), type(error).__name__,
                      error, doing, self.meanwhile)
 
-    def succeeded(self) -> None:
-        """A Redis call worked; the end of an outage is logged."""
-        if self._down_since is None:  # the common case, without taking the lock
-            return
+    def succeeded(self, wrote: bool = False) -> None:
+        """A Redis call worked (`wrote`: a write); the end of an outage is logged."""
+        if self._down_since is None and (not wrote or self._refused_since is None):
+            return  # the common case, without taking the lock
         with self._lock:
             since, self._down_since = self._down_since, None
-            self._back_at = clock.monotonic()
-        if since is not None:
-            logger.warning("Redis is reachable again after %.1fs", clock.monotonic() - since)
+            if since is not None:
+                self._back_at = clock.monotonic()
+            refused = None
+            if wrote:
+                refused, self._refused_since = self._refused_since, None
+        for began, what in ((since, self.back), (refused, self.writes_back)):
+            if began is not None:
+                logger.warning("%s after %.1fs", what, clock.monotonic() - began)
 
 
 def redis_call(
     call: Callable[[], T], *, status: RedisStatus, doing: str, wait: Wait | None = None,
+    writes: bool = False,
 ) -> T | None:
     """`call()`'s result; while Redis is down, try again after `backoff()` until `wait`
     gives up (then None). Without `wait`, one try: None if Redis is down.
 
-    Outages go through `status` (logged once, `doing` saying what failed); other errors
-    pass through.
+    Outages go through `status` (logged once, `doing` saying what failed): Redis
+    unreachable, or refusing writes for now (`errors.refuses_writes`: OOM at maxmemory,
+    READONLY, LOADING...); other errors pass through. `writes`: `call` writes, so its
+    success also ends a refusal.
     """
     failures = 0
     while True:
         try:
             result = call()
-        except REDIS_DOWN as exc:
+        except REDIS_ERROR as exc:
+            if not stalls_writes(exc):
+                raise
             failures += 1
             status.failed(exc, doing)
             if wait is None or wait(backoff(failures), failures):
                 return None
             continue
-        status.succeeded()
+        status.succeeded(wrote=writes)
         return result

@@ -9,7 +9,7 @@ second does nothing, so a stuck thread's late result is ignored.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,3 +147,11 @@ class RunningSet:
     def snapshot(self) -> list[Attempt]:
         with self._lock:
             return list(self._attempts)
+
+
+def describe(attempts: Sequence[Attempt], most: int = 5) -> str:
+    """'name id=... running 12s, ...' for the first `most` attempts, for a log line."""
+    shown = [f"{a.task.name} id={a.message.id} running {a.elapsed():.0f}s"
+             for a in sorted(attempts, key=lambda a: a.started)[:most]]
+    more = len(attempts) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")

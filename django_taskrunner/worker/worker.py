@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-from collections.abc import Sequence
 
 from django_taskrunner.core import clock
 from django_taskrunner.scheduling.outbox_flush import flush_waiting
@@ -42,11 +41,12 @@ from django_taskrunner.worker.outage import RedisStatus
 from django_taskrunner.worker.pool import Pool
 from django_taskrunner.worker.prefetch import Prefetch
 from django_taskrunner.worker.reclaim import Reclaimer, shortest_timeout
-from django_taskrunner.worker.running import Attempt, RunningSet
+from django_taskrunner.worker.running import Attempt, RunningSet, describe
 from django_taskrunner.worker.settings import OWN_CONNECTIONS, WorkerSettings
 from django_taskrunner.worker.steps.record import requeued_write
 from django_taskrunner.worker.timelimit import TimeLimitWatchdog, interrupt
 from django_taskrunner.worker.turns import QueueTurns
+from django_taskrunner.worker.watch import THREAD_DIED_EXIT, ThreadWatch
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class Worker:
         self.stopping = threading.Event()
         self.forced = threading.Event()
         self.status = RedisStatus()
-        self.acker = Acker(broker, self.consumer, self.status, on_requeued=self._work_appeared)
+        self.acker = Acker(broker, self.consumer, on_requeued=self._work_appeared)
         # Writes statistics and the heartbeat; resizes the pool when it autoscales.
         self.monitor = Monitor(self, settings)
         self._build_guards(settings)
@@ -81,6 +81,7 @@ class Worker:
             if settings.scheduler and not settings.burst else None
         )
         self._leftovers: list[Delivery] = []
+        self.threads = ThreadWatch()  # a thread that dies takes the worker down
         self._held: set[tuple[str, str]] = set()  # (queue, stream id) fetched, not finished
         # One reader per stream: a queue split into shards has one stream per shard.
         self.fetchers = [Fetcher(self, shard) for shard in sharding.all_shards(self.queues)]
@@ -144,14 +145,14 @@ class Worker:
             self._cond.notify_all()
 
     def holds(self, queue: str, stream_id: str) -> bool:
-        """True while `stream_id` is in this worker's buffer or running."""
+        """True while `stream_id` is in this worker's buffer, running, or not acked yet."""
         with self._cond:
-            return (queue, stream_id) in self._held
+            return (queue, stream_id) in self._held or (queue, stream_id) in self.acker.unsent()
 
     def held_messages(self) -> list[tuple[str, str]]:
-        """(queue, stream id) of every message fetched and not finished, for the heartbeat."""
+        """(queue, stream id) of every message fetched and not acked, for the heartbeat."""
         with self._cond:
-            return list(self._held)
+            return list(self._held | self.acker.unsent())
 
     def low_water(self) -> int:
         """Room to wait for before the next read: a whole read, so reads stay batched
@@ -162,9 +163,10 @@ class Worker:
     def wait_for_room(self) -> int:
         with self._cond:
             self.prefetch.update(self.completed, clock.monotonic())
-            # Afresh on each wake: another fetcher may shrink the read (and the limit).
-            while (self.limit() - self.outstanding < min(self.low_water(), self.limit())
-                   and not self.stopping.is_set()):
+            # Afresh on each wake: another fetcher may shrink the read (and the limit);
+            # nothing is fetched while finished tasks cannot be acked (acker.blocked).
+            while ((self.limit() - self.outstanding < min(self.low_water(), self.limit())
+                    or self.acker.blocked) and not self.stopping.is_set()):
                 self._cond.wait(0.5)
             return self.limit() - self.outstanding
 
@@ -202,6 +204,7 @@ class Worker:
             self.pool.submit(item)
 
     def _run_item(self, item: Delivery) -> None:
+        self.acker.wait_open(self.stopping)  # no task starts while acks are refused
         if self.stopping.is_set():
             with self._cond:
                 self._leftovers.append(item)
@@ -264,6 +267,9 @@ class Worker:
         logger.info("worker %s started: queues=%s concurrency=%d batch=%d", self.consumer,
                     ",".join(self.queues), self.settings.concurrency, self.settings.batch_size)
         name_connections(self.broker.client, connection_name(self.consumer))  # before threads
+        self.threads.watch([self.acker, self.monitor, self.heartbeat, self.cancels,
+                            self.watchdog, self.coroutines.thread, self.coroutines.stall_watch,
+                            *self.fetchers])  # not the election's: made as it starts
         self.acker.start()
         self.coroutines.start()
         self.pool.resize(self.settings.concurrency)
@@ -278,12 +284,13 @@ class Worker:
             fetcher.start()
         if self.scheduling is not None:
             self.scheduling.start()
-        while not self.stopping.is_set():
+        while not self.stopping.is_set() and not self.threads.died():  # died(): logged
             if self.settings.burst and self._burst_done():
                 logger.info("burst: every queue is empty, stopping")
                 break
             self.stopping.wait(0.02 if self.settings.burst else 0.5)
-        return self._shutdown()
+        code = self._shutdown()
+        return THREAD_DIED_EXIT if self.threads.died() else code
 
     def _register_queues(self) -> None:
         try:
@@ -392,10 +399,3 @@ class Worker:
                 requeued += 1
         return requeued
 
-
-def describe(attempts: Sequence[Attempt], most: int = 5) -> str:
-    """'name id=... running 12s, ...' for the first `most` attempts, for a log line."""
-    shown = [f"{a.task.name} id={a.message.id} running {a.elapsed():.0f}s"
-             for a in sorted(attempts, key=lambda a: a.started)[:most]]
-    more = len(attempts) - len(shown)
-    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
