@@ -39,9 +39,6 @@ def test_a_unique_lock_of_the_wrong_type_does_not_stop_its_task(r, caplog):
     assert any(message.id in rec.getMessage() for rec in caplog.records)
 
 
-@pytest.mark.xfail(reason="the record is written in the acker's batch (Broker.settle), whose "
-                   "one-bad-item handling is issue 36 item 1's fix: drop this marker then",
-                   strict=False)
 def test_a_record_of_the_wrong_type_does_not_stop_its_task(r):
     # Given a task queued, whose record key then holds a string
     message = noop.dispatch({"n": "rec"})
