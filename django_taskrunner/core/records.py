@@ -27,7 +27,8 @@ from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.connection import built_client, get_redis
-from django_taskrunner.store.errors import REDIS_DOWN, unavailable
+from django_taskrunner.core.eager import eager_records
+from django_taskrunner.store.errors import REDIS_DOWN, unavailable, unreadable
 from django_taskrunner.store.finished import FinishedIndex
 from django_taskrunner.store.records import (
     CANCELLED_TTL_S,
@@ -173,15 +174,23 @@ def lookup(task_id: str) -> TaskRecord | None:
     checked = _checked_id(task_id)
     if checked is None:
         return None
+    if get_settings().EAGER:  # eager mode: the records of this process's runs, no Redis
+        return _eager_record(checked)
     try:
         fields = records().load(checked)
     except REDIS_DOWN as exc:
         fields = _in_outbox(checked)  # a task still in the outbox has a "queued" record
         if fields is None:
-            raise unavailable(f"cannot look task {checked!r} up", exc, built_client()) from exc
+            raise unreadable(f"cannot look task {checked!r} up", exc) from exc
     if fields is None:
         fields = _in_outbox(checked)
     return None if fields is None else from_fields(checked, fields)
+
+
+def _eager_record(task_id: str) -> TaskRecord | None:
+    """Eager mode (`core/eager.py`): a task run eagerly in this process, final at once."""
+    fields = eager_records.get(task_id)
+    return None if fields is None else from_fields(task_id, fields)
 
 
 def _in_outbox(task_id: str) -> dict[str, str] | None:
@@ -210,6 +219,8 @@ def wait(task_id: str, timeout: float) -> TaskRecord | None:
     checked = _checked_id(task_id)
     if checked is None:
         return None
+    if get_settings().EAGER:  # an eager run is final before its dispatch returned
+        return _eager_record(checked)
     store = records()
     deadline = clock.monotonic() + timeout
     try:
@@ -226,7 +237,7 @@ def wait(task_id: str, timeout: float) -> TaskRecord | None:
                                    f"{timeout:g}s")
             store.wait_done(checked, max(0.01, min(left, WAIT_SLICE_S)))
     except REDIS_DOWN as exc:
-        raise unavailable(f"cannot wait for task {checked!r}", exc, built_client()) from exc
+        raise unreadable(f"cannot wait for task {checked!r}", exc) from exc
 
 
 def cancel(task_id: str) -> bool:
