@@ -140,7 +140,7 @@ eager_records = EagerRecords()
 on_reset(eager_records.clear)
 
 
-def succeeded(result: Any) -> dict[str, str]:
+def succeeded_fields(result: Any) -> dict[str, str]:
     """The outcome fields of a run that returned `result` (kept when it is JSON)."""
     try:
         return {"s": "succeeded", "r": json.dumps(result, allow_nan=False)}
@@ -148,7 +148,8 @@ def succeeded(result: Any) -> dict[str, str]:
         return {"s": "succeeded", "e": "the result was not kept: it cannot be encoded as JSON"}
 
 
-def failed(exc: BaseException) -> dict[str, str]:
+def failed_fields(exc: BaseException) -> dict[str, str]:
+    """The outcome fields of a run whose last attempt raised `exc`."""
     return {"s": "failed", "e": f"{type(exc).__name__}: {exc}"}
 
 
@@ -180,11 +181,11 @@ def run(task: Task, message: TaskMessage, body: str, claim: Claim | None) -> Tas
     except BaseException as exc:
         _free(claim, received, locks.FAILED)
         eager_records.write(task, replace(received, attempt=task.options.max_retry + 1),
-                            started_ms, failed(exc))
+                            started_ms, failed_fields(exc))
         raise
     _free(claim, received, locks.SUCCEEDED)
     message.attempt = attempt
-    eager_records.write(task, message, started_ms, succeeded(result))
+    eager_records.write(task, message, started_ms, succeeded_fields(result))
     return message
 
 

@@ -23,11 +23,11 @@ from django.db import DatabaseError
 
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock, outbox_rows
+from django_taskrunner.core.eager import eager_records
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.connection import built_client, get_redis
-from django_taskrunner.core.eager import eager_records
 from django_taskrunner.store.errors import REDIS_DOWN, unavailable, unreadable
 from django_taskrunner.store.finished import FinishedIndex
 from django_taskrunner.store.records import (

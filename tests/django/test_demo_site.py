@@ -29,7 +29,7 @@ print("OK")
     env = worker_env(prefix, redis_url, REDIS_URL=redis_url, DATABASE_URL="",
                      TASKRUNNER_PREFIX=prefix, DEMO_DB_PATH=str(tmp_path / "demo.sqlite3"))
     env["DJANGO_SETTINGS_MODULE"] = "testproject.settings"
-    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,  # noqa: S603
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "OK" in result.stdout
@@ -78,7 +78,7 @@ print("OK")
     env = worker_env(prefix, redis_url, REDIS_URL=redis_url, DATABASE_URL="",
                      TASKRUNNER_PREFIX=prefix, DEMO_DB_PATH=str(tmp_path / "demo.sqlite3"))
     env["DJANGO_SETTINGS_MODULE"] = "testproject.settings"
-    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,  # noqa: S603
                             capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "OK" in result.stdout

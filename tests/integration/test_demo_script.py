@@ -21,6 +21,7 @@ from tests.integration.test_embedded import is_running
 from tests.worker_helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
+DEMO = str(ROOT / "scripts" / "demo")
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +51,7 @@ def demo_env(tmp_path):
 
 
 def test_ctrl_c_stops_the_embedded_redis_the_demo_started(demo_env):
-    demo = subprocess.Popen(["scripts/demo"], cwd=ROOT, env=demo_env, start_new_session=True,  # noqa: S603
+    demo = subprocess.Popen([DEMO], cwd=ROOT, env=demo_env, start_new_session=True,  # noqa: S603
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for(lambda: _answers(f"http://127.0.0.1:{demo_env['PORT']}/"), timeout=120,
@@ -75,7 +76,7 @@ def test_ctrl_c_stops_the_embedded_redis_the_demo_started(demo_env):
 def test_an_embedded_redis_running_before_the_demo_is_left_running(demo_env):
     url = embedded.ensure_server(demo_env["DEMO_EMBEDDED_DIR"])
     pid = embedded.server_status(demo_env["DEMO_EMBEDDED_DIR"]).pid
-    demo = subprocess.Popen(["scripts/demo"], cwd=ROOT, env=demo_env, start_new_session=True,  # noqa: S603
+    demo = subprocess.Popen([DEMO], cwd=ROOT, env=demo_env, start_new_session=True,  # noqa: S603
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for(lambda: _answers(f"http://127.0.0.1:{demo_env['PORT']}/"), timeout=120,
