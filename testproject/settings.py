@@ -84,7 +84,7 @@ TASKRUNNER = {
     "CONNECTION": None,
     "CLUSTER_NODES": None,  # ["host:port", ...] of a Redis Cluster; see docs/cluster.md
     "SHARDS": 1,  # or {"emails": 4}: split a hot queue into 4 streams
-    "EMBEDDED_DIR": BASE_DIR / ".taskrunner",
+    "EMBEDDED_DIR": os.environ.get("DEMO_EMBEDDED_DIR") or BASE_DIR / ".taskrunner",
     "PREFIX": os.environ.get("TASKRUNNER_PREFIX", "taskrunner"),
     "CONSUMER_GROUP": "taskrunner",
     "DEFAULT_QUEUE": "default",

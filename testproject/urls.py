@@ -11,6 +11,9 @@ urlpatterns = [
     path("demo/unique-twice/", views.unique_twice, name="unique-twice"),
     path("demo/delayed/", views.delayed, name="delayed"),
     path("demo/failing/", views.failing, name="failing"),
+    path("demo/workflow/", views.workflow, name="workflow"),
+    path("demo/rate-limited/", views.rate_limited, name="rate-limited"),
+    path("demo/outbox/", views.outbox, name="outbox"),
     # A view made by dispatch_view: POST dispatches crunch_numbers and answers JSON 202
     # {"id": ...} (CSRF-protected like any other POST view of the site).
     path("api/crunch/", dispatch_view(

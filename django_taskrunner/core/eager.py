@@ -13,6 +13,9 @@ held keys with their TTLs, taken before the run and freed at the points their mo
 `TaskIdConflict` exactly where a real dispatch would. The registry is cleared when the
 settings change (`override_settings`) and by `clear_locks()`.
 
+Each run leaves its record in this process too (`EagerRecords`: status, result or error,
+times), so `lookup(id)` and `wait(id)` answer for an eagerly run task without Redis.
+
 A failed attempt is retried at once, up to `max_retry` (no backoff); what the last
 attempt raised propagates to the caller, and no `FailedTask` row is written. An
 `async def` task runs to completion on an event loop of its own. Time limits, expiry
@@ -21,12 +24,14 @@ and statistics are worker matters and do not apply.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
+from collections import OrderedDict
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from django_taskrunner.conf import on_reset
+from django_taskrunner.conf import get_settings, on_reset
 from django_taskrunner.core import clock
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.awaitables import returned_awaitable, run_to_end
@@ -96,6 +101,58 @@ held_keys = HeldKeys()
 on_reset(held_keys.clear)
 
 
+class EagerRecords:
+    """The records of the tasks run eagerly in this process, as record fields (those of
+    `store/records.py`) by task id; the oldest are dropped past `MAX_RECORDS`."""
+
+    MAX_RECORDS = 10_000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._fields: OrderedDict[str, dict[str, str]] = OrderedDict()
+
+    def write(self, task: Task, message: TaskMessage, started_ms: int, outcome: dict[str, str],
+              ) -> None:
+        """Keep the record of one eager run (none for a task whose `result_ttl` is 0)."""
+        own = task.options.result_ttl
+        if int(get_settings().RESULT_TTL if own is None else own) <= 0:
+            return
+        fields = {"t": message.task_name, "q": message.queue, "a": str(message.attempt),
+                  "d": str(started_ms), "st": str(started_ms), "f": str(clock.now_ms()),
+                  **outcome}
+        with self._lock:
+            self._fields[message.id] = fields
+            self._fields.move_to_end(message.id)
+            while len(self._fields) > self.MAX_RECORDS:
+                self._fields.popitem(last=False)
+
+    def get(self, task_id: str) -> dict[str, str] | None:
+        with self._lock:
+            found = self._fields.get(task_id)
+            return None if found is None else dict(found)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._fields.clear()
+
+
+eager_records = EagerRecords()
+on_reset(eager_records.clear)
+
+
+def succeeded_fields(result: Any) -> dict[str, str]:
+    """The outcome fields of a run that returned `result` (kept when it is JSON)."""
+    try:
+        return {"s": "succeeded", "r": json.dumps(result, allow_nan=False)}
+    except (TypeError, ValueError, RecursionError):
+        return {"s": "succeeded", "e": "the result was not kept: it cannot be encoded as JSON"}
+
+
+def failed_fields(exc: BaseException) -> dict[str, str]:
+    """The outcome fields of a run whose last attempt raised `exc`."""
+    return {"s": "failed", "e": f"{type(exc).__name__}: {exc}"}
+
+
 def clear_locks() -> None:
     """Forget every unique lock and task id eager runs hold (between tests)."""
     held_keys.clear()
@@ -117,14 +174,18 @@ def run(task: Task, message: TaskMessage, body: str, claim: Claim | None) -> Tas
             return locks.holder_message(exc.holder_id, None, message, claim.lock)
     # What a worker would read back: the payload after its JSON round trip.
     received = TaskMessage.from_json(body)
+    started_ms = clock.now_ms()
     try:
         _free(claim, received, locks.STARTED)
-        attempt = _run_attempts(task, received)
-    except BaseException:
+        attempt, result = _run_attempts(task, received)
+    except BaseException as exc:
         _free(claim, received, locks.FAILED)
+        eager_records.write(task, replace(received, attempt=task.options.max_retry + 1),
+                            started_ms, failed_fields(exc))
         raise
     _free(claim, received, locks.SUCCEEDED)
     message.attempt = attempt
+    eager_records.write(task, message, started_ms, succeeded_fields(result))
     return message
 
 
@@ -148,12 +209,13 @@ def _free(claim: Claim | None, message: TaskMessage, event: str) -> None:
         held_keys.free(claim, message, event)
 
 
-def _run_attempts(task: Task, message: TaskMessage) -> int:
-    """Run attempt after attempt until one succeeds (its number) or the last one raises."""
+def _run_attempts(task: Task, message: TaskMessage) -> tuple[int, Any]:
+    """Run attempt after attempt until one succeeds (its number and result) or the last
+    one raises."""
     while True:
         try:
-            call(task, message)
-            return message.attempt
+            result = call(task, message)
+            return message.attempt, result
         except Exception as exc:
             if message.attempt > task.options.max_retry:
                 raise

@@ -23,11 +23,12 @@ from django.db import DatabaseError
 
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock, outbox_rows
+from django_taskrunner.core.eager import eager_records
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.connection import bounded, built_client, get_redis
-from django_taskrunner.store.errors import REDIS_DOWN, unavailable
+from django_taskrunner.store.errors import REDIS_DOWN, unavailable, unreadable
 from django_taskrunner.store.finished import FinishedIndex
 from django_taskrunner.store.records import (
     CANCELLED_TTL_S,
@@ -176,15 +177,23 @@ def lookup(task_id: str) -> TaskRecord | None:
     checked = _checked_id(task_id)
     if checked is None:
         return None
+    if get_settings().EAGER:  # eager mode: the records of this process's runs, no Redis
+        return _eager_record(checked)
     try:
         fields = records().load(checked)
     except REDIS_DOWN as exc:
         fields = _in_outbox(checked)  # a task still in the outbox has a "queued" record
         if fields is None:
-            raise unavailable(f"cannot look task {checked!r} up", exc, built_client()) from exc
+            raise unreadable(f"cannot look task {checked!r} up", exc) from exc
     if fields is None:
         fields = _in_outbox(checked)
     return None if fields is None else from_fields(checked, fields)
+
+
+def _eager_record(task_id: str) -> TaskRecord | None:
+    """Eager mode (`core/eager.py`): a task run eagerly in this process, final at once."""
+    fields = eager_records.get(task_id)
+    return None if fields is None else from_fields(task_id, fields)
 
 
 def _in_outbox(task_id: str) -> dict[str, str] | None:
@@ -215,11 +224,13 @@ def wait(task_id: str, timeout: float) -> TaskRecord | None:
     checked = _checked_id(task_id)
     if checked is None:
         return None
+    if get_settings().EAGER:  # an eager run is final before its dispatch returned
+        return _eager_record(checked)
     deadline = clock.monotonic() + timeout
     try:
         return _wait(checked, timeout, deadline)
     except REDIS_DOWN as exc:
-        raise unavailable(f"cannot wait for task {checked!r}", exc, built_client()) from exc
+        raise unreadable(f"cannot wait for task {checked!r}", exc) from exc
 
 
 def _wait(task_id: str, timeout: float, deadline: float) -> TaskRecord | None:

@@ -7,6 +7,7 @@ does not trip the duplicate-name error.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -56,7 +57,16 @@ class TaskRegistry:
         try:
             return self._registry[name]
         except KeyError:
-            raise TaskNotFound(name) from None
+            raise self.not_found(name) from None
+
+    def not_found(self, name: str) -> TaskNotFound:
+        """`TaskNotFound` for `name`, offering the registered names closest to it: a typo
+        in a dispatch by name should say what was meant."""
+        error = TaskNotFound(name)
+        close = difflib.get_close_matches(name, list(self._registry), n=3, cutoff=0.6)
+        if close:
+            error.args = (f"{error.args[0]} Did you mean {' or '.join(map(repr, close))}?",)
+        return error
 
     def find(self, name: str) -> Task | None:
         return self._registry.get(name)

@@ -69,7 +69,11 @@ class OutboxFlusher(threading.Thread):
         if down:
             logger.warning("outbox: Redis is back; moved %d waiting task(s)", moved)
         elif moved:
-            logger.info("outbox: moved %d task(s) left by their dispatching process", moved)
+            # The usual reason is a race, not a loss: a row is visible from its commit until
+            # its dispatching process has moved it (slowest on its first dispatch, which
+            # connects to Redis and loads the scripts), and either mover queues it once.
+            logger.debug("outbox: moved %d task(s) before (or instead of) their dispatching "
+                         "process", moved)
         return False
 
 

@@ -2,7 +2,9 @@
 
 Used when a site configures no Redis. The server listens only on a unix socket,
 persists with an AOF, and outlives the process that started it so the web
-process and every worker share it. No Django imports.
+process and every worker share it (a dispatch from `manage.py shell` must still be there
+for a `runtasks` started later). Whoever wants it gone stops it explicitly: `stop_server`,
+which `manage.py taskrunner_server stop` and the demo script call. No Django imports.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from urllib.parse import quote
 
 import redis
@@ -115,6 +118,36 @@ def _announce(data_dir: str, started: bool) -> None:
     logger.info("Embedded Redis: %s, data in %s (%s; no REDIS_URL, CONNECTION or "
                 "CLUSTER_NODES is set)", binary, data_dir,
                 "started now" if started else "already running")
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    """What `server_status` found for a data folder."""
+
+    data_dir: str
+    socket: str
+    state: str  # "up", "loading" or "down"
+    pid: int | None  # from redis.pid, None when down or unreadable
+
+    @property
+    def running(self) -> bool:
+        return self.state != "down"
+
+
+def server_status(data_dir: str | os.PathLike[str]) -> ServerStatus:
+    """Whether the server for data_dir runs, with its socket and pid; starts nothing."""
+    data_dir = os.path.abspath(os.fspath(data_dir))
+    sock = _socket_path(data_dir)
+    state = _state(sock)
+    return ServerStatus(data_dir, sock, state, _read_pid(data_dir) if state != "down" else None)
+
+
+def _read_pid(data_dir: str) -> int | None:
+    try:
+        with open(os.path.join(data_dir, "redis.pid")) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def stop_server(data_dir: str | os.PathLike[str]) -> bool:

@@ -149,6 +149,13 @@ def outage_text(exc: BaseException) -> str:
     return "Redis is unreachable"
 
 
+def unreadable(what: str, exc: Exception) -> RedisUnavailable:
+    """The `RedisUnavailable` of a read (a lookup, a wait): nothing was written, so
+    nothing may have been queued either."""
+    return RedisUnavailable(f"{what}: {outage_text(exc)}: {exc}; it could not be read",
+                            maybe_queued=False)
+
+
 def unavailable(what: str, exc: Exception, client: Any) -> RedisUnavailable:
     """The `RedisUnavailable` for `exc`, saying whether the write may have happened."""
     maybe = may_have_run(exc, client)

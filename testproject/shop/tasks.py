@@ -6,7 +6,7 @@ import time
 
 from django.utils import timezone
 
-from django_taskrunner import task
+from django_taskrunner import TaskContext, task
 
 logger = logging.getLogger("testproject.shop")
 
@@ -87,3 +87,31 @@ def always_fails(payload: dict) -> None:
     """The "failing task" button: raises, is retried once, then becomes a failed task in
     the admin (retry it there, or delete it)."""
     raise ValueError(f"the payment service refused the card ({payload['card']})")
+
+
+@task
+def pack_item(payload: dict) -> str:
+    """The "workflow" button: a member of a group, packing one item of an order."""
+    time.sleep(0.5)
+    return f"item {payload['item']}"
+
+
+@task(takes_context=True)
+def ship_parcel(ctx: TaskContext, payload: dict) -> None:
+    """The group's callback: runs once, after every pack_item finished."""
+    record(f"ship_parcel: parcel {payload['parcel']} shipped with "
+           f"{', '.join(ctx.parent_result)} (a workflow: group, then a callback)")
+
+
+@task(rate_limit="6/m")
+def call_partner_api(payload: dict) -> None:
+    """The "rate limit" button: at most 6 a minute, across every worker; the rest wait
+    (Limits in the admin shows them), they are never failed."""
+    record(f"call_partner_api: call {payload['call']} went through the 6/m rate limit")
+
+
+@task
+def write_invoice(payload: dict) -> None:
+    """The "outbox" button: dispatched inside a database transaction, through the
+    transactional outbox: queued once the transaction commits, never if it rolls back."""
+    record(f"write_invoice: invoice {payload['invoice']} written (queued on commit)")

@@ -29,7 +29,56 @@ print("OK")
     env = worker_env(prefix, redis_url, REDIS_URL=redis_url, DATABASE_URL="",
                      TASKRUNNER_PREFIX=prefix, DEMO_DB_PATH=str(tmp_path / "demo.sqlite3"))
     env["DJANGO_SETTINGS_MODULE"] = "testproject.settings"
-    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,  # noqa: S603
                             capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "OK" in result.stdout
+
+
+def test_the_demo_home_links_every_admin_page_and_its_feature_buttons_work(prefix, redis_url,
+                                                                            tmp_path):
+    script = """
+import django
+django.setup()
+from django.apps import apps
+from django.contrib import admin
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.test import Client
+from django.urls import reverse
+call_command("migrate", verbosity=0)
+User.objects.create_superuser("admin", "admin@example.com", "admin")
+client = Client(HTTP_HOST="localhost")
+home = client.get("/").content.decode()
+pages = [m for m in apps.get_app_config("django_taskrunner").get_models()
+         if admin.site.is_registered(m)]
+assert len(pages) >= 9, pages
+for model in pages:
+    url = reverse(f"admin:django_taskrunner_{model._meta.model_name}_changelist")
+    assert f'href="{url}"' in home, url
+for button in ("dispatch-workflow", "dispatch-rate-limited", "dispatch-outbox"):
+    assert f'id="{button}"' in home, button
+for url in ("/demo/workflow/", "/demo/rate-limited/", "/demo/outbox/"):
+    response = client.post(url)
+    assert response.status_code == 302, (url, response.status_code)
+call_command("runtasks", "--burst")
+call_command("runtasks", "--burst")  # the group's callback, queued when its members ended
+from testproject.shop.models import Event
+events = list(Event.objects.values_list("text", flat=True))
+assert any(e.startswith("ship_parcel: parcel") for e in events), events
+assert [e for e in events if e.startswith("write_invoice")] == [
+    "write_invoice: invoice 1 written (queued on commit)"], events
+assert 1 <= len([e for e in events if e.startswith("call_partner_api")]) <= 6, events
+client.force_login(User.objects.get())
+for model in pages:
+    url = reverse(f"admin:django_taskrunner_{model._meta.model_name}_changelist")
+    assert client.get(url).status_code == 200, url
+print("OK")
+"""
+    env = worker_env(prefix, redis_url, REDIS_URL=redis_url, DATABASE_URL="",
+                     TASKRUNNER_PREFIX=prefix, DEMO_DB_PATH=str(tmp_path / "demo.sqlite3"))
+    env["DJANGO_SETTINGS_MODULE"] = "testproject.settings"
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,  # noqa: S603
+                            capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "OK" in result.stdout

@@ -50,7 +50,7 @@ def test_the_dockerfile_is_made_of_instructions_and_stops_on_sigterm():
 
 def test_compose_runs_web_worker_valkey_and_postgresql():
     services = _compose()["services"]
-    assert set(services) == {"web", "worker", "redis", "db"}
+    assert set(services) == {"migrate", "web", "worker", "redis", "db"}
     assert services["redis"]["image"].startswith("valkey/")
     assert services["db"]["image"].startswith("postgres:")
     for name in ("web", "worker"):
@@ -63,6 +63,48 @@ def test_the_worker_and_web_commands_are_the_documented_ones():
     assert shlex.split(services["worker"]["command"]) == ["python", "manage.py", "runtasks"]
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "python manage.py runtasks" in readme and "python manage.py migrate" in readme
-    assert "python manage.py migrate --noinput &&" in services["web"]["command"]
+    assert shlex.split(services["migrate"]["command"]) == [
+        "python", "manage.py", "migrate", "--noinput"]
     # stop_grace_period above SHUTDOWN_TIMEOUT (30 s), as for systemd's TimeoutStopSec.
     assert int(services["worker"]["stop_grace_period"].removesuffix("s")) > 30
+
+
+def test_the_web_and_the_worker_start_once_migrate_completed():
+    services = _compose()["services"]
+    assert services["migrate"]["restart"] == "no"  # a one-off: it runs, then exits
+    for name in ("web", "worker"):
+        needs = services[name]["depends_on"]
+        assert needs["migrate"] == {"condition": "service_completed_successfully"}, name
+        assert needs["db"] == needs["redis"] == {"condition": "service_healthy"}, name
+
+
+def test_the_image_collects_the_static_files_before_dropping_root():
+    instructions = _dockerfile_instructions()
+    runs = [args for name, args in instructions if name == "RUN"]
+    collect = next(i for i, (name, args) in enumerate(instructions)
+                   if name == "RUN" and "manage.py collectstatic --noinput" in args)
+    install = next(i for i, (name, args) in enumerate(instructions)
+                   if name == "RUN" and "pip install" in args)
+    user = instructions.index(("USER", "nobody"))
+    assert install < collect < user, runs
+    settings = [b for b in _blocks("python") if b.startswith("# settings.py")]
+    assert any("STATIC_ROOT = " in block for block in settings)
+
+
+def test_the_worker_has_a_healthcheck_with_a_command_that_exists():
+    check = _compose()["services"]["worker"]["healthcheck"]
+    assert check["test"][:3] == ["CMD", "python", "manage.py"]
+    command = check["test"][3]
+    assert (ROOT / "django_taskrunner" / "management" / "commands" / f"{command}.py").exists()
+    assert f"python manage.py {command}" in PAGE.read_text(encoding="utf-8")
+
+
+def test_the_site_gets_its_secret_key_hosts_and_debug_from_the_environment():
+    for name in ("web", "worker", "migrate"):
+        environment = _compose()["services"][name]["environment"]
+        assert environment["DEBUG"] == "0", name
+        assert environment["SECRET_KEY"] and environment["ALLOWED_HOSTS"], name
+    [settings] = [b for b in _blocks("python") if b.startswith("# settings.py")]
+    for line in ('SECRET_KEY = os.environ.get("SECRET_KEY"', 'DEBUG = os.environ.get("DEBUG")',
+                 'ALLOWED_HOSTS = os.environ.get("ALLOWED_HOSTS"'):
+        assert line in settings, line
