@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from django_taskrunner import InvalidTaskPayload
 from django_taskrunner.backends import level_for
 from django_taskrunner.compat import (
     InvalidTask,
@@ -142,8 +143,19 @@ def test_the_framework_validation_errors_are_raised():
 
 
 def test_args_that_are_not_json_are_refused_at_enqueue():
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError):  # the framework's contract
         framework_tasks.add.enqueue(object(), 1)
+
+
+def test_a_payload_too_deep_is_a_type_error_naming_the_users_function():
+    deep: list = []
+    for _ in range(200):
+        deep = [deep]
+    with pytest.raises(InvalidTaskPayload) as caught:
+        framework_tasks.add.enqueue(deep, 1)
+    assert isinstance(caught.value, TypeError)
+    assert "tests.testapp.framework_tasks.add" in str(caught.value)
+    assert "run_django_task" not in str(caught.value)
 
 
 # -- run_after: deferred tasks wait in the delayed set ---------------------------------------
