@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from datetime import timedelta
@@ -404,3 +405,28 @@ def test_a_deferred_task_keeps_its_framework_priority(run_burst, r):
     framework_tasks.note_order.enqueue("plain")
     assert TaskMessage.from_json(
         r.zrange(keys.delayed_key(get_settings().PREFIX, "default!9"), 0, 0)[0]).priority == 9
+
+
+# -- the worker's log names the user's function ------------------------------------------
+
+
+def test_a_failure_logs_the_users_function_and_one_traceback(run_burst, caplog):
+    framework_tasks.add.enqueue(1, 1)
+    framework_tasks.fails.enqueue("broken")
+    run_burst()  # default verbosity (-v 1)
+
+    records = caplog.records
+    assert not [r for r in records if "run_django_task" in r.getMessage()]
+    [failed] = [r for r in records if "failed for good" in r.getMessage()]
+    assert "task=tests.testapp.framework_tasks.fails" in failed.getMessage()
+    assert len([r for r in records if r.exc_info]) == 1  # one traceback
+    framework = [r for r in records if r.name in ("django.tasks", "django_tasks")]
+    assert not [r for r in framework if r.levelno < logging.WARNING]  # quiet at -v 1
+
+
+def test_the_frameworks_own_lines_show_at_verbosity_2(run_burst, caplog):
+    caplog.set_level(logging.INFO, logger="django_tasks")  # the backport's logger
+    framework_tasks.add.enqueue(1, 1)
+    run_burst("-v", "2")
+    lines = [r.getMessage() for r in caplog.records if r.name in ("django.tasks", "django_tasks")]
+    assert any("state=SUCCESSFUL" in line for line in lines)
