@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from django_taskrunner import InvalidTaskPayload
+from django_taskrunner import InvalidTaskPayload, get_redis
 from django_taskrunner.backends import level_for
 from django_taskrunner.compat import (
     InvalidTask,
@@ -430,3 +430,17 @@ def test_the_frameworks_own_lines_show_at_verbosity_2(run_burst, caplog):
     run_burst("-v", "2")
     lines = [r.getMessage() for r in caplog.records if r.name in ("django.tasks", "django_tasks")]
     assert any("state=SUCCESSFUL" in line for line in lines)
+
+
+def test_a_low_priority_task_read_with_higher_ones_is_handed_out_after_them(run_burst):
+    """The bound docs/priorities.md states: within one read, a lower level is handed to
+    the threads after every higher message read with it; threads free at that moment
+    start side by side, so at most THREADS - 1 higher tasks may start after it."""
+    threads, higher = 8, 30
+    framework_tasks.note_order.using(priority=-100).enqueue("low")  # queued first
+    for n in range(higher):
+        framework_tasks.note_order.enqueue(f"d{n}")
+    run_burst("--concurrency", str(threads), "--batch-size", "50")  # one read takes all
+    order = get_redis().lrange(f"{runs_key()}:order", 0, -1)
+    assert len(order) == higher + 1
+    assert order.index(b"low") >= higher - (threads - 1)
