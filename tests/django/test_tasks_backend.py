@@ -99,6 +99,7 @@ def test_the_admin_retries_a_failed_framework_task_through_the_shim(run_burst, c
     assert again.message_id != row.message_id
     result.refresh()
     assert result.status == TaskResultStatus.FAILED  # the first run's result stays
+    assert len(result.errors) == 1  # its own run's error (docs/django-tasks.md)
 
 
 def test_a_context_task_gets_the_attempt_and_the_result_id(run_burst):
