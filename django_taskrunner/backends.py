@@ -250,7 +250,7 @@ def _in_installed_app(module_name: str) -> bool:
 
 def _refused(path: Any, reason: str) -> InvalidTaskPayload:
     return InvalidTaskPayload(f"refusing to run framework task {path!r}: {reason}",
-                              task_name=SHIM_TASK)
+                              task_name=path if isinstance(path, str) else SHIM_TASK)
 
 
 def _seconds_until(due_ms: int) -> int:
