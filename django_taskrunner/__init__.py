@@ -5,6 +5,8 @@ The public API; everything else is internal.
 
 from __future__ import annotations
 
+import sys
+
 from django_taskrunner.core.context import TaskContext
 from django_taskrunner.core.dispatch import (
     dispatch,
@@ -39,13 +41,21 @@ from django_taskrunner.exceptions import (
     WorkerLost,
 )
 from django_taskrunner.hooks import dispatch_on
+from django_taskrunner.old_paths import install as _install_old_paths
+from django_taskrunner.scheduling.election import LeaderElection
 from django_taskrunner.signals import task_failed, task_retried, task_started, task_succeeded
+from django_taskrunner.stats.figures import get_stats
+from django_taskrunner.stats.health import get_health, get_leader
+from django_taskrunner.store.connection import get_redis
+
+_install_old_paths(sys.modules[__name__])  # the first release's module paths (old_paths.py)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "InvalidTaskOptions",
     "InvalidTaskPayload",
+    "LeaderElection",
     "RedisUnavailable",
     "Task",
     "TaskAlreadyDispatched",
@@ -66,6 +76,10 @@ __all__ = [
     "dispatch_many",
     "dispatch_on",
     "dispatch_on_commit",
+    "get_health",
+    "get_leader",
+    "get_redis",
+    "get_stats",
     "lookup",
     "payload_key",
     "register_task",

@@ -40,6 +40,7 @@ from django_taskrunner.compat import (
     TaskResult,
     TaskResultDoesNotExist,
     TaskResultStatus,
+    normalize_json,
     task_backends,
     task_enqueued,
 )
@@ -50,7 +51,7 @@ from django_taskrunner.core.prepare import new_message
 from django_taskrunner.core.records import TaskRecord, dispatch_record, from_fields, records
 from django_taskrunner.core.registry import registry
 from django_taskrunner.core.sending import add_delayed, announce_queue
-from django_taskrunner.exceptions import InvalidTaskPayload
+from django_taskrunner.exceptions import InvalidTaskArguments, InvalidTaskPayload
 from django_taskrunner.shim import SHIM_TASK, TASK_PATH
 from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import get_broker
@@ -120,12 +121,13 @@ class TaskRunnerBackend(BaseTaskBackend):
         if due_ms is not None and due_ms <= clock.now_ms():
             due_ms = None  # a run_after already past runs at once
         shim = registry.get(SHIM_TASK)
-        record = new_record(task, self.alias, list(args), dict(kwargs))
+        # The framework's own normalisation first: its TypeError for what is not JSON.
+        record = new_record(task, self.alias, normalize_json(list(args)),
+                            normalize_json(dict(kwargs)))
         payload = {"backend": self.alias, "func": task.module_path, "args": record["args"],
                    "kwargs": record["kwargs"], "result_ttl": self.result_ttl}
-        message = new_message(shim, payload, queue=task.queue_name, start_ms=due_ms,
-                              priority=level_for(task.priority))
-        body = message.to_json()  # raises InvalidTaskPayload for args that are not JSON
+        message, body = _encoded(task, shim, payload, due_ms)
+        record["enqueued_at"] = _iso(message.dispatched_at)  # the stored precision
         shard = keys.level_name(sharding.next_shard(message.queue), message.priority)
         write = dispatch_record(message, shim, shard, due_ms)
         if write is None:  # the app keeps no task records: a result record of its own
@@ -151,9 +153,8 @@ class TaskRunnerBackend(BaseTaskBackend):
         written before the message, which names it (`result_id`)."""
         result_id = uuid.uuid4().hex
         payload = {**payload, "result_id": result_id}
-        message = new_message(registry.get(SHIM_TASK), payload, queue=task.queue_name,
-                              start_ms=due_ms, priority=level_for(task.priority))
-        body = message.to_json()
+        message, body = _encoded(task, registry.get(SHIM_TASK), payload, due_ms)
+        record["enqueued_at"] = _iso(message.dispatched_at)
         try:
             if due_ms is None:
                 self._write_now(result_id, record, message, body)
@@ -198,6 +199,20 @@ class TaskRunnerBackend(BaseTaskBackend):
         return errors
 
 
+def _encoded(task: Task, shim: Any, payload: dict[str, Any],
+             due_ms: int | None) -> tuple[TaskMessage, str]:
+    """The shim's message for `task` and its wire form; a payload refused (too deep, too
+    large) raises `InvalidTaskArguments`, a `TypeError` as the framework's contract has it,
+    naming the user's function rather than the shim."""
+    try:
+        message = new_message(shim, payload, queue=task.queue_name, start_ms=due_ms,
+                              priority=level_for(task.priority))
+        return message, message.to_json()
+    except InvalidTaskPayload as exc:
+        text = str(exc).replace(repr(SHIM_TASK), repr(task.module_path))
+        raise InvalidTaskArguments(text, task_name=task.module_path) from exc
+
+
 def backend_named(alias: Any) -> TaskRunnerBackend:
     """The `TASKS` backend a message names, refused unless it is one of ours."""
     known = isinstance(alias, str) and alias in task_backends.settings
@@ -236,7 +251,7 @@ def _in_installed_app(module_name: str) -> bool:
 
 def _refused(path: Any, reason: str) -> InvalidTaskPayload:
     return InvalidTaskPayload(f"refusing to run framework task {path!r}: {reason}",
-                              task_name=SHIM_TASK)
+                              task_name=path if isinstance(path, str) else SHIM_TASK)
 
 
 def _seconds_until(due_ms: int) -> int:
@@ -308,6 +323,7 @@ def to_task_result(result_id: str, record: dict[str, Any], task: Task) -> TaskRe
     """A framework `TaskResult` from a stored record."""
     result = TaskResult(
         task=task.using(queue_name=record["queue"], backend=record["backend"],
+                        priority=record.get("priority", 0),
                         run_after=_when(record.get("run_after"))),
         id=result_id,
         status=TaskResultStatus(record["status"]),

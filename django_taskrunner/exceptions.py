@@ -36,6 +36,11 @@ class InvalidTaskPayload(TaskRunnerError, ValueError):
         self.task_name = task_name
 
 
+class InvalidTaskArguments(InvalidTaskPayload, TypeError):
+    """Arguments of a Django Tasks framework task that cannot travel as JSON: a `TypeError`,
+    as the framework's contract has it, and an `InvalidTaskPayload` like any other."""
+
+
 class InvalidTaskOptions(TaskRunnerError, ValueError):
     """A `@task(...)` option or a per-dispatch override has a bad value."""
 

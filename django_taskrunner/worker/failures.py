@@ -64,8 +64,9 @@ def record_failure(
     error_class, error_text = describe_error(error)
     if traceback is None:
         traceback = "".join(tb.format_exception(error))
+    name = shown_name(message.task_name, message.payload)  # a framework task's own path
     fields = {
-        "task_name": shown_name(message.task_name, message.payload)[:255],
+        "task_name": name[:255],
         "queue": message.queue[:100],
         "payload": payload if payload is not None else payload_text(message),
         "error_class": error_class[:255],
@@ -79,8 +80,8 @@ def record_failure(
     # With the exception, so its traceback reaches log files and Sentry.
     logger.error(
         "task failed for good: task=%s id=%s queue=%s attempts=%d error=%s",
-        message.task_name, message.id, message.queue, attempts, error_text, exc_info=error,
-        extra={"task_name": message.task_name, "task_id": message.id, "queue": message.queue},
+        name, message.id, message.queue, attempts, error_text, exc_info=error,
+        extra={"task_name": name, "task_id": message.id, "queue": message.queue},
     )
     if created:
         call_failed_task_handler(message, execution_error(message, error) if task_raised

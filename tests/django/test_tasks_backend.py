@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from datetime import timedelta
@@ -9,6 +10,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from django_taskrunner import InvalidTaskPayload, get_redis
 from django_taskrunner.backends import level_for
 from django_taskrunner.compat import (
     InvalidTask,
@@ -97,6 +99,7 @@ def test_the_admin_retries_a_failed_framework_task_through_the_shim(run_burst, c
     assert again.message_id != row.message_id
     result.refresh()
     assert result.status == TaskResultStatus.FAILED  # the first run's result stays
+    assert len(result.errors) == 1  # its own run's error (docs/django-tasks.md)
 
 
 def test_a_context_task_gets_the_attempt_and_the_result_id(run_burst):
@@ -142,8 +145,19 @@ def test_the_framework_validation_errors_are_raised():
 
 
 def test_args_that_are_not_json_are_refused_at_enqueue():
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError):  # the framework's contract
         framework_tasks.add.enqueue(object(), 1)
+
+
+def test_a_payload_too_deep_is_a_type_error_naming_the_users_function():
+    deep: list = []
+    for _ in range(200):
+        deep = [deep]
+    with pytest.raises(InvalidTaskPayload) as caught:
+        framework_tasks.add.enqueue(deep, 1)
+    assert isinstance(caught.value, TypeError)
+    assert "tests.testapp.framework_tasks.add" in str(caught.value)
+    assert "run_django_task" not in str(caught.value)
 
 
 # -- run_after: deferred tasks wait in the delayed set ---------------------------------------
@@ -392,3 +406,42 @@ def test_a_deferred_task_keeps_its_framework_priority(run_burst, r):
     framework_tasks.note_order.enqueue("plain")
     assert TaskMessage.from_json(
         r.zrange(keys.delayed_key(get_settings().PREFIX, "default!9"), 0, 0)[0]).priority == 9
+
+
+# -- the worker's log names the user's function ------------------------------------------
+
+
+def test_a_failure_logs_the_users_function_and_one_traceback(run_burst, caplog):
+    framework_tasks.add.enqueue(1, 1)
+    framework_tasks.fails.enqueue("broken")
+    run_burst()  # default verbosity (-v 1)
+
+    records = caplog.records
+    assert not [r for r in records if "run_django_task" in r.getMessage()]
+    [failed] = [r for r in records if "failed for good" in r.getMessage()]
+    assert "task=tests.testapp.framework_tasks.fails" in failed.getMessage()
+    assert len([r for r in records if r.exc_info]) == 1  # one traceback
+    framework = [r for r in records if r.name in ("django.tasks", "django_tasks")]
+    assert not [r for r in framework if r.levelno < logging.WARNING]  # quiet at -v 1
+
+
+def test_the_frameworks_own_lines_show_at_verbosity_2(run_burst, caplog):
+    caplog.set_level(logging.INFO, logger="django_tasks")  # the backport's logger
+    framework_tasks.add.enqueue(1, 1)
+    run_burst("-v", "2")
+    lines = [r.getMessage() for r in caplog.records if r.name in ("django.tasks", "django_tasks")]
+    assert any("state=SUCCESSFUL" in line for line in lines)
+
+
+def test_a_low_priority_task_read_with_higher_ones_is_handed_out_after_them(run_burst):
+    """The bound docs/priorities.md states: within one read, a lower level is handed to
+    the threads after every higher message read with it; threads free at that moment
+    start side by side, so at most THREADS - 1 higher tasks may start after it."""
+    threads, higher = 8, 30
+    framework_tasks.note_order.using(priority=-100).enqueue("low")  # queued first
+    for n in range(higher):
+        framework_tasks.note_order.enqueue(f"d{n}")
+    run_burst("--concurrency", str(threads), "--batch-size", "50")  # one read takes all
+    order = get_redis().lrange(f"{runs_key()}:order", 0, -1)
+    assert len(order) == higher + 1
+    assert order.index(b"low") >= higher - (threads - 1)

@@ -20,6 +20,7 @@ from django_taskrunner.core import clock
 from django_taskrunner.core.options import check_queue_name
 from django_taskrunner.exceptions import InvalidTaskOptions
 from django_taskrunner.scheduling.queues import forget_after_ms
+from django_taskrunner.shim import quiet_framework_logs
 from django_taskrunner.stats.figures import declared_queues
 from django_taskrunner.stats.metrics import serve_metrics
 from django_taskrunner.store.broker import Broker, get_broker
@@ -207,9 +208,11 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         settings = get_settings()
         restore_logging = configure_logging(options["verbosity"], options["log_level"])
+        restore_framework_logs = quiet_framework_logs(options["verbosity"])
         try:
             self._run(settings, options)
         finally:
+            restore_framework_logs()
             restore_logging()
 
     def _run(self, settings: Any, options: dict[str, Any]) -> None:

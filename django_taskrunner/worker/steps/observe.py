@@ -15,6 +15,7 @@ from django.dispatch import Signal
 
 from django_taskrunner import signals, tracing
 from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.shim import shown_name
 from django_taskrunner.worker.steps.run import Run
 
 if TYPE_CHECKING:
@@ -34,8 +35,10 @@ _spans: dict[int, tracing.ConsumerSpan] = {}
 
 def log_fields(message: TaskMessage) -> dict[str, Any]:
     """`extra` of a log line about `message`: attributes of the record that a handler
-    (Sentry's logging integration, a JSON formatter) can read."""
-    return {"task_name": message.task_name, "task_id": message.id, "queue": message.queue}
+    (Sentry's logging integration, a JSON formatter) can read; a framework task's own
+    path, not the shim's."""
+    return {"task_name": shown_name(message.task_name, message.payload), "task_id": message.id,
+            "queue": message.queue}
 
 
 def announce_start(executor: Executor, run: Run) -> bool:
@@ -67,7 +70,7 @@ def finished(run: Run, outcome: str, **details: Any) -> None:
     if log:
         task_logger.info(
             "task=%s id=%s queue=%s attempt=%d duration=%.3fs outcome=%s%s",
-            message.task_name, message.id, message.queue, message.attempt, duration, outcome,
+            run.shown_name, message.id, message.queue, message.attempt, duration, outcome,
             f" error={type(error).__name__}" if error is not None else "",
             extra={**log_fields(message), "outcome": outcome, "duration": duration})
     if signal.receivers:
@@ -82,6 +85,7 @@ def send(signal: Signal, sender: Any, **kwargs: Any) -> None:
     for receiver, response in signal.send_robust(sender, **kwargs):
         if isinstance(response, Exception):
             logger.error("signal receiver %s raised for task=%s id=%s queue=%s",
-                         getattr(receiver, "__qualname__", receiver), message.task_name,
+                         getattr(receiver, "__qualname__", receiver),
+                         shown_name(message.task_name, message.payload),
                          message.id, message.queue, exc_info=response,
                          extra=log_fields(message))

@@ -54,7 +54,7 @@ def retry(executor: Executor, run: Run) -> bool:
         return True
     delay = retry_delay(task, message.attempt)
     logger.warning("task=%s id=%s queue=%s attempt=%d raised %s: %s; retry %d of %d in "
-                   "%.2fs", task.name, message.id, message.queue, message.attempt,
+                   "%.2fs", run.shown_name, message.id, message.queue, message.attempt,
                    type(error).__name__, error, message.attempt, task.options.max_retry,
                    delay, extra=log_fields(message))
     next_attempt = replace(message, attempt=message.attempt + 1, stream_id=None)
