@@ -26,6 +26,7 @@ from django_taskrunner.core.workflows import (
     lookup_workflow,
 )
 from django_taskrunner.exceptions import (
+    DuplicateStep,
     InvalidTaskOptions,
     InvalidTaskPayload,
     RedisUnavailable,
@@ -44,6 +45,7 @@ from django_taskrunner.signals import task_failed, task_retried, task_started, t
 __version__ = "0.1.0"
 
 __all__ = [
+    "DuplicateStep",
     "InvalidTaskOptions",
     "InvalidTaskPayload",
     "RedisUnavailable",

@@ -36,6 +36,10 @@ class InvalidTaskPayload(TaskRunnerError, ValueError):
         self.task_name = task_name
 
 
+class DuplicateStep(TaskRunnerError, ValueError):
+    """`ctx.step` was called twice with the same name in one attempt (docs/steps.md)."""
+
+
 class InvalidTaskOptions(TaskRunnerError, ValueError):
     """A `@task(...)` option or a per-dispatch override has a bad value."""
 
