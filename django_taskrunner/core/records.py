@@ -15,7 +15,7 @@ import logging
 import math
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -88,6 +88,9 @@ class TaskRecord:
     # delayed task moved by the scheduler, a retry not started yet).
     stream_id: str | None = None
     shard: str | None = None
+    # Durable steps kept for this task id: name -> {"result": ..., "at": unix seconds}
+    # (core/steps.py); filled by `lookup`, empty elsewhere.
+    steps: dict[str, Any] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:
@@ -181,7 +184,19 @@ def lookup(task_id: str) -> TaskRecord | None:
             raise unavailable(f"cannot look task {checked!r} up", exc, built_client()) from exc
     if fields is None:
         fields = _in_outbox(checked)
-    return None if fields is None else from_fields(checked, fields)
+    if fields is None:
+        return None
+    return _with_steps(from_fields(checked, fields))
+
+
+def _with_steps(rec: TaskRecord) -> TaskRecord:
+    """The record with its kept durable steps (one HGETALL; none while Redis is down)."""
+    from django_taskrunner.core.steps import kept_steps
+
+    try:
+        return replace(rec, steps=kept_steps(rec.queue, rec.id))
+    except REDIS_DOWN:
+        return rec
 
 
 def _in_outbox(task_id: str) -> dict[str, str] | None:

@@ -101,6 +101,15 @@ def stored_steps(client: Any, prefix: str, queue: str, task_id: str, task_name: 
                  lambda name, value: store.keep(queue, task_id, name, value, ttl))
 
 
+def kept_steps(queue: str, task_id: str) -> dict[str, dict[str, Any]]:
+    """The kept steps of `task_id` under the current settings (for `lookup(id).steps`)."""
+    from django_taskrunner.conf import get_settings
+    from django_taskrunner.store.connection import get_redis
+    from django_taskrunner.store.steps import StepsStore
+
+    return decode(StepsStore(get_redis(), get_settings().PREFIX).load(queue, task_id))
+
+
 _eager: dict[str, dict[str, str]] = {}
 
 

@@ -110,3 +110,23 @@ def test_duplicate_step_is_a_public_error():
     from django_taskrunner import TaskRunnerError
 
     assert issubclass(DuplicateStep, TaskRunnerError)
+
+
+def test_lookup_shows_the_kept_steps_with_their_results_and_times(r, run_burst):
+    from django_taskrunner import lookup
+
+    message = three_steps.dispatch({"n": 7, "fail": True})
+    run_burst()
+    rec = lookup(message.id)
+    assert {name: step["result"] for name, step in rec.steps.items()} == {
+        "a": "a-of-7", "b": "b-of-7", "c": "c-of-7"}
+    assert all(step["at"] > 0 for step in rec.steps.values())
+
+
+def test_lookup_of_a_task_without_steps_has_none(run_burst):
+    from django_taskrunner import lookup
+    from tests.testapp.tasks import noop
+
+    message = noop.dispatch({"n": 2})
+    run_burst()
+    assert lookup(message.id).steps == {}
