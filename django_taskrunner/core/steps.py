@@ -110,6 +110,18 @@ def kept_steps(queue: str, task_id: str) -> dict[str, dict[str, Any]]:
     return decode(StepsStore(get_redis(), get_settings().PREFIX).load(queue, task_id))
 
 
+def with_kept_steps(tasks: list[tuple[str, str]]) -> set[str]:
+    """The task ids among `(queue, task_id)` pairs that kept steps: an admin retry of
+    their failed rows dispatches them again under the same id, so the steps hold."""
+    from django_taskrunner.conf import get_settings
+    from django_taskrunner.store.connection import get_redis
+    from django_taskrunner.store.steps import StepsStore
+
+    if not tasks:
+        return set()
+    return StepsStore(get_redis(), get_settings().PREFIX).holders(tasks)
+
+
 _eager: dict[str, dict[str, str]] = {}
 
 

@@ -31,3 +31,10 @@ class StepsStore:
         pipe.hset(key, name, value)
         pipe.expire(key, ttl_seconds)
         pipe.execute()
+
+    def holders(self, tasks: list[tuple[str, str]]) -> set[str]:
+        """The ids among `(queue, task_id)` pairs that have kept steps (one round trip)."""
+        pipe = self.client.pipeline(transaction=False)
+        for queue, task_id in tasks:
+            pipe.exists(keys.steps_key(self.prefix, queue, task_id))
+        return {task_id for (_q, task_id), n in zip(tasks, pipe.execute(), strict=True) if n}

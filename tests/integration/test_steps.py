@@ -10,8 +10,10 @@ from django_taskrunner.models import FailedTask
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
 from tests.testapp.step_tasks import (
+    allow_key,
     async_three_steps,
     bad_step,
+    fails_until_allowed,
     log_key,
     raising_step,
     three_steps,
@@ -130,3 +132,30 @@ def test_lookup_of_a_task_without_steps_has_none(run_burst):
     message = noop.dispatch({"n": 2})
     run_burst()
     assert lookup(message.id).steps == {}
+
+
+def test_an_admin_retry_of_the_failed_row_keeps_the_steps(r, run_burst, client):
+    from django.contrib.auth.models import Permission, User
+
+    from django_taskrunner import lookup
+
+    # Given a task that failed for good after two steps
+    message = fails_until_allowed.dispatch({"n": 8})
+    run_burst()
+    row = FailedTask.objects.get(message_id=message.id)
+    user = User.objects.create_user("ops", password="pw", is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=[
+        "view_failedtask", "delete_failedtask"]))
+    client.force_login(user)
+
+    # When the admin retries its row and it runs again, now allowed to finish
+    r.set(allow_key(), 1)
+    response = client.post("/admin/django_taskrunner/failedtask/", {
+        "action": "retry_selected", "_selected_action": [row.pk], "confirm": "yes"})
+    assert response.status_code == 302
+    assert not FailedTask.objects.exists()
+    run_burst()
+
+    # Then its two kept steps did not run again, and it ran under the same id
+    assert log(r) == ["8:a", "8:b", "8:c"]
+    assert lookup(message.id).status == "succeeded"

@@ -72,3 +72,17 @@ def raising_step(ctx: Any, payload: dict) -> str:
             raise RuntimeError("the step fails")
         return "done"
     return ctx.step("r", body)
+
+
+def allow_key() -> str:
+    return f"{get_settings().PREFIX}:test:steps-allowed"
+
+
+@task(max_retry=0, takes_context=True)
+def fails_until_allowed(ctx: Any, payload: dict) -> list:
+    """Two steps, then fails for good until `allow_key()` is set (then a third step)."""
+    n = payload["n"]
+    done = [ctx.step("a", logged, n, "a"), ctx.step("b", logged, n, "b")]
+    if not get_redis().exists(allow_key()):
+        raise RuntimeError("not allowed yet")
+    return [*done, ctx.step("c", logged, n, "c")]
