@@ -34,6 +34,7 @@ from django_taskrunner.admin import task_facts as facts_of
 from django_taskrunner.admin import task_rows as rows_of
 from django_taskrunner.admin.base import RedisPageAdmin
 from django_taskrunner.core.records import cancel
+from django_taskrunner.core.steps import shown as shown_steps
 from django_taskrunner.models import Task
 from django_taskrunner.stats.health import dashboard_queues
 from django_taskrunner.store import keys, sharding
@@ -173,6 +174,7 @@ class TaskAdmin(RedisPageAdmin):
             "changelist_url": reverse(self.url_name("changelist")),
             "can_cancel": facts.cancellable and request.user.has_perm(CANCEL_PERMISSION),
             "cancel_url": reverse(self.url_name("cancel")),
+            "steps": shown_steps(facts.record.steps) if facts.record else [],  # docs/steps.md
         })
 
     def cancel_view(self, request: HttpRequest) -> HttpResponse:

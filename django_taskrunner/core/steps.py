@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from collections.abc import Callable
 from typing import Any
 
@@ -99,6 +100,14 @@ def stored_steps(client: Any, prefix: str, queue: str, task_id: str, task_name: 
     ttl = max(result_ttl, KEEP_SECONDS)
     return Steps(task_id, task_name, lambda: store.load(queue, task_id),
                  lambda name, value: store.keep(queue, task_id, name, value, ttl))
+
+
+def shown(steps: dict[str, dict[str, Any]]) -> list[tuple[str, str, datetime]]:
+    """Kept steps as (name, indented JSON result, kept at) in the order they were kept,
+    for the admin's task page."""
+    rows = sorted(steps.items(), key=lambda item: item[1].get("at", 0))
+    return [(name, json.dumps(step.get("result"), indent=2, ensure_ascii=False, sort_keys=True),
+             datetime.fromtimestamp(step.get("at", 0), UTC)) for name, step in rows]
 
 
 def kept_steps(queue: str, task_id: str) -> dict[str, dict[str, Any]]:

@@ -86,3 +86,9 @@ def fails_until_allowed(ctx: Any, payload: dict) -> list:
     if not get_redis().exists(allow_key()):
         raise RuntimeError("not allowed yet")
     return [*done, ctx.step("c", logged, n, "c")]
+
+
+@task(takes_context=True)
+def html_step(ctx: Any, payload: dict) -> None:
+    """One step whose result holds markup, for the admin page's escaping."""
+    ctx.step("markup", lambda: {"html": "<script>alert(1)</script>"})
