@@ -92,3 +92,37 @@ def fails_until_allowed(ctx: Any, payload: dict) -> list:
 def html_step(ctx: Any, payload: dict) -> None:
     """One step whose result holds markup, for the admin page's escaping."""
     ctx.step("markup", lambda: {"html": "<script>alert(1)</script>"})
+
+
+# -- the chaos suite's (tests/chaos/test_steps_crash.py): logs in the chaos counter Redis
+
+def chaos_step_key(kind: str) -> str:
+    return f"{get_settings().PREFIX}:chaos:steps:{kind}"
+
+
+def chaos_logged(n: int, name: str, sleep: float) -> str:
+    """A step body: mark its entry, work a little, append to the log (the side effect)."""
+    import os
+    import time
+
+    from tests.testapp.chaos_tasks import counter
+
+    entry = f"{n}:{name}:{os.getpid()}"
+    counter().rpush(chaos_step_key("enter"), entry)
+    time.sleep(sleep)
+    counter().rpush(chaos_step_key("log"), entry)
+    return name
+
+
+@task(max_retry=2, retry_backoff=0, takes_context=True)
+def chaos_three_steps(ctx: Any, payload: dict) -> None:
+    """Three logged steps; fails once (per task, whatever its attempt) after the second."""
+    from tests.testapp.chaos_tasks import counter
+
+    n, sleep = payload["n"], payload.get("sleep", 0.0)
+    ctx.step("a", chaos_logged, n, "a", sleep)
+    ctx.step("b", chaos_logged, n, "b", sleep)
+    if counter().hsetnx(chaos_step_key("failed-once"), n, 1):
+        raise RuntimeError("fails once after its second step")
+    ctx.step("c", chaos_logged, n, "c", sleep)
+    counter().sadd(chaos_step_key("done"), n)
