@@ -13,10 +13,12 @@ from __future__ import annotations
 import json
 import time
 from datetime import UTC, datetime
+from functools import partial
 from collections.abc import Callable
 from typing import Any
 
 from django_taskrunner.exceptions import DuplicateStep, InvalidTaskPayload
+from django_taskrunner.store.steps import StepsStore
 
 NAME_MAX = 200  # characters of a step name
 KEEP_SECONDS = 7 * 86400  # the least a task's steps are kept: covers its retry window
@@ -93,13 +95,11 @@ def decode(kept: dict[str, str]) -> dict[str, dict[str, Any]]:
 
 def stored_steps(client: Any, prefix: str, queue: str, task_id: str, task_name: str,
                  result_ttl: int) -> Steps:
-    """The steps of a worker's attempt, kept in Redis."""
-    from django_taskrunner.store.steps import StepsStore
-
+    """The steps of a worker's attempt, kept in Redis (built per attempt: cheap, no I/O)."""
     store = StepsStore(client, prefix)
     ttl = max(result_ttl, KEEP_SECONDS)
-    return Steps(task_id, task_name, lambda: store.load(queue, task_id),
-                 lambda name, value: store.keep(queue, task_id, name, value, ttl))
+    return Steps(task_id, task_name, partial(store.load, queue, task_id),
+                 partial(store.keep, queue, task_id, ttl_seconds=ttl))
 
 
 def shown(steps: dict[str, dict[str, Any]]) -> list[tuple[str, str, datetime]]:
@@ -114,7 +114,6 @@ def kept_steps(queue: str, task_id: str) -> dict[str, dict[str, Any]]:
     """The kept steps of `task_id` under the current settings (for `lookup(id).steps`)."""
     from django_taskrunner.conf import get_settings
     from django_taskrunner.store.connection import get_redis
-    from django_taskrunner.store.steps import StepsStore
 
     return decode(StepsStore(get_redis(), get_settings().PREFIX).load(queue, task_id))
 
@@ -124,7 +123,6 @@ def with_kept_steps(tasks: list[tuple[str, str]]) -> set[str]:
     their failed rows dispatches them again under the same id, so the steps hold."""
     from django_taskrunner.conf import get_settings
     from django_taskrunner.store.connection import get_redis
-    from django_taskrunner.store.steps import StepsStore
 
     if not tasks:
         return set()
