@@ -28,6 +28,7 @@ from django_taskrunner.core.workflows import (
     lookup_workflow,
 )
 from django_taskrunner.exceptions import (
+    DuplicateStep,
     InvalidTaskOptions,
     InvalidTaskPayload,
     RedisUnavailable,
@@ -53,6 +54,7 @@ _install_old_paths(sys.modules[__name__])  # the first release's module paths (o
 __version__ = "0.1.0"
 
 __all__ = [
+    "DuplicateStep",
     "InvalidTaskOptions",
     "InvalidTaskPayload",
     "LeaderElection",

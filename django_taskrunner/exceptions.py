@@ -41,6 +41,10 @@ class InvalidTaskArguments(InvalidTaskPayload, TypeError):
     as the framework's contract has it, and an `InvalidTaskPayload` like any other."""
 
 
+class DuplicateStep(TaskRunnerError, ValueError):
+    """`ctx.step` was called twice with the same name in one attempt (docs/steps.md)."""
+
+
 class InvalidTaskOptions(TaskRunnerError, ValueError):
     """A `@task(...)` option or a per-dispatch override has a bad value."""
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,7 @@ from django_taskrunner.admin.shared import NulFreeChangeListMixin, page_path
 from django_taskrunner.core.dispatch import dispatch, dispatch_many
 from django_taskrunner.core.wire import nested_too_deep
 from django_taskrunner.core.registry import registry
+from django_taskrunner.core.steps import with_kept_steps
 from django_taskrunner.exceptions import TaskRunnerError
 from django_taskrunner.models import FailedTask
 from django_taskrunner.shim import SHIM_TASK
@@ -223,9 +225,12 @@ class RetryReport:
 
 
 def retry_rows(rows: Iterable[FailedTask], report: RetryReport) -> None:
-    """Dispatch each row's task again with its payload (fresh attempts, a new id); delete
-    the rows that were dispatched. Rows that cannot be dispatched are kept."""
+    """Dispatch each row's task again with its payload (fresh attempts, a new id; the
+    same id for a task that kept durable steps, so they hold); delete the rows that were
+    dispatched. Rows that cannot be dispatched are kept."""
     batches: dict[tuple[str, str], list[tuple[FailedTask, object]]] = defaultdict(list)
+    rows = list(rows)
+    stepped = with_kept_steps([(row.queue, row.message_id) for row in rows])  # same id
     for row in rows:
         try:
             payload = json.loads(row.payload)
@@ -240,8 +245,8 @@ def retry_rows(rows: Iterable[FailedTask], report: RetryReport) -> None:
     done: list[int] = []
     for (task_name, queue), entries in batches.items():
         task = registry.get(task_name)
-        if task.options.unique:
-            done += _one_by_one(task_name, queue, entries, report)
+        if task.options.unique or any(row.message_id in stepped for row, _p in entries):
+            done += _one_by_one(task_name, queue, entries, report, stepped)
             continue
         try:
             dispatch_many(task, [payload for _row, payload in entries], queue=queue)
@@ -264,11 +269,12 @@ def dispatched_name(shown: str, payload: object) -> str:
 
 
 def _one_by_one(task_name: str, queue: str, entries: list[tuple[FailedTask, object]],
-                report: RetryReport) -> list[int]:
+                report: RetryReport, stepped: AbstractSet[str] = frozenset()) -> list[int]:
     done = []
     for row, payload in entries:
         try:
-            dispatch(task_name, payload, queue=queue)
+            task_id = row.message_id if row.message_id in stepped else None
+            dispatch(task_name, payload, queue=queue, task_id=task_id)
         except TaskRunnerError as exc:
             report.keep(row, exc)
             continue

@@ -59,6 +59,7 @@ from django_taskrunner.core.wire import MAX_EPOCH_MS
 from django_taskrunner.core.records import TaskRecord, cancel, lookup, records
 from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.models import FailedTask
+from django_taskrunner.core.steps import shown as shown_steps
 from django_taskrunner.stats.health import dashboard_queues
 from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.browse import (
@@ -680,6 +681,7 @@ class TaskAdmin(RedisPageAdmin):
             "changelist_url": reverse(self.url_name("changelist")),
             "can_cancel": facts.cancellable and request.user.has_perm(CANCEL_PERMISSION),
             "cancel_url": reverse(self.url_name("cancel")),
+            "steps": shown_steps(facts.record.steps) if facts.record else [],  # docs/steps.md
         })
 
     def cancel_view(self, request: HttpRequest) -> HttpResponse:

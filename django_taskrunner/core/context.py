@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from django_taskrunner.core import steps
+from django_taskrunner.core.steps import Steps
 
 
 @dataclass
@@ -21,6 +25,8 @@ class TaskContext:
     _progress: Callable[[Any], None] = field(repr=False, default=lambda value: None)
     # A workflow member's reader of what the step before it returned (core/workflows.py).
     _parent: Callable[[], Any] = field(repr=False, default=lambda: None)
+    # --- durable steps (core/steps.py): None outside a worker's or eager attempt ---
+    _steps: Steps | None = field(repr=False, default=None)
 
     def heartbeat(self) -> bool:
         """Tell the queue this attempt is alive, so its message is not reclaimed.
@@ -55,3 +61,27 @@ class TaskContext:
         if not hasattr(self, "_parent_value"):
             self._parent_value = self._parent()
         return self._parent_value
+
+    # --- durable steps (core/steps.py, docs/steps.md) ---
+    def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Run `fn(*args, **kwargs)` once per task id and keep its JSON result: a later
+        attempt of this task id returns the kept result without calling `fn`. For an
+        `async def fn`, await it: `await ctx.step(...)`.
+
+        Raises:
+            DuplicateStep: `name` was used already in this attempt.
+            InvalidTaskPayload: `fn` returned a value that is not JSON (nothing is kept).
+            ValueError: `name` is empty or over 200 characters.
+            RuntimeError: this context belongs to no running task.
+        """
+        if self._steps is None:
+            raise RuntimeError("ctx.step needs the context of a running task")
+        if inspect.iscoroutinefunction(fn):
+            return self._steps.arun(name, fn, args, kwargs)
+        return self._steps.run(name, fn, args, kwargs)
+
+    def step_key(self, name: str) -> str:
+        """A stable string for this task id and step: an idempotency key for an external
+        API, the same on every attempt."""
+        return steps.step_key(self.id, name)
+    # --- end of durable steps ---

@@ -32,7 +32,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from django_taskrunner.conf import get_settings, on_reset
-from django_taskrunner.core import clock
+from django_taskrunner.core import clock, steps
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.awaitables import returned_awaitable, run_to_end
 from django_taskrunner.core.context import TaskContext
@@ -211,7 +211,14 @@ def _free(claim: Claim | None, message: TaskMessage, event: str) -> None:
 
 def _run_attempts(task: Task, message: TaskMessage) -> tuple[int, Any]:
     """Run attempt after attempt until one succeeds (its number and result) or the last
-    one raises."""
+    one raises; the steps kept in process for the call are dropped after it."""
+    try:
+        return _attempts(task, message)
+    finally:
+        steps.forget_eager(message.id)
+
+
+def _attempts(task: Task, message: TaskMessage) -> tuple[int, Any]:
     while True:
         try:
             result = call(task, message)
@@ -241,4 +248,5 @@ def call(task: Task, message: TaskMessage) -> Any:
 def context(message: TaskMessage) -> TaskContext:
     """The context of an eager attempt: nothing to keep alive, never cancelled."""
     return TaskContext(id=message.id, task_name=message.task_name, queue=message.queue,
-                       attempt=message.attempt)
+                       attempt=message.attempt,
+                       _steps=steps.eager_steps(message.id, message.task_name))

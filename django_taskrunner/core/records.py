@@ -15,7 +15,7 @@ import logging
 import math
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,7 @@ from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock, outbox_rows
 from django_taskrunner.core.eager import eager_records
 from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.core.steps import kept_steps
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.connection import bounded, built_client, get_redis
@@ -92,6 +93,9 @@ class TaskRecord:
     # delayed task moved by the scheduler, a retry not started yet).
     stream_id: str | None = None
     shard: str | None = None
+    # Durable steps kept for this task id: name -> {"result": ..., "at": unix seconds}
+    # (core/steps.py); filled by `lookup`, empty elsewhere.
+    steps: dict[str, Any] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:
@@ -187,7 +191,18 @@ def lookup(task_id: str) -> TaskRecord | None:
             raise unreadable(f"cannot look task {checked!r} up", exc) from exc
     if fields is None:
         fields = _in_outbox(checked)
-    return None if fields is None else from_fields(checked, fields)
+    if fields is None:
+        return None
+    return _with_steps(from_fields(checked, fields))
+
+
+def _with_steps(rec: TaskRecord) -> TaskRecord:
+    """The record with its kept durable steps (one HGETALL; none while Redis is down)."""
+
+    try:
+        return replace(rec, steps=kept_steps(rec.queue, rec.id))
+    except REDIS_DOWN:
+        return rec
 
 
 def _eager_record(task_id: str) -> TaskRecord | None:

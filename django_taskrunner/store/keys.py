@@ -346,3 +346,9 @@ def queues_used_key(prefix: str) -> str:
     ms): `runtasks` without `--queue` consumes those used recently, besides the declared
     ones (a queue only a worker's mistyped `-Q` named is never in it)."""
     return f"{prefix}:queues:used"
+
+
+def steps_key(prefix: str, queue: str, task_id: str) -> str:
+    """Hash of a task's kept step results (core/steps.py): step name -> JSON of
+    `{"result": ..., "at": <unix seconds>}`."""
+    return f"{prefix}:{{{queue_of(queue)}}}:steps:{task_id}"

@@ -31,6 +31,7 @@ from django.db import close_old_connections
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core.awaitables import returned_awaitable, run_to_end
 from django_taskrunner.core.context import TaskContext
+from django_taskrunner.core.steps import stored_steps
 from django_taskrunner.core.records import encode_value
 from django_taskrunner.exceptions import TaskExpired, TaskRunnerError
 from django_taskrunner.stats.recorder import StatsRecorder
@@ -248,6 +249,8 @@ class Executor:
             attempt=message.attempt, _heartbeat=heartbeat, _cancel=attempt.cancel,
             _progress=lambda value: set_progress(attempt, value),
             _parent=parent_reader(self, message),
+            _steps=stored_steps(self.broker.client, self.broker.prefix, message.queue,
+                                message.id, message.task_name, self.result_ttl),
         )
 
     def _requeue_now(self, shard: str, stream_id: str, body: str, due_ms: int) -> None:

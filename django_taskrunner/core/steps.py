@@ -1,0 +1,139 @@
+"""Durable steps: `ctx.step(name, fn, ...)` runs `fn` once per task id and keeps its JSON
+result, so a retry, a reclaim or a re-run of the same task id returns it without calling
+`fn` again (docs/steps.md).
+
+The kept steps are read lazily, once per attempt, on the first `ctx.step` call (a task
+that uses no step costs nothing), and each step is written with one round trip right
+after `fn` returns. A step whose `fn` raised keeps nothing. The hash lives for
+`max(RESULT_TTL, KEEP_SECONDS)` from its last write: once it expired, a step runs again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from django_taskrunner.conf import get_settings
+from django_taskrunner.exceptions import DuplicateStep, InvalidTaskPayload
+from django_taskrunner.store.connection import get_redis
+from django_taskrunner.store.steps import StepsStore
+
+NAME_MAX = 200  # characters of a step name
+KEEP_SECONDS = 7 * 86400  # the least a task's steps are kept: covers its retry window
+
+Load = Callable[[], dict[str, str]]
+Keep = Callable[[str, str], None]
+
+
+class Steps:
+    """The steps of one attempt of one task id: what was kept before, what ran now."""
+
+    def __init__(self, task_id: str, task_name: str, load: Load, keep: Keep) -> None:
+        self.task_id = task_id
+        self.task_name = task_name
+        self._load = load
+        self._keep = keep
+        self._kept: dict[str, str] | None = None
+        self._seen: set[str] = set()
+
+    def run(self, name: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        """The kept result of step `name`, or `fn(*args, **kwargs)`'s, kept now."""
+        self.claim(name)
+        if self._kept is None:
+            self._kept = self._load()
+        if name in self._kept:
+            return json.loads(self._kept[name])["result"]
+        return self.keep(name, fn(*args, **kwargs))
+
+    async def arun(self, name: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        """`run` for an `async def fn`: Redis is reached off the event loop."""
+        import asyncio
+
+        self.claim(name)
+        if self._kept is None:
+            self._kept = await asyncio.to_thread(self._load)
+        if name in self._kept:
+            return json.loads(self._kept[name])["result"]
+        result = await fn(*args, **kwargs)
+        return await asyncio.to_thread(self.keep, name, result)
+
+    def claim(self, name: str) -> None:
+        """Refuse a bad or repeated name before anything runs."""
+        if not isinstance(name, str) or not name or len(name) > NAME_MAX:
+            raise ValueError(f"a step name must be a non-empty string of at most {NAME_MAX} "
+                             f"characters, not {name!r:.60}")
+        if name in self._seen:
+            raise DuplicateStep(f"step {name!r} ran already in this attempt of task "
+                                f"{self.task_name} (id {self.task_id}): step names are unique")
+        self._seen.add(name)
+
+    def keep(self, name: str, result: Any) -> Any:
+        """Keep `result` as step `name`'s; what a later attempt will read back."""
+        try:
+            encoded = json.dumps({"result": result, "at": time.time()}, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidTaskPayload(f"step {name!r} of task {self.task_name} returned a "
+                                     f"value that is not JSON: {exc}",
+                                     task_name=self.task_name) from exc
+        self._keep(name, encoded)
+        assert self._kept is not None
+        self._kept[name] = encoded
+        return json.loads(encoded)["result"]
+
+
+def step_key(task_id: str, name: str) -> str:
+    """A stable string per task id and step: an idempotency key for an external API."""
+    return f"{task_id}:{name}"
+
+
+def decode(kept: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Kept steps as `{name: {"result": ..., "at": unix seconds}}` (for `rec.steps`)."""
+    return {name: json.loads(value) for name, value in kept.items()}
+
+
+def stored_steps(client: Any, prefix: str, queue: str, task_id: str, task_name: str,
+                 result_ttl: int) -> Steps:
+    """The steps of a worker's attempt, kept in Redis (built per attempt: cheap, no I/O)."""
+    store = StepsStore(client, prefix)
+    ttl = max(result_ttl, KEEP_SECONDS)
+    return Steps(task_id, task_name, partial(store.load, queue, task_id),
+                 partial(store.keep, queue, task_id, ttl_seconds=ttl))
+
+
+def shown(steps: dict[str, dict[str, Any]]) -> list[tuple[str, str, datetime]]:
+    """Kept steps as (name, indented JSON result, kept at) in the order they were kept,
+    for the admin's task page."""
+    rows = sorted(steps.items(), key=lambda item: item[1].get("at", 0))
+    return [(name, json.dumps(step.get("result"), indent=2, ensure_ascii=False, sort_keys=True),
+             datetime.fromtimestamp(step.get("at", 0), UTC)) for name, step in rows]
+
+
+def kept_steps(queue: str, task_id: str) -> dict[str, dict[str, Any]]:
+    """The kept steps of `task_id` under the current settings (for `lookup(id).steps`)."""
+    return decode(StepsStore(get_redis(), get_settings().PREFIX).load(queue, task_id))
+
+
+def with_kept_steps(tasks: list[tuple[str, str]]) -> set[str]:
+    """The task ids among `(queue, task_id)` pairs that kept steps: an admin retry of
+    their failed rows dispatches them again under the same id, so the steps hold."""
+    if not tasks:
+        return set()
+    return StepsStore(get_redis(), get_settings().PREFIX).holders(tasks)
+
+
+_eager: dict[str, dict[str, str]] = {}
+
+
+def eager_steps(task_id: str, task_name: str) -> Steps:
+    """The steps of an eager attempt, kept in this process for the call."""
+    kept = _eager.setdefault(task_id, {})
+    return Steps(task_id, task_name, lambda: dict(kept), kept.__setitem__)
+
+
+def forget_eager(task_id: str) -> None:
+    """The eager call ended: drop what its steps kept."""
+    _eager.pop(task_id, None)
