@@ -94,6 +94,15 @@ class StreamRecovery:
                            if stream_id is not None)
         return claimed
 
+    def adopt(self, queue: str, dead: str, alive: str, stream_ids: Sequence[str]) -> list[str]:
+        """Move the entries `dead` still holds to `alive`, keeping their delivery counter
+        and their place (`adopt.lua`); returns the ids that moved."""
+        if not stream_ids:
+            return []
+        moved = scripts.run(self.client, "adopt", [self.stream(queue)],
+                            [self.group, dead, alive, *stream_ids])
+        return [text(stream_id) for stream_id in moved]
+
     def forget(self, queue: str, stream_ids: Sequence[str]) -> None:
         """XACK entries deleted from the stream while pending: there is nothing to run."""
         if stream_ids:
