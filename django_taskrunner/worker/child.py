@@ -128,7 +128,7 @@ class ParentLink:
         logger.error("task=%s id=%s is still running %gs past its time limit: asking the "
                      "supervisor to end this process", attempt.task.name, attempt.message.id,
                      self.worker.settings.time_limit_grace)
-        return self.send("stuck", attempt.shard, attempt.stream_id)
+        return self.send("stuck", attempt.shard, attempt.stream_id, repr(attempt.started))
 
     def _watch_parent(self) -> None:
         """Reads the supervisor's orders until the pipe closes: then it is gone."""
@@ -185,12 +185,15 @@ def install_signal_handlers(worker: Worker) -> None:
     signal.signal(signal.SIGTERM, on_signal)
 
 
-def run_child(spec: dict[str, Any], conn: Connection) -> int:
-    """Run one worker as `spec` says (built by the supervisor); returns its exit code."""
+def run_child(spec: dict[str, Any], conn: Connection, stop_at_once: list[int]) -> int:
+    """Run one worker as `spec` says (built by the supervisor); returns its exit code.
+    `stop_at_once` not empty: a SIGTERM came while it started (it then fetches nothing)."""
     apply_logging(spec["log"])
     settings = worker_settings(spec["queues"], consumer=spec["consumer"], **spec["worker"])
     worker = Worker(get_broker(), settings)
     install_signal_handlers(worker)
+    if stop_at_once:
+        return 0
     link = ParentLink(conn, worker, spec["max_tasks"], spec["max_memory_mb"])
     link.attach()
     if not link.send("ready", os.getpid(), resident_bytes()):

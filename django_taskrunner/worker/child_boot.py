@@ -24,7 +24,10 @@ def main(spec: dict[str, Any], conn: Connection) -> None:
     # answers it (and tells each child with SIGTERM). SIGHUP is the supervisor's too.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # A SIGTERM while starting: stop as soon as set up, with nothing fetched (exit 0).
+    early: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: early.append(signum))
     django.setup()
     from django_taskrunner.worker.child import run_child
 
-    sys.exit(run_child(spec, conn))
+    sys.exit(run_child(spec, conn, stop_at_once=early))

@@ -138,6 +138,8 @@ class Child:
     stuck: tuple[str, str] | None = None  # the attempt it was ended for (time limit)
     pid: int = 0
     born: float = field(default_factory=clock.monotonic)
+    terminated: bool = False  # sent SIGTERM: it drains
+    aborted: bool = False  # ended by the supervisor's stop before it was ready
 
     def describe(self) -> str:
         return f"child {self.slot} (pid {self.pid}, consumer {self.consumer})"
@@ -274,12 +276,17 @@ class Supervisor:
             self._ready(child, int(fields[2]))
         elif kind == "retire":
             self._retire(child, fields[1])
-        elif kind == "stuck":
+        elif kind == "stuck":  # settled by its watchdog already: `started` forgot it
+            child.started[(fields[1], fields[2])] = Started(fields[1], fields[2],
+                                                            float(fields[3]))
             self._end_stuck(child, (fields[1], fields[2]))
 
     def _ready(self, child: Child, resident: int) -> None:
         child.ready = True
         self.failures[child.slot] = 0
+        if self.stopping:  # ready just as the stop began: it drains at once
+            self._signal(child, signal.SIGTERM)
+            return
         logger.info("%s is ready (%.0f MB, started in %.2fs)", child.describe(),
                     resident / 2**20, clock.monotonic() - child.born)
         old = child.replaces
@@ -310,13 +317,15 @@ class Supervisor:
         self.children.remove(child)
         code = child.process.exitcode
         cause = exit_cause(code)
-        if code != 0 or child.stuck is not None:
+        if child.aborted:
+            logger.info("%s stopped before it was ready", child.describe())
+        elif code != 0 or child.stuck is not None:
             logger.error("%s %s", child.describe(), cause)
         else:
             logger.info("%s stopped", child.describe())
         self._hand_back(child, cause, code)
         if self.stopping:
-            if code != 0:
+            if code != 0 and not child.aborted:
                 self.unclean.append(f"{child.describe()} {cause}")
             return
         if not child.ready:
@@ -425,7 +434,13 @@ class Supervisor:
             logger.info("supervisor %s: %s; every child drains", self.options.name,
                         signal.Signals(signum).name)
         for child in self.children:
-            self._signal(child, signal.SIGTERM)
+            if child.conn is not None:
+                self._read(child)  # is it ready (and so maybe holding messages) by now?
+            if not child.ready:  # still importing: it holds nothing, nothing to drain
+                child.aborted = True
+                self._signal(child, signal.SIGKILL)
+            elif self.forced or not child.terminated:  # a second SIGTERM: stop waiting
+                self._signal(child, signal.SIGTERM)
 
     def _reload(self) -> None:
         if self.stopping:
@@ -447,6 +462,8 @@ class Supervisor:
             self._start(slot, replaces=current[0])
 
     def _signal(self, child: Child, signum: int) -> None:
+        if signum == signal.SIGTERM:
+            child.terminated = True
         try:
             os.kill(child.pid, signum)
         except ProcessLookupError:
