@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 
 from django_taskrunner.core import clock
 from django_taskrunner.scheduling.election import LeaderElection
+from django_taskrunner.scheduling.lost_workers import LostWorkerWatch
 from django_taskrunner.scheduling.outbox_flush import OutboxFlusher
 from django_taskrunner.scheduling.periodic import RELOAD_SECONDS, PeriodicRunner
 from django_taskrunner.scheduling.queues import CHECK_EVERY_MS, forget_idle_queues
@@ -229,6 +230,7 @@ class LeaderScheduler:
         )
         self.scheduler: Scheduler | None = None
         self.flusher: OutboxFlusher | None = None  # the outbox's, while leading
+        self.lost: LostWorkerWatch | None = None  # hands back lost workers' messages
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -247,11 +249,17 @@ class LeaderScheduler:
             if self.flusher is None:
                 self.flusher = OutboxFlusher()
                 self.flusher.start()
+            if self.lost is None:
+                self.lost = LostWorkerWatch(self.broker, self.queues)
+                self.lost.start()
 
     def _stop_scheduler(self) -> None:
         with self._lock:
             scheduler, self.scheduler = self.scheduler, None
             flusher, self.flusher = self.flusher, None
+            lost, self.lost = self.lost, None
+        if lost is not None:
+            lost.stop()
         if scheduler is not None:
             scheduler.stop()
         if flusher is not None:

@@ -103,6 +103,25 @@ class StreamRecovery:
                             [self.group, dead, alive, *stream_ids])
         return [text(stream_id) for stream_id in moved]
 
+    def holders(self, queue: str) -> list[tuple[str, int, int]]:
+        """(consumer, entries pending, ms since it last read or claimed) of each consumer
+        of the group holding something (XINFO CONSUMERS); none without the group."""
+        try:
+            rows = self.client.xinfo_consumers(self.stream(queue), self.group)
+        except ResponseError:
+            return []
+        return [(text(row["name"]), int(row["pending"]), int(row["idle"]))
+                for row in rows if int(row["pending"])]
+
+    def last_seen_ms(self, consumers: Sequence[str]) -> dict[str, int | None]:
+        """When each worker last wrote its heartbeat (`keys.worker_key`, field `seen`,
+        epoch ms); None for one with no heartbeat (it expired: the worker is gone)."""
+        pipe = self.client.pipeline(transaction=False)
+        for consumer in consumers:
+            pipe.hget(keys.worker_key(self.prefix, consumer), "seen")
+        return {consumer: None if seen is None else int(seen)
+                for consumer, seen in zip(consumers, pipe.execute(), strict=True)}
+
     def forget(self, queue: str, stream_ids: Sequence[str]) -> None:
         """XACK entries deleted from the stream while pending: there is nothing to run."""
         if stream_ids:
