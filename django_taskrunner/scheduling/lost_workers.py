@@ -10,9 +10,12 @@ nothing for a while but keeps beating, and one just started may not have beaten 
 but has just read.
 
 What it was running is not known here (its supervisor, which knew, is gone too): every
-message goes back to its queue unchanged, with no attempt counted. A worker that comes
-back after being declared lost finds its messages gone: its heartbeat no longer holds
-them, its acks touch nothing, and the copies run again elsewhere (at least once).
+message is taken by the leading worker itself, keeping its place and delivery counter,
+so it runs next (a reclaimed run: `steps/reclaimed.py` counts runs that died as a
+reclaim after `RESERVATION_TIMEOUT` would). Without a worker to take them, they go back
+to their queue unchanged. A worker that comes back after being declared lost finds its
+messages gone: its heartbeat no longer holds them, its acks touch nothing, and the
+copies run again elsewhere (at least once).
 
 A thread beside the scheduler, in the worker that leads (one per site).
 """
@@ -27,7 +30,7 @@ from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_DOWN
-from django_taskrunner.worker.handback import hand_back, streams_of
+from django_taskrunner.worker.handback import Adopter, hand_back, streams_of, take_adopted
 
 logger = logging.getLogger(__name__)
 
@@ -36,9 +39,9 @@ class LostWorkerWatch(threading.Thread):
     """Hands back the messages of workers lost for `WORKER_LOST_AFTER`, until `stop()`."""
 
     def __init__(self, broker: Broker, queues: Iterable[str],
-                 lost_after: float | None = None) -> None:
+                 lost_after: float | None = None, adopter: Adopter | None = None) -> None:
         super().__init__(name="taskrunner-lost-workers", daemon=True)
-        self.broker, self.queues = broker, sorted(queues)
+        self.broker, self.queues, self.adopter = broker, sorted(queues), adopter
         self.lost_after = get_settings().WORKER_LOST_AFTER if lost_after is None else lost_after
         self.interval = min(1.0, self.lost_after / 4)
         self._stopping = threading.Event()
@@ -68,8 +71,12 @@ class LostWorkerWatch(threading.Thread):
         now = clock.now_ms()
         seen = self.broker.last_seen_ms(sorted(silent))
         lost = [name for name, at in seen.items() if at is None or now - at >= lost_ms]
+        adopters = [] if self.adopter is None else [self.adopter.consumer]
         for consumer in lost:
             cause = f"no heartbeat for {self.lost_after:g}s or more (WORKER_LOST_AFTER)"
-            done = hand_back(self.broker, consumer, self.queues, {}, cause)
+            done = hand_back(self.broker, consumer, self.queues, {}, cause, adopters)
             logger.warning("worker %s is lost (%s): %s", consumer, cause, done.describe())
+            for stream, pairs in done.adopted.get(adopters[0] if adopters else "", {}).items():
+                assert self.adopter is not None
+                take_adopted(self.broker, self.adopter, stream, dict(pairs))
         return lost

@@ -24,6 +24,7 @@ from django_taskrunner.core import clock
 from django_taskrunner.scheduling.election import LeaderElection
 from django_taskrunner.scheduling.lost_workers import LostWorkerWatch
 from django_taskrunner.scheduling.outbox_flush import OutboxFlusher
+from django_taskrunner.worker.handback import Adopter
 from django_taskrunner.scheduling.periodic import RELOAD_SECONDS, PeriodicRunner
 from django_taskrunner.scheduling.queues import CHECK_EVERY_MS, forget_idle_queues
 from django_taskrunner.store import keys, sharding
@@ -221,8 +222,9 @@ class LeaderScheduler:
     """A worker's scheduling part: the election, and a `Scheduler` while it leads."""
 
     def __init__(self, broker: Broker, queues: Iterable[str], *, lease: float,
-                 identity: str | None = None) -> None:
+                 identity: str | None = None, adopter: Adopter | None = None) -> None:
         self.broker = broker
+        self.adopter = adopter  # the worker that takes lost workers' messages
         self.queues = set(queues)
         self.election = LeaderElection(
             None, "", store=leader_lease(broker), lease=lease,
@@ -250,7 +252,7 @@ class LeaderScheduler:
                 self.flusher = OutboxFlusher()
                 self.flusher.start()
             if self.lost is None:
-                self.lost = LostWorkerWatch(self.broker, self.queues)
+                self.lost = LostWorkerWatch(self.broker, self.queues, adopter=self.adopter)
                 self.lost.start()
 
     def _stop_scheduler(self) -> None:

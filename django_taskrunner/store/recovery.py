@@ -8,7 +8,7 @@ consumer group and stream names. Redis outage errors pass through unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,13 +94,17 @@ class StreamRecovery:
                            if stream_id is not None)
         return claimed
 
-    def adopt(self, queue: str, dead: str, alive: str, stream_ids: Sequence[str]) -> list[str]:
-        """Move the entries `dead` still holds to `alive`, keeping their delivery counter
-        and their place (`adopt.lua`); returns the ids that moved."""
-        if not stream_ids:
+    def adopt(self, queue: str, dead: str, alive: str, counters: Mapping[str, int | None]
+              ) -> list[str]:
+        """Move the entries `dead` still holds to `alive`, keeping their place, and their
+        delivery counter or setting it (`{stream id: counter or None to keep}`,
+        `adopt.lua`); returns the ids that moved."""
+        if not counters:
             return []
+        pairs = [part for stream_id, counter in counters.items()
+                 for part in (stream_id, "" if counter is None else str(counter))]
         moved = scripts.run(self.client, "adopt", [self.stream(queue)],
-                            [self.group, dead, alive, *stream_ids])
+                            [self.group, dead, alive, *pairs])
         return [text(stream_id) for stream_id in moved]
 
     def holders(self, queue: str) -> list[tuple[str, int, int]]:

@@ -37,6 +37,7 @@ from typing import Any
 
 from django_taskrunner.core import clock
 from django_taskrunner.store.broker import get_broker
+from django_taskrunner.worker.handback import take_adopted
 from django_taskrunner.worker.running import Attempt
 from django_taskrunner.worker.settings import worker_settings
 from django_taskrunner.worker.worker import Worker
@@ -149,12 +150,7 @@ class ParentLink:
         moved them: `adopt.lua`): run them next, as reclaimed ones (their counter kept)."""
         runs = {stream_id: int(count) for stream_id, _, count in
                 (pair.rpartition(":") for pair in pairs)}
-        broker = self.worker.broker
-        bodies = broker.bodies(stream, list(runs))
-        broker.forget(stream, [sid for sid, body in bodies.items() if body is None])
-        entries = [(sid, body) for sid, body in bodies.items() if body is not None]
-        if entries:
-            self.worker.accept(stream, entries, runs)
+        take_adopted(self.worker.broker, self.worker, stream, runs)
 
     def _parent_gone(self) -> None:
         if not self.worker.stopping.is_set():

@@ -11,10 +11,15 @@ child end) calls `hand_back()` with what it knows of the attempts the consumer h
   which runs it next, instead of after everything queued behind it. Otherwise it goes
   back to the end of its stream unchanged (`requeue.lua`, which acks the old entry in
   the same script), for any worker to read;
-- one it was running counts as a failed attempt, whose error says how the process ended
-  (`WorkerLost`, or `TimeLimitExceeded` for one that was ended because it ignored its time
-  limit): the executor's own outcome steps then retry it (`max_retry`, `retry_backoff`) or
-  record it as failed for good, so a task that kills its process stops after its retries.
+- one it was running counts as a run that died (a failed attempt), whose error says how
+  the process ended. With retries left and a sibling to take it, it moves to the sibling
+  with its delivery counter raised, so that the sibling's reclaimed-run check
+  (`worker/steps/reclaimed.py`) counts the death and runs it next; past its retries it
+  is recorded as failed (`WorkerLost`, naming the signal or exit code) and acked, so a
+  task that kills its process stops after `max_retry + 1` runs, never in a crash loop.
+  Without a sibling (or for the attempt a child was ended for, stuck past its time
+  limit: `TimeLimitExceeded`), the executor's own outcome steps settle it: a retry after
+  its `retry_backoff` at the end of the queue, or a failed row.
 
 Each requeue checks, atomically, that the entry is still the dead consumer's: an entry
 another worker reclaimed meanwhile is left to that worker. Safe to call twice.
@@ -25,14 +30,17 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from django_taskrunner.core import clock
+from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.registry import registry
+from django_taskrunner.core.task import Task
 from django_taskrunner.exceptions import InvalidTaskPayload, WorkerLost
 from django_taskrunner.store import sharding
-from django_taskrunner.store.broker import Broker, Requeue
+from django_taskrunner.store.broker import Broker, Entry, Requeue
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
 from django_taskrunner.worker.running import Attempt
@@ -76,78 +84,139 @@ def streams_of(broker: Broker, queues: Sequence[str]) -> list[str]:
 
 def hand_back(
     broker: Broker, consumer: str, queues: Sequence[str],
-    started: Mapping[tuple[str, str], Started], cause: str, adopters: Sequence[str] = (),
+    started: Mapping[tuple[str, str], Started], cause: str, adopters: Sequence[str] = (), *,
+    rerun_started: bool = True,
 ) -> HandBack:
     """Settle every entry pending for `consumer` on the streams of `queues` (see above).
 
     `started`: the attempts it was running, by (stream, stream id); `cause`: how the
     process ended ("killed by signal 9 (SIGKILL)"), for the failed attempts' error;
-    `adopters`: live consumers that may take the rest, least busy first.
-    Redis errors pass through: the caller tries again later (nothing was lost: what was
-    not settled is still pending for `consumer`).
+    `adopters`: live consumers that may take the rest, least busy first;
+    `rerun_started`: False to settle the running ones through the executor even with
+    adopters (a task ended for its time limit). Redis errors pass through: the caller
+    tries again later (nothing is lost: what was not settled is still `consumer`'s).
     """
-    done = HandBack()
-    turn = 0  # the adopters take turns, one entry each
-    executor = Executor(broker, consumer, lambda shard, stream_id: broker.ack(shard, [stream_id]))
+    settler = Settler(broker, consumer, started, cause, adopters, rerun_started)
     for stream in streams_of(broker, queues):
+        settler.settle_stream(stream)
+    return settler.done
+
+
+class Settler:
+    """One hand-back: the entries of each stream, a page at a time."""
+
+    def __init__(self, broker: Broker, consumer: str,
+                 started: Mapping[tuple[str, str], Started], cause: str,
+                 adopters: Sequence[str], rerun_started: bool) -> None:
+        self.broker, self.consumer, self.started, self.cause = broker, consumer, started, cause
+        self.adopters, self.rerun_started = list(adopters), rerun_started
+        self.done = HandBack()
+        self.executor = Executor(broker, consumer,
+                                 lambda shard, stream_id: broker.ack(shard, [stream_id]))
+        self._turn = 0  # the adopters take turns, one entry each
+
+    def settle_stream(self, stream: str) -> None:
         cursor = "-"
         while True:
-            rows = broker.pending_idle(stream, 0, cursor, PAGE, consumer)
-            if not rows:
-                break
-            cursor = f"({rows[-1].stream_id}"
-            bodies = broker.bodies(stream, [row.stream_id for row in rows])
-            broker.forget(stream, [sid for sid, body in bodies.items() if body is None])
-            requeues, counters = [], {row.stream_id: row.deliveries for row in rows}
-            given: dict[str, list[str]] = {}
-            for stream_id, body in bodies.items():
-                if body is None:
-                    continue
-                attempt = started.get((stream, stream_id))
-                if attempt is not None and _fail_attempt(executor, stream, stream_id, body,
-                                                          attempt, cause):
-                    done.failed_attempts += 1
-                elif adopters:
-                    given.setdefault(adopters[turn % len(adopters)], []).append(stream_id)
-                    turn += 1
-                else:
-                    requeues.append(Requeue(stream, stream_id, body))
-            _adopt(broker, consumer, stream, given, counters, done)
-            if requeues:
-                broker.settle(consumer, {}, requeues)
-                done.requeued += len(requeues)
+            rows = self.broker.pending_idle(stream, 0, cursor, PAGE, self.consumer)
+            if rows:
+                cursor = f"({rows[-1].stream_id}"
+                self._settle_page(stream, {row.stream_id: row.deliveries for row in rows})
             if len(rows) < PAGE:
-                break
-    return done
+                return
 
+    def _settle_page(self, stream: str, counters: dict[str, int]) -> None:
+        bodies = self.broker.bodies(stream, list(counters))
+        self.broker.forget(stream, [sid for sid, body in bodies.items() if body is None])
+        requeues: list[Requeue] = []
+        given: dict[str, dict[str, int | None]] = {}
+        for stream_id, body in bodies.items():
+            if body is None:
+                continue
+            decided = self._running(stream, stream_id, body, counters[stream_id])
+            if decided is False:  # settled here: retried, or failed for good
+                continue
+            if self.adopters:  # None: keep the counter; a number: a run that died
+                adopter = self.adopters[self._turn % len(self.adopters)]
+                self._turn += 1
+                given.setdefault(adopter, {})[stream_id] = decided
+            else:
+                requeues.append(Requeue(stream, stream_id, body))
+        self._adopt(stream, given, counters)
+        if requeues:
+            self.broker.settle(self.consumer, {}, requeues)
+            self.done.requeued += len(requeues)
 
-def _adopt(broker: Broker, consumer: str, stream: str, given: dict[str, list[str]],
-           counters: dict[str, int], done: HandBack) -> None:
-    for adopter, stream_ids in given.items():
-        moved = broker.adopt(stream, consumer, adopter, stream_ids)
-        if moved:
-            done.adopted.setdefault(adopter, {}).setdefault(stream, []).extend(
-                (stream_id, counters[stream_id]) for stream_id in moved)
-
-
-def _fail_attempt(executor: Executor, stream: str, stream_id: str, body: bytes,
-                  started: Started, cause: str) -> bool:
-    """Settle a started entry as a failed attempt through the executor's outcome steps;
-    False when it cannot be read here (it then goes back unchanged, for a worker to
-    record as it would any bad message)."""
-    try:
-        message = TaskMessage.from_json(body, stream_id=stream_id)
-    except InvalidTaskPayload:
+    def _running(self, stream: str, stream_id: str, body: bytes, counter: int
+                 ) -> int | None | bool:
+        """For an entry it was running: False once settled here, or the delivery counter
+        a sibling gets it with. None for one it had not started (or that cannot be read
+        here: a worker records it as it would any bad message)."""
+        started = self.started.get((stream, stream_id))
+        if started is None:
+            return None
+        try:
+            message = TaskMessage.from_json(body, stream_id=stream_id)
+        except InvalidTaskPayload:
+            return None
+        task = registry.find(message.task_name)
+        if task is None:
+            return None
+        self.done.failed_attempts += 1
+        # A first delivery's counter was not raised when it started; a reclaimed run's was.
+        raised = 2 if counter <= 1 else counter
+        died = (message.attempt - 1) + (raised - 1)
+        logger.warning("task=%s id=%s queue=%s attempt=%d was running when its worker process "
+                       "ended (%s)", task.name, message.id, message.queue, died, self.cause)
+        run = self._run(stream, stream_id, body, message, task, started, died)
+        if self.adopters and self.rerun_started:
+            if died < task.options.max_retry + 1:
+                return raised
+            assert run.error is not None
+            self.executor.record_and_ack(run, run.error, attempts=died, event=locks.FAILED)
+            return False
+        # The outcome steps count attempts by the message's `attempt`: make it the runs
+        # that died so far, reclaimed ones included, so a retry starts from there.
+        assert run.message is not None
+        run.message = replace(run.message, attempt=died)
+        self.executor.settle(run)
         return False
-    task = registry.find(message.task_name)
-    if task is None:
-        return False
-    attempt = Attempt(task, message, threading.current_thread(),
-                      executor.reservation_timeout, stream, started=started.at,
-                      started_ms=clock.now_ms() - int((clock.monotonic() - started.at) * 1000))
-    run = Run(Delivery(stream, stream_id, body), message, task, attempt,
-              WorkerLost(task.name, message.attempt, cause))
-    logger.warning("task=%s id=%s queue=%s attempt=%d was running when its worker process "
-                   "ended (%s)", task.name, message.id, message.queue, message.attempt, cause)
-    executor.settle(run)
-    return True
+
+    def _run(self, stream: str, stream_id: str, body: bytes, message: TaskMessage,
+             task: Task, started: Started, died: int) -> Run:
+        """The run that died, as the executor's outcome steps take it."""
+        started_ms = clock.now_ms() - int((clock.monotonic() - started.at) * 1000)
+        attempt = Attempt(task, message, threading.current_thread(),
+                          self.executor.reservation_timeout, stream, started=started.at,
+                          started_ms=started_ms)
+        return Run(Delivery(stream, stream_id, body), message, task, attempt,
+                   WorkerLost(task.name, died, self.cause))
+
+    def _adopt(self, stream: str, given: dict[str, dict[str, int | None]],
+               counters: dict[str, int]) -> None:
+        for adopter, ids in given.items():
+            moved = self.broker.adopt(stream, self.consumer, adopter, ids)
+            if moved:
+                self.done.adopted.setdefault(adopter, {}).setdefault(stream, []).extend(
+                    (sid, counters[sid] if ids[sid] is None else ids[sid]) for sid in moved)
+
+
+class Adopter(Protocol):
+    """A live worker that takes a dead one's messages into its buffer (`Worker`)."""
+
+    consumer: str
+
+    def accept(self, queue: str, entries: list[Entry], runs: dict[str, int] | None = None
+               ) -> None: ...
+
+
+def take_adopted(broker: Broker, adopter: Adopter, stream: str,
+                 counters: Mapping[str, int]) -> int:
+    """Hand the entries moved to `adopter` (`{stream id: delivery counter}`) to its buffer,
+    as reclaimed ones: they run next, their counter checked (`steps/reclaimed.py`)."""
+    bodies = broker.bodies(stream, list(counters))
+    broker.forget(stream, [sid for sid, body in bodies.items() if body is None])
+    entries = [(sid, body) for sid, body in bodies.items() if body is not None]
+    if entries:
+        adopter.accept(stream, entries, dict(counters))
+    return len(entries)

@@ -364,7 +364,8 @@ class Supervisor:
         adopters = self._adopters()
         try:
             done = hand_back(self.broker, child.consumer, self.options.queues, child.started,
-                             cause, [adopter.consumer for adopter in adopters])
+                             cause, [adopter.consumer for adopter in adopters],
+                             rerun_started=child.stuck is None)
         except REDIS_DOWN as exc:
             logger.warning("cannot hand back the messages of %s yet (%s); retrying",
                            child.describe(), exc)

@@ -79,7 +79,7 @@ class Worker:
         self.requeues = 0  # batches of retries the acker has put back on the streams
         self.scheduling = (
             LeaderScheduler(broker, self.queues, lease=settings.leader_lease,
-                            identity=f"{self.consumer}:{secrets.token_hex(3)}")
+                            identity=f"{self.consumer}:{secrets.token_hex(3)}", adopter=self)
             if settings.scheduler and not settings.burst else None
         )
         self._leftovers: list[Delivery] = []

@@ -80,3 +80,17 @@ def test_the_leader_hands_back_a_silent_worker_without_heartbeat_not_a_beating_o
     assert lost == ["ghost"]
     assert pending_of(r, "ghost") == [] and len(pending_of(r, "busy")) == 1
     assert r.xlen(broker.stream("default")) == 2  # the busy one's, and the ghost's again
+
+
+def test_a_running_message_with_retries_left_goes_to_a_sibling_counted_as_a_death(r):
+    from tests.testapp.tasks import always_fails  # max_retry=2
+
+    always_fails.dispatch({"n": 1})
+    [stream_id] = read_as(r, "dead-1.0")
+    running = {("default", stream_id): Started("default", stream_id, clock.monotonic())}
+    done = hand_back(get_broker(), "dead-1.0", ["default"], running,
+                     "killed by signal 9 (SIGKILL)", ["alive-0.0"])
+    # its counter says one run died: the sibling's reclaimed-run check counts it
+    assert done.adopted == {"alive-0.0": {"default": [(stream_id, 2)]}}
+    [row] = pending_of(r, "alive-0.0")
+    assert row["times_delivered"] == 2 and FailedTask.objects.count() == 0

@@ -26,8 +26,13 @@ def proc_work(payload: dict[str, Any]) -> None:
 
 @task(max_retry=2, retry_backoff=0)
 def proc_segfault(payload: dict[str, Any]) -> None:
-    """Counts its start, then crashes its process (a read at address 0)."""
+    """Counts its start, works a little, then crashes its process (a read at address 0).
+
+    The little work lets the acks of the tasks before it go out (they wait up to 10 ms
+    to share a round trip): a task that finished just before its process died, ack
+    unsent, runs again, as at-least-once delivery allows."""
     counter().hincrby(chaos_key("starts"), payload["n"], 1)
+    time.sleep(0.2)
     ctypes.string_at(0)
 
 

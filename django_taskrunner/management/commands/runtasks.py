@@ -251,6 +251,10 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         restore_logging = configure_logging(options["verbosity"], options["log_level"])
+        if settings.EAGER:
+            logger.warning("TASKRUNNER['EAGER'] is on: dispatches run at once in the process "
+                           "that makes them and reach no queue; this worker runs what is "
+                           "on its queues already, and runs inline what its tasks dispatch")
         try:
             if plan is None:  # one process, no child limit: today's worker, no supervisor
                 self._run(settings, options)
