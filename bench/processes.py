@@ -77,7 +77,7 @@ def cpu_run(url: str, run: str, count: int, loops: int, *args: str) -> float:
     return count / ((last - first) / 1000)
 
 
-def drain_run(url: str, count: int, *args: str) -> float:
+def drain_run(url: str, count: int, name: str, *args: str) -> float:
     """Seconds from the dispatch of `count` no-ops to an empty stream."""
     from django_taskrunner import dispatch_many
     from django_taskrunner.store.broker import get_broker
@@ -85,24 +85,27 @@ def drain_run(url: str, count: int, *args: str) -> float:
     broker = get_broker()
     broker.ensure_group("default")
     expected = 2 if "--processes" in args else 1
-    proc = worker(url, "--concurrency", "8", "--queue", "default", *args)
+    proc = worker(url, "--concurrency", "8", "--queue", "default", "--consumer-name", name,
+                  *args)
+
+    def readers() -> int:
+        rows = broker.client.xinfo_consumers(broker.stream("default"), broker.group)
+        return sum(1 for row in rows if str(row["name"], "utf-8").startswith(name))
+
     try:
-        while len(broker.client.xinfo_consumers(broker.stream("default"), broker.group)) \
-                < expected:
+        while readers() < expected:
             time.sleep(0.05)  # every worker process reads the stream
         time.sleep(1)
-        left = broker.pending("default")  # the acks a killed earlier worker never sent
+        # what earlier, killed workers left (acks never sent): not this run's
+        length, pending = broker.length("default"), broker.pending("default")
         started = time.perf_counter()
         for first in range(0, count, 1000):
             dispatch_many("bench.noop", [{"n": n} for n in range(first, min(count, first + 1000))])
-        while broker.pending("default") > left or broker.length("default") > left:
+        while broker.length("default") > length or broker.pending("default") > pending:
             time.sleep(0.005)
         return time.perf_counter() - started
     finally:
         procs.kill(proc)
-        for name in broker.client.xinfo_consumers(broker.stream("default"), broker.group):
-            broker.client.xgroup_delconsumer(broker.stream("default"), broker.group,
-                                             name["name"])
 
 
 def main() -> None:
@@ -128,8 +131,8 @@ def main() -> None:
         print(f"  one process:  {one:7.1f} tasks/s")
         print(f"  --processes 2: {two:7.1f} tasks/s   ratio {two / one:.2f}x "
               f"(target >= {TARGET_RATIO}x)")
-        single = drain_run(redis.url, args.noops)
-        double = drain_run(redis.url, args.noops, "--processes", "2")
+        single = drain_run(redis.url, args.noops, "single")
+        double = drain_run(redis.url, args.noops, "double", "--processes", "2")
         print(f"No-op drain of {args.noops} tasks, --concurrency 8:")
         print(f"  one process:   {single:6.2f} s  ({args.noops / single:8.0f} tasks/s)")
         print(f"  --processes 2: {double:6.2f} s  ({args.noops / double:8.0f} tasks/s)   "

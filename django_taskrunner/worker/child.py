@@ -18,8 +18,9 @@ to the supervisor it says:
 The supervisor says one thing back: `adopt`, the messages of a dead sibling it moved to
 this child (fetched by the sibling, never started), which this child runs next.
 
-SIGTERM: a graceful stop; a second one stops waiting for running tasks. SIGINT and
-SIGHUP are ignored (`child_boot.py`): they are the supervisor's. When the supervisor
+SIGTERM: a graceful stop (a repeated one changes nothing); SIGUSR1, which the supervisor
+sends on a second signal, stops waiting for running tasks. SIGINT and SIGHUP are
+ignored (`child_boot.py`): they are the supervisor's. When the supervisor
 itself dies, the pipe closes and the child drains and exits.
 """
 
@@ -170,15 +171,18 @@ def apply_logging(log: dict[str, Any]) -> None:
 
 
 def install_signal_handlers(worker: Worker) -> None:
-    """First SIGTERM: drain. A second one: stop waiting for running tasks."""
+    """SIGTERM: drain (once: a process manager that signals the whole group, systemd's
+    default, and the supervisor's own SIGTERM make one drain). SIGUSR1, from the
+    supervisor on a second signal: stop waiting for running tasks."""
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        if worker.stopping.is_set():
-            worker.force_stop()
-        else:
-            worker.request_stop()
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        worker.request_stop()
 
-    signal.signal(signal.SIGTERM, on_signal)
+    def on_force(signum: int, frame: FrameType | None) -> None:
+        worker.force_stop()
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGUSR1, on_force)
 
 
 def run_child(spec: dict[str, Any], conn: Connection, stop_at_once: list[int]) -> int:

@@ -27,6 +27,7 @@ def main(spec: dict[str, Any], conn: Connection) -> None:
     # A SIGTERM while starting: stop as soon as set up, with nothing fetched (exit 0).
     early: list[int] = []
     signal.signal(signal.SIGTERM, lambda signum, frame: early.append(signum))
+    signal.signal(signal.SIGUSR1, lambda signum, frame: early.append(signum))
     django.setup()
     from django_taskrunner.worker.child import run_child
 

@@ -19,8 +19,9 @@ endpoint of the whole `runtasks` (`--metrics-port`).
 - Hard time limit: a child with a sync task stuck `TIME_LIMIT_GRACE` past its
   `time_limit` is ended (SIGKILL); that attempt fails with `TimeLimitExceeded`, its
   other messages go back without an attempt.
-- SIGTERM/SIGINT: every child drains; a second signal tells them to stop waiting. The
-  exit code is 0 only when every child drained (exited 0).
+- SIGTERM/SIGINT: every child drains (SIGTERM; a child that got one from a process
+  manager signalling the whole group drains once all the same); a second signal tells
+  them to stop waiting (SIGUSR1). The exit code is 0 only when every child drained.
 - SIGHUP: children are replaced one at a time, each by a fresh one started first (freshly
   imported code: a deploy without a gap).
 - `--burst`: each child drains what is ready and exits 0; the supervisor exits once all
@@ -440,7 +441,9 @@ class Supervisor:
             if not child.ready:  # still importing: it holds nothing, nothing to drain
                 child.aborted = True
                 self._signal(child, signal.SIGKILL)
-            elif self.forced or not child.terminated:  # a second SIGTERM: stop waiting
+            elif self.forced:  # a second signal: stop waiting for running tasks
+                self._signal(child, signal.SIGUSR1)
+            elif not child.terminated:
                 self._signal(child, signal.SIGTERM)
 
     def _reload(self) -> None:
