@@ -45,8 +45,9 @@ def worker(url: str, *args: str) -> subprocess.Popen[bytes]:
             os.sched_setaffinity(0, CPUS)
 
     return subprocess.Popen(
-        procs.python("-m", "django", "runtasks", "--log-level", "WARNING", *args),
-        cwd=procs.bench_dir(), env=procs.child_env(url), stdout=subprocess.DEVNULL,
+        procs.python("-m", "django", "runtasks", "--log-level", os.environ.get("BENCH_LOG_LEVEL", "WARNING"), *args),
+        cwd=procs.bench_dir(), env=procs.child_env(url),
+        stdout=None if os.environ.get("BENCH_LOG_LEVEL") else subprocess.DEVNULL,
         stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=pin)
 
 
@@ -80,6 +81,7 @@ def cpu_run(url: str, run: str, count: int, loops: int, *args: str) -> float:
 def drain_run(url: str, count: int, name: str, *args: str) -> float:
     """Seconds from the dispatch of `count` no-ops to an empty stream."""
     from django_taskrunner import dispatch_many
+    from django_taskrunner.store import keys
     from django_taskrunner.store.broker import get_broker
 
     broker = get_broker()
@@ -89,19 +91,27 @@ def drain_run(url: str, count: int, name: str, *args: str) -> float:
                   *args)
 
     def readers() -> int:
-        rows = broker.client.xinfo_consumers(broker.stream("default"), broker.group)
-        return sum(1 for row in rows if str(row["name"], "utf-8").startswith(name))
+        """Worker processes of this run with a heartbeat (a private Redis: KEYS is fine)."""
+        return len(broker.client.keys(keys.worker_key(broker.prefix, name) + "*"))
 
     try:
-        while readers() < expected:
-            time.sleep(0.05)  # every worker process reads the stream
+        deadline = time.monotonic() + 120
+        while readers() < expected:  # every worker process is up
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"the worker {name} did not start reading")
+            time.sleep(0.05)
         time.sleep(1)
         # what earlier, killed workers left (acks never sent): not this run's
         length, pending = broker.length("default"), broker.pending("default")
         started = time.perf_counter()
         for first in range(0, count, 1000):
             dispatch_many("bench.noop", [{"n": n} for n in range(first, min(count, first + 1000))])
+        deadline = time.monotonic() + 600
         while broker.length("default") > length or broker.pending("default") > pending:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the drain did not end: length {broker.length('default')} "
+                                   f"(was {length}), pending {broker.pending('default')} "
+                                   f"(was {pending})")
             time.sleep(0.005)
         return time.perf_counter() - started
     finally:
