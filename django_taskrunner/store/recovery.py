@@ -126,6 +126,17 @@ class StreamRecovery:
         return {consumer: None if seen is None else int(seen)
                 for consumer, seen in zip(consumers, pipe.execute(), strict=True)}
 
+    def drop_consumer(self, queue: str, consumer: str) -> bool:
+        """Remove `consumer` from the group if it holds nothing (`drop_consumer.lua`);
+        False when it holds entries or the group does not exist."""
+        try:
+            return bool(scripts.run(self.client, "drop_consumer", [self.stream(queue)],
+                                    [self.group, consumer]))
+        except ResponseError as exc:
+            if "NOGROUP" in str(exc):
+                return False
+            raise
+
     def forget(self, queue: str, stream_ids: Sequence[str]) -> None:
         """XACK entries deleted from the stream while pending: there is nothing to run."""
         if stream_ids:

@@ -22,7 +22,9 @@ child end) calls `hand_back()` with what it knows of the attempts the consumer h
   its `retry_backoff` at the end of the queue, or a failed row.
 
 Each requeue checks, atomically, that the entry is still the dead consumer's: an entry
-another worker reclaimed meanwhile is left to that worker. Safe to call twice.
+another worker reclaimed meanwhile is left to that worker. Safe to call twice. The dead
+consumer, once it holds nothing, is removed from the group (and so from the dashboard's
+consumer lists).
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ def hand_back(
     settler = Settler(broker, consumer, started, cause, adopters, rerun_started)
     for stream in streams_of(broker, queues):
         settler.settle_stream(stream)
+        broker.drop_consumer(stream, consumer)  # gone from the consumer lists, if empty
     return settler.done
 
 

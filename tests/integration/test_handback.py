@@ -45,6 +45,9 @@ def test_fetched_messages_go_to_a_sibling_keeping_their_place_and_the_running_on
     assert [(row["message_id"].decode(), row["times_delivered"])
             for row in pending_of(r, "alive-0.0")] == [(ids[1], 1), (ids[2], 1)]
     assert pending_of(r, "dead-1.0") == []
+    consumers = [row["name"].decode()
+                 for row in r.xinfo_consumers(get_broker().stream("default"), get_broker().group)]
+    assert "dead-1.0" not in consumers and "alive-0.0" in consumers
     # and the running one (max_retry=0) failed for good, naming the signal
     [row] = FailedTask.objects.all()
     assert "WorkerLost" in row.error and "SIGSEGV" in row.error and row.attempts == 1
