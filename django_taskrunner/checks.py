@@ -39,6 +39,9 @@ MAX_BATCH = 10_000
 MAX_FINISHED_LIST = 1_000_000  # ids per queue's finished index (about 60 MB of Redis)
 MAX_ASYNC = 10_000
 MAX_WINDOW = 100_000
+MAX_PROCESSES = 1024  # worker processes of one `runtasks`
+MAX_TASKS_PER_CHILD = 1_000_000_000
+MAX_MEMORY_MB = 1024 * 1024  # a terabyte: anything more is a typing mistake
 
 
 def error(msg: str, id_: str, hint: str | None = None) -> Error:
@@ -116,7 +119,19 @@ NUMBERS: dict[str, NumberRule] = {
     "FINISHED_LIST_SIZE": NumberRule(True, 0, MAX_FINISHED_LIST),
     "QUEUE_FORGET_AFTER": NumberRule(False, 0, MAX_SECONDS),  # 0: never
     "OUTBOX_WARN_AGE": NumberRule(False, 1, MAX_SECONDS),
+    "MAX_TASKS_PER_CHILD": NumberRule(True, 1, MAX_TASKS_PER_CHILD, none_allowed=True),
+    "MAX_MEMORY_PER_CHILD": NumberRule(True, 1, MAX_MEMORY_MB, none_allowed=True),
+    "WORKER_LOST_AFTER": NumberRule(False, 1, MAX_SECONDS),
 }
+
+
+def _check_processes(value: Any) -> list[CheckMessage]:
+    """PROCESSES: an integer from 1 to MAX_PROCESSES, or "auto"."""
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool)
+                           and 1 <= value <= MAX_PROCESSES):
+        return []
+    return [error(f"TASKRUNNER['PROCESSES'] must be \"auto\" or an integer from 1 to "
+                  f"{MAX_PROCESSES}, not {value!r}", "taskrunner.E002")]
 
 
 def _number_check(key: str) -> Callable[[Any], list[CheckMessage]]:
@@ -244,6 +259,7 @@ KEY_CHECKS: dict[str, Callable[[Any], list[CheckMessage]]] = {
     "LONG_QUEUE_HOOK": _optional_string_check("LONG_QUEUE_HOOK"),
     "METRICS_TOKEN": _check_metrics_token,
     "OUTBOX": _bool_check("OUTBOX"),
+    "PROCESSES": _check_processes,
 }
 
 

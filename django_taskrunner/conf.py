@@ -59,6 +59,10 @@ class Settings:
     CONNECT_TIMEOUT: float
     LEADER_LEASE: float
     TIME_LIMIT_GRACE: float
+    PROCESSES: int | str
+    MAX_TASKS_PER_CHILD: int | None
+    MAX_MEMORY_PER_CHILD: int | None
+    WORKER_LOST_AFTER: float
     DEAD_CONSUMER_TIMEOUT: float | None
     RESULT_TTL: int
     FINISHED_LIST_SIZE: int

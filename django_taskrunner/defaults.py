@@ -79,6 +79,21 @@ DEFAULTS: dict[str, Option] = {
     "TIME_LIMIT_GRACE": Option(
         5, "Seconds a task past its time_limit may take to stop before its thread is replaced."
     ),
+    "PROCESSES": Option(
+        1, "Worker processes `runtasks` runs, each with its own thread pool; an integer or "
+        '"auto" (the CPU count). 1: one process, no supervisor (unless a child limit is set).',
+    ),
+    "MAX_TASKS_PER_CHILD": Option(
+        None, "Tasks a worker process runs before it is replaced by a fresh one (None: no limit)."
+    ),
+    "MAX_MEMORY_PER_CHILD": Option(
+        None, "Megabytes of resident memory past which a worker process is replaced, checked "
+        "between tasks (None: no limit).",
+    ),
+    "WORKER_LOST_AFTER": Option(
+        15, "Seconds without a heartbeat after which a worker is declared lost and its "
+        "messages are handed to the others at once.",
+    ),
     "RESULT_TTL": Option(
         86400, "Seconds a finished task's record (status, result, error) is kept; 0: none."
     ),

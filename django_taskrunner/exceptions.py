@@ -125,11 +125,15 @@ class TaskExpired(TaskRunnerError):
 class WorkerLost(TaskRunnerError):
     """The worker running a task died each time it was delivered (a poison message)."""
 
-    def __init__(self, task_name: str, deliveries: int) -> None:
-        super().__init__(
-            f"task {task_name!r} was delivered {deliveries} times and never finished: the "
-            f"worker running it died each time (killed, crashed or out of memory); it is "
-            f"not delivered again"
-        )
+    def __init__(self, task_name: str, deliveries: int, cause: str | None = None) -> None:
+        if cause is None:
+            text = (f"task {task_name!r} was delivered {deliveries} times and never finished: "
+                    f"the worker running it died each time (killed, crashed or out of "
+                    f"memory); it is not delivered again")
+        else:  # a supervisor saw its child end: it says how (`runtasks --processes`)
+            text = (f"task {task_name!r}: the worker process running attempt {deliveries} "
+                    f"ended ({cause})")
+        super().__init__(text)
         self.task_name = task_name
         self.deliveries = deliveries
+        self.cause = cause

@@ -28,7 +28,9 @@ from collections.abc import Callable, Iterable
 from django_taskrunner.core import clock
 from django_taskrunner.scheduling.election import LeaderElection
 from django_taskrunner.scheduling.failed_rows import FailedRowsFlusher
+from django_taskrunner.scheduling.lost_workers import LostWorkerWatch
 from django_taskrunner.scheduling.outbox_flush import OutboxFlusher
+from django_taskrunner.worker.handback import Adopter
 from django_taskrunner.scheduling.periodic import RELOAD_SECONDS, PeriodicRunner
 from django_taskrunner.scheduling.queues import CHECK_EVERY_MS, forget_idle_queues
 from django_taskrunner.store import keys, sharding
@@ -278,8 +280,9 @@ class LeaderScheduler:
     """A worker's scheduling part: the election, and a `Scheduler` while it leads."""
 
     def __init__(self, broker: Broker, queues: Iterable[str], *, lease: float,
-                 identity: str | None = None) -> None:
+                 identity: str | None = None, adopter: Adopter | None = None) -> None:
         self.broker = broker
+        self.adopter = adopter  # the worker that takes lost workers' messages
         self.queues = set(queues)
         self.election = LeaderElection(
             None, "", store=leader_lease(broker), lease=lease,
@@ -288,6 +291,7 @@ class LeaderScheduler:
         self.scheduler: Scheduler | None = None
         self.flusher: OutboxFlusher | None = None  # the outbox's, while leading
         self.rows: FailedRowsFlusher | None = None  # the failed rows kept in Redis
+        self.lost: LostWorkerWatch | None = None  # hands back lost workers' messages
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -309,13 +313,17 @@ class LeaderScheduler:
             if self.rows is None:
                 self.rows = FailedRowsFlusher()
                 self.rows.start()
+            if self.lost is None:
+                self.lost = LostWorkerWatch(self.broker, self.queues, adopter=self.adopter)
+                self.lost.start()
 
     def _stop_scheduler(self) -> None:
         with self._lock:
             scheduler, self.scheduler = self.scheduler, None
             flusher, self.flusher = self.flusher, None
             rows, self.rows = self.rows, None
-        for thread in (scheduler, flusher, rows):
+            lost, self.lost = self.lost, None
+        for thread in (lost, scheduler, flusher, rows):
             if thread is not None:
                 thread.stop()
 

@@ -8,7 +8,7 @@ consumer group and stream names. Redis outage errors pass through unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +93,49 @@ class StreamRecovery:
             claimed.extend((text(stream_id), body_of(fields)) for stream_id, fields in entries
                            if stream_id is not None)
         return claimed
+
+    def adopt(self, queue: str, dead: str, alive: str, counters: Mapping[str, int | None]
+              ) -> list[str]:
+        """Move the entries `dead` still holds to `alive`, keeping their place, and their
+        delivery counter or setting it (`{stream id: counter or None to keep}`,
+        `adopt.lua`); returns the ids that moved."""
+        if not counters:
+            return []
+        pairs = [part for stream_id, counter in counters.items()
+                 for part in (stream_id, "" if counter is None else str(counter))]
+        moved = scripts.run(self.client, "adopt", [self.stream(queue)],
+                            [self.group, dead, alive, *pairs])
+        return [text(stream_id) for stream_id in moved]
+
+    def holders(self, queue: str) -> list[tuple[str, int, int]]:
+        """(consumer, entries pending, ms since it last read or claimed) of each consumer
+        of the group holding something (XINFO CONSUMERS); none without the group."""
+        try:
+            rows = self.client.xinfo_consumers(self.stream(queue), self.group)
+        except ResponseError:
+            return []
+        return [(text(row["name"]), int(row["pending"]), int(row["idle"]))
+                for row in rows if int(row["pending"])]
+
+    def last_seen_ms(self, consumers: Sequence[str]) -> dict[str, int | None]:
+        """When each worker last wrote its heartbeat (`keys.worker_key`, field `seen`,
+        epoch ms); None for one with no heartbeat (it expired: the worker is gone)."""
+        pipe = self.client.pipeline(transaction=False)
+        for consumer in consumers:
+            pipe.hget(keys.worker_key(self.prefix, consumer), "seen")
+        return {consumer: None if seen is None else int(seen)
+                for consumer, seen in zip(consumers, pipe.execute(), strict=True)}
+
+    def drop_consumer(self, queue: str, consumer: str) -> bool:
+        """Remove `consumer` from the group if it holds nothing (`drop_consumer.lua`);
+        False when it holds entries or the group does not exist."""
+        try:
+            return bool(scripts.run(self.client, "drop_consumer", [self.stream(queue)],
+                                    [self.group, consumer]))
+        except ResponseError as exc:
+            if "NOGROUP" in str(exc):
+                return False
+            raise
 
     def forget(self, queue: str, stream_ids: Sequence[str]) -> None:
         """XACK entries deleted from the stream while pending: there is nothing to run."""

@@ -109,6 +109,12 @@ class RunningSet:
         self._attempts: set[Attempt] = set()
         self._on_change = on_change
         self._listeners: list[Callable[[Attempt], None]] = []
+        self._settle_listeners: list[Callable[[Attempt], None]] = []
+
+    def on_settle(self, listener: Callable[[Attempt], None]) -> None:
+        """Call `listener(attempt)` each time an attempt is settled (a child process tells
+        its supervisor which messages it no longer runs: `worker/child.py`)."""
+        self._settle_listeners.append(listener)
 
     def on_start(self, listener: Callable[[Attempt], None]) -> None:
         """Call `listener(attempt)` on the starting thread each time an attempt starts."""
@@ -137,7 +143,9 @@ class RunningSet:
             if attempt not in self._attempts:
                 return False
             self._attempts.discard(attempt)
-            return True
+        for listener in self._settle_listeners:
+            listener(attempt)
+        return True
 
     def holds(self, attempt: Attempt) -> bool:
         """True until the attempt is settled (by its runner, or given up on)."""

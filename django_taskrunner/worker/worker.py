@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+from collections.abc import Callable, Sequence
 
 from django_taskrunner.core import clock
 from django_taskrunner.scheduling.outbox_flush import flush_waiting
@@ -60,6 +61,7 @@ class Worker:
         self.queues = list(settings.queues)
         self.consumer = settings.consumer
         self.stopping = threading.Event()
+        self.paused = threading.Event()  # fetch nothing more (a child past its limits)
         self.forced = threading.Event()
         self.status = RedisStatus()
         self.acker = Acker(broker, self.consumer, on_requeued=self._work_appeared)
@@ -77,11 +79,14 @@ class Worker:
         self.requeues = 0  # batches of retries the acker has put back on the streams
         self.scheduling = (
             LeaderScheduler(broker, self.queues, lease=settings.leader_lease,
-                            identity=f"{self.consumer}:{secrets.token_hex(3)}")
+                            identity=f"{self.consumer}:{secrets.token_hex(3)}", adopter=self)
             if settings.scheduler and not settings.burst else None
         )
         self._leftovers: list[Delivery] = []
         self.threads = ThreadWatch()  # a thread that dies takes the worker down
+        # A child of `runtasks --processes` (worker/child.py): asks its supervisor to end
+        # this process for a thread stuck past its time limit; True when it will.
+        self.end_process: Callable[[Attempt], bool] | None = None
         self._held: set[tuple[str, str]] = set()  # (queue, stream id) fetched, not finished
         # One reader per stream: a queue split into shards has one stream per shard.
         self.fetchers = [Fetcher(self, shard) for shard in sharding.all_shards(self.queues)]
@@ -164,9 +169,11 @@ class Worker:
         with self._cond:
             self.prefetch.update(self.completed, clock.monotonic())
             # Afresh on each wake: another fetcher may shrink the read (and the limit);
-            # nothing is fetched while finished tasks cannot be acked (acker.blocked).
+            # nothing is fetched while finished tasks cannot be acked (acker.blocked), nor
+            # while this child of `runtasks --processes` is paused for its replacement.
             while ((self.limit() - self.outstanding < min(self.low_water(), self.limit())
-                    or self.acker.blocked) and not self.stopping.is_set()):
+                    or self.acker.blocked or self.paused.is_set())
+                   and not self.stopping.is_set()):
                 self._cond.wait(0.5)
             return self.limit() - self.outstanding
 
@@ -243,6 +250,8 @@ class Worker:
     def _give_up(self, attempt: Attempt) -> None:
         """A task thread is stuck past its time limit: replace it, fail the attempt. (A
         coroutine has no thread of its own to replace: only its result is ignored.)"""
+        if not attempt.coroutine and self.end_process is not None and self.end_process(attempt):
+            return  # its supervisor ends this process and settles the attempt (handback.py)
         if not attempt.coroutine:
             self.pool.abandon(attempt.thread)
             interrupt(attempt.thread)

@@ -153,10 +153,10 @@ class Chaos:
         """TASKRUNNER for this process, so that its dispatches reach the workers."""
         return {"REDIS_URL": self.broker.url, "PREFIX": self.prefix, **self.overrides}
 
-    def spawn(self, name: str, *args: str) -> WorkerProcess:
+    def spawn(self, name: str, *args: str, settings: str = WORKER_SETTINGS) -> WorkerProcess:
         env = dict(os.environ)
         env.update(
-            DJANGO_SETTINGS_MODULE=WORKER_SETTINGS,
+            DJANGO_SETTINGS_MODULE=settings,
             TASKRUNNER_TEST_REDIS_URL=self.broker.url,
             TASKRUNNER_TEST_PREFIX=self.prefix,
             TASKRUNNER_TEST_DB_NAME=self.db_name,

@@ -372,3 +372,4 @@ from tests.testapp import async_tasks  # noqa: E402,F401 - registers the async f
 from tests.testapp import workflow_tasks  # noqa: E402,F401 - registers the workflow tests tasks
 from tests.testapp import limit_tasks  # noqa: E402,F401 - registers the limit tests' tasks
 from tests.testapp import step_tasks  # noqa: E402,F401 - registers the durable steps tasks
+from tests.testapp import process_tasks  # noqa: E402,F401 - registers the --processes tests' tasks

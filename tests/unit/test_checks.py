@@ -125,7 +125,8 @@ NUMERIC_KEYS = [
     "STATS_WINDOW", "SHUTDOWN_TIMEOUT", "LONG_QUEUE_THRESHOLD", "LONG_QUEUE_COOLDOWN",
     "SOCKET_TIMEOUT", "CONNECT_TIMEOUT", "LEADER_LEASE", "TIME_LIMIT_GRACE",
     "DEAD_CONSUMER_TIMEOUT", "RESULT_TTL", "ASYNC_CONCURRENCY", "OUTBOX_WARN_AGE",
-    "FINISHED_LIST_SIZE", "QUEUE_FORGET_AFTER", "PREFETCH_MS",
+    "FINISHED_LIST_SIZE", "QUEUE_FORGET_AFTER", "PREFETCH_MS", "MAX_TASKS_PER_CHILD",
+    "MAX_MEMORY_PER_CHILD", "WORKER_LOST_AFTER",
 ]
 
 
@@ -230,3 +231,11 @@ def test_the_async_and_eager_settings_refuse_bad_values(key, value):
     [error] = validate_settings({key: value})
     assert key in error.msg and error.id in ("taskrunner.E002", "taskrunner.E005"), error.msg
     assert validate_settings({"ASYNC_CONCURRENCY": 1, "EAGER": True}) == []
+
+
+def test_processes_accepts_auto_or_a_count_and_refuses_the_rest():
+    for good in ("auto", 1, 4, 1024):
+        assert validate_settings({"PROCESSES": good}) == []
+    for bad in (0, -1, 1025, "4", "AUTO", 2.0, True, None):
+        [error] = validate_settings({"PROCESSES": bad})
+        assert error.id == "taskrunner.E002" and "PROCESSES" in error.msg

@@ -37,6 +37,9 @@ ALLOWED_FUNCTION_IMPORTS = {
     # The worker names a shim run after its framework task: the framework is imported
     # only when a shim message is counted, never by a worker that runs none.
     ("django_taskrunner.shim", "django_taskrunner.compat"),
+    # A child of `runtasks --processes` is spawned: multiprocessing imports its entry
+    # module before `django.setup()`, which must run before the worker's models load.
+    ("django_taskrunner.worker.child_boot", "django_taskrunner.worker.child"),
 }
 
 

@@ -71,3 +71,24 @@ def wf_member(payload: Any) -> int:
 def wf_done(ctx: Any, payload: Any) -> None:
     """bench/workflows.py: the group's callback notes when it ran (and how many results)."""
     get_redis().rpush("bench:wf:done", f"{time.time()}:{len(ctx.parent_result)}")
+
+
+def spin(loops: int) -> int:
+    """Pure-Python work: holds the GIL the whole time, as CPU-bound task code does."""
+    total = 0
+    for i in range(loops):
+        total += i * i % 7
+    return total
+
+
+@task(name="bench.cpu")
+def cpu(payload: Any) -> None:
+    """bench/processes.py: about 20 ms of pure Python; records when the first started and
+    the last ended (epoch ms, in Redis: the worker processes share nothing else)."""
+    client = get_redis()
+    client.set(f"bench:cpu:{payload['run']}:first", int(time.time() * 1000), nx=True)
+    spin(payload["loops"])
+    pipe = client.pipeline(transaction=False)
+    pipe.set(f"bench:cpu:{payload['run']}:last", int(time.time() * 1000))
+    pipe.incr(f"bench:cpu:{payload['run']}:done")
+    pipe.execute()

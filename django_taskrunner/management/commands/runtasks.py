@@ -14,7 +14,15 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_taskrunner.checks import MAX_BATCH, MAX_POOL, PREFETCH_MS_MAX, QUEUE_NAME
+from django_taskrunner.checks import (
+    MAX_BATCH,
+    MAX_MEMORY_MB,
+    MAX_POOL,
+    MAX_PROCESSES,
+    MAX_TASKS_PER_CHILD,
+    PREFETCH_MS_MAX,
+    QUEUE_NAME,
+)
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
 from django_taskrunner.core.options import check_queue_name
@@ -28,7 +36,19 @@ from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.store.schedule import for_broker as schedule_store
 from django_taskrunner.store.server import ServerUnsupported, check_server
 from django_taskrunner.worker.outage import RedisStatus, redis_call
-from django_taskrunner.worker.settings import PoolSizeConflict, WorkerSettings, worker_settings
+from django_taskrunner.worker.settings import (
+    PoolSizeConflict,
+    WorkerSettings,
+    default_consumer_name,
+    worker_settings,
+)
+from django_taskrunner.worker.supervisor import (
+    ChildrenFailing,
+    ProcessPlan,
+    Supervisor,
+    SupervisorOptions,
+    process_plan,
+)
 from django_taskrunner.worker.worker import Worker
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -58,6 +78,13 @@ def int_up_to(maximum: int) -> Callable[[str], int]:
 
     parse.__name__ = f"integer from 1 to {maximum}"  # what argparse names in its errors
     return parse
+
+
+def processes_option(value: str) -> int | str:
+    """argparse type: "auto" or a number of processes from 1 to 1024 (as PROCESSES)."""
+    if value.strip().lower() == "auto":
+        return "auto"
+    return int_up_to(MAX_PROCESSES)(value)
 
 
 def queue_name(value: str) -> str:
@@ -201,19 +228,66 @@ class Command(BaseCommand):
         parser.add_argument("--no-scheduler", action="store_true",
                             help="never lead: leave moving delayed tasks and firing periodic "
                                  "ones to other workers")
+        _add_process_arguments(parser)
         parser.add_argument("--log-level", choices=LOG_LEVELS, type=str.upper,
                             help="log level of the django_taskrunner loggers (default: the "
                                  "level LOGGING sets, else INFO; WARNING at -v 0)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         settings = get_settings()
+        try:  # bad --processes / child limits: an error before anything starts
+            plan = process_plan(options.get("processes"), options.get("max_tasks_per_child"),
+                                options.get("max_memory_per_child"), settings)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
         restore_logging = configure_logging(options["verbosity"], options["log_level"])
         restore_framework_logs = quiet_framework_logs(options["verbosity"])
+        if settings.EAGER:
+            logger.warning("TASKRUNNER['EAGER'] is on: dispatches run at once in the process "
+                           "that makes them and reach no queue; this worker runs what is "
+                           "on its queues already, and runs inline what its tasks dispatch")
         try:
-            self._run(settings, options)
+            if plan is None:  # one process, no child limit: today's worker, no supervisor
+                self._run(settings, options)
+            else:
+                self._supervise(settings, options, plan)
         finally:
             restore_framework_logs()
             restore_logging()
+
+    def _supervise(self, settings: Any, options: dict[str, Any], plan: ProcessPlan) -> None:
+        """`--processes`: a supervisor and its worker processes (worker/supervisor.py)."""
+        specs = options["queues"] or []
+        worker = {"concurrency": options.get("concurrency"),
+                  "min_workers": options.get("min_workers"),
+                  "max_workers": options.get("max_workers"),
+                  "batch_size": options.get("batch_size"),
+                  "prefetch_ms": options.get("prefetch_ms"), "burst": options.get("burst"),
+                  "queue_order": queue_order(specs)}
+        broker = self._connect(wait=not options["burst"])
+        queues = ([queue for queue, _weight in specs]
+                  or self._default_queues(settings.DEFAULT_QUEUE, broker))
+        self._worker_settings(queues, options, worker["queue_order"])  # refuse bad pools now
+        package = logging.getLogger(PACKAGE_LOGGER)
+        supervisor = Supervisor(broker, SupervisorOptions(
+            processes=plan.processes, name=options.get("consumer_name") or default_consumer_name(),
+            queues=tuple(queues), worker=worker,
+            scheduler=not options.get("no_scheduler") and not options.get("burst"),
+            log={"package": PACKAGE_LOGGER, "tasks": TASKS_LOGGER, "format": LOG_FORMAT,
+                 "package_level": package.level,
+                 "tasks_level": logging.getLogger(TASKS_LOGGER).level,
+                 "handler": bool(package.handlers)},
+            max_tasks=plan.max_tasks, max_memory_mb=plan.max_memory_mb,
+            time_limit_grace=settings.TIME_LIMIT_GRACE))
+        stop_metrics = self._serve_metrics(options["metrics_port"], options["metrics_addr"])
+        try:
+            code = supervisor.run()
+        except ChildrenFailing as exc:
+            raise CommandError(str(exc)) from None
+        finally:
+            stop_metrics()
+        if code:
+            sys.exit(code)
 
     def _run(self, settings: Any, options: dict[str, Any]) -> None:
         broker = self._connect(wait=not options["burst"])
@@ -323,3 +397,19 @@ class Command(BaseCommand):
 
         return {signum: signal.signal(signum, on_signal)
                 for signum in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _add_process_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--processes` and the child limits (worker/supervisor.py)."""
+    parser.add_argument("--processes", "-P", type=processes_option,
+                        help="worker processes, each with its own pool of threads, under "
+                             "one supervisor; 'auto': one per CPU (default: "
+                             "TASKRUNNER['PROCESSES'], 1: a single process)")
+    parser.add_argument("--max-tasks-per-child", type=int_up_to(MAX_TASKS_PER_CHILD),
+                        help="replace a worker process after it ran this many tasks "
+                             "(default: TASKRUNNER['MAX_TASKS_PER_CHILD'])")
+    parser.add_argument("--max-memory-per-child", type=int_up_to(MAX_MEMORY_MB),
+                        metavar="MB",
+                        help="replace a worker process whose resident memory passed this "
+                             "many megabytes, checked between tasks (default: "
+                             "TASKRUNNER['MAX_MEMORY_PER_CHILD'])")
