@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django_taskrunner.core import clock
 from django_taskrunner.store import keys
 from django_taskrunner.store.clients import unblock_reads
+from django_taskrunner.worker.fair_turns import FairTurns
 from django_taskrunner.worker.outage import redis_call
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ class Fetcher(threading.Thread):
         self.queue = queue
         self.streams = [queue]
         self.queue_name = keys.queue_of(queue)
+        self.fair = FairTurns(worker.broker.client, worker.broker.prefix, queue)
         self._levels_at = 0.0
         # Burst mode: the worker's generation seen when a read found the stream empty.
         self.idle_at: tuple[int, int, int] | None = None
@@ -52,6 +54,11 @@ class Fetcher(threading.Thread):
         reclaimer = worker.reclaimer
         while not worker.stopping.is_set():
             room = worker.wait_for_room()
+            # Fair queues: waiting fair tasks onto the streams, in turns (fair_turns.py).
+            fed = self._with_retries(lambda: self.fair.feed(  # noqa: B023
+                min(room, worker.prefetch.size), self.streams))  # noqa: B023
+            if fed:  # a fair task went to a level this reader does not read yet
+                self._levels_at = 0.0
             self._look_for_levels()  # just before reading: what came in while it waited
             for stream in self.streams:  # messages of dead workers go before new ones
                 if room > 0:
