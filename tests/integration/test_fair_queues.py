@@ -13,6 +13,7 @@ from django_taskrunner import (
     InvalidTaskOptions,
     TaskAlreadyDispatched,
     cancel,
+    chain,
     dispatch,
     dispatch_delayed,
     dispatch_many,
@@ -172,3 +173,21 @@ def test_a_fair_key_callable_that_raises_fails_the_dispatch(r, prefix):
     with pytest.raises(KeyError):
         dispatch_many(job, [{"k": "A", "n": 0}, {"n": 1}])
     assert not r.keys(f"{prefix}:*")
+
+
+def test_a_workflow_of_fair_tasks_runs_each_once(r, prefix):
+    chain(job.s({"k": "W", "n": 0}), job.s({"k": "W", "n": 1}, fair_key="other")).dispatch()
+
+    with worker_thread(concurrency=1):
+        wait_for(lambda: len(started) == 2, timeout=30)
+    assert started == ["W", "W"]
+
+
+def test_an_outbox_fair_task_joins_its_keys_turn_after_the_commit(r, prefix):
+    from django.db import transaction
+
+    with transaction.atomic():
+        message = dispatch(job, {"k": "O", "n": 0}, transactional=True)
+    assert message.fair_key == "O"
+    with worker_thread(concurrency=1):
+        wait_for(lambda: started == ["O"], timeout=30)
