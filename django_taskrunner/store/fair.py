@@ -34,7 +34,8 @@ class Fair:
     """Fair lists and rings on one client and key prefix.
 
     Index: `push` (dispatch) · `rings_in_use`, `feed` (the worker's fetcher) ·
-    `remove` (cancel) · `top_keys`, `waiting_of` (stats, admin) · `purge`.
+    `remove` (cancel) · `top_keys`, `top_keys_of_queue`, `waiting_of`, `count_shard`
+    (stats, admin) · `purge`, `purge_shard`.
     """
 
     def __init__(self, client: Any, prefix: str) -> None:
@@ -85,7 +86,7 @@ class Fair:
             keys.fair_ring_key(self.prefix, queue), keys.fair_turns_key(self.prefix, queue),
         ], [fair_key, task_id]))
 
-    def top_keys(self, queue: str, limit: int = 10) -> list[FairKey]:
+    def top_keys(self, queue: str, limit: int | None = 10) -> list[FairKey]:
         """The keys of `queue` (a queue, shard or level) with the most waiting tasks,
         most first: the ring's keys and their lists' lengths (two round trips; a ring
         holds only keys that have tasks waiting)."""
@@ -115,3 +116,19 @@ class Fair:
         for name in [*lists, ring_key, keys.fair_turns_key(self.prefix, queue)]:
             pipe.delete(name)
         return sum(int(n) for n in pipe.execute()[:len(lists)])
+
+    def purge_shard(self, shard: str) -> int:
+        """`purge` of every level of `shard` that has fair tasks waiting; how many."""
+        return sum(self.purge(level) for level in self.rings_in_use(shard))
+
+    def count_shard(self, shard: str) -> int:
+        """How many fair tasks of `shard` (every level) wait for their turn."""
+        return sum(item.waiting for level in self.rings_in_use(shard)
+                   for item in self.top_keys(level, limit=None))
+
+    def top_keys_of_queue(self, shards: Sequence[str], limit: int = 10) -> list[FairKey]:
+        """The keys with most waiting tasks across `shards` and their levels, most first
+        (a key waiting on several levels or shards is listed once per level)."""
+        found = [item for shard in shards for level in self.rings_in_use(shard)
+                 for item in self.top_keys(level, limit=None)]
+        return sorted(found, key=lambda item: (-item.waiting, item.key))[:limit]
