@@ -364,3 +364,4 @@ from tests.testapp import chaos_tasks  # noqa: E402,F401 - registers the chaos s
 from tests.testapp import async_tasks  # noqa: E402,F401 - registers the async fixture tasks
 from tests.testapp import workflow_tasks  # noqa: E402,F401 - registers the workflow tests tasks
 from tests.testapp import limit_tasks  # noqa: E402,F401 - registers the limit tests' tasks
+from tests.testapp import fair_tasks  # noqa: E402,F401 - registers the fair queue tests tasks
