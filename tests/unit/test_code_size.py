@@ -27,8 +27,8 @@ ALLOWED_MODULES: dict[str, tuple[int, str]] = {
     # One concept per module (issue 37): a concept split only to get under this limit is
     # merged back; the limit itself goes with that issue.
     "core/unique.py": (520, "one concept: unique locks, their holder, conflict, release"),
-    "core/workflows.py": (705, "one concept: workflows, their dispatch and lookup"),
-    "core/outbox.py": (438, "one concept: the outbox's rows and their move to Redis"),
+    "core/workflows.py": (707, "one concept: workflows, their dispatch and lookup"),
+    "core/outbox.py": (443, "one concept: the outbox's rows and their move to Redis"),
     "worker/worker.py": (401, "imports Entry where it is defined, no longer via the broker"),
 }
 
