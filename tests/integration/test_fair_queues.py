@@ -6,6 +6,7 @@ dying between a turn and the run, and bad keys."""
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 
@@ -20,11 +21,17 @@ from django_taskrunner import (
     lookup,
     task,
 )
+from django_taskrunner.core import clock
+from django_taskrunner.core.registry import registry
+from django_taskrunner.scheduling.periodic import PeriodicRunner
+from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.fair import Fair
 from django_taskrunner.store.keys import fair_ring_key, stream_key
 from tests.worker_helpers import wait_for, worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+T0 = 1_800_000_000_000  # a whole minute, in epoch ms
 
 started: list[str] = []
 lock = threading.Lock()
@@ -191,3 +198,43 @@ def test_an_outbox_fair_task_joins_its_keys_turn_after_the_commit(r, prefix):
     assert message.fair_key == "O"
     with worker_thread(concurrency=1):
         wait_for(lambda: started == ["O"], timeout=30)
+
+
+@task(name="tests.fair.limited", fair_key=lambda payload: payload["k"], rate_limit="1/m",
+      rate_key=lambda payload: payload["k"])
+def limited(payload: dict) -> None:
+    _record(payload)
+
+
+def test_a_rate_limited_key_yields_its_turn_and_its_due_tasks_rejoin_its_list(r, prefix):
+    dispatch_many(limited, [{"k": "slow", "n": n} for n in range(3)])
+    dispatch_many(limited, [{"k": "other", "n": n} for n in range(1)])
+
+    with worker_thread(concurrency=1):
+        wait_for(lambda: sorted(started) == ["other", "slow"], timeout=30)
+        # the two over the limit wait in the delayed set, not on the stream
+        wait_for(lambda: r.zcard(f"{prefix}:{{default}}:delayed") == 2, timeout=30)
+    # When they are due, they join their key's list, not the stream head.
+    r.zadd(f"{prefix}:{{default}}:delayed",
+           {member: 0 for member in r.zrange(f"{prefix}:{{default}}:delayed", 0, -1)})
+    get_broker().promote_due("default", clock.now_ms(), 10)
+    assert r.llen(f"{prefix}:{{default}}:fair:slow") == 2
+    assert r.lrange(fair_ring_key(prefix, "default"), 0, -1) == [b"slow"]
+
+
+def test_a_periodic_fair_task_joins_its_keys_turn(r, prefix):
+    @task(name="tests.fair.periodic", schedule=60, fair_key=lambda payload: "tick")
+    def periodic(payload: Any) -> None:
+        _record({"k": "tick"})
+
+    try:
+        runner = PeriodicRunner(get_broker(), with_rows=False)
+        runner.load(T0 + 5_000)
+        runner.run_due(T0 + 60_000)
+        assert r.zcard(f"{prefix}:{{default}}:delayed") == 1  # due at once, to its turn
+        get_broker().promote_due("default", T0 + 60_000, 10)
+        assert r.lrange(fair_ring_key(prefix, "default"), 0, -1) == [b"tick"]
+        with worker_thread(concurrency=1):
+            wait_for(lambda: started == ["tick"], timeout=30)
+    finally:
+        registry.unregister("tests.fair.periodic")
