@@ -17,7 +17,6 @@ from django_taskrunner.store import keys, scripts
 from django_taskrunner.store.records import Records, RecordWrite
 from django_taskrunner.store.values import text
 
-FEED_SCRIPTS = ("fair_feed",)
 PUSH_SCRIPTS = ("fair_push",)
 
 
@@ -34,7 +33,7 @@ class Fair:
     """Fair lists and rings on one client and key prefix.
 
     Index: `push` (dispatch) · `rings_in_use`, `feed` (the worker's fetcher) ·
-    `remove` (cancel) · `top_keys`, `top_keys_of_queue`, `waiting_of`, `count_shard`
+    `top_keys`, `top_keys_of_queue`, `count_shard`
     (stats, admin) · `purge`, `purge_shard`.
     """
 
@@ -79,13 +78,6 @@ class Fair:
         records.set_stream_ids(Records.promoted_entries(reply[2:]))
         return int(reply[0])
 
-    def remove(self, queue: str, fair_key: str, task_id: str) -> bool:
-        """Take the waiting task `task_id` out of its key's list; whether it was there."""
-        return bool(scripts.run(self.client, "fair_remove", [
-            keys.fair_list_key(self.prefix, queue, fair_key),
-            keys.fair_ring_key(self.prefix, queue), keys.fair_turns_key(self.prefix, queue),
-        ], [fair_key, task_id]))
-
     def top_keys(self, queue: str, limit: int | None = 10) -> list[FairKey]:
         """The keys of `queue` (a queue, shard or level) with the most waiting tasks,
         most first: the ring's keys and their lists' lengths (two round trips; a ring
@@ -98,11 +90,6 @@ class Fair:
         counts = pipe.execute() if ring else []
         found = [FairKey(queue, key, int(n)) for key, n in zip(ring, counts, strict=True)]
         return sorted(found, key=lambda item: (-item.waiting, item.key))[:limit]
-
-    def waiting_of(self, queue: str, fair_key: str, start: int = 0,
-                   stop: int = 99) -> list[bytes]:
-        """The bodies of one key's waiting tasks, oldest first (the admin's filter)."""
-        return self.client.lrange(keys.fair_list_key(self.prefix, queue, fair_key), start, stop)
 
     def purge(self, queue: str) -> int:
         """Delete every fair list, the ring and the turns of `queue` (admin purge); the
