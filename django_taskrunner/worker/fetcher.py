@@ -54,11 +54,6 @@ class Fetcher(threading.Thread):
         reclaimer = worker.reclaimer
         while not worker.stopping.is_set():
             room = worker.wait_for_room()
-            # Fair queues: waiting fair tasks onto the streams, in turns (fair_turns.py).
-            fed = self._with_retries(lambda: self.fair.feed(  # noqa: B023
-                min(room, worker.prefetch.size), self.streams))  # noqa: B023
-            if fed:  # a fair task went to a level this reader does not read yet
-                self._levels_at = 0.0
             self._look_for_levels()  # just before reading: what came in while it waited
             for stream in self.streams:  # messages of dead workers go before new ones
                 if room > 0:
@@ -71,6 +66,7 @@ class Fetcher(threading.Thread):
                 continue
             generation = worker.generation()
             count = min(room, worker.prefetch.size)
+            self._feed_fair(count)
             block = None if worker.settings.burst else worker.settings.block_ms
             if turns is not None and turns.strict and self.filled:
                 # Later queues wait for this one to run dry: after a full read, look
@@ -106,6 +102,13 @@ class Fetcher(threading.Thread):
         elif entries is not None and worker.settings.burst:
             self.idle_at = generation
             worker.wait_for_change(0.05)
+
+    def _feed_fair(self, count: int) -> None:
+        """Fair queues: up to `count` waiting fair tasks onto this shard's streams, in
+        turns across keys, just before the read (worker/fair_turns.py)."""
+        if self._with_retries(lambda: self.fair.feed(count, self.streams)):
+            self._levels_at = 0.0  # a fair task went to a level not read yet: look now
+            self._look_for_levels()
 
     def _take_back_own(self, stream: str) -> None:
         """Messages this consumer name held before a restart come first."""
