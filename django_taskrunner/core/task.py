@@ -22,8 +22,8 @@ from django_taskrunner.core.limits import check_limit_options
 from django_taskrunner.core.options import (
     TaskOptions,
     check_debounce,
-    check_on_conflict,
     check_fair_options,
+    check_on_conflict,
     check_priority,
     check_queue_name,
     check_seconds,
