@@ -39,7 +39,7 @@ for _, body in ipairs(due) do
     message = {}
   end
   local fk = message['fk']
-  if ARGV[3] and type(fk) == 'string' and #fk > 0 and #fk <= 256 then
+  if ARGV[3] and type(fk) == 'string' and #fk > 0 then
     join_turn(message, body)
   else
     local sid = redis.call('XADD', KEYS[2], '*', 'm', body)
