@@ -320,27 +320,6 @@ def limit_pattern(prefix: str) -> str:
     return f"{glob_escape(prefix)}:{{*}}:limit:*"
 
 
-def outbox_mark_key(prefix: str, queue: str, message_id: str) -> str:
-    """Mark of an outbox row already moved onto its stream (the holder, with a TTL):
-    a flush that meets it again adds nothing (`core/outbox.py`)."""
-    return f"{prefix}:{{{shard_of(queue)}}}:outbox:{message_id}"
-
-
-def queues_seen_key(prefix: str) -> str:
-    """Sorted set of the known queues, scored by when each was last seen (epoch ms): a
-    worker consuming it (its heartbeat) or a dispatch to it. The leader forgets those
-    not seen for long that hold nothing (`scheduling/queues.py`). Supersedes the plain
-    set of `known_queues_key`, which is read too until the leader folds it in."""
-    return f"{prefix}:queues:seen"
-
-
-def queues_used_key(prefix: str) -> str:
-    """Sorted set of the queues dispatches used, scored by the last such dispatch (epoch
-    ms): `runtasks` without `--queue` consumes those used recently, besides the declared
-    ones (a queue only a worker's mistyped `-Q` named is never in it)."""
-    return f"{prefix}:queues:used"
-
-
 def fair_ring_key(prefix: str, queue: str) -> str:
     """List of the fair keys of a queue (or shard, or level) that have tasks waiting, in
     turn order: the head key is served next (docs/flow-control.md, "Fair queues").
@@ -372,3 +351,25 @@ def fair_ring_names(shard: str) -> list[str]:
     """Every level name of `shard`, highest first (its own stream as 5): the rings a
     reader probes (EXISTS) to find the fair levels in use."""
     return [level_name(shard, level) for level in range(9, -1, -1)]
+
+
+def outbox_mark_key(prefix: str, queue: str, message_id: str) -> str:
+    """Mark of an outbox row already moved onto its stream (the holder, with a TTL):
+    a flush that meets it again adds nothing (`core/outbox.py`)."""
+    return f"{prefix}:{{{shard_of(queue)}}}:outbox:{message_id}"
+
+
+def queues_seen_key(prefix: str) -> str:
+    """Sorted set of the known queues, scored by when each was last seen (epoch ms): a
+    worker consuming it (its heartbeat) or a dispatch to it. The leader forgets those
+    not seen for long that hold nothing (`scheduling/queues.py`). Supersedes the plain
+    set of `known_queues_key`, which is read too until the leader folds it in."""
+    return f"{prefix}:queues:seen"
+
+
+def queues_used_key(prefix: str) -> str:
+    """Sorted set of the queues dispatches used, scored by the last such dispatch (epoch
+    ms): `runtasks` without `--queue` consumes those used recently, besides the declared
+    ones (a queue only a worker's mistyped `-Q` named is never in it)."""
+    return f"{prefix}:queues:used"
+
