@@ -372,4 +372,3 @@ def queues_used_key(prefix: str) -> str:
     ms): `runtasks` without `--queue` consumes those used recently, besides the declared
     ones (a queue only a worker's mistyped `-Q` named is never in it)."""
     return f"{prefix}:queues:used"
-
