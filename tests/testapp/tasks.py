@@ -360,8 +360,8 @@ def unique_records(payload: Any) -> None:
     record("unique_records", payload)
 
 
-from tests.testapp import fair_tasks  # noqa: E402,F401 - registers the fair queue tests tasks
 from tests.testapp import chaos_tasks  # noqa: E402,F401 - registers the chaos suite's tasks
 from tests.testapp import async_tasks  # noqa: E402,F401 - registers the async fixture tasks
+from tests.testapp import fair_tasks  # noqa: E402,F401 - registers the fair queue tests tasks
 from tests.testapp import workflow_tasks  # noqa: E402,F401 - registers the workflow tests tasks
 from tests.testapp import limit_tasks  # noqa: E402,F401 - registers the limit tests' tasks
