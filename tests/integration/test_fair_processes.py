@@ -24,7 +24,7 @@ def spawn_two(spawn_worker) -> None:
 
 
 def test_two_processes_keep_one_burst_from_starving_another_key(r, spawn_worker):
-    dispatch_many(fair_step, [{"k": "C"} for _ in range(2000)])
+    dispatch_many(fair_step, [{"k": "C"} for _ in range(10_000)])
     dispatch_many(fair_step, [{"k": "B"} for _ in range(100)])
 
     spawn_two(spawn_worker)
