@@ -72,10 +72,8 @@ def dispatch(
         transactional: write the task to the outbox in the current transaction of the
             default database instead: queued once it commits, never if it rolls back,
             and never lost after the commit, even with Redis down (docs/outbox.md).
-        priority: 0..9, instead of the task's: within its queue, a higher one is read
-            first (docs/priorities.md).
-        fair_key: instead of the task's `fair_key(payload)`: within its queue, tasks are
-            served in turns across keys (docs/flow-control.md, "Fair queues").
+        priority: 0..9, instead of the task's: higher is read first (docs/priorities.md).
+        fair_key: instead of the task's: served in turns per key (docs/flow-control.md).
 
     Raises:
         TaskNotFound: no task has that name.

@@ -240,3 +240,12 @@ def test_a_periodic_fair_task_joins_its_keys_turn(r, prefix):
             wait_for(lambda: started == ["tick"], timeout=30)
     finally:
         registry.unregister("tests.fair.periodic")
+
+
+def test_a_server_that_lost_its_scripts_still_takes_and_feeds_fair_tasks(r, prefix):
+    r.script_flush()  # a restarted server: the next calls load the scripts again
+    dispatch_many(job, [{"k": "S", "n": n} for n in range(3)])
+    r.script_flush()
+
+    with worker_thread(concurrency=1):
+        wait_for(lambda: started == ["S", "S", "S"], timeout=30)

@@ -36,7 +36,7 @@ ALLOWED_MODULES: dict[str, tuple[int, str]] = {
 ALLOWED_FUNCTIONS: dict[tuple[str, str], tuple[int, str]] = {
     # 19 lines of code under a 33-line docstring: the Args/Raises reference of the main
     # entry point, which the style asks for on the public API and no page should lose.
-    ("core/dispatch.py", "dispatch"): (54, "docstring of the main public entry point"),
+    ("core/dispatch.py", "dispatch"): (52, "docstring of the main public entry point"),
 }
 
 
