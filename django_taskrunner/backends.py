@@ -50,7 +50,7 @@ from django_taskrunner.core.options import DEFAULT_PRIORITY
 from django_taskrunner.core.prepare import new_message
 from django_taskrunner.core.records import TaskRecord, dispatch_record, from_fields, records
 from django_taskrunner.core.registry import registry
-from django_taskrunner.core.sending import add_delayed, announce_queue
+from django_taskrunner.core.sending import add_delayed, add_fair, announce_queue
 from django_taskrunner.exceptions import InvalidTaskArguments, InvalidTaskPayload
 from django_taskrunner.shim import SHIM_TASK, TASK_PATH
 from django_taskrunner.store import keys, sharding
@@ -102,6 +102,10 @@ class TaskRunnerBackend(BaseTaskBackend):
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self.result_ttl = self.options.get("RESULT_TTL", DEFAULT_RESULT_TTL)
+        # Fair queues: OPTIONS["FAIR_KEY"], a callable (or its dotted path)
+        # `(task, args, kwargs) -> str | None` naming the key a task waits its turn with.
+        fair_key = self.options.get("FAIR_KEY")
+        self.fair_key = import_string(fair_key) if isinstance(fair_key, str) else fair_key
 
     def validate_task(self, task: Task) -> None:
         super().validate_task(task)
@@ -126,16 +130,20 @@ class TaskRunnerBackend(BaseTaskBackend):
                             normalize_json(dict(kwargs)))
         payload = {"backend": self.alias, "func": task.module_path, "args": record["args"],
                    "kwargs": record["kwargs"], "result_ttl": self.result_ttl}
-        message, body = _encoded(task, shim, payload, due_ms)
+        message, body = _encoded(task, shim, payload, due_ms,
+                                 self.fair_key and self.fair_key(task, args, kwargs))
         record["enqueued_at"] = _iso(message.dispatched_at)  # the stored precision
         shard = keys.level_name(sharding.next_shard(message.queue), message.priority)
         write = dispatch_record(message, shim, shard, due_ms)
         if write is None:  # the app keeps no task records: a result record of its own
-            return self._enqueue_without_records(task, record, payload, due_ms)
+            return self._enqueue_without_records(task, record, payload, due_ms,
+                                                message.fair_key)
         try:
             broker = get_broker()
             fields = (*write.fields, (FRAMEWORK_FIELD, framework_part(record)))
-            if due_ms is None:
+            if due_ms is None and message.fair_key is not None:  # waits for its turn
+                add_fair(broker, shard, [message], [body], [replace(write, fields=fields)])
+            elif due_ms is None:
                 broker.add(shard, body, replace(write, fields=fields))
             else:
                 broker.add_delayed(shard, body, due_ms, replace(write, fields=fields))
@@ -148,13 +156,16 @@ class TaskRunnerBackend(BaseTaskBackend):
         return result
 
     def _enqueue_without_records(self, task: Task, record: dict[str, Any],
-                                 payload: dict[str, Any], due_ms: int | None) -> TaskResult:
+                                 payload: dict[str, Any], due_ms: int | None,
+                                 fair_key: str | None = None) -> TaskResult:
         """The previous release's way: a JSON result record under a random result id,
         written before the message, which names it (`result_id`)."""
         result_id = uuid.uuid4().hex
         payload = {**payload, "result_id": result_id}
-        message, body = _encoded(task, registry.get(SHIM_TASK), payload, due_ms)
+        message, body = _encoded(task, registry.get(SHIM_TASK), payload, due_ms, fair_key)
         record["enqueued_at"] = _iso(message.dispatched_at)
+        if message.fair_key is not None and due_ms is None:
+            due_ms = clock.now_ms()  # through the delayed set: it joins its key's turn
         try:
             if due_ms is None:
                 self._write_now(result_id, record, message, body)
@@ -199,14 +210,14 @@ class TaskRunnerBackend(BaseTaskBackend):
         return errors
 
 
-def _encoded(task: Task, shim: Any, payload: dict[str, Any],
-             due_ms: int | None) -> tuple[TaskMessage, str]:
+def _encoded(task: Task, shim: Any, payload: dict[str, Any], due_ms: int | None,
+             fair_key: str | None = None) -> tuple[TaskMessage, str]:
     """The shim's message for `task` and its wire form; a payload refused (too deep, too
     large) raises `InvalidTaskArguments`, a `TypeError` as the framework's contract has it,
     naming the user's function rather than the shim."""
     try:
         message = new_message(shim, payload, queue=task.queue_name, start_ms=due_ms,
-                              priority=level_for(task.priority))
+                              priority=level_for(task.priority), fair_key=fair_key)
         return message, message.to_json()
     except InvalidTaskPayload as exc:
         text = str(exc).replace(repr(SHIM_TASK), repr(task.module_path))

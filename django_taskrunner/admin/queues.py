@@ -74,6 +74,7 @@ from django_taskrunner.store.browse import (
     stream_id_key,
 )
 from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR
+from django_taskrunner.store.fair import Fair
 
 PURGE_PERMISSION = "django_taskrunner.purge_task"
 BATCH = 500
@@ -369,6 +370,8 @@ def purge_queue(browser: StreamBrowser, queue: str) -> PurgeCount:
     for shard in browser.streams(sharding.shards(queue)):  # and its priority levels
         waiting += purge_waiting(browser, shard)
         delayed += purge_delayed(browser, shard, browser.delayed_count(shard))
+    fair = Fair(browser.client, browser.prefix)  # fair queues: tasks waiting for a turn
+    waiting += sum(fair.purge_shard(shard) for shard in sharding.shards(queue))
     return PurgeCount(waiting, delayed)
 
 
@@ -380,4 +383,6 @@ def counts(browser: StreamBrowser, queue: str) -> tuple[int, int, int]:
         waiting += state.waiting
         running += state.pending
         delayed += browser.delayed_count(shard)
+    fair = Fair(browser.client, browser.prefix)  # fair queues: tasks waiting for a turn
+    waiting += sum(fair.count_shard(shard) for shard in sharding.shards(queue))
     return waiting, running, delayed

@@ -52,7 +52,7 @@ def dispatch(
     name_or_task: str | Task, payload: Any = None, *, queue: str | None = None,
     task_id: str | None = None, unique_key: KeySource = None, unique_for: float | None = None,
     unique_mode: str | None = None, expires: float | None = None, on_conflict: str | None = None,
-    transactional: bool = False, priority: int | None = None,
+    transactional: bool = False, priority: int | None = None, fair_key: str | None = None,
 ) -> TaskMessage:
     """Queue a task to run as soon as a worker is free.
 
@@ -72,8 +72,8 @@ def dispatch(
         transactional: write the task to the outbox in the current transaction of the
             default database instead: queued once it commits, never if it rolls back,
             and never lost after the commit, even with Redis down (docs/outbox.md).
-        priority: 0..9, instead of the task's: within its queue, a higher one is read
-            first (docs/priorities.md).
+        priority: 0..9, instead of the task's: higher is read first (docs/priorities.md).
+        fair_key: instead of the task's: served in turns per key (docs/flow-control.md).
 
     Raises:
         TaskNotFound: no task has that name.
@@ -90,7 +90,7 @@ def dispatch(
     task = resolve_task(name_or_task)
     message, claim = prepare(task, payload, queue=queue, task_id=task_id, unique_key=unique_key,
                              unique_for=unique_for, unique_mode=unique_mode, expires=expires,
-                             on_conflict=on_conflict, priority=priority)
+                             on_conflict=on_conflict, priority=priority, fair_key=fair_key)
     body = message.to_json()
     if get_settings().EAGER:
         return eager.run(task, message, body, claim)
@@ -141,7 +141,7 @@ def schedule_for(
 
 
 DISPATCH_OPTIONS = frozenset({"queue", "task_id", "unique_key", "unique_for", "unique_mode",
-                              "expires", "on_conflict", "priority"})
+                              "expires", "on_conflict", "priority", "fair_key"})
 
 
 def _dispatch_at(task: Task, payload: Any, due_ms: int, options: dict[str, Any]) -> TaskMessage:
@@ -165,7 +165,7 @@ def dispatch_many(
     name_or_task: str | Task, payloads: Iterable[Any], *, queue: str | None = None,
     unique_key: KeySource = None, unique_for: float | None = None,
     unique_mode: str | None = None, expires: float | None = None, on_conflict: str | None = None,
-    priority: int | None = None,
+    priority: int | None = None, fair_key: str | None = None,
 ) -> list[TaskMessage]:
     """Queue one task per payload in one round trip; nothing is queued if one is bad
     (`InvalidTaskPayload`, as for `dispatch`).
@@ -183,11 +183,12 @@ def dispatch_many(
         return []
     options = {"queue": queue, "unique_key": unique_key, "unique_for": unique_for,
                "unique_mode": unique_mode, "expires": expires, "on_conflict": on_conflict,
-               "priority": priority}
+               "priority": priority, "fair_key": fair_key}
     eager_mode = get_settings().EAGER
     if not eager_mode and not (task.options.unique or task.options.unique_mode == "debounce"
                                or any(options[name] is not None for name in UNIQUE_OPTIONS)):
-        return _dispatch_many_plain(task, payloads, queue, expires, priority)
+        if fair_key is None and task.options.fair_key is None:
+            return _dispatch_many_plain(task, payloads, queue, expires, priority)
     prepared = [prepare(task, payload, **options) for payload in payloads]
     if eager_mode:
         return eager.run_many(task, [(message, message.to_json(), claim)
@@ -216,7 +217,7 @@ def _dispatch_many_plain(
     except REDIS_DOWN as exc:
         raise redis_down(task, exc) from exc
     for message, stream_id in zip(messages, stream_ids, strict=True):
-        message.stream_id = stream_id
+        message.stream_id = stream_id or None
     announce_queue(get_broker(), first.queue)
     return messages
 

@@ -79,6 +79,12 @@ class TaskMessage:
     # Priority 0..9 (wire key "pr"), None for the default: which level stream of its
     # queue the message goes to (store/keys.py `level_name`), on dispatch and move.
     priority: int | None = None
+    # Fair key (wire key "fk"), None outside fair queues: the key whose turns the message
+    # waits for (store/fair.py); a retry or a due delayed message rejoins its key's turn.
+    fair_key: str | None = None
+    # The key's turns in a row (wire key "fw"), None for 1: kept with the message so a
+    # due delayed one rejoins its key's turn with its weight.
+    fair_weight: int | None = None
     # Stream entry id, set by the worker for the delivery it is processing.
     stream_id: str | None = field(default=None, compare=False)
 
@@ -134,6 +140,10 @@ class TaskMessage:
             data["wf"] = self.workflow
         if self.priority is not None:
             data["pr"] = self.priority
+        if self.fair_key is not None:
+            data["fk"] = self.fair_key
+        if self.fair_weight is not None:
+            data["fw"] = self.fair_weight
         return data
 
     def _check_text(self, text: str) -> None:
@@ -201,6 +211,8 @@ class TaskMessage:
             trace_context=wire.traceparent(get("tc")) if "tc" in data else None,
             workflow=wire.workflow_field(get("wf"), task_name) if "wf" in data else None,
             priority=wire.number(data, "pr", task_name, 0, 9) if "pr" in data else None,
+            fair_key=wire.fair_key(get("fk"), task_name) if "fk" in data else None,
+            fair_weight=wire.number(data, "fw", task_name, 1, 1000) if "fw" in data else None,
             stream_id=stream_id,
         )
         if wire.could_nest_past(raw) and nested_too_deep(message.payload):

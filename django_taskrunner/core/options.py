@@ -7,7 +7,7 @@ unique locks (modes, lock TTL) use them too, and `Task` itself uses dispatch.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -47,6 +47,8 @@ class TaskOptions:
     on_conflict: str = "raise"  # a unique dispatch meeting a held lock: ON_CONFLICT
     debounce: float | None = None  # seconds of quiet before a unique_mode="debounce" run
     priority: int | None = None  # 0..9, higher first within a queue; None: DEFAULT_PRIORITY
+    fair_key: Callable[[Any], str] | None = None  # payload -> key served in turns (fair queues)
+    fair_weight: Callable[[str], int] | Mapping[str, int] | None = None  # turns per key
 
 
 def check_queue_name(queue: Any) -> str:
@@ -146,3 +148,56 @@ def check_priority(value: Any, task_name: str) -> int | None:
         raise InvalidTaskOptions(f"priority of task {task_name!r} must be an integer from "
                                  f"0 to 9 (higher runs first), not {value!r}")
     return value
+
+
+# Fair queues (docs/flow-control.md, "Fair queues"): a key is a non-empty string of at
+# most FAIR_KEY_MAX characters; a weight an integer of turns, 1..FAIR_WEIGHT_MAX.
+FAIR_KEY_MAX = 256
+FAIR_WEIGHT_MAX = 1000
+FAIR_WEIGHT_DEFAULT_KEY = "default"
+
+
+def check_fair_key(value: Any, task_name: str) -> str | None:
+    """A fair key given at dispatch (or returned by `fair_key`): None or a non-empty
+    string of at most FAIR_KEY_MAX characters."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 0 < len(value) <= FAIR_KEY_MAX:
+        raise InvalidTaskOptions(f"fair_key of task {task_name!r} must be a non-empty string "
+                                 f"of at most {FAIR_KEY_MAX} characters, not {value!r:.300}")
+    return value
+
+
+def check_fair_options(fair_key: Any, fair_weight: Any, task_name: str) -> None:
+    """`@task(fair_key=..., fair_weight=...)`: a callable, and a callable or a mapping
+    of int weights (its "default" entry for the keys it does not name)."""
+    if fair_key is not None and not callable(fair_key):
+        raise InvalidTaskOptions(f"fair_key of task {task_name!r} must be a callable(payload)"
+                                 f" -> str, not {fair_key!r}")
+    if fair_weight is None or callable(fair_weight):
+        return
+    if not isinstance(fair_weight, Mapping):
+        raise InvalidTaskOptions(f"fair_weight of task {task_name!r} must be a callable(key)"
+                                 f" -> int or a mapping of key -> int, not {fair_weight!r}")
+    for weight in fair_weight.values():
+        check_fair_weight(weight, task_name)
+
+
+def check_fair_weight(weight: Any, task_name: str) -> int:
+    """A number of turns: an int from 1 to FAIR_WEIGHT_MAX (not a bool)."""
+    if isinstance(weight, bool) or not isinstance(weight, int) or not (
+            1 <= weight <= FAIR_WEIGHT_MAX):
+        raise InvalidTaskOptions(f"fair_weight of task {task_name!r} must give an integer "
+                                 f"from 1 to {FAIR_WEIGHT_MAX}, not {weight!r}")
+    return weight
+
+
+def fair_weight_of(options: TaskOptions, key: str, task_name: str) -> int:
+    """The turns `key` gets: from the task's `fair_weight` (callable, or mapping with a
+    "default"), else 1."""
+    source = options.fair_weight
+    if source is None:
+        return 1
+    if callable(source):
+        return check_fair_weight(source(key), task_name)
+    return check_fair_weight(source.get(key, source.get(FAIR_WEIGHT_DEFAULT_KEY, 1)), task_name)

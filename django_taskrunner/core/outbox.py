@@ -332,13 +332,18 @@ def _plan(row: Row, broker: Any) -> tuple[Outcome, Reservation, RecordWrite | No
     else:
         id_key = outcome.mark = keys.outbox_mark_key(prefix, shard, message.id)
         id_ttl_ms = MARK_TTL_MS
+    # A fair message goes through the delayed set, due now: its promotion puts it in its
+    # key's turn (store/fair.py), as a direct dispatch of it does (core/sending.py).
+    fair_due = None if message.fair_key is None else now_ms()
     if claim is None:
-        reservation = Reservation(destination=broker.stream(shard), body=row.body,
-                                  holder=holder_value(message), id_key=id_key,
-                                  id_ttl_ms=id_ttl_ms)
+        reservation = Reservation(
+            destination=broker.stream(shard) if fair_due is None else keys.delayed_key(
+                prefix, shard), body=row.body, holder=holder_value(message), id_key=id_key,
+            id_ttl_ms=id_ttl_ms, due_ms=fair_due,
+            wake_channel="" if fair_due is None else keys.wake_channel(prefix, shard))
     else:
         quiet_ms = None if claim.lock is None else claim.lock.debounce_ms
-        due_ms = None if quiet_ms is None else now_ms() + quiet_ms
+        due_ms = fair_due if quiet_ms is None else now_ms() + quiet_ms
         reservation = replace(reservation_for(claim, broker, message, row.body, due_ms),
                               id_key=id_key, id_ttl_ms=id_ttl_ms)
     return outcome, reservation, dispatch_record(message, task, shard, claim=claim)

@@ -19,6 +19,8 @@ from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.options import (
     DEFAULT_PRIORITY,
     TaskOptions,
+    check_fair_key,
+    fair_weight_of,
     check_priority,
     check_queue_name,
     check_seconds,
@@ -83,6 +85,7 @@ def new_message_ids(count: int) -> list[str]:
 def new_message(
     task: Task, payload: Any, *, queue: str | None = None, expires: float | None = None,
     start_ms: int | None = None, task_id: str | None = None, priority: int | None = None,
+    fair_key: str | None = None,
 ) -> TaskMessage:
     """A first-attempt message for `task`; `start_ms` is when it may first run.
 
@@ -103,16 +106,28 @@ def new_message(
         has_task_id=task_id is not None,
         reservation_timeout_ms=_reservation_timeout_ms(task),
         priority=None if level == DEFAULT_PRIORITY else level,
+        fair_key=resolve_fair_key(task, payload, fair_key),
     )
+    if message.fair_key is not None:
+        weight = fair_weight_of(task.options, message.fair_key, task.name)
+        message.fair_weight = None if weight == 1 else weight
     message.trace_context = tracing.producer_context(message)  # None unless traced
     return message
+
+
+def resolve_fair_key(task: Task, payload: Any, fair_key: str | None) -> str | None:
+    """The dispatch's `fair_key` > `@task(fair_key=payload -> str)`'s, checked; the
+    callable's own error propagates (the dispatch fails, nothing is queued)."""
+    if fair_key is None and task.options.fair_key is not None:
+        fair_key = task.options.fair_key(payload)
+    return check_fair_key(fair_key, task.name)
 
 
 def prepare(
     task: Task, payload: Any, *, queue: str | None = None, task_id: str | None = None,
     unique_key: KeySource = None, unique_for: float | None = None,
     unique_mode: str | None = None, expires: float | None = None, start_ms: int | None = None,
-    on_conflict: str | None = None, priority: int | None = None,
+    on_conflict: str | None = None, priority: int | None = None, fair_key: str | None = None,
 ) -> tuple[TaskMessage, Claim | None]:
     """The message and what it must reserve (lock, task_id), all checked, without Redis.
 
@@ -120,7 +135,7 @@ def prepare(
     reservation with the delayed set as destination.
     """
     message = new_message(task, payload, queue=queue, expires=expires, start_ms=start_ms,
-                          task_id=task_id, priority=priority)
+                          task_id=task_id, priority=priority, fair_key=fair_key)
     claim = locks.claim_for(task, message, get_settings().PREFIX, unique_key=unique_key,
                             unique_for=unique_for, unique_mode=unique_mode,
                             on_conflict=on_conflict)

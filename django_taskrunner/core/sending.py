@@ -25,7 +25,9 @@ from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import Broker, get_broker
 from django_taskrunner.store.connection import built_client
 from django_taskrunner.store.errors import REDIS_DOWN, unavailable
+from django_taskrunner.store.fair import Fair
 from django_taskrunner.store.locks import get_locks
+from django_taskrunner.store.records import RecordWrite
 from django_taskrunner.store.schedule import for_broker as schedule_store
 
 if TYPE_CHECKING:
@@ -74,7 +76,13 @@ def add_now(message: TaskMessage, body: str, claim: Claim | None, task: Task) ->
         broker = get_broker()
         if claim is None:
             shard = keys.level_name(sharding.next_shard(message.queue), message.priority)
-            message.stream_id = broker.add(shard, body, dispatch_record(message, task, shard))
+            record = dispatch_record(message, task, shard)
+            if message.fair_key is None:
+                message.stream_id = broker.add(shard, body, record)
+            else:  # it waits for its key's turn (store/fair.py)
+                add_fair(broker, shard, [message], [body], [record] if record else [])
+        elif message.fair_key is not None:  # through the delayed set, due now: its
+            return add_delayed(message, clock.now_ms(), claim, task)  # promotion joins the turn
         else:
             reply = get_locks().add_reserved(
                 locks.reservation_for(claim, broker, message, body),
@@ -127,7 +135,7 @@ def add_batch(task: Task, prepared: list[tuple[TaskMessage, Claim | None]]) -> l
     except REDIS_DOWN as exc:
         raise redis_down(task, exc) from exc
     for (message, _claim), stream_id in zip(prepared, stream_ids, strict=True):
-        message.stream_id = stream_id
+        message.stream_id = stream_id or None  # None: waiting for its fair key's turn
     return [message for message, _claim in prepared]
 
 
@@ -137,6 +145,8 @@ def add_plain(
     """XADD every body (and its record) in one round trip; a queue split into shards
     gets them round robin."""
     queue, priority = messages[0].queue, messages[0].priority
+    if any(message.fair_key is not None for message in messages):
+        return add_fair_batch(broker, task, messages, bodies)
     shards = sharding.spread(queue, len(bodies))
     if priority is not None:
         shards = [keys.level_name(shard, priority) for shard in shards]
@@ -148,13 +158,47 @@ def add_plain(
     return broker.add_each(list(zip(shards, bodies, strict=True)), records)
 
 
+def add_fair(broker: Broker, shard: str, messages: list[TaskMessage], bodies: list[str],
+             records: list[RecordWrite]) -> None:
+    """Messages of one fair key (and weight) into the key's list of `shard`, with their
+    records, in one round trip; they reach the stream in the key's turns."""
+    first = messages[0]
+    Fair(broker.client, broker.prefix).push(shard, first.fair_key or "", first.fair_weight or 1,
+                                            bodies, records)
+
+
+def add_fair_batch(
+    broker: Broker, task: Task, messages: list[TaskMessage], bodies: list[str],
+) -> list[str]:
+    """`dispatch_many` of a task with fair keys: plain messages (no key) XADDed as
+    usual, the others into their keys' lists (one round trip per key); the stream ids
+    ('' for a message waiting for its turn)."""
+    groups: dict[tuple[str, int, str | None], list[int]] = {}
+    for index, message in enumerate(messages):
+        shard = keys.level_name(sharding.next_shard(message.queue), message.priority)
+        groups.setdefault((shard, message.fair_weight or 1, message.fair_key), []).append(index)
+    stream_ids = [""] * len(messages)
+    for (shard, _weight, fair_key), indexes in groups.items():
+        chosen = [messages[i] for i in indexes]
+        records = [record for message in chosen
+                   if (record := dispatch_record(message, task, shard)) is not None]
+        if fair_key is None:
+            ids = broker.add_many(shard, [bodies[i] for i in indexes], records)
+            for index, stream_id in zip(indexes, ids, strict=True):
+                stream_ids[index] = stream_id
+        else:
+            add_fair(broker, shard, chosen, [bodies[i] for i in indexes], records)
+    return stream_ids
+
+
 def add_claimed(
     broker: Broker, task: Task, claimed: list[tuple[TaskMessage, Claim, str]]
 ) -> list[TaskMessage]:
     """One enqueue script per message, pipelined; the messages whose claim was free."""
     now = clock.now_ms()
-    due = [None if (quiet_ms := debounce_ms(claim)) is None else now + quiet_ms
-           for _message, claim, _body in claimed]
+    due = [(now if message.fair_key is not None else None)  # a fair one: see add_now
+           if (quiet_ms := debounce_ms(claim)) is None else now + quiet_ms
+           for message, claim, _body in claimed]
     replies = get_locks().add_reserved_many(
         [locks.reservation_for(claim, broker, message, body, due_ms)
          for (message, claim, body), due_ms in zip(claimed, due, strict=True)],

@@ -22,6 +22,7 @@ from django_taskrunner.core.limits import check_limit_options
 from django_taskrunner.core.options import (
     TaskOptions,
     check_debounce,
+    check_fair_options,
     check_on_conflict,
     check_priority,
     check_queue_name,
@@ -63,6 +64,7 @@ def check_options(options: TaskOptions, task_name: str) -> None:
                         options.concurrency_limit, options.concurrency_key)
     check_on_conflict(options.on_conflict, task_name)
     check_priority(options.priority, task_name)
+    check_fair_options(options.fair_key, options.fair_weight, task_name)
     if options.on_conflict != "raise" and not (options.unique or debounced):
         raise InvalidTaskOptions(f"task {task_name!r} is not unique, so on_conflict="
                                  f"{options.on_conflict!r} has no lock to meet: declare "

@@ -223,6 +223,14 @@ def traceparent(value: Any) -> str | None:
     return None
 
 
+def fair_key(value: Any, task_name: str | None) -> str:
+    """The fair key (`fk`): a non-empty string of at most 256 characters; the worker
+    builds a key name from it, so anything else is refused."""
+    if not isinstance(value, str) or not 0 < len(value) <= 256:
+        raise _wrong("fk", "a fair key", value, task_name)
+    return value
+
+
 def workflow_field(value: Any, task_name: str | None) -> dict[str, Any] | None:
     """The workflow field (`wf`): its id, member and stage indexes, the next stage's
     shards; anything else is refused, since the worker builds key names from it."""

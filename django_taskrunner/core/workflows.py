@@ -122,8 +122,10 @@ class Signature:
 
     @property
     def plain(self) -> bool:
-        """No option of its own and no lock: its message is the task's template's."""
-        return not self.options and not self.task.options.unique
+        """No option of its own, no lock and no fair key (worked out per payload): its
+        message is the task's template's."""
+        return (not self.options and not self.task.options.unique
+                and self.task.options.fair_key is None)
 
     def prepare(self, now_ms: int) -> TaskMessage:
         """A checked first-attempt message (its claim, if any, through `claim()`)."""

@@ -160,7 +160,7 @@ class PeriodicRunner:
         occurrence_id = uuid.uuid5(_ID_NAMESPACE, f"{schedule.id}@{occurrence_ms}").hex
         message = replace(message, id=occurrence_id, dispatched_at_ms=now_ms)
         fired = self.store.fire_periodic(schedule.shard(), schedule.id, occurrence_ms,
-                                         message.to_json())
+                                         message.to_json(), fair=message.fair_key is not None)
         if fired:
             logger.info("periodic task=%s id=%s queue=%s fired for %s", schedule.task_name,
                         message.id, schedule.queue, _iso(occurrence_ms))

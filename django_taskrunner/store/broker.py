@@ -255,9 +255,11 @@ class Broker(StreamRecovery):
     def promote_due(self, queue: str, now_ms: int, batch: int) -> tuple[int, int | None]:
         """Move up to `batch` due delayed messages to the stream, atomically, then give their
         records the new stream ids; how many moved, the earliest due time left (None: none)."""
-        reply = scripts.run(
+        reply = scripts.run(  # a due fair task joins its key's turn (store/fair.py)
             self.client, "promote_due",
-            [keys.delayed_key(self.prefix, queue), self.stream(queue)], [str(now_ms), str(batch)],
+            [keys.delayed_key(self.prefix, queue), self.stream(queue),
+             keys.fair_ring_key(self.prefix, queue), keys.fair_turns_key(self.prefix, queue)],
+            [str(now_ms), str(batch), keys.fair_list_space(self.prefix, queue)],
         )
         self.records.set_stream_ids(Records.promoted_entries(reply[2:]))  # 1 round trip a batch
         return int(reply[0]), None if int(reply[1]) < 0 else int(reply[1])

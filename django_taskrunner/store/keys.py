@@ -320,6 +320,39 @@ def limit_pattern(prefix: str) -> str:
     return f"{glob_escape(prefix)}:{{*}}:limit:*"
 
 
+def fair_ring_key(prefix: str, queue: str) -> str:
+    """List of the fair keys of a queue (or shard, or level) that have tasks waiting, in
+    turn order: the head key is served next (docs/flow-control.md, "Fair queues").
+    `<prefix>:{<shard>}:fair-ring[!<p>]`; a queue that never used a fair key has none."""
+    base, mark, level = queue.partition(LEVEL_MARK)
+    return f"{prefix}:{{{base}}}:fair-ring{mark}{level}"
+
+
+def fair_turns_key(prefix: str, queue: str) -> str:
+    """Hash of the ring's keys: `w:<key>` -> its weight (turns in a row), `u:<key>` ->
+    the turns it used of its current round. `<prefix>:{<shard>}:fair-turns[!<p>]`."""
+    base, mark, level = queue.partition(LEVEL_MARK)
+    return f"{prefix}:{{{base}}}:fair-turns{mark}{level}"
+
+
+def fair_list_space(prefix: str, queue: str) -> str:
+    """How every fair list of a queue (or level) starts: `<prefix>:{<shard>}:fair[!<p>]:`;
+    `fair_feed.lua` appends a key from its ring to it (the same slot by the tag)."""
+    base, mark, level = queue.partition(LEVEL_MARK)
+    return f"{prefix}:{{{base}}}:fair{mark}{level}:"
+
+
+def fair_list_key(prefix: str, queue: str, fair_key: str) -> str:
+    """List of the bodies of one fair key's waiting tasks, oldest first."""
+    return f"{fair_list_space(prefix, queue)}{fair_key}"
+
+
+def fair_ring_names(shard: str) -> list[str]:
+    """Every level name of `shard`, highest first (its own stream as 5): the rings a
+    reader probes (EXISTS) to find the fair levels in use."""
+    return [level_name(shard, level) for level in range(9, -1, -1)]
+
+
 def outbox_mark_key(prefix: str, queue: str, message_id: str) -> str:
     """Mark of an outbox row already moved onto its stream (the holder, with a TTL):
     a flush that meets it again adds nothing (`core/outbox.py`)."""

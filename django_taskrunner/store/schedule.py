@@ -118,13 +118,20 @@ class ScheduleStore:
             pipe.hget(mark_key, schedule_id)
         return [int(mark) for mark in pipe.execute()[1::2]]
 
-    def fire_periodic(self, shard: str, schedule_id: str, occurrence_ms: int, body: str) -> bool:
+    def fire_periodic(self, shard: str, schedule_id: str, occurrence_ms: int, body: str,
+                      fair: bool = False) -> bool:
         """fire_periodic.lua: XADD `body` to the shard's stream unless this occurrence (or a
-        later one) was fired, moving the mark; True when it was added."""
+        later one) was fired, moving the mark; True when it was added. A `fair` message
+        goes to the delayed set, due now, to join its key's turn (store/fair.py)."""
+        if not fair:
+            return bool(scripts.run(
+                self.client, "fire_periodic",
+                [keys.periodic_key(self.prefix, shard), keys.stream_key(self.prefix, shard)],
+                [schedule_id, str(occurrence_ms), body]))
         return bool(scripts.run(
             self.client, "fire_periodic",
-            [keys.periodic_key(self.prefix, shard), keys.stream_key(self.prefix, shard)],
-            [schedule_id, str(occurrence_ms), body]))
+            [keys.periodic_key(self.prefix, shard), keys.delayed_key(self.prefix, shard)],
+            [schedule_id, str(occurrence_ms), body, keys.wake_channel(self.prefix, shard)]))
 
     def announce_periodic_change(self, now_ms: int) -> None:
         """PUBLISH `now_ms` on `keys.periodic_channel`: the leader rereads the schedules."""

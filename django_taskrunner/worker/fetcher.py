@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django_taskrunner.core import clock
 from django_taskrunner.store import keys
 from django_taskrunner.store.clients import unblock_reads
+from django_taskrunner.worker.fair_turns import FairTurns
 from django_taskrunner.worker.outage import redis_call
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ class Fetcher(threading.Thread):
         self.queue = queue
         self.streams = [queue]
         self.queue_name = keys.queue_of(queue)
+        self.fair = FairTurns(worker.broker.client, worker.broker.prefix, queue)
         self._levels_at = 0.0
         # Burst mode: the worker's generation seen when a read found the stream empty.
         self.idle_at: tuple[int, int, int] | None = None
@@ -64,6 +66,7 @@ class Fetcher(threading.Thread):
                 continue
             generation = worker.generation()
             count = min(room, worker.prefetch.size)
+            self._feed_fair(count)
             block = None if worker.settings.burst else worker.settings.block_ms
             if turns is not None and turns.strict and self.filled:
                 # Later queues wait for this one to run dry: after a full read, look
@@ -99,6 +102,13 @@ class Fetcher(threading.Thread):
         elif entries is not None and worker.settings.burst:
             self.idle_at = generation
             worker.wait_for_change(0.05)
+
+    def _feed_fair(self, count: int) -> None:
+        """Fair queues: up to `count` waiting fair tasks onto this shard's streams, in
+        turns across keys, just before the read (worker/fair_turns.py)."""
+        if self._with_retries(lambda: self.fair.feed(count, self.streams)):
+            self._levels_at = 0.0  # a fair task went to a level not read yet: look now
+            self._look_for_levels()
 
     def _take_back_own(self, stream: str) -> None:
         """Messages this consumer name held before a restart come first."""

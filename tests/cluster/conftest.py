@@ -53,6 +53,7 @@ ON_CLUSTER_TOO = [
     "integration/test_worker_runs_tasks.py",
     "integration/test_rate_limit.py",
     "integration/test_concurrency_limit.py",
+    "integration/test_fair_queues.py",
     "django/test_limits_admin.py",
     # integration/test_unique_dispatch.py still comes through test_unique_dispatch.py here.
 ]

@@ -92,3 +92,18 @@ def test_json_has_the_dashboard_figures(run_burst):
     assert [c["name"] for c in figures["consumers"]] == ["ops-8"]
     assert figures["consumers"][0]["live"] is False
     assert figures["leader"]["holder"] is None
+
+
+def test_a_fair_queue_lists_the_keys_with_the_most_waiting_tasks():
+    noop.dispatch_many([{"n": n} for n in range(5)], fair_key="acct-big")
+    noop.dispatch_many([{"n": n} for n in range(2)], fair_key="acct-small")
+
+    text = run("--queue", "default")
+    payload = json.loads(run("--queue", "default", "--json"))
+
+    fair = text.split("\n\n")[-2].splitlines()
+    assert fair[0].split()[:3] == ["queue", "fair", "key"]
+    assert [line.split() for line in fair[1:]] == [["default", "acct-big", "5"],
+                                                   ["default", "acct-small", "2"]]
+    assert payload[0]["fair_keys"] == [{"key": "acct-big", "waiting": 5},
+                                       {"key": "acct-small", "waiting": 2}]

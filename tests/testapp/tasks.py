@@ -369,6 +369,7 @@ def fails_with_nul(payload: Any) -> None:
 
 from tests.testapp import chaos_tasks  # noqa: E402,F401 - registers the chaos suite's tasks
 from tests.testapp import async_tasks  # noqa: E402,F401 - registers the async fixture tasks
+from tests.testapp import fair_tasks  # noqa: E402,F401 - registers the fair queue tests tasks
 from tests.testapp import workflow_tasks  # noqa: E402,F401 - registers the workflow tests tasks
 from tests.testapp import limit_tasks  # noqa: E402,F401 - registers the limit tests' tasks
 from tests.testapp import step_tasks  # noqa: E402,F401 - registers the durable steps tasks

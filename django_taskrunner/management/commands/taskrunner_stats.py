@@ -19,6 +19,9 @@ from django_taskrunner.stats.health import (
     get_leader,
 )
 from django_taskrunner.stats.recorder import PICKUP_BUCKETS, PICKUP_LABELS
+from django_taskrunner.store import sharding
+from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store.fair import Fair
 
 QUEUE_COLUMNS = ("queue", "length", "waiting", "pending", "lag", "workers", "threads", "busy",
                  "tasks/s", "avg", "p95", "wait", "pickup-avg", "pickup-p95", "failed/1h",
@@ -27,6 +30,18 @@ TASK_COLUMNS = ("queue", "task", "runs", "avg", "p95", "overall avg", "pickup-av
                 "succeeded", "failed", "retried")
 PICKUP_COLUMNS = ("queue", "picked up within", "messages")
 CONSUMER_COLUMNS = ("queue", "consumer", "state", "pending", "idle", "threads", "busy")
+FAIR_COLUMNS = ("queue", "fair key", "waiting for a turn")
+# Keys shown per fair queue: those with the most waiting tasks.
+FAIR_TOP = 10
+
+
+def fair_rows(queue: str) -> list[tuple[str, ...]]:
+    """The keys of a fair queue with the most tasks waiting for their turn (none for a
+    queue that never used a fair key: one EXISTS pipeline per shard)."""
+    broker = get_broker()
+    fair = Fair(broker.client, broker.prefix)
+    return [(queue, item.key, str(item.waiting))
+            for item in fair.top_keys_of_queue(sharding.shards(queue), FAIR_TOP)]
 
 
 def seconds(value: float | None) -> str:
@@ -102,19 +117,23 @@ class Command(BaseCommand):
         try:
             queues = options["queues"] or dashboard_queues()
             figures = [get_health(queue) for queue in queues]
+            fair = {queue: fair_rows(queue) for queue in queues}
             leader = get_leader()
         except Exception as exc:  # the connection error says what to fix
             raise CommandError(f"cannot read the figures from Redis: {exc}") from exc
         if options["json"]:
             self.stdout.write(json.dumps(
-                [{**item.as_dict(), "leader": asdict(leader)} for item in figures], indent=2))
+                [{**item.as_dict(), "leader": asdict(leader),
+                  "fair_keys": [{"key": row[1], "waiting": int(row[2])}
+                                for row in fair[item.queue]]} for item in figures], indent=2))
             return
         self.stdout.write(table(QUEUE_COLUMNS, [queue_row(item) for item in figures]))
         for header, rows in ((TASK_COLUMNS, [row for item in figures for row in task_rows(item)]),
                              (PICKUP_COLUMNS,
                               [row for item in figures for row in pickup_rows(item)]),
                              (CONSUMER_COLUMNS,
-                              [row for item in figures for row in consumer_rows(item)])):
+                              [row for item in figures for row in consumer_rows(item)]),
+                             (FAIR_COLUMNS, [row for rows in fair.values() for row in rows])):
             if rows:
                 self.stdout.write("")
                 self.stdout.write(table(header, rows))

@@ -8,6 +8,11 @@
 -- KEYS[2] stream          <prefix>:{<queue>}:stream
 -- ARGV[1] now, epoch ms: entries scored at or before it are due
 -- ARGV[2] batch size
+-- KEYS[3], KEYS[4], ARGV[3] optional (fair queues): the ring, the turns hash and how the
+--         fair lists' keys start (<prefix>:{<queue>}:fair[!<p>]:); a due message with a
+--         fair key ("fk") then joins the end of its key's list (and the key the ring, as
+--         fair_push.lua does) instead of the stream: it waits for its key's turn, and is
+--         left out of the reply (it has no stream entry yet)
 -- Returns {moved, next, moved entries...}: how many were moved, the due time (ms) of the
 -- earliest entry left (-1 when the set is empty), then for each moved message its id,
 -- its dispatch token ('' for an older body without one) and its new stream id, so the
@@ -17,19 +22,38 @@
 
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
 local reply = {#due, -1}
-for _, body in ipairs(due) do
-  local sid = redis.call('XADD', KEYS[2], '*', 'm', body)
-  local id, tok = '', ''
-  local ok, message = pcall(cjson.decode, body)
-  if ok and type(message) == 'table' and type(message['id']) == 'string' then
-    id = message['id']
-    if type(message['tok']) == 'string' then
-      tok = message['tok']
-    end
+local function join_turn(message, body)
+  local key = message['fk']
+  local list = ARGV[3] .. key
+  if redis.call('RPUSH', list, body) == 1 then
+    redis.call('RPUSH', KEYS[3], key)
+    redis.call('HDEL', KEYS[4], 'u:' .. key)
   end
-  reply[#reply + 1] = id
-  reply[#reply + 1] = tok
-  reply[#reply + 1] = sid
+  local weight = tonumber(message['fw']) or 1
+  redis.call('HSET', KEYS[4], 'w:' .. key, weight)
+end
+
+for _, body in ipairs(due) do
+  local ok, message = pcall(cjson.decode, body)
+  if not ok or type(message) ~= 'table' then
+    message = {}
+  end
+  local fk = message['fk']
+  if ARGV[3] and type(fk) == 'string' and #fk > 0 then
+    join_turn(message, body)
+  else
+    local sid = redis.call('XADD', KEYS[2], '*', 'm', body)
+    local id, tok = '', ''
+    if type(message['id']) == 'string' then
+      id = message['id']
+      if type(message['tok']) == 'string' then
+        tok = message['tok']
+      end
+    end
+    reply[#reply + 1] = id
+    reply[#reply + 1] = tok
+    reply[#reply + 1] = sid
+  end
 end
 if #due > 0 then
   redis.call('ZREM', KEYS[1], unpack(due))

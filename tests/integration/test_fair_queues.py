@@ -1,0 +1,251 @@
+"""Fair queues: `fair_key` serves a queue's tasks in turns across keys, so one key's
+backlog never starves another's; `fair_weight` gives a key several turns in a row.
+Starvation, weights, priorities, delayed tasks, unique locks, cancel, purge, a worker
+dying between a turn and the run, and bad keys."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from django_taskrunner import (
+    InvalidTaskOptions,
+    TaskAlreadyDispatched,
+    cancel,
+    chain,
+    dispatch,
+    dispatch_delayed,
+    dispatch_many,
+    lookup,
+    task,
+)
+from django_taskrunner.core import clock
+from django_taskrunner.core.registry import registry
+from django_taskrunner.scheduling.periodic import PeriodicRunner
+from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store.fair import Fair
+from django_taskrunner.store.keys import fair_ring_key, stream_key
+from tests.worker_helpers import wait_for, worker_thread
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+T0 = 1_800_000_000_000  # a whole minute, in epoch ms
+
+started: list[str] = []
+lock = threading.Lock()
+
+
+def _record(payload: dict) -> None:
+    with lock:
+        started.append(payload["k"])
+
+
+@task(name="tests.fair.job", fair_key=lambda payload: payload["k"])
+def job(payload: dict) -> None:
+    _record(payload)
+
+
+@task(name="tests.fair.weighted", fair_key=lambda payload: payload["k"],
+      fair_weight={"A": 3, "default": 1})
+def weighted(payload: dict) -> None:
+    _record(payload)
+
+
+@task(name="tests.fair.unique", fair_key=lambda payload: payload["k"], unique=True,
+      unique_for=60, unique_key=lambda payload: f"{payload['k']}-{payload['n']}")
+def unique_job(payload: dict) -> None:
+    _record(payload)
+
+
+@pytest.fixture(autouse=True)
+def clear_started():
+    started.clear()
+    yield
+    started.clear()
+
+
+def test_a_burst_of_one_key_does_not_starve_another(r, prefix):
+    dispatch_many(job, [{"k": "A", "n": n} for n in range(10_000)])
+    dispatch_many(job, [{"k": "B", "n": n} for n in range(100)])
+
+    assert not r.exists(stream_key(prefix, "default"))  # waiting for their turns
+    with worker_thread(concurrency=1):
+        wait_for(lambda: started.count("B") == 100, timeout=120)
+    with lock:
+        a_before_last_b = started[:len(started) - started[::-1].index("B")].count("A")
+    assert a_before_last_b < 250
+
+
+def test_weights_give_a_key_turns_in_a_row(r, prefix):
+    dispatch_many(weighted, [{"k": "A", "n": n} for n in range(900)])
+    dispatch_many(weighted, [{"k": "B", "n": n} for n in range(200)])
+
+    with worker_thread(concurrency=1):
+        wait_for(lambda: started.count("B") == 200, timeout=120)
+    with lock:
+        while_both = started[:len(started) - started[::-1].index("B")]
+    ratio = while_both.count("A") / while_both.count("B")
+    assert 3 * 0.95 <= ratio <= 3 * 1.05
+
+
+def test_tasks_without_a_key_and_with_one_all_run_once(r, prefix):
+    dispatch_many(job, [{"k": f"k{n % 7}", "n": n} for n in range(70)])
+    for n in range(5):
+        dispatch(job, {"k": "plain", "n": n}, fair_key="own")
+
+    with worker_thread(concurrency=4):
+        wait_for(lambda: len(started) == 75)
+    assert sorted(started).count("plain") == 5
+    assert not r.exists(fair_ring_key(prefix, "default"))
+
+
+def test_a_higher_priority_is_served_first_and_fairly_within_its_level(r, prefix):
+    dispatch_many(job, [{"k": "low", "n": n} for n in range(20)], priority=1)
+    dispatch_many(job, [{"k": "A", "n": n} for n in range(20)], priority=8)
+    dispatch_many(job, [{"k": "B", "n": n} for n in range(3)], priority=8)
+
+    with worker_thread(concurrency=1, batch_size=1):
+        wait_for(lambda: len(started) == 43)
+    assert set(started[:23]) == {"A", "B"}
+    assert started[:6] == ["A", "B", "A", "B", "A", "B"]
+
+
+def test_a_due_delayed_fair_task_joins_its_keys_turn(r, prefix):
+    dispatch_delayed(job, {"k": "D", "n": 0}, delay=0.2)
+    with worker_thread(concurrency=1):
+        wait_for(lambda: started == ["D"], timeout=30)
+    assert not r.exists(fair_ring_key(prefix, "default"))
+
+
+def test_unique_fair_tasks_keep_their_locks(r, prefix):
+    first = dispatch(unique_job, {"k": "U", "n": 1})
+    with pytest.raises(TaskAlreadyDispatched):
+        dispatch(unique_job, {"k": "U", "n": 1})
+    with worker_thread(concurrency=1):
+        wait_for(lambda: started == ["U"], timeout=30)
+    wait_for(lambda: lookup(first.id).status == "succeeded", timeout=30)
+
+
+def test_a_waiting_fair_task_is_queued_and_can_be_cancelled(r, prefix):
+    kept = dispatch(job, {"k": "C", "n": 0})
+    dropped = dispatch(job, {"k": "C", "n": 1})
+
+    assert lookup(dropped.id).status == "queued"
+    cancel(dropped.id)
+    with worker_thread(concurrency=1):
+        wait_for(lambda: lookup(kept.id).status == "succeeded", timeout=30)
+        wait_for(lambda: lookup(dropped.id).status == "cancelled", timeout=30)
+    assert started == ["C"]
+
+
+def test_a_worker_dying_after_taking_a_turn_loses_nothing(r, prefix):
+    dispatch_many(job, [{"k": f"k{n % 3}", "n": n} for n in range(30)])
+    # A worker took turns (the tasks moved onto the stream) and died before reading them.
+    assert Fair(r, prefix).feed("default", 10) == 10
+
+    with worker_thread(concurrency=2):
+        wait_for(lambda: len(started) == 30)
+    assert sorted(started) == sorted(f"k{n % 3}" for n in range(30))
+
+
+def test_top_keys_lists_the_keys_with_most_waiting(r, prefix):
+    dispatch_many(job, [{"k": "big", "n": n} for n in range(5)])
+    dispatch_many(job, [{"k": "small", "n": n} for n in range(2)])
+
+    top = Fair(r, prefix).top_keys("default")
+    assert [(item.key, item.waiting) for item in top] == [("big", 5), ("small", 2)]
+
+
+def test_purge_clears_fair_lists_and_ring(r, prefix):
+    dispatch_many(job, [{"k": f"p{n % 4}", "n": n} for n in range(12)])
+
+    assert Fair(r, prefix).purge("default") == 12
+    assert not r.keys(f"{prefix}:*fair*")
+
+
+@pytest.mark.parametrize("bad", ["", "x" * 257, 42, b"bytes"])
+def test_a_bad_fair_key_is_refused_and_nothing_is_queued(r, prefix, bad):
+    with pytest.raises(InvalidTaskOptions):
+        dispatch(job, {"k": "A", "n": 0}, fair_key=bad)
+    with pytest.raises(InvalidTaskOptions):
+        dispatch(job, {"k": bad, "n": 0})
+    assert not r.keys(f"{prefix}:*")
+
+
+def test_a_fair_key_callable_that_raises_fails_the_dispatch(r, prefix):
+    with pytest.raises(KeyError):
+        dispatch(job, {"n": 0})
+    with pytest.raises(KeyError):
+        dispatch_many(job, [{"k": "A", "n": 0}, {"n": 1}])
+    assert not r.keys(f"{prefix}:*")
+
+
+def test_a_workflow_of_fair_tasks_runs_each_once(r, prefix):
+    if get_broker().records.clustered:
+        pytest.skip("workflows need a single Redis server")
+    chain(job.s({"k": "W", "n": 0}), job.s({"k": "W", "n": 1}, fair_key="other")).dispatch()
+
+    with worker_thread(concurrency=1):
+        wait_for(lambda: len(started) == 2, timeout=30)
+    assert started == ["W", "W"]
+
+
+def test_an_outbox_fair_task_joins_its_keys_turn_after_the_commit(r, prefix):
+    from django.db import transaction
+
+    with transaction.atomic():
+        message = dispatch(job, {"k": "O", "n": 0}, transactional=True)
+    assert message.fair_key == "O"
+    with worker_thread(concurrency=1):
+        wait_for(lambda: started == ["O"], timeout=30)
+
+
+@task(name="tests.fair.limited", fair_key=lambda payload: payload["k"], rate_limit="1/m",
+      rate_key=lambda payload: payload["k"])
+def limited(payload: dict) -> None:
+    _record(payload)
+
+
+def test_a_rate_limited_key_yields_its_turn_and_its_due_tasks_rejoin_its_list(r, prefix):
+    dispatch_many(limited, [{"k": "slow", "n": n} for n in range(3)])
+    dispatch_many(limited, [{"k": "other", "n": n} for n in range(1)])
+
+    with worker_thread(concurrency=1):
+        wait_for(lambda: sorted(started) == ["other", "slow"], timeout=30)
+        # the two over the limit wait in the delayed set, not on the stream
+        wait_for(lambda: r.zcard(f"{prefix}:{{default}}:delayed") == 2, timeout=30)
+    # When they are due, they join their key's list, not the stream head.
+    r.zadd(f"{prefix}:{{default}}:delayed",
+           {member: 0 for member in r.zrange(f"{prefix}:{{default}}:delayed", 0, -1)})
+    get_broker().promote_due("default", clock.now_ms(), 10)
+    assert r.llen(f"{prefix}:{{default}}:fair:slow") == 2
+    assert r.lrange(fair_ring_key(prefix, "default"), 0, -1) == [b"slow"]
+
+
+def test_a_periodic_fair_task_joins_its_keys_turn(r, prefix):
+    @task(name="tests.fair.periodic", schedule=60, fair_key=lambda payload: "tick")
+    def periodic(payload: Any) -> None:
+        _record({"k": "tick"})
+
+    try:
+        runner = PeriodicRunner(get_broker(), with_rows=False)
+        runner.load(T0 + 5_000)
+        runner.run_due(T0 + 60_000)
+        assert r.zcard(f"{prefix}:{{default}}:delayed") == 1  # due at once, to its turn
+        get_broker().promote_due("default", T0 + 60_000, 10)
+        assert r.lrange(fair_ring_key(prefix, "default"), 0, -1) == [b"tick"]
+        with worker_thread(concurrency=1):
+            wait_for(lambda: started == ["tick"], timeout=30)
+    finally:
+        registry.unregister("tests.fair.periodic")
+
+
+def test_a_server_that_lost_its_scripts_still_takes_and_feeds_fair_tasks(r, prefix):
+    r.script_flush()  # a restarted server: the next calls load the scripts again
+    dispatch_many(job, [{"k": "S", "n": n} for n in range(3)])
+    r.script_flush()
+
+    with worker_thread(concurrency=1):
+        wait_for(lambda: started == ["S", "S", "S"], timeout=30)
