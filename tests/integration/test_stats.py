@@ -206,9 +206,9 @@ def test_figures_are_kept_while_redis_is_unreachable_and_written_once_it_is_back
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
+    from django_taskrunner.runner import build_worker
     from django_taskrunner.store.broker import Broker
     from django_taskrunner.worker.settings import worker_settings
-    from django_taskrunner.worker.worker import Worker
 
     # Given a worker whose Redis cannot be reached
     with socket.socket() as sock:
@@ -217,7 +217,7 @@ def test_figures_are_kept_while_redis_is_unreachable_and_written_once_it_is_back
     prefix = get_settings().PREFIX
     dead = redis.Redis(port=dead_port, socket_connect_timeout=0.2, socket_timeout=0.2,
                        retry=Retry(NoBackoff(), 0))
-    worker = Worker(Broker(dead, prefix, "taskrunner"), worker_settings(
+    worker = build_worker(Broker(dead, prefix, "taskrunner"), worker_settings(
         ["default"], concurrency=1, batch_size=1, block_ms=100, shutdown_timeout=1))
     worker.monitor.recorder.ran("default", "t", 0.01, None)
     worker.monitor.recorder.succeeded("default", "t")

@@ -153,6 +153,27 @@ def test_the_graph_sees_the_package_and_its_imports():
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [{"a", "b"}]
 
 
+def _between(source: str, target: str) -> list[tuple[str, str]]:
+    """(module, imported) pairs where a module of folder `source` imports one of `target`."""
+    return sorted((module, imported) for module in MODULES
+                  if module.startswith(f"{PACKAGE}.{source}.")
+                  for imported, _ in _imports(module)
+                  if imported.startswith(f"{PACKAGE}.{target}."))
+
+
+def test_the_worker_and_scheduling_are_siblings_that_import_neither_each_other():
+    # The runner (runner.py) puts the leader's part beside the worker; neither knows the other.
+    assert _between("worker", "scheduling") == []
+    assert _between("scheduling", "worker") == []
+
+
+def test_the_sibling_rule_sees_the_runner_import_both():
+    # Guards the test above: the same walk finds the runner's arrows into both folders.
+    runner = {imported for imported, _ in _imports(f"{PACKAGE}.runner")}
+    assert f"{PACKAGE}.worker.worker" in runner
+    assert f"{PACKAGE}.scheduling.scheduler" in runner
+
+
 def _third_party_imports(module: str) -> Iterator[str]:
     """Top-level names of the modules outside the package that `module` imports."""
     tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
