@@ -128,7 +128,7 @@ def fill_redis(rows: int) -> None:
 def write_an_hour_of_statistics(broker) -> None:  # type: ignore[no-untyped-def]
     from django_taskrunner.core import clock
     from django_taskrunner.stats.recorder import StatsRecorder
-    from django_taskrunner.stats.store import Heartbeat, write
+    from django_taskrunner.stats.writes import Heartbeat, write
 
     rng = random.Random(5)  # noqa: S311
     now = clock.now_ms()

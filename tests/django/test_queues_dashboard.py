@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from django_taskrunner.core import clock
 from django_taskrunner.scheduling.election import LeaderElection
-from django_taskrunner.stats.store import Heartbeat, write
+from django_taskrunner.stats.writes import Heartbeat, write
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
 from tests.django.admin_helpers import logged_in, make_user

@@ -14,7 +14,7 @@ import redis
 from django_taskrunner.core import clock
 from django_taskrunner.scheduling.election import LeaderElection
 from django_taskrunner.stats import health
-from django_taskrunner.stats.store import Heartbeat, write
+from django_taskrunner.stats.writes import Heartbeat, write
 from django_taskrunner.store import keys, server
 from django_taskrunner.store.broker import Broker, get_broker
 from tests.conftest import start_private_redis
