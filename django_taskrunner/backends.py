@@ -31,7 +31,7 @@ from django.core import checks
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from django_taskrunner.checks import QUEUE_NAME
+from django_taskrunner.bounds import QUEUE_NAME
 from django_taskrunner.compat import (
     BaseTaskBackend,
     InvalidTask,

@@ -33,7 +33,7 @@ from django.http import HttpRequest, QueryDict
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 
-from django_taskrunner.checks import QUEUE_NAME
+from django_taskrunner.bounds import QUEUE_NAME
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.store import keys, sharding

@@ -19,7 +19,7 @@ from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.prepare import debounce_ms, level_of
 from django_taskrunner.core.records import dispatch_record, keeps_records
-from django_taskrunner.core.unique import Claim
+from django_taskrunner.core.unique import UniqueClaim
 from django_taskrunner.exceptions import RedisUnavailable, TaskAlreadyDispatched
 from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import Broker, get_broker
@@ -65,7 +65,7 @@ def redis_down(task: Task, exc: Exception) -> RedisUnavailable:
     return unavailable(f"cannot dispatch {task.name!r}", exc, built_client())
 
 
-def add_now(message: TaskMessage, body: str, claim: Claim | None, task: Task) -> TaskMessage:
+def add_now(message: TaskMessage, body: str, claim: UniqueClaim | None, task: Task) -> TaskMessage:
     """Put `message` on its stream (the one immediate add path), taking its unique lock /
     task_id in the same script when it has a `claim`, its record in the same round trip.
     Returns the message the dispatch gives back (the holder's, under on_conflict
@@ -87,7 +87,7 @@ def add_now(message: TaskMessage, body: str, claim: Claim | None, task: Task) ->
 
 
 def add_delayed(
-    message: TaskMessage, due_ms: int, claim: Claim | None = None, task: Task | None = None,
+    message: TaskMessage, due_ms: int, claim: UniqueClaim | None = None, task: Task | None = None,
 ) -> TaskMessage:
     """Put `message` in its queue's delayed set until `due_ms` (the one delayed add path),
     taking its unique lock / task_id in the same script when it has a `claim`; with its
@@ -112,7 +112,9 @@ def add_delayed(
     return message
 
 
-def add_batch(task: Task, prepared: list[tuple[TaskMessage, Claim | None]]) -> list[TaskMessage]:
+def add_batch(
+    task: Task, prepared: list[tuple[TaskMessage, UniqueClaim | None]]
+) -> list[TaskMessage]:
     """Prepared messages of one task in one round trip (`dispatch_many`): each claimed one
     through its own pipelined script, else every body XADDed; the messages queued."""
     bodies = [message.to_json() for message, _claim in prepared]
@@ -149,7 +151,7 @@ def add_plain(
 
 
 def add_claimed(
-    broker: Broker, task: Task, claimed: list[tuple[TaskMessage, Claim, str]]
+    broker: Broker, task: Task, claimed: list[tuple[TaskMessage, UniqueClaim, str]]
 ) -> list[TaskMessage]:
     """One enqueue script per message, pipelined; the messages whose claim was free."""
     now = clock.now_ms()

@@ -100,7 +100,7 @@ class Monitor(threading.Thread):
         """Write the recorded figures and the heartbeat; False if Redis is unreachable."""
         batch = self.recorder.drain()
         pool, broker = self.worker.pool, self.worker.broker
-        heartbeat = stats_writes.Heartbeat(
+        heartbeat = stats_writes.WorkerReport(
             consumer=self.worker.consumer, queues=self.worker.queues, threads=pool.size,
             busy=len(pool.running_items()),
             min_workers=self.scaling.min_workers if self.scaling else None,
@@ -114,9 +114,9 @@ class Monitor(threading.Thread):
             return False
         return True
 
-    def _write(self, broker: Broker, batch: Batch, heartbeat: stats_writes.Heartbeat) -> bool:
+    def _write(self, broker: Broker, batch: Batch, heartbeat: stats_writes.WorkerReport) -> bool:
         """The figures and the heartbeat in one pipelined round trip."""
-        stats_writes.flush(stats_store_for(broker), batch, heartbeat, now_ms=clock.now_ms(),
+        stats_writes.flush_figures(stats_store_for(broker), batch, heartbeat, now_ms=clock.now_ms(),
                           window=self.window, ttl=self.ttl)
         return True
 

@@ -31,7 +31,7 @@ def beat(consumer: str, queues: list[str], threads: int, *, now_ms: int, ttl: fl
     """Write a worker heartbeat the way a worker's monitor does."""
     broker = get_broker()
     pipe = broker.client.pipeline(transaction=False)
-    heartbeat = stats_writes.Heartbeat(consumer=consumer, queues=queues, threads=threads, busy=0,
+    heartbeat = stats_writes.WorkerReport(consumer=consumer, queues=queues, threads=threads, busy=0,
                                       min_workers=None, max_workers=threads, started_ms=now_ms)
     stats_writes.write(pipe, broker.prefix, {}, heartbeat, now_ms=now_ms, window=200, ttl=ttl)
     pipe.execute()
@@ -138,7 +138,7 @@ def test_figures_reach_redis_only_when_flushed_in_one_batch(r):
 
     # ...until one pipeline writes all fifty
     pipe = broker.client.pipeline(transaction=False)
-    heartbeat = stats_writes.Heartbeat(consumer="c1", queues=["default"], threads=1, busy=0,
+    heartbeat = stats_writes.WorkerReport(consumer="c1", queues=["default"], threads=1, busy=0,
                                       min_workers=None, max_workers=1, started_ms=0)
     stats_writes.write(pipe, broker.prefix, recorder.drain(), heartbeat,
                       now_ms=broker.client.time()[0] * 1000, window=200, ttl=10)
@@ -240,11 +240,11 @@ def test_flush_writes_a_batch_and_the_heartbeat_as_write_does_in_one_round_trip(
     recorder.ran("default", "t.a", 0.04, ValueError("x"))
     recorder.failed("default", "t.a")
     now_ms = broker.client.time()[0] * 1000
-    heartbeat = stats_writes.Heartbeat(consumer="c1", queues=["default"], threads=2, busy=1,
+    heartbeat = stats_writes.WorkerReport(consumer="c1", queues=["default"], threads=2, busy=1,
                                       min_workers=None, max_workers=2, started_ms=now_ms)
 
     # When the monitor's call writes them
-    stats_writes.flush(stats_store_for(broker), recorder.drain(), heartbeat,
+    stats_writes.flush_figures(stats_store_for(broker), recorder.drain(), heartbeat,
                       now_ms=now_ms, window=200, ttl=10)
 
     # Then the queue's figures add both shards up, and the worker counts as live

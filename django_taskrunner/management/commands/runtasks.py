@@ -14,7 +14,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_taskrunner.checks import MAX_BATCH, MAX_POOL, PREFETCH_MS_MAX, QUEUE_NAME
+from django_taskrunner.bounds import MAX_BATCH, MAX_POOL, PREFETCH_MS_MAX, QUEUE_NAME
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
 from django_taskrunner.core.options import check_queue_name

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from django_taskrunner.worker.executor import Executor
 
 
-def record_failure(executor: Executor, run: Run) -> bool:
+def fail_for_good(executor: Executor, run: Run) -> bool:
     """False after writing the FailedTask row of an attempt that failed for good."""
     if run.error is None:
         return True
