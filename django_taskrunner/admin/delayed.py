@@ -197,7 +197,7 @@ def search(broker: Broker, queue: str, text: str, limit: int = SEARCH_LIMIT) -> 
     return found
 
 
-def parse_ref(ref: str) -> tuple[int, str] | None:
+def parse_delayed_ref(ref: str) -> tuple[int, str] | None:
     """(due ms, message id) from a posted reference, or None when malformed."""
     match = REF.match(ref)
     return (int(match.group(1)), match.group(2)) if match else None
@@ -205,7 +205,7 @@ def parse_ref(ref: str) -> tuple[int, str] | None:
 
 def find(broker: Broker, queue: str, ref: str) -> DelayedEntry | None:
     """The waiting entry a reference points to, if it is still there."""
-    parsed = parse_ref(ref)
+    parsed = parse_delayed_ref(ref)
     if parsed is None:
         return None
     due_ms, message_id = parsed
@@ -220,7 +220,7 @@ def find(broker: Broker, queue: str, ref: str) -> DelayedEntry | None:
 
 def take(broker: Broker, queue: str, ref: str, *, run: bool) -> TaskMessage | None:
     """Atomically remove an entry; onto the stream at once when `run`. None if gone."""
-    parsed = parse_ref(ref)
+    parsed = parse_delayed_ref(ref)
     if parsed is None:
         return None
     due_ms, message_id = parsed
@@ -314,7 +314,7 @@ class DelayedTaskAdmin(RedisPageAdmin):
         if not request.user.has_perm(ACTIONS[action][0]):
             raise PermissionDenied
         queue = request.POST.get("queue", "")
-        refs = [ref for ref in request.POST.getlist("selected") if parse_ref(ref)]
+        refs = [ref for ref in request.POST.getlist("selected") if parse_delayed_ref(ref)]
         if not QUEUE_NAME.match(queue) or len(refs) > MAX_SELECTED:
             return HttpResponseBadRequest("bad queue name or too many entries selected")
         back = self._changelist_url(queue)

@@ -176,7 +176,7 @@ def valid_stream(name: str, queues: list[str]) -> bool:
             and (name == shard or name in keys.level_names(shard)))
 
 
-def decode(body: bytes | None) -> TaskMessage | None:
+def decode_body(body: bytes | None) -> TaskMessage | None:
     """The message in a body; None when it is missing or does not decode."""
     if body is None:
         return None

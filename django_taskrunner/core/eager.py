@@ -158,7 +158,9 @@ def clear_locks() -> None:
     held_keys.clear()
 
 
-def run(task: Task, message: TaskMessage, body: str, claim: UniqueClaim | None) -> TaskMessage:
+def run_eagerly(
+    task: Task, message: TaskMessage, body: str, claim: UniqueClaim | None
+) -> TaskMessage:
     """Run a dispatched task now: `message` as checked and encoded (`body`) by dispatch.
 
     Returns the message (its `attempt` the last one run); raises what the last attempt
@@ -197,7 +199,7 @@ def run_many(
     done = []
     for message, body, claim in prepared:
         try:
-            done.append(run(task, message, body, claim))
+            done.append(run_eagerly(task, message, body, claim))
         except TaskAlreadyDispatched as exc:
             logger.info("dispatch_many: skipped a duplicate of task=%s: lock %s is held by %s",
                         exc.task_name, exc.lock_key, exc.holder_id)

@@ -132,7 +132,7 @@ def prepare(
     return message, claim
 
 
-def level_of(claim: UniqueClaim, message: TaskMessage) -> str:
+def claim_level(claim: UniqueClaim, message: TaskMessage) -> str:
     """The stream a claimed message goes to: its shard's, or its priority level's there."""
     return keys.level_name(claim.shard, message.priority)
 

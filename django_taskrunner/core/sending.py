@@ -17,7 +17,7 @@ from django_taskrunner.conf import on_reset
 from django_taskrunner.core import clock
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.core.prepare import debounce_ms, level_of
+from django_taskrunner.core.prepare import claim_level, debounce_ms
 from django_taskrunner.core.records import dispatch_record, keeps_records
 from django_taskrunner.core.unique import UniqueClaim
 from django_taskrunner.exceptions import RedisUnavailable, TaskAlreadyDispatched
@@ -78,7 +78,7 @@ def add_now(message: TaskMessage, body: str, claim: UniqueClaim | None, task: Ta
         else:
             reply = get_locks().add_reserved(
                 locks.reservation_for(claim, broker, message, body),
-                dispatch_record(message, task, level_of(claim, message), claim=claim))
+                dispatch_record(message, task, claim_level(claim, message), claim=claim))
             message = claim.settle(reply, message)
     except REDIS_DOWN as exc:
         raise redis_down(task, exc) from exc
@@ -103,7 +103,7 @@ def add_delayed(
         else:
             reservation = locks.reservation_for(claim, broker, message, body, due_ms)
             record = None if task is None else dispatch_record(
-                message, task, level_of(claim, message), due_ms, claim)
+                message, task, claim_level(claim, message), due_ms, claim)
             message = claim.settle(get_locks().add_reserved(reservation, record), message)
     except REDIS_DOWN as exc:
         raise unavailable(f"cannot dispatch {message.task_name!r}", exc,
@@ -160,7 +160,7 @@ def add_claimed(
     replies = get_locks().add_reserved_many(
         [locks.reservation_for(claim, broker, message, body, due_ms)
          for (message, claim, body), due_ms in zip(claimed, due, strict=True)],
-        [dispatch_record(message, task, level_of(claim, message), due_ms, claim=claim)
+        [dispatch_record(message, task, claim_level(claim, message), due_ms, claim=claim)
          for (message, claim, _body), due_ms in zip(claimed, due, strict=True)])
     queued = []
     for (message, claim, _body), reply in zip(claimed, replies, strict=True):

@@ -47,8 +47,8 @@ from django_taskrunner.worker.steps.decode import decode
 from django_taskrunner.worker.steps.expiry import check_expiry
 from django_taskrunner.worker.steps.figures import count_run
 from django_taskrunner.worker.steps.limits import check_limits, free_slots
-from django_taskrunner.worker.steps.locks import release, release_on_start
-from django_taskrunner.worker.steps.lookup import lookup
+from django_taskrunner.worker.steps.locks import release_locks, release_on_start
+from django_taskrunner.worker.steps.lookup import look_up_task
 from django_taskrunner.worker.steps.observe import announce_start
 from django_taskrunner.worker.steps.outcome import fail_for_good, succeed
 from django_taskrunner.worker.steps.reclaimed import check_reclaimed
@@ -81,7 +81,7 @@ __all__ = ["Executor"]
 Step = Callable[["Executor", Run], bool]
 
 # The order of the policies. A new one (a rate limit, a cancellation) is one line here.
-BEFORE_RUN: Sequence[Step] = (decode, skip_cancelled, lookup, check_expiry, check_reclaimed,
+BEFORE_RUN: Sequence[Step] = (decode, skip_cancelled, look_up_task, check_expiry, check_reclaimed,
                               check_limits, release_on_start, announce_start)
 AFTER_RUN: Sequence[Step] = (free_slots, check_time_limit, count_run, stop_cancelled, retry,
                              fail_for_good, succeed)
@@ -274,7 +274,7 @@ class Executor:
         finally:
             close_old_connections()
         if event is not None:
-            release(self, run, event)
+            release_locks(self, run, event)
         write_outcome(self, run, "expired" if isinstance(error, TaskExpired) else "failed",
                       error=error, traceback=trace)
         self.ack(run.shard, run.stream_id)
