@@ -45,11 +45,10 @@ from django_taskrunner.worker.failures import record_failure
 from django_taskrunner.worker.running import Attempt, RunningSet
 from django_taskrunner.worker.steps.decode import decode
 from django_taskrunner.worker.steps.expiry import check_expiry
-from django_taskrunner.worker.steps.figures import count_run
 from django_taskrunner.worker.steps.limits import check_limits, free_slots
 from django_taskrunner.worker.steps.locks import release_locks, release_on_start
 from django_taskrunner.worker.steps.lookup import look_up_task
-from django_taskrunner.worker.steps.observe import announce_start
+from django_taskrunner.worker.steps.observe import announce_start, count_run
 from django_taskrunner.worker.steps.outcome import fail_for_good, succeed
 from django_taskrunner.worker.steps.reclaimed import check_reclaimed
 from django_taskrunner.worker.steps.record import (

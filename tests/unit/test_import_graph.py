@@ -21,7 +21,7 @@ ALLOWED_CYCLES: list[set[str]] = []
 
 # Type-only imports (`if TYPE_CHECKING:`) are arrows too: a loop they close still ties
 # the modules together for a reader. These point back up on purpose, and why.
-_STEPS = ("decode", "expiry", "figures", "limits", "locks", "lookup", "observe", "outcome",
+_STEPS = ("decode", "expiry", "limits", "locks", "lookup", "observe", "outcome",
           "reclaimed", "record", "retry", "time_limit", "workflow")
 ALLOWED_TYPE_ONLY_IMPORTS = {
     # A step is a function `(executor, run)` the executor calls from its BEFORE_RUN and
