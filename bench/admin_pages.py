@@ -128,7 +128,7 @@ def fill_redis(rows: int) -> None:
 def write_an_hour_of_statistics(broker) -> None:  # type: ignore[no-untyped-def]
     from django_taskrunner.core import clock
     from django_taskrunner.stats.recorder import StatsRecorder
-    from django_taskrunner.stats.store import Heartbeat, write
+    from django_taskrunner.stats.writes import WorkerReport, write
 
     rng = random.Random(5)  # noqa: S311
     now = clock.now_ms()
@@ -141,7 +141,7 @@ def write_an_hour_of_statistics(broker) -> None:  # type: ignore[no-untyped-def]
                              ValueError() if failed else None)
                 (recorder.failed if failed else recorder.succeeded)("default", task)
         at = now - minute * 60_000
-        heartbeat = Heartbeat("web-1-1234-ab12", ["default"], threads=8, busy=3,
+        heartbeat = WorkerReport("web-1-1234-ab12", ["default"], threads=8, busy=3,
                               min_workers=None, max_workers=8, started_ms=now - 3_600_000)
         pipe = broker.client.pipeline(transaction=False)
         write(pipe, broker.prefix, recorder.drain(), heartbeat, now_ms=at, window=200, ttl=600)

@@ -84,14 +84,14 @@ def commands(client: Any) -> int:
 
 
 def one_drain(client: Any, declared: Any, jobs: int, threads: int) -> dict[str, float]:
+    from django_taskrunner.runner import build_worker
     from django_taskrunner.store.broker import get_broker
     from django_taskrunner.worker.settings import worker_settings
-    from django_taskrunner.worker.worker import Worker
 
     client.flushall()
     for start in range(0, jobs, 1000):
         declared.dispatch_many([{"k": n % 10} for n in range(start, min(jobs, start + 1000))])
-    worker = Worker(get_broker(), worker_settings(
+    worker = build_worker(get_broker(), worker_settings(
         [QUEUE], concurrency=threads, burst=True, scheduler=False, batch_size=100))
     client.config_resetstat()
     trips, cpu, wall = RoundTrips.count, time.process_time(), time.perf_counter()

@@ -55,15 +55,15 @@ def drain(jobs: int, concurrency: int, prefetch_ms: int) -> tuple[float, int]:
     """CPU seconds of one drain of `jobs` no-op tasks, and the read size it ended with."""
     from djsite.benchapp import tasks
 
+    from django_taskrunner.runner import build_worker
     from django_taskrunner.store.broker import get_broker
     from django_taskrunner.worker.settings import worker_settings
-    from django_taskrunner.worker.worker import Worker
 
     broker = get_broker()
     broker.client.flushall()
     tasks.counted_runs.clear()
     tasks.counted.dispatch_many([{"i": i} for i in range(jobs)])
-    worker = Worker(broker, worker_settings(
+    worker = build_worker(broker, worker_settings(
         ["default"], concurrency=concurrency, batch_size=10, prefetch_ms=prefetch_ms,
         burst=True, scheduler=False))
     start = time.process_time()

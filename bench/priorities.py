@@ -49,9 +49,9 @@ def noop() -> Any:
 
 def drain(n: int, levels: tuple[int | None, ...]) -> tuple[float, float]:
     """(wall, CPU) seconds to drain `n` tasks spread over `levels`."""
+    from django_taskrunner.runner import build_worker
     from django_taskrunner.store.broker import get_broker
     from django_taskrunner.worker.settings import worker_settings
-    from django_taskrunner.worker.worker import Worker
 
     task = noop()
     for start in range(0, n, CHUNK):
@@ -59,7 +59,7 @@ def drain(n: int, levels: tuple[int | None, ...]) -> tuple[float, float]:
         for index, level in enumerate(levels):
             share = size // len(levels) + (1 if index < size % len(levels) else 0)
             task.dispatch_many([{"i": i} for i in range(share)], priority=level)
-    worker = Worker(get_broker(), worker_settings(("default",), concurrency=4, batch_size=10,
+    worker = build_worker(get_broker(), worker_settings(("default",), concurrency=4, batch_size=10,
                                                   burst=True))
     began, cpu = time.perf_counter(), time.process_time()
     worker.run()

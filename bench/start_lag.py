@@ -141,10 +141,10 @@ def drain(args: argparse.Namespace, probe_task: Any, load_task: Any
     many the observer never saw running or with their progress."""
     import multiprocessing
 
+    from django_taskrunner.runner import build_worker
     from django_taskrunner.store import keys
     from django_taskrunner.store.broker import get_broker
     from django_taskrunner.worker.settings import worker_settings
-    from django_taskrunner.worker.worker import Worker
 
     broker = get_broker()
     broker.client.flushall()
@@ -161,7 +161,7 @@ def drain(args: argparse.Namespace, probe_task: Any, load_task: Any
     observer.start()
     if procs.can_pin():
         os.sched_setaffinity(observer.pid, {procs.LOAD_CPU})
-    worker = Worker(broker, worker_settings(["default"], concurrency=args.concurrency,
+    worker = build_worker(broker, worker_settings(["default"], concurrency=args.concurrency,
                                             burst=True, scheduler=False))
     worker.run()
     lags = results.get(timeout=120)

@@ -31,7 +31,7 @@ from django.core import checks
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from django_taskrunner.checks import QUEUE_NAME
+from django_taskrunner.bounds import QUEUE_NAME
 from django_taskrunner.compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -192,7 +192,7 @@ class TaskRunnerBackend(BaseTaskBackend):
         record = load_record(result_id)
         if record is None:
             raise TaskResultDoesNotExist(result_id)
-        task = resolve_task(record["func"])
+        task = task_from_path(record["func"])
         return to_task_result(result_id, record, task)
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
@@ -234,7 +234,7 @@ def backend_named(alias: Any) -> TaskRunnerBackend:
     return task_backends[alias]
 
 
-def resolve_task(path: Any) -> Task:
+def task_from_path(path: Any) -> Task:
     """The framework task at `path`, or `InvalidTaskPayload`; never imports a stranger.
 
     A message or a result record is data anyone who can write to Redis can forge, so a

@@ -5,7 +5,8 @@ the same way at start-up (`manage.py check`, `runserver`, `runtasks`) and at fir
 in a process that runs no checks (gunicorn, a script calling `django.setup()`).
 Every key of `conf.DEFAULTS` has one entry in `KEY_CHECKS`; a test keeps it so.
 The table of keys lives in `defaults.py`, below both this module and `conf`, so `conf`
-imports this one and nothing here imports `conf` back.
+imports this one and nothing here imports `conf` back; the bounds of names and numbers
+the whole package accepts live in `bounds.py`.
 """
 
 from __future__ import annotations
@@ -21,27 +22,26 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Tags, register
 
+from django_taskrunner.bounds import (
+    MAX_BATCH,
+    MAX_MEMORY_MB,
+    MAX_POOL,
+    MAX_PROCESSES,
+    MAX_SECONDS,
+    MAX_TASKS_PER_CHILD,
+    PREFETCH_MS_MAX,
+    QUEUE_NAME,
+)
 from django_taskrunner.defaults import DEFAULTS
 from django_taskrunner.store.nodes import parse_node
 
-QUEUE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,99}$")
 PREFIX_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")
 # A queue split into more streams than this is a configuration mistake: every worker
 # runs one reader thread per shard.
 MAX_SHARDS = 256
-# A year. A longer time setting is a mistake, and far longer ones overflow what Redis
-# (milliseconds in a signed 64-bit integer) and thread timeouts accept.
-MAX_SECONDS = 365 * 24 * 3600
-PREFETCH_MS_MAX = 60_000  # a read grown to a minute of work is no longer a prefetch
-# Thread pools and reads larger than these are typing mistakes, not configurations.
-MAX_POOL = 1024
-MAX_BATCH = 10_000
 MAX_FINISHED_LIST = 1_000_000  # ids per queue's finished index (about 60 MB of Redis)
 MAX_ASYNC = 10_000
 MAX_WINDOW = 100_000
-MAX_PROCESSES = 1024  # worker processes of one `runtasks`
-MAX_TASKS_PER_CHILD = 1_000_000_000
-MAX_MEMORY_MB = 1024 * 1024  # a terabyte: anything more is a typing mistake
 
 
 def error(msg: str, id_: str, hint: str | None = None) -> Error:

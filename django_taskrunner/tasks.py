@@ -24,7 +24,7 @@ def run_django_task(ctx: TaskContext, payload: dict[str, Any]) -> Any:
     from django_taskrunner.compat import TaskResultStatus, normalize_json, task_started
 
     backend = backends.backend_named(payload.get("backend"))
-    framework_task = backends.resolve_task(payload.get("func"))  # checked before any import
+    framework_task = backends.task_from_path(payload.get("func"))  # checked before any import
     if "result_id" in payload:
         _run_with_result_record(backend, framework_task, payload)
         return None

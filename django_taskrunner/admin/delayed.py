@@ -42,7 +42,7 @@ from django.utils import timezone
 from django.utils.http import urlencode
 
 from django_taskrunner.admin.shared import RedisPageAdmin, page_path
-from django_taskrunner.checks import QUEUE_NAME
+from django_taskrunner.bounds import QUEUE_NAME
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
@@ -127,7 +127,7 @@ def _score_ms(score: float) -> int:
     return int(min(max(score, 0), MAX_EPOCH_MS))
 
 
-def streams_of(broker: Broker, queue: str) -> list[str]:
+def delayed_sets_of(broker: Broker, queue: str) -> list[str]:
     """The delayed sets of `queue`: each shard's own, and its priority levels in use."""
     found = broker.levels_in_use(sharding.shards(queue))
     return [stream for streams in found.values() for stream in streams]
@@ -140,7 +140,7 @@ class DelayedSet:
         self.broker = broker
         self.store = for_broker(broker)
         self.queue = queue
-        self.shards = streams_of(broker, queue)
+        self.shards = delayed_sets_of(broker, queue)
 
     def count(self) -> int:
         return sum(self.store.count_delayed(self.shards))
@@ -184,7 +184,7 @@ def search(broker: Broker, queue: str, text: str, limit: int = SEARCH_LIMIT) -> 
     needle = text.lower()
     found: list[DelayedEntry] = []
     store = for_broker(broker)
-    for shard in streams_of(broker, queue):
+    for shard in delayed_sets_of(broker, queue):
         for body, score in store.scan_delayed(shard, pattern):
             entry = _entry(queue, body, score)
             if entry.message is not None and needle in entry.message.task_name.lower():
@@ -197,7 +197,7 @@ def search(broker: Broker, queue: str, text: str, limit: int = SEARCH_LIMIT) -> 
     return found
 
 
-def parse_ref(ref: str) -> tuple[int, str] | None:
+def parse_delayed_ref(ref: str) -> tuple[int, str] | None:
     """(due ms, message id) from a posted reference, or None when malformed."""
     match = REF.match(ref)
     return (int(match.group(1)), match.group(2)) if match else None
@@ -205,12 +205,12 @@ def parse_ref(ref: str) -> tuple[int, str] | None:
 
 def find(broker: Broker, queue: str, ref: str) -> DelayedEntry | None:
     """The waiting entry a reference points to, if it is still there."""
-    parsed = parse_ref(ref)
+    parsed = parse_delayed_ref(ref)
     if parsed is None:
         return None
     due_ms, message_id = parsed
     store = for_broker(broker)
-    for shard in streams_of(broker, queue):
+    for shard in delayed_sets_of(broker, queue):
         for body, score in store.delayed_at(shard, due_ms):
             entry = _entry(queue, body, score)
             if entry.message is not None and entry.message.id == message_id:
@@ -220,12 +220,12 @@ def find(broker: Broker, queue: str, ref: str) -> DelayedEntry | None:
 
 def take(broker: Broker, queue: str, ref: str, *, run: bool) -> TaskMessage | None:
     """Atomically remove an entry; onto the stream at once when `run`. None if gone."""
-    parsed = parse_ref(ref)
+    parsed = parse_delayed_ref(ref)
     if parsed is None:
         return None
     due_ms, message_id = parsed
     store = for_broker(broker)
-    for shard in streams_of(broker, queue):
+    for shard in delayed_sets_of(broker, queue):
         body = store.take_delayed(shard, due_ms, message_id, run)
         if body is None:
             continue
@@ -314,7 +314,7 @@ class DelayedTaskAdmin(RedisPageAdmin):
         if not request.user.has_perm(ACTIONS[action][0]):
             raise PermissionDenied
         queue = request.POST.get("queue", "")
-        refs = [ref for ref in request.POST.getlist("selected") if parse_ref(ref)]
+        refs = [ref for ref in request.POST.getlist("selected") if parse_delayed_ref(ref)]
         if not QUEUE_NAME.match(queue) or len(refs) > MAX_SELECTED:
             return HttpResponseBadRequest("bad queue name or too many entries selected")
         back = self._changelist_url(queue)

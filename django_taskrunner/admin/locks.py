@@ -40,7 +40,7 @@ from django_taskrunner.admin.shared import (
     page_path,
     scan_keys_page,
 )
-from django_taskrunner.checks import QUEUE_NAME
+from django_taskrunner.bounds import QUEUE_NAME
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.registry import registry
 from django_taskrunner.stats.health import dashboard_queues
@@ -168,7 +168,7 @@ def read_locks(store: UniqueLocks, lock_keys: list[str]) -> list[HeldLock]:
     return held
 
 
-def release(store: UniqueLocks, lock_key: str, holder: str) -> str:
+def release_lock(store: UniqueLocks, lock_key: str, holder: str) -> str:
     """Free the lock only while it still holds `holder` (a `HeldLock.holder_value`):
     "released", "gone", or "retaken" (a newer dispatch holds it now and keeps it)."""
     parsed = parse_key(store.prefix, lock_key)
@@ -195,7 +195,7 @@ def lock_ref(lock: HeldLock) -> str:
     return json.dumps([lock.key, lock.holder_value], ensure_ascii=False)
 
 
-def parse_ref(ref: str) -> tuple[str, str] | None:
+def parse_lock_ref(ref: str) -> tuple[str, str] | None:
     try:
         key, holder = json.loads(ref)
     except (ValueError, TypeError, RecursionError):
@@ -255,7 +255,7 @@ class UniqueLockAdmin(RedisPageAdmin):
         if not request.user.has_perm(RELEASE_PERMISSION):
             raise PermissionDenied
         refs = request.POST.getlist("selected")
-        parsed = [found for ref in refs if (found := parse_ref(ref))]
+        parsed = [found for ref in refs if (found := parse_lock_ref(ref))]
         if len(parsed) != len(refs) or len(refs) > MAX_SELECTED:
             return HttpResponseBadRequest("malformed or too many locks selected")
         back_query = _filters_query(request.POST.get("back", ""))
@@ -270,7 +270,7 @@ class UniqueLockAdmin(RedisPageAdmin):
             return self._confirm(request, parsed, back, back_query)
         counts = {outcome: 0 for outcome in OUTCOMES}
         for key, holder in parsed:
-            counts[release(lock_store(broker), key, holder)] += 1
+            counts[release_lock(lock_store(broker), key, holder)] += 1
         for outcome, count in counts.items():
             if count:
                 text, level = OUTCOMES[outcome]

@@ -28,7 +28,7 @@ class CodeSchedule:
     next_run: datetime | None  # None: the schedule cannot be computed
 
 
-def describe(schedule: Schedule) -> str:
+def describe_schedule(schedule: Schedule) -> str:
     if schedule.cron is not None:
         return schedule.cron
     seconds = (schedule.interval_ms or 0) / 1000
@@ -48,7 +48,7 @@ def declared_schedules(now_ms: int | None = None) -> list[CodeSchedule]:
                 schedule.next_after(now) / 1000, tz=UTC)
         except (TaskRunnerError, ValueError, OverflowError):
             next_run = None
-        shown.append(CodeSchedule(schedule.task_name, schedule.queue, describe(schedule),
+        shown.append(CodeSchedule(schedule.task_name, schedule.queue, describe_schedule(schedule),
                                   next_run))
     return shown
 

@@ -52,7 +52,7 @@ from django.utils.http import urlencode
 from django_taskrunner.admin.shared import (
     RedisPageAdmin,
     age,
-    decode,
+    decode_body,
     page_path,
     stream_names,
     valid_stream,
@@ -84,7 +84,7 @@ TOP = 22  # room for the scale label (16 px text)
 BOTTOM = 22  # room for the time labels
 
 
-def seconds(value: float | None) -> str:
+def shown_seconds(value: float | None) -> str:
     """A duration for people: ms below a second, "–" when unknown."""
     if value is None:
         return "–"
@@ -105,8 +105,8 @@ def pickup_buckets(stats: QueueStats) -> list[tuple[str, int]]:
     rows = []
     for label, count in zip(PICKUP_LABELS, stats.pickup_buckets, strict=True):
         if count:
-            bound = f"> {seconds(PICKUP_BUCKETS[-1])}" if label == "+Inf" else (
-                f"≤ {seconds(float(label))}")
+            bound = f"> {shown_seconds(PICKUP_BUCKETS[-1])}" if label == "+Inf" else (
+                f"≤ {shown_seconds(float(label))}")
             rows.append((bound, count))
     return rows
 
@@ -150,7 +150,7 @@ class QueueAdmin(RedisPageAdmin):
             return self.render(request, "dashboard.html", {"redis_error": str(exc), **in_outbox})
         failed_url = self._failed_url(request)
         return self.render(request, "dashboard.html", {
-            "leader": leader, "leader_left": seconds(leader.lease_left),
+            "leader": leader, "leader_left": shown_seconds(leader.lease_left),
             "queue_names": names, "chosen": chosen if chosen in names else "",
             "queues": [self._view_of(item, failed_url) for item in queues],
             **in_outbox,
@@ -160,14 +160,15 @@ class QueueAdmin(RedisPageAdmin):
         stats = item.stats
         return {
             "name": item.queue, "health": item, "stats": stats,
-            "average": seconds(stats.average), "p95": seconds(stats.p95),
-            "wait": seconds(stats.predicted_wait), "oldest_wait": seconds(stats.oldest_wait),
-            "pickup_average": seconds(stats.pickup_average),
-            "pickup_p95": seconds(stats.pickup_p95),
+            "average": shown_seconds(stats.average), "p95": shown_seconds(stats.p95),
+            "wait": shown_seconds(stats.predicted_wait),
+            "oldest_wait": shown_seconds(stats.oldest_wait),
+            "pickup_average": shown_seconds(stats.pickup_average),
+            "pickup_p95": shown_seconds(stats.pickup_p95),
             "pickup_buckets": pickup_buckets(stats),
-            "tasks": [(task, seconds(task.average), seconds(task.p95),
-                       seconds(task.pickup_average)) for task in stats.tasks],
-            "consumers": [(c, seconds(c.idle)) for c in item.consumers],
+            "tasks": [(task, shown_seconds(task.average), shown_seconds(task.p95),
+                       shown_seconds(task.pickup_average)) for task in stats.tasks],
+            "consumers": [(c, shown_seconds(c.idle)) for c in item.consumers],
             "hidden_consumers": item.consumer_count - len(item.consumers),
             "chart": throughput_chart(item.minutes),
             "failed_url": f"{failed_url}&{urlencode({'queue': item.queue})}" if failed_url
@@ -345,7 +346,8 @@ def purge_waiting(browser: StreamBrowser, shard: str) -> int:
                    if stream_id_key(entry.stream_id) <= stream_id_key(stop)]
         if not entries:
             return removed
-        items = [PurgeItem(entry.stream_id, releases(browser.prefix, shard, decode(entry.body)))
+        items = [PurgeItem(entry.stream_id,
+                           releases(browser.prefix, shard, decode_body(entry.body)))
                  for entry in entries]
         removed += browser.purge_stream(shard, items)
         cursor = entries[-1].stream_id
@@ -358,7 +360,7 @@ def purge_delayed(browser: StreamBrowser, shard: str, count: int) -> int:
         members = browser.delayed_batch(shard, BATCH)
         if not members:
             break
-        items = [PurgeItem(body, releases(browser.prefix, shard, decode(body)))
+        items = [PurgeItem(body, releases(browser.prefix, shard, decode_body(body)))
                  for body in members]
         removed += browser.purge_delayed(shard, items)
     return removed

@@ -33,7 +33,7 @@ from django.http import HttpRequest, QueryDict
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 
-from django_taskrunner.checks import QUEUE_NAME
+from django_taskrunner.bounds import QUEUE_NAME
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.store import keys, sharding
@@ -176,7 +176,7 @@ def valid_stream(name: str, queues: list[str]) -> bool:
             and (name == shard or name in keys.level_names(shard)))
 
 
-def decode(body: bytes | None) -> TaskMessage | None:
+def decode_body(body: bytes | None) -> TaskMessage | None:
     """The message in a body; None when it is missing or does not decode."""
     if body is None:
         return None

@@ -48,15 +48,15 @@ from django.utils.safestring import SafeString, mark_safe
 
 from django_taskrunner.admin.shared import (
     RedisPageAdmin,
-    decode,
+    decode_body,
     page_path,
     stream_names,
     valid_stream,
 )
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.core.wire import MAX_EPOCH_MS
 from django_taskrunner.core.records import TaskRecord, cancel, lookup, records
+from django_taskrunner.core.wire import MAX_EPOCH_MS
 from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.models import FailedTask
 from django_taskrunner.core.steps import shown as shown_steps
@@ -275,7 +275,7 @@ def _from_stream(browser: StreamBrowser, facts: TaskFacts, stream_id: str) -> No
         if not stream_id_after(stream_id, floor) or stream_id == floor:
             return  # delivered and acked: done (DELETE_ON_ACK off keeps it)
         facts.status, facts.stream_id, facts.body = "queued", stream_id, entry.body
-    facts.message = decode(facts.body)
+    facts.message = decode_body(facts.body)
 
 
 def _search_start(record: TaskRecord | None) -> str:
@@ -304,7 +304,7 @@ def _search_for(browser: StreamBrowser, facts: TaskFacts, message_id: str, curso
         facts.searched += FIND_BATCH
         for stream_id in candidates:
             entry = browser.entry(facts.queue, stream_id)
-            message = decode(entry.body) if entry is not None else None
+            message = decode_body(entry.body) if entry is not None else None
             if message is not None and message.id == message_id:
                 _from_stream(browser, facts, stream_id)
                 if facts.status:
@@ -315,7 +315,7 @@ def _search_for(browser: StreamBrowser, facts: TaskFacts, message_id: str, curso
 def _find_delayed(browser: StreamBrowser, facts: TaskFacts, message_id: str) -> bool:
     literal = json.dumps(message_id, ensure_ascii=False)
     for body, score in browser.scan_delayed(facts.queue, f'"id":{literal}', 10):
-        message = decode(body)
+        message = decode_body(body)
         if message is not None and message.id == message_id:
             facts.status, facts.body, facts.message = "delayed", body, message
             facts.due_ms = int(min(max(score, 0), MAX_EPOCH_MS))
@@ -443,7 +443,7 @@ def _search(browser: StreamBrowser, queue: str, start: str, query: str, size: in
         for entry in entries:
             scanned += 1
             cursor = entry.stream_id
-            message = decode(entry.body)
+            message = decode_body(entry.body)
             if matches(message, entry.stream_id, query):
                 rows.append(TaskRow(queue, entry.stream_id, message, entry.body))
                 if len(rows) >= size:
@@ -453,7 +453,7 @@ def _search(browser: StreamBrowser, queue: str, start: str, query: str, size: in
 
 
 def _queued(queue: str, entry: StreamEntry) -> TaskRow:
-    return TaskRow(queue, entry.stream_id, decode(entry.body), entry.body)
+    return TaskRow(queue, entry.stream_id, decode_body(entry.body), entry.body)
 
 
 def running_page(browser: StreamBrowser, queue: str, *, after: str = "", query: str = "",
@@ -470,7 +470,7 @@ def running_page(browser: StreamBrowser, queue: str, *, after: str = "", query: 
 
 
 def _running(queue: str, item: Held) -> TaskRow:
-    return TaskRow(queue, item.stream_id, decode(item.body), item.body, consumer=item.consumer,
+    return TaskRow(queue, item.stream_id, decode_body(item.body), item.body, consumer=item.consumer,
                    idle_ms=item.idle_ms, deliveries=item.deliveries)
 
 

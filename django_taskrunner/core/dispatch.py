@@ -93,7 +93,7 @@ def dispatch(
                              on_conflict=on_conflict, priority=priority, fair_key=fair_key)
     body = message.to_json()
     if get_settings().EAGER:
-        return eager.run(task, message, body, claim)
+        return eager.run_eagerly(task, message, body, claim)
     if transactional:
         return outbox.put(message, body, claim)
     quiet_ms = debounce_ms(claim)

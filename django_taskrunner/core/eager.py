@@ -41,7 +41,7 @@ from django_taskrunner.exceptions import TaskAlreadyDispatched, TaskIdConflict
 
 if TYPE_CHECKING:
     from django_taskrunner.core.task import Task
-    from django_taskrunner.core.unique import Claim
+    from django_taskrunner.core.unique import UniqueClaim
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class HeldKeys:
         self._lock = threading.Lock()
         self._held: dict[str, tuple[str, float | None]] = {}
 
-    def take(self, claim: Claim) -> None:
+    def take(self, claim: UniqueClaim) -> None:
         """Take the claim's lock and task id, or raise as the enqueue script would."""
         now = clock.monotonic()
         with self._lock:
@@ -69,7 +69,7 @@ class HeldKeys:
             if claim.id_key is not None:
                 self._held[claim.id_key] = (claim.holder_id, None)
 
-    def free(self, claim: Claim, message: TaskMessage, event: str) -> None:
+    def free(self, claim: UniqueClaim, message: TaskMessage, event: str) -> None:
         """Free what the message frees at `event` (per its mode), if it still holds it."""
         lock = claim.lock
         with self._lock:
@@ -158,7 +158,9 @@ def clear_locks() -> None:
     held_keys.clear()
 
 
-def run(task: Task, message: TaskMessage, body: str, claim: Claim | None) -> TaskMessage:
+def run_eagerly(
+    task: Task, message: TaskMessage, body: str, claim: UniqueClaim | None
+) -> TaskMessage:
     """Run a dispatched task now: `message` as checked and encoded (`body`) by dispatch.
 
     Returns the message (its `attempt` the last one run); raises what the last attempt
@@ -190,21 +192,21 @@ def run(task: Task, message: TaskMessage, body: str, claim: Claim | None) -> Tas
 
 
 def run_many(
-    task: Task, prepared: list[tuple[TaskMessage, str, Claim | None]]
+    task: Task, prepared: list[tuple[TaskMessage, str, UniqueClaim | None]]
 ) -> list[TaskMessage]:
     """`dispatch_many`: every payload was checked before this; each runs in turn, and a
     duplicate (its lock held, maybe by an earlier payload) is skipped and logged."""
     done = []
     for message, body, claim in prepared:
         try:
-            done.append(run(task, message, body, claim))
+            done.append(run_eagerly(task, message, body, claim))
         except TaskAlreadyDispatched as exc:
             logger.info("dispatch_many: skipped a duplicate of task=%s: lock %s is held by %s",
                         exc.task_name, exc.lock_key, exc.holder_id)
     return done
 
 
-def _free(claim: Claim | None, message: TaskMessage, event: str) -> None:
+def _free(claim: UniqueClaim | None, message: TaskMessage, event: str) -> None:
     if claim is not None:
         held_keys.free(claim, message, event)
 

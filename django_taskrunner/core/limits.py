@@ -87,7 +87,7 @@ def check_limit_options(
                 f"not {concurrency_key!r}")
 
 
-def limit_key(option: str, task_name: str, fn: Callable[[Any], Any] | None,
+def limit_key_value(option: str, task_name: str, fn: Callable[[Any], Any] | None,
               payload: Any) -> str:
     """The key a run counts under: "" (one limit for the task) without a key function,
     else what `fn(payload)` returns. Raises `LimitKeyError` when it raises or returns

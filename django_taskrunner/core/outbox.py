@@ -46,8 +46,8 @@ from django_taskrunner.core.registry import registry
 from django_taskrunner.core.sending import announce_queue
 from django_taskrunner.core.unique import (
     TASK_ID_TTL_MS,
-    Claim,
     LockSpec,
+    UniqueClaim,
     holder_id,
     holder_value,
     reservation_for,
@@ -77,7 +77,7 @@ FLUSHER = "outbox"
 
 # -- writing (inside the caller's transaction) -------------------------------------------
 
-def put(message: TaskMessage, body: str, claim: Claim | None,
+def put(message: TaskMessage, body: str, claim: UniqueClaim | None,
         using: str | None = None) -> TaskMessage:
     """Write `message` to the outbox of `using` in its current transaction, and move it to
     Redis once that commits (at once outside a transaction). Returns `message`: its id is
@@ -296,7 +296,7 @@ def declared_policy(message: TaskMessage) -> str:
     return options.on_conflict
 
 
-def _claim(message: TaskMessage, row: Row, prefix: str) -> Claim | None:
+def _claim(message: TaskMessage, row: Row, prefix: str) -> UniqueClaim | None:
     """The claim the dispatch worked out, rebuilt from the message and its row (and the
     task's declared conflict policy)."""
     if not message.lock_key and not message.has_task_id:
@@ -309,7 +309,7 @@ def _claim(message: TaskMessage, row: Row, prefix: str) -> Claim | None:
                         declared_policy(message))
         mode_key = keys.unique_mode_key(prefix, shard, message.lock_key)
     id_key = keys.task_id_key(prefix, shard, message.id) if message.has_task_id else None
-    return Claim(message.task_name, message.id, lock, id_key, mode_key=mode_key, shard=shard,
+    return UniqueClaim(message.task_name, message.id, lock, id_key, mode_key=mode_key, shard=shard,
                  holder=holder_value(message))
 
 

@@ -26,7 +26,7 @@ from django_taskrunner.core.options import (
     check_seconds,
 )
 from django_taskrunner.core.registry import registry
-from django_taskrunner.core.unique import Claim, KeySource
+from django_taskrunner.core.unique import KeySource, UniqueClaim
 from django_taskrunner.store import keys
 
 if TYPE_CHECKING:
@@ -128,7 +128,7 @@ def prepare(
     unique_key: KeySource = None, unique_for: float | None = None,
     unique_mode: str | None = None, expires: float | None = None, start_ms: int | None = None,
     on_conflict: str | None = None, priority: int | None = None, fair_key: str | None = None,
-) -> tuple[TaskMessage, Claim | None]:
+) -> tuple[TaskMessage, UniqueClaim | None]:
     """The message and what it must reserve (lock, task_id), all checked, without Redis.
 
     The delayed path calls this with `start_ms` = the due time, then adds the claim's
@@ -147,11 +147,11 @@ def prepare(
     return message, claim
 
 
-def level_of(claim: Claim, message: TaskMessage) -> str:
+def claim_level(claim: UniqueClaim, message: TaskMessage) -> str:
     """The stream a claimed message goes to: its shard's, or its priority level's there."""
     return keys.level_name(claim.shard, message.priority)
 
 
-def debounce_ms(claim: Claim | None) -> int | None:
+def debounce_ms(claim: UniqueClaim | None) -> int | None:
     """The quiet period of a debounced dispatch, else None."""
     return None if claim is None or claim.lock is None else claim.lock.debounce_ms

@@ -41,7 +41,7 @@ from django_taskrunner.store.records import (
 
 if TYPE_CHECKING:
     from django_taskrunner.core.task import Task
-    from django_taskrunner.core.unique import Claim
+    from django_taskrunner.core.unique import UniqueClaim
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ def encode_value(value: Any, what: str) -> tuple[str | None, str | None]:
 
 def dispatch_record(
     message: TaskMessage, task: Task, shard: str, due_ms: int | None = None,
-    claim: Claim | None = None,
+    claim: UniqueClaim | None = None,
 ) -> RecordWrite | None:
     """The first write of a task's record ("queued", or "delayed" until `due_ms`);
     None when the task keeps no record."""

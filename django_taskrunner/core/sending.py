@@ -17,9 +17,9 @@ from django_taskrunner.conf import on_reset
 from django_taskrunner.core import clock
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.core.prepare import debounce_ms, level_of
+from django_taskrunner.core.prepare import claim_level, debounce_ms
 from django_taskrunner.core.records import dispatch_record, keeps_records
-from django_taskrunner.core.unique import Claim
+from django_taskrunner.core.unique import UniqueClaim
 from django_taskrunner.exceptions import RedisUnavailable, TaskAlreadyDispatched
 from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import Broker, get_broker
@@ -67,7 +67,7 @@ def redis_down(task: Task, exc: Exception) -> RedisUnavailable:
     return unavailable(f"cannot dispatch {task.name!r}", exc, built_client())
 
 
-def add_now(message: TaskMessage, body: str, claim: Claim | None, task: Task) -> TaskMessage:
+def add_now(message: TaskMessage, body: str, claim: UniqueClaim | None, task: Task) -> TaskMessage:
     """Put `message` on its stream (the one immediate add path), taking its unique lock /
     task_id in the same script when it has a `claim`, its record in the same round trip.
     Returns the message the dispatch gives back (the holder's, under on_conflict
@@ -86,7 +86,7 @@ def add_now(message: TaskMessage, body: str, claim: Claim | None, task: Task) ->
         else:
             reply = get_locks().add_reserved(
                 locks.reservation_for(claim, broker, message, body),
-                dispatch_record(message, task, level_of(claim, message), claim=claim))
+                dispatch_record(message, task, claim_level(claim, message), claim=claim))
             message = claim.settle(reply, message)
     except REDIS_DOWN as exc:
         raise redis_down(task, exc) from exc
@@ -95,7 +95,7 @@ def add_now(message: TaskMessage, body: str, claim: Claim | None, task: Task) ->
 
 
 def add_delayed(
-    message: TaskMessage, due_ms: int, claim: Claim | None = None, task: Task | None = None,
+    message: TaskMessage, due_ms: int, claim: UniqueClaim | None = None, task: Task | None = None,
 ) -> TaskMessage:
     """Put `message` in its queue's delayed set until `due_ms` (the one delayed add path),
     taking its unique lock / task_id in the same script when it has a `claim`; with its
@@ -111,7 +111,7 @@ def add_delayed(
         else:
             reservation = locks.reservation_for(claim, broker, message, body, due_ms)
             record = None if task is None else dispatch_record(
-                message, task, level_of(claim, message), due_ms, claim)
+                message, task, claim_level(claim, message), due_ms, claim)
             message = claim.settle(get_locks().add_reserved(reservation, record), message)
     except REDIS_DOWN as exc:
         raise unavailable(f"cannot dispatch {message.task_name!r}", exc,
@@ -120,7 +120,9 @@ def add_delayed(
     return message
 
 
-def add_batch(task: Task, prepared: list[tuple[TaskMessage, Claim | None]]) -> list[TaskMessage]:
+def add_batch(
+    task: Task, prepared: list[tuple[TaskMessage, UniqueClaim | None]]
+) -> list[TaskMessage]:
     """Prepared messages of one task in one round trip (`dispatch_many`): each claimed one
     through its own pipelined script, else every body XADDed; the messages queued."""
     bodies = [message.to_json() for message, _claim in prepared]
@@ -192,7 +194,7 @@ def add_fair_batch(
 
 
 def add_claimed(
-    broker: Broker, task: Task, claimed: list[tuple[TaskMessage, Claim, str]]
+    broker: Broker, task: Task, claimed: list[tuple[TaskMessage, UniqueClaim, str]]
 ) -> list[TaskMessage]:
     """One enqueue script per message, pipelined; the messages whose claim was free."""
     now = clock.now_ms()
@@ -202,7 +204,7 @@ def add_claimed(
     replies = get_locks().add_reserved_many(
         [locks.reservation_for(claim, broker, message, body, due_ms)
          for (message, claim, body), due_ms in zip(claimed, due, strict=True)],
-        [dispatch_record(message, task, level_of(claim, message), due_ms, claim=claim)
+        [dispatch_record(message, task, claim_level(claim, message), due_ms, claim=claim)
          for (message, claim, _body), due_ms in zip(claimed, due, strict=True)])
     queued = []
     for (message, claim, _body), reply in zip(claimed, replies, strict=True):

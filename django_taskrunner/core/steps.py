@@ -90,7 +90,7 @@ def step_key(task_id: str, name: str) -> str:
     return f"{task_id}:{name}"
 
 
-def decode(kept: dict[str, str]) -> dict[str, dict[str, Any]]:
+def decode_kept(kept: dict[str, str]) -> dict[str, dict[str, Any]]:
     """Kept steps as `{name: {"result": ..., "at": unix seconds}}` (for `rec.steps`)."""
     return {name: json.loads(value) for name, value in kept.items()}
 
@@ -114,7 +114,7 @@ def shown(steps: dict[str, dict[str, Any]]) -> list[tuple[str, str, datetime]]:
 
 def kept_steps(queue: str, task_id: str) -> dict[str, dict[str, Any]]:
     """The kept steps of `task_id` under the current settings (for `lookup(id).steps`)."""
-    return decode(StepsStore(get_redis(), get_settings().PREFIX).load(queue, task_id))
+    return decode_kept(StepsStore(get_redis(), get_settings().PREFIX).load(queue, task_id))
 
 
 def with_kept_steps(tasks: list[tuple[str, str]]) -> set[str]:

@@ -16,7 +16,7 @@ alone (`holder_id`).
 
 This module decides which key, TTL and mode a dispatch takes (`claim_for`), what a held
 lock means under on_conflict "return" / "replace" / debounce (`Conflict`,
-`reservation_for`), reads the script's reply (`Claim.settle`), and frees what a message
+`reservation_for`), reads the script's reply (`UniqueClaim.settle`), and frees what a message
 holds (`release_with`, `release_held`). The commands are `store/locks.py`'s
 (`UniqueLocks`), which this module hands plain values.
 """
@@ -236,7 +236,7 @@ def lock_spec(
 
 
 @dataclass(frozen=True)
-class Claim:
+class UniqueClaim:
     """What one dispatch reserves while adding its message (see `store/lua/enqueue.lua`)."""
 
     task_name: str
@@ -342,7 +342,7 @@ def holder_message(
 def claim_for(
     task: Task, message: TaskMessage, prefix: str, *, unique_key: KeySource = None,
     unique_for: Any = None, unique_mode: Any = None, on_conflict: Any = None,
-) -> Claim | None:
+) -> UniqueClaim | None:
     """What `message` must reserve, or None for a plain dispatch (one XADD).
 
     Records the lock's key and mode on the message, and draws its dispatch token, so the
@@ -364,15 +364,15 @@ def claim_for(
     message.dispatch_token = new_dispatch_token()
     holder = holder_value(message)
     if lock is None:
-        return Claim(task.name, message.id, None, id_key, shard=shard, holder=holder)
+        return UniqueClaim(task.name, message.id, None, id_key, shard=shard, holder=holder)
     message.lock_key, message.unique_mode = lock.key, lock.mode
-    return Claim(task.name, message.id, lock, id_key,
+    return UniqueClaim(task.name, message.id, lock, id_key,
                  mode_key=keys.unique_mode_key(prefix, shard, lock.key), shard=shard,
                  holder=holder)
 
 
 def enqueue(
-    client: Any, claim: Claim, destination: str, body: str, due_ms: int | None = None,
+    client: Any, claim: UniqueClaim, destination: str, body: str, due_ms: int | None = None,
     wake_channel: str = "",
 ) -> str:
     """Take the claim and add the message in one script: one round trip, all or nothing.
@@ -382,7 +382,7 @@ def enqueue(
     the store (`UniqueLocks`). Raises `TaskIdConflict` / `TaskAlreadyDispatched` (with the
     holder's id) on contention. For a claim under on_conflict "raise" only (its
     `reservation` refuses the others): dispatch goes through `reservation_for` and
-    `Claim.settle`.
+    `UniqueClaim.settle`.
     """
     store = UniqueLocks(client, "")
     return claim.read_reply(store.add_reserved(claim.reservation(destination, body, due_ms,
@@ -407,7 +407,7 @@ class Conflict:
 
 
 def conflict_for(
-    claim: Claim, message: TaskMessage, body: str, other: str, group: str,
+    claim: UniqueClaim, message: TaskMessage, body: str, other: str, group: str,
 ) -> Conflict | None:
     """The `Conflict` of a claim whose policy is not "raise", else None."""
     if claim.policy == "raise":
@@ -417,7 +417,7 @@ def conflict_for(
 
 
 def reservation_for(
-    claim: Claim, broker: Broker, message: TaskMessage, body: str, due_ms: int | None = None,
+    claim: UniqueClaim, broker: Broker, message: TaskMessage, body: str, due_ms: int | None = None,
 ) -> Reservation:
     """The claim's reservation on `broker`: to the stream (`due_ms` None) or the delayed
     set, with what a held lock needs under the claim's policy."""

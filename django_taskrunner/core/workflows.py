@@ -48,7 +48,7 @@ from django_taskrunner.core.records import (
 )
 from django_taskrunner.core.registry import registry
 from django_taskrunner.core.sending import announce_queue
-from django_taskrunner.core.unique import Claim, holder_value
+from django_taskrunner.core.unique import UniqueClaim, holder_value
 from django_taskrunner.exceptions import InvalidTaskOptions, TaskAlreadyDispatched, TaskIdConflict
 from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import get_broker
@@ -131,7 +131,7 @@ class Signature:
         """A checked first-attempt message (its claim, if any, through `claim()`)."""
         return self.prepared(now_ms)[0]
 
-    def prepared(self, now_ms: int) -> tuple[TaskMessage, Claim | None]:
+    def prepared(self, now_ms: int) -> tuple[TaskMessage, UniqueClaim | None]:
         due_ms = self.due_ms(now_ms)
         passed = {name: value for name, value in self.options.items()
                   if name in PREPARE_OPTIONS}
@@ -280,7 +280,7 @@ WAITING = "delayed"  # a later step: not sent yet, no due time (`due_at` None)
 class _Member:
     signature: Signature
     message: TaskMessage
-    claim: Claim | None
+    claim: UniqueClaim | None
     shard: str
     due_ms: int | None
 

@@ -26,17 +26,11 @@ import threading
 from collections.abc import Callable, Iterable
 
 from django_taskrunner.core import clock
-from django_taskrunner.scheduling.election import LeaderElection
-from django_taskrunner.scheduling.failed_rows import FailedRowsFlusher
-from django_taskrunner.scheduling.lost_workers import LostWorkerWatch
-from django_taskrunner.scheduling.outbox_flush import OutboxFlusher
-from django_taskrunner.worker.handback import Adopter
 from django_taskrunner.scheduling.periodic import RELOAD_SECONDS, PeriodicRunner
 from django_taskrunner.scheduling.queues import CHECK_EVERY_MS, forget_idle_queues
 from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR
-from django_taskrunner.store.leases import leader_lease
 from django_taskrunner.store.schedule import for_broker
 from django_taskrunner.store.subscription import WakeSubscription
 
@@ -274,58 +268,6 @@ class Scheduler(threading.Thread):
     def _subscribe(pubsub: WakeSubscription, channels: list[str]) -> None:
         """SUBSCRIBE and wait (up to 5 s) for Redis to confirm each channel."""
         pubsub.subscribe(channels, timeout=5.0, monotonic=clock.monotonic)
-
-
-class LeaderScheduler:
-    """A worker's scheduling part: the election, and a `Scheduler` while it leads."""
-
-    def __init__(self, broker: Broker, queues: Iterable[str], *, lease: float,
-                 identity: str | None = None, adopter: Adopter | None = None) -> None:
-        self.broker = broker
-        self.adopter = adopter  # the worker that takes lost workers' messages
-        self.queues = set(queues)
-        self.election = LeaderElection(
-            None, "", store=leader_lease(broker), lease=lease,
-            identity=identity, on_promote=self._start_scheduler, on_demote=self._stop_scheduler,
-        )
-        self.scheduler: Scheduler | None = None
-        self.flusher: OutboxFlusher | None = None  # the outbox's, while leading
-        self.rows: FailedRowsFlusher | None = None  # the failed rows kept in Redis
-        self.lost: LostWorkerWatch | None = None  # hands back lost workers' messages
-        self._lock = threading.Lock()
-
-    def start(self) -> None:
-        self.election.start()
-
-    def stop(self) -> None:
-        """Stop scheduling and resign the lease, so another worker takes over at once."""
-        self.election.stop()
-
-    def _start_scheduler(self) -> None:
-        with self._lock:
-            if self.scheduler is None:
-                self.scheduler = Scheduler(self.broker, self.queues,
-                                           periodic=PeriodicRunner(self.broker))
-                self.scheduler.start()
-            if self.flusher is None:
-                self.flusher = OutboxFlusher()
-                self.flusher.start()
-            if self.rows is None:
-                self.rows = FailedRowsFlusher()
-                self.rows.start()
-            if self.lost is None:
-                self.lost = LostWorkerWatch(self.broker, self.queues, adopter=self.adopter)
-                self.lost.start()
-
-    def _stop_scheduler(self) -> None:
-        with self._lock:
-            scheduler, self.scheduler = self.scheduler, None
-            flusher, self.flusher = self.flusher, None
-            rows, self.rows = self.rows, None
-            lost, self.lost = self.lost, None
-        for thread in (lost, scheduler, flusher, rows):
-            if thread is not None:
-                thread.stop()
 
 
 def _close(pubsub: WakeSubscription | None) -> None:

@@ -29,7 +29,7 @@ from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
 from django_taskrunner.core.registry import registry
 from django_taskrunner.stats.recorder import BUCKET_LABELS, PICKUP_BUCKETS, PICKUP_LABELS
-from django_taskrunner.stats.store import COUNTERS
+from django_taskrunner.stats.writes import COUNTERS
 from django_taskrunner.store import sharding
 from django_taskrunner.store.broker import Broker, get_broker
 from django_taskrunner.store.inspect import GroupInfo, Inspector, inspector_for

@@ -99,10 +99,10 @@ def get_health(queue: str, *, broker: Broker | None = None,
 
 def dashboard_queues(broker: Broker | None = None) -> list[str]:
     """Queues workers consume, queues registered tasks name, and DEFAULT_QUEUE."""
-    return known_queues(broker or get_broker(), [get_settings().DEFAULT_QUEUE])
+    return queues_of(broker or get_broker(), [get_settings().DEFAULT_QUEUE])
 
 
-def known_queues(broker: Broker, extra: Any = ()) -> list[str]:
+def queues_of(broker: Broker, extra: Any = ()) -> list[str]:
     """Queues workers consume and dispatches used (until the leader forgets them),
     queues declared in code and settings (the Tasks backend's QUEUES too), and `extra`,
     sorted."""

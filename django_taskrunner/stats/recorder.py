@@ -4,7 +4,7 @@ The executor calls `picked_up()` as it starts a message, `ran()` after each atte
 `succeeded()` / `retried()` / `failed()` once the outcome is known; each is a few
 additions under one lock, with no Redis round trip. The worker's monitor thread takes
 everything gathered so far with `drain()` every `STATS_INTERVAL` seconds and writes it to
-Redis in one round trip (`stats/store.py`, `store/stats.py`).
+Redis in one round trip (`stats/writes.py`, `store/stats.py`).
 """
 
 from __future__ import annotations

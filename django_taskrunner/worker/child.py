@@ -32,14 +32,15 @@ import resource
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from types import FrameType
 from typing import Any
 
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store.broker import Broker, get_broker
 from django_taskrunner.worker.handback import take_adopted
 from django_taskrunner.worker.running import Attempt
-from django_taskrunner.worker.settings import worker_settings
+from django_taskrunner.worker.settings import WorkerSettings, worker_settings
 from django_taskrunner.worker.worker import Worker
 
 logger = logging.getLogger(__name__)
@@ -57,12 +58,12 @@ def resident_bytes() -> int:
         return peak if sys.platform == "darwin" else peak * 1024
 
 
-def encode(*fields: object) -> bytes:
-    return SEPARATOR.join(str(field) for field in fields).encode()
+def encode_report(*fields: object) -> bytes:
+    return SEPARATOR.join(str(field) for field in fields).encode_report()
 
 
-def decode(report: bytes) -> list[str]:
-    return report.decode().split(SEPARATOR)
+def decode_report(report: bytes) -> list[str]:
+    return report.decode_report().split(SEPARATOR)
 
 
 class ParentLink:
@@ -89,7 +90,7 @@ class ParentLink:
         """Report to the supervisor; False (and the worker stops) when it is gone."""
         try:
             with self._lock:
-                self.conn.send_bytes(encode(*fields))
+                self.conn.send_bytes(encode_report(*fields))
         except (OSError, ValueError):
             self._parent_gone()
             return False
@@ -132,7 +133,7 @@ class ParentLink:
         """Reads the supervisor's orders until the pipe closes: then it is gone."""
         try:
             while True:
-                fields = decode(self.conn.recv_bytes())
+                fields = decode_report(self.conn.recv_bytes())
                 try:
                     if fields[0] == "adopt":
                         self._adopt(fields[1], fields[2:])
@@ -181,12 +182,14 @@ def install_signal_handlers(worker: Worker) -> None:
     signal.signal(signal.SIGUSR1, on_force)
 
 
-def run_child(spec: dict[str, Any], conn: Connection, stop_at_once: list[int]) -> int:
-    """Run one worker as `spec` says (built by the supervisor); returns its exit code.
+def run_child(spec: dict[str, Any], conn: Connection, stop_at_once: list[int],
+              build: Callable[[Broker, WorkerSettings], Worker]) -> int:
+    """Run one worker as `spec` says (built by the supervisor; `build` is the runner's
+    `build_worker`, which puts the leader's part beside it); returns its exit code.
     `stop_at_once` not empty: a SIGTERM came while it started (it then fetches nothing)."""
     apply_logging(spec["log"])
     settings = worker_settings(spec["queues"], consumer=spec["consumer"], **spec["worker"])
-    worker = Worker(get_broker(), settings)
+    worker = build(get_broker(), settings)
     install_signal_handlers(worker)
     if stop_at_once:
         return 0

@@ -29,6 +29,7 @@ def main(spec: dict[str, Any], conn: Connection) -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: early.append(signum))
     signal.signal(signal.SIGUSR1, lambda signum, frame: early.append(signum))
     django.setup()
+    from django_taskrunner.runner import build_worker
     from django_taskrunner.worker.child import run_child
 
-    sys.exit(run_child(spec, conn, stop_at_once=early))
+    sys.exit(run_child(spec, conn, stop_at_once=early, build=build_worker))

@@ -35,7 +35,7 @@ def _opened(sender: Any, connection: Any, **kwargs: Any) -> None:
 connection_created.connect(_opened, weak=False, dispatch_uid="django_taskrunner.connections")
 
 
-def close_old_connections() -> None:
+def check_connections() -> None:
     """Close this thread's database connections that are unusable or past their age."""
     known = getattr(_local, "known", None)
     if known is None:

@@ -40,19 +40,17 @@ from django_taskrunner.store.limits import Limits, Slot
 from django_taskrunner.store.records import RecordWrite
 from django_taskrunner.store.workflows import MemberDone, WorkflowStore
 from django_taskrunner.worker.cancels import CancelBook
-from django_taskrunner.worker.connections import close_old_connections as check_connections
+from django_taskrunner.worker.connections import check_connections
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.failures import record_failure
 from django_taskrunner.worker.running import Attempt, RunningSet
 from django_taskrunner.worker.steps.decode import decode
 from django_taskrunner.worker.steps.expiry import check_expiry
-from django_taskrunner.worker.steps.figures import count_run
 from django_taskrunner.worker.steps.limits import check_limits, free_slots
-from django_taskrunner.worker.steps.locks import release, release_on_start
-from django_taskrunner.worker.steps.lookup import lookup
-from django_taskrunner.worker.steps.observe import announce_start
-from django_taskrunner.worker.steps.outcome import record_failure as record_for_good
-from django_taskrunner.worker.steps.outcome import succeed
+from django_taskrunner.worker.steps.locks import release_locks, release_on_start
+from django_taskrunner.worker.steps.lookup import look_up_task
+from django_taskrunner.worker.steps.observe import announce_start, count_run
+from django_taskrunner.worker.steps.outcome import fail_for_good, succeed
 from django_taskrunner.worker.steps.reclaimed import check_reclaimed
 from django_taskrunner.worker.steps.record import (
     record_ttl,
@@ -83,10 +81,10 @@ __all__ = ["Executor"]
 Step = Callable[["Executor", Run], bool]
 
 # The order of the policies. A new one (a rate limit, a cancellation) is one line here.
-BEFORE_RUN: Sequence[Step] = (decode, skip_cancelled, lookup, check_expiry, check_reclaimed,
+BEFORE_RUN: Sequence[Step] = (decode, skip_cancelled, look_up_task, check_expiry, check_reclaimed,
                               check_limits, release_on_start, announce_start)
 AFTER_RUN: Sequence[Step] = (free_slots, check_time_limit, count_run, stop_cancelled, retry,
-                             record_for_good, succeed)
+                             fail_for_good, succeed)
 
 
 class AttemptAbandoned(TaskRunnerError):
@@ -278,7 +276,7 @@ class Executor:
         finally:
             close_old_connections()
         if event is not None:
-            release(self, run, event)
+            release_locks(self, run, event)
         write_outcome(self, run, "expired" if isinstance(error, TaskExpired) else "failed",
                       error=error, traceback=trace)
         self.ack(run.shard, run.stream_id)

@@ -78,7 +78,7 @@ class HandBack:
                 f"queue unchanged, {self.failed_attempts} running attempt(s) counted as failed")
 
 
-def streams_of(broker: Broker, queues: Sequence[str]) -> list[str]:
+def all_streams(broker: Broker, queues: Sequence[str]) -> list[str]:
     """Every stream a worker of `queues` may read: each shard and each priority level in use."""
     levels = broker.levels_in_use(sharding.all_shards(queues))
     return [stream for streams in levels.values() for stream in streams]
@@ -99,7 +99,7 @@ def hand_back(
     tries again later (nothing is lost: what was not settled is still `consumer`'s).
     """
     settler = Settler(broker, consumer, started, cause, adopters, rerun_started)
-    for stream in streams_of(broker, queues):
+    for stream in all_streams(broker, queues):
         settler.settle_stream(stream)
         broker.drop_consumer(stream, consumer)  # gone from the consumer lists, if empty
     return settler.done

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
-from django_taskrunner.stats import store as stats_store
+from django_taskrunner.stats import writes as stats_writes
 from django_taskrunner.stats.figures import QueueStats, get_stats
 from django_taskrunner.stats.long_queue import LongQueueHook
 from django_taskrunner.stats.recorder import Batch, StatsRecorder
@@ -59,7 +59,7 @@ class Monitor(threading.Thread):
         self.scaling = worker_settings.scaling
         self.now = now  # the autoscaler's clock; tests may pass their own
         self.interval = worker_settings.stats_interval
-        self.ttl = stats_store.heartbeat_ttl(self.interval)
+        self.ttl = stats_writes.heartbeat_ttl(self.interval)
         self.max_workers = worker_settings.max_workers
         self.long_queue = LongQueueHook(
             settings.LONG_QUEUE_HOOK, threshold=settings.LONG_QUEUE_THRESHOLD,
@@ -100,7 +100,7 @@ class Monitor(threading.Thread):
         """Write the recorded figures and the heartbeat; False if Redis is unreachable."""
         batch = self.recorder.drain()
         pool, broker = self.worker.pool, self.worker.broker
-        heartbeat = stats_store.Heartbeat(
+        heartbeat = stats_writes.WorkerReport(
             consumer=self.worker.consumer, queues=self.worker.queues, threads=pool.size,
             busy=len(pool.running_items()),
             min_workers=self.scaling.min_workers if self.scaling else None,
@@ -114,9 +114,9 @@ class Monitor(threading.Thread):
             return False
         return True
 
-    def _write(self, broker: Broker, batch: Batch, heartbeat: stats_store.Heartbeat) -> bool:
+    def _write(self, broker: Broker, batch: Batch, heartbeat: stats_writes.WorkerReport) -> bool:
         """The figures and the heartbeat in one pipelined round trip."""
-        stats_store.flush(stats_store_for(broker), batch, heartbeat, now_ms=clock.now_ms(),
+        stats_writes.flush_figures(stats_store_for(broker), batch, heartbeat, now_ms=clock.now_ms(),
                           window=self.window, ttl=self.ttl)
         return True
 

@@ -44,7 +44,7 @@ from django_taskrunner.core import clock
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.worker import child_boot
-from django_taskrunner.worker.child import decode, encode, resident_bytes
+from django_taskrunner.worker.child import decode_report, encode_report, resident_bytes
 from django_taskrunner.worker.handback import Started, hand_back
 
 logger = logging.getLogger(__name__)
@@ -261,7 +261,7 @@ class Supervisor:
         assert conn is not None
         try:
             while conn.poll():
-                self._report(child, decode(conn.recv_bytes()))
+                self._report(child, decode_report(conn.recv_bytes()))
         except (EOFError, OSError):
             conn.close()
             child.conn = None
@@ -397,7 +397,7 @@ class Supervisor:
         """An order to a child; one that died meanwhile hands it all back itself."""
         try:
             if child.conn is not None:
-                child.conn.send_bytes(encode(*fields))
+                child.conn.send_bytes(encode_report(*fields))
         except OSError as exc:
             logger.warning("could not tell %s to %s (%s)", child.describe(), fields[0], exc)
 

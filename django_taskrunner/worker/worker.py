@@ -11,19 +11,19 @@ not finish is put back on its stream for another worker. Nothing is lost.
 
 Unless told not to, a worker also stands for election as its consumer group's leader;
 while it leads, a scheduler thread moves due delayed tasks onto their streams and fires
-periodic tasks (`scheduler.py`). Burst mode moves what is already due instead.
+periodic tasks. Burst mode moves what is already due instead. Both are the leader's part
+(`scheduling/`), which the runner (`runner.py`) puts beside the worker as `Beside`.
 """
 
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 from django_taskrunner.core import clock
-from django_taskrunner.scheduling.outbox_flush import flush_waiting
-from django_taskrunner.scheduling.scheduler import LeaderScheduler, promote_all_due, register_queues
 from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.clients import connection_name, name_connections
@@ -52,11 +52,31 @@ from django_taskrunner.worker.watch import THREAD_DIED_EXIT, ThreadWatch
 logger = logging.getLogger(__name__)
 
 
+class Leader(Protocol):
+    """The leader's part of a process: stands for election as it starts, resigns as it stops."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Beside:
+    """What the runner puts beside a worker (`runner.py`), so that the worker calls the
+    scheduling part at the right moments without importing it."""
+
+    leader: Leader | None = None  # started after the fetchers, stopped first on shutdown
+    register_queues: Callable[[], None] = lambda: None  # records the queues consumed
+    move_due: Callable[[], int] = lambda: 0  # burst mode: moves what is due; how many
+
+
 class Worker:
     """Runs tasks from `queues` until stopped (or, in burst mode, until all are empty)."""
 
-    def __init__(self, broker: Broker, settings: WorkerSettings) -> None:
+    def __init__(self, broker: Broker, settings: WorkerSettings,
+                 beside: Beside | None = None) -> None:
         self.broker = broker
+        self.beside = beside or Beside()
         self.settings = settings
         self.queues = list(settings.queues)
         self.consumer = settings.consumer
@@ -77,11 +97,7 @@ class Worker:
         self.completed = 0  # finished so far; tells burst mode that work may have appeared
         self.promotions = 0  # burst mode: passes that moved due delayed tasks to the streams
         self.requeues = 0  # batches of retries the acker has put back on the streams
-        self.scheduling = (
-            LeaderScheduler(broker, self.queues, lease=settings.leader_lease,
-                            identity=f"{self.consumer}:{secrets.token_hex(3)}", adopter=self)
-            if settings.scheduler and not settings.burst else None
-        )
+        self.scheduling = self.beside.leader
         self._leftovers: list[Delivery] = []
         self.threads = ThreadWatch()  # a thread that dies takes the worker down
         # A child of `runtasks --processes` (worker/child.py): asks its supervisor to end
@@ -303,7 +319,7 @@ class Worker:
 
     def _register_queues(self) -> None:
         try:
-            register_queues(self.broker, self.queues)
+            self.beside.register_queues()
         except REDIS_DOWN as exc:
             logger.warning("could not record this worker's queues (%s)", exc)
 
@@ -319,11 +335,10 @@ class Worker:
         if not idle:
             return False
         try:
-            moved = promote_all_due(self.broker, self.queues, clock.now_ms())
+            moved = self.beside.move_due()  # due delayed tasks, then the outbox's
         except REDIS_DOWN as exc:
             logger.error("burst: cannot move due delayed tasks (%s); retrying", exc)
             return False
-        moved += flush_waiting()  # tasks committed through the outbox and left there
         if moved:
             # Fetchers must read again after this: only a read that started later counts.
             with self._cond:

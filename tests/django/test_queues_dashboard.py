@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from django_taskrunner.core import clock
 from django_taskrunner.scheduling.election import LeaderElection
-from django_taskrunner.stats.store import Heartbeat, write
+from django_taskrunner.stats.writes import WorkerReport, write
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
 from tests.django.admin_helpers import logged_in, make_user
@@ -47,7 +47,7 @@ def busy_queue(run_burst, r, prefix):
     noop.dispatch_many({"n": n} for n in range(3))
     now = clock.now_ms()
     pipe = r.pipeline()
-    write(pipe, prefix, {}, Heartbeat("web-1-ab12", ["default"], threads=2, busy=0,
+    write(pipe, prefix, {}, WorkerReport("web-1-ab12", ["default"], threads=2, busy=0,
                                       min_workers=None, max_workers=2, started_ms=now),
           now_ms=now, window=200, ttl=30)
     pipe.execute()

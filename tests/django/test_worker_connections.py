@@ -9,7 +9,7 @@ import time
 import pytest
 from django.db import connection, connections
 
-from django_taskrunner.worker.connections import close_old_connections as check
+from django_taskrunner.worker.connections import check_connections as check
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

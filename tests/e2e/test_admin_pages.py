@@ -149,7 +149,7 @@ def write_an_hour_of_history(broker) -> None:  # type: ignore[no-untyped-def]
 
     from django_taskrunner.core import clock
     from django_taskrunner.stats.recorder import StatsRecorder
-    from django_taskrunner.stats.store import Heartbeat, write
+    from django_taskrunner.stats.writes import WorkerReport, write
 
     rng = random.Random(7)  # noqa: S311
     now = clock.now_ms()
@@ -167,7 +167,7 @@ def write_an_hour_of_history(broker) -> None:  # type: ignore[no-untyped-def]
                 "default", "tests.testapp.tasks.stamp")
         pipe = broker.client.pipeline(transaction=False)
         write(pipe, broker.prefix, recorder.drain(),
-              Heartbeat("web-1-1234-4e2f", ["default"], threads=8, busy=2, min_workers=None,
+              WorkerReport("web-1-1234-4e2f", ["default"], threads=8, busy=2, min_workers=None,
                         max_workers=8, started_ms=now - 3_600_000),
               now_ms=now - minute * 60_000, window=200, ttl=600)
         pipe.execute()

@@ -9,7 +9,7 @@ import pytest
 
 from django_taskrunner.core import clock
 from django_taskrunner.models import FailedTask
-from django_taskrunner.scheduling.lost_workers import LostWorkerWatch
+from django_taskrunner.worker.lost_workers import LostWorkerWatch
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.worker.handback import Started, hand_back

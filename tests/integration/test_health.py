@@ -14,7 +14,7 @@ import redis
 from django_taskrunner.core import clock
 from django_taskrunner.scheduling.election import LeaderElection
 from django_taskrunner.stats import health
-from django_taskrunner.stats.store import Heartbeat, write
+from django_taskrunner.stats.writes import WorkerReport, write
 from django_taskrunner.store import keys, server
 from django_taskrunner.store.broker import Broker, get_broker
 from tests.conftest import start_private_redis
@@ -89,7 +89,7 @@ def test_consumers_with_idle_times_live_ones_first(prefix, r):
     broker.read("default", "c2", 1, None)
     now = clock.now_ms()
     pipe = r.pipeline()
-    write(pipe, prefix, {}, Heartbeat("c2", ["default"], threads=4, busy=1, min_workers=None,
+    write(pipe, prefix, {}, WorkerReport("c2", ["default"], threads=4, busy=1, min_workers=None,
                                       max_workers=4, started_ms=now), now_ms=now, window=200,
           ttl=10)
     pipe.execute()
@@ -169,7 +169,7 @@ def test_a_queue_with_a_consumer_is_read_in_five_round_trips_and_written_in_one(
     broker = get_broker()
     five_dispatched_two_delivered(broker)
     now_ms = clock.now_ms()
-    heartbeat = Heartbeat(consumer="c1", queues=["default"], threads=2, busy=1,
+    heartbeat = WorkerReport(consumer="c1", queues=["default"], threads=2, busy=1,
                           min_workers=None, max_workers=2, started_ms=now_ms)
     pipe = broker.client.pipeline(transaction=False)
     round_trips.clear()

@@ -9,13 +9,13 @@ from dataclasses import replace
 
 import pytest
 
+from django_taskrunner.runner import build_worker
 from django_taskrunner.stats.figures import QueueStats
 from django_taskrunner.stats.long_queue import LongQueueHook
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.stats import stats_store_for
 from django_taskrunner.worker.settings import worker_settings
-from django_taskrunner.worker.worker import Worker
 from tests.testapp.tasks import runs_key, sleep_50ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -105,7 +105,7 @@ def test_a_worker_with_a_long_queue_calls_the_hook_once_and_keeps_working(
     taskrunner_settings(STATS_INTERVAL=0.1, LONG_QUEUE_HOOK=RAISING, LONG_QUEUE_THRESHOLD=0.5,
                         LONG_QUEUE_COOLDOWN=60)
     sleep_50ms.dispatch_many({"n": n} for n in range(20))
-    worker = Worker(get_broker(), worker_settings(
+    worker = build_worker(get_broker(), worker_settings(
         ["default"], concurrency=1, batch_size=5, block_ms=100, shutdown_timeout=10, burst=True))
 
     # When it runs them all (its hook raising every time it is called)

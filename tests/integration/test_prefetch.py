@@ -43,10 +43,10 @@ def test_a_fetcher_waiting_for_room_sees_the_read_shrink_under_it():
     # room that can never come (a stall seen with four shards per worker).
     import threading
 
+    from django_taskrunner.runner import build_worker
     from django_taskrunner.worker.settings import worker_settings
-    from django_taskrunner.worker.worker import Worker
 
-    worker = Worker(get_broker(), worker_settings(["default"], concurrency=4, batch_size=10))
+    worker = build_worker(get_broker(), worker_settings(["default"], concurrency=4, batch_size=10))
     prefetch, start = worker.prefetch, clock.monotonic()
     prefetch.update(0, start - 1.0)
     worker.completed = 10_000

@@ -12,10 +12,10 @@ import pytest
 
 from django_taskrunner import chain, lookup, lookup_workflow
 from django_taskrunner.conf import get_settings
+from django_taskrunner.runner import build_worker
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.worker.settings import worker_settings
-from django_taskrunner.worker.worker import Worker
 from tests.testapp import tasks
 from tests.testapp.workflow_tasks import wf_member
 from tests.worker_helpers import wait_for, worker_thread
@@ -82,7 +82,7 @@ def test_a_task_record_of_the_wrong_type_spoils_only_its_own_record(r, caplog):
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_an_internal_thread_that_dies_takes_the_worker_down_non_zero(r, caplog):
-    worker = Worker(get_broker(), worker_settings(("default",), concurrency=2, block_ms=100,
+    worker = build_worker(get_broker(), worker_settings(("default",), concurrency=2, block_ms=100,
                                                   shutdown_timeout=5))
 
     def broken(*_args, **_kwargs):

@@ -8,7 +8,7 @@ import pytest
 
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
-from django_taskrunner.stats import store as stats_store
+from django_taskrunner.stats import writes as stats_writes
 from django_taskrunner.stats.figures import get_stats, minute_counts, percentile, predict_wait
 from django_taskrunner.stats.recorder import PICKUP_LABELS, StatsRecorder
 from django_taskrunner.store import keys
@@ -31,9 +31,9 @@ def beat(consumer: str, queues: list[str], threads: int, *, now_ms: int, ttl: fl
     """Write a worker heartbeat the way a worker's monitor does."""
     broker = get_broker()
     pipe = broker.client.pipeline(transaction=False)
-    heartbeat = stats_store.Heartbeat(consumer=consumer, queues=queues, threads=threads, busy=0,
+    heartbeat = stats_writes.WorkerReport(consumer=consumer, queues=queues, threads=threads, busy=0,
                                       min_workers=None, max_workers=threads, started_ms=now_ms)
-    stats_store.write(pipe, broker.prefix, {}, heartbeat, now_ms=now_ms, window=200, ttl=ttl)
+    stats_writes.write(pipe, broker.prefix, {}, heartbeat, now_ms=now_ms, window=200, ttl=ttl)
     pipe.execute()
 
 
@@ -138,9 +138,9 @@ def test_figures_reach_redis_only_when_flushed_in_one_batch(r):
 
     # ...until one pipeline writes all fifty
     pipe = broker.client.pipeline(transaction=False)
-    heartbeat = stats_store.Heartbeat(consumer="c1", queues=["default"], threads=1, busy=0,
+    heartbeat = stats_writes.WorkerReport(consumer="c1", queues=["default"], threads=1, busy=0,
                                       min_workers=None, max_workers=1, started_ms=0)
-    stats_store.write(pipe, broker.prefix, recorder.drain(), heartbeat,
+    stats_writes.write(pipe, broker.prefix, recorder.drain(), heartbeat,
                       now_ms=broker.client.time()[0] * 1000, window=200, ttl=10)
     pipe.execute()
     assert get_stats("default").succeeded == 50
@@ -206,9 +206,9 @@ def test_figures_are_kept_while_redis_is_unreachable_and_written_once_it_is_back
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
+    from django_taskrunner.runner import build_worker
     from django_taskrunner.store.broker import Broker
     from django_taskrunner.worker.settings import worker_settings
-    from django_taskrunner.worker.worker import Worker
 
     # Given a worker whose Redis cannot be reached
     with socket.socket() as sock:
@@ -217,7 +217,7 @@ def test_figures_are_kept_while_redis_is_unreachable_and_written_once_it_is_back
     prefix = get_settings().PREFIX
     dead = redis.Redis(port=dead_port, socket_connect_timeout=0.2, socket_timeout=0.2,
                        retry=Retry(NoBackoff(), 0))
-    worker = Worker(Broker(dead, prefix, "taskrunner"), worker_settings(
+    worker = build_worker(Broker(dead, prefix, "taskrunner"), worker_settings(
         ["default"], concurrency=1, batch_size=1, block_ms=100, shutdown_timeout=1))
     worker.monitor.recorder.ran("default", "t", 0.01, None)
     worker.monitor.recorder.succeeded("default", "t")
@@ -240,11 +240,11 @@ def test_flush_writes_a_batch_and_the_heartbeat_as_write_does_in_one_round_trip(
     recorder.ran("default", "t.a", 0.04, ValueError("x"))
     recorder.failed("default", "t.a")
     now_ms = broker.client.time()[0] * 1000
-    heartbeat = stats_store.Heartbeat(consumer="c1", queues=["default"], threads=2, busy=1,
+    heartbeat = stats_writes.WorkerReport(consumer="c1", queues=["default"], threads=2, busy=1,
                                       min_workers=None, max_workers=2, started_ms=now_ms)
 
     # When the monitor's call writes them
-    stats_store.flush(stats_store_for(broker), recorder.drain(), heartbeat,
+    stats_writes.flush_figures(stats_store_for(broker), recorder.drain(), heartbeat,
                       now_ms=now_ms, window=200, ttl=10)
 
     # Then the queue's figures add both shards up, and the worker counts as live

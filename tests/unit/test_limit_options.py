@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from django_taskrunner import InvalidTaskOptions, Task
-from django_taskrunner.core.limits import LimitKeyError, Rate, limit_key, parse_rate
+from django_taskrunner.core.limits import LimitKeyError, Rate, limit_key_value, parse_rate
 from django_taskrunner.core.options import TaskOptions
 from django_taskrunner.store import keys
 
@@ -62,13 +62,13 @@ def test_both_limits_with_keys_are_accepted():
 
 
 def test_a_key_function_that_raises_or_returns_no_string_is_a_limit_key_error():
-    assert limit_key("rate_key", "t", None, {"a": 1}) == ""
-    assert limit_key("rate_key", "t", lambda p: p["a"], {"a": "x"}) == "x"
+    assert limit_key_value("rate_key", "t", None, {"a": 1}) == ""
+    assert limit_key_value("rate_key", "t", lambda p: p["a"], {"a": "x"}) == "x"
     with pytest.raises(LimitKeyError, match="rate_key of task 't' raised KeyError"):
-        limit_key("rate_key", "t", lambda p: p["b"], {"a": 1})
+        limit_key_value("rate_key", "t", lambda p: p["b"], {"a": 1})
     with pytest.raises(LimitKeyError, match="concurrency_key of task 't' must return a str, "
                                             "returned 7"):
-        limit_key("concurrency_key", "t", lambda p: 7, {})
+        limit_key_value("concurrency_key", "t", lambda p: 7, {})
 
 
 def test_limit_keys_share_the_queue_slot_and_name_their_waiting_set():

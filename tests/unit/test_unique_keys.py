@@ -18,7 +18,7 @@ from django_taskrunner import (
     payload_key,
 )
 from django_taskrunner.core.task import Task, TaskOptions
-from django_taskrunner.core.unique import Claim, LockSpec, derive_key, lock_spec
+from django_taskrunner.core.unique import LockSpec, UniqueClaim, derive_key, lock_spec
 
 
 def make_task(name: str = "shop.tasks.t", **options: Any) -> Task:
@@ -152,8 +152,8 @@ def test_dispatch_refuses_bad_unique_options_before_touching_redis(r):
 
 def test_the_script_gets_only_the_keys_the_claim_holds():
     lock = LockSpec("p:{q}:unique:t:k", 5_000, "until_finished")
-    lock_only = Claim("t", "m1", lock, None)
-    id_only = Claim("t", "job-1", None, "p:{q}:id:job-1")
+    lock_only = UniqueClaim("t", "m1", lock, None)
+    id_only = UniqueClaim("t", "job-1", None, "p:{q}:id:job-1")
 
     assert lock_only.script_call("p:{q}:stream", "{}", None) == (
         ["p:{q}:stream", "p:{q}:unique:t:k"],
@@ -166,7 +166,7 @@ def test_the_script_gets_only_the_keys_the_claim_holds():
 
 
 def test_a_script_reply_becomes_the_stream_id_or_the_right_error():
-    claim = Claim("t", "job-1", LockSpec("L", 1000, "until_finished"), "I")
+    claim = UniqueClaim("t", "job-1", LockSpec("L", 1000, "until_finished"), "I")
 
     assert claim.read_reply([b"ok", b"1-0"]) == "1-0"
     with pytest.raises(TaskAlreadyDispatched) as held:

@@ -1,4 +1,4 @@
-"""`manage.py runtasks`: argparse glue that builds and runs a `Worker`."""
+"""`manage.py runtasks`: argparse glue that builds a worker (`runner.build_worker`) and runs it."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_taskrunner.checks import (
+from django_taskrunner.bounds import (
     MAX_BATCH,
     MAX_MEMORY_MB,
     MAX_POOL,
@@ -27,6 +27,7 @@ from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
 from django_taskrunner.core.options import check_queue_name
 from django_taskrunner.exceptions import InvalidTaskOptions
+from django_taskrunner.runner import build_worker
 from django_taskrunner.scheduling.queues import forget_after_ms
 from django_taskrunner.shim import quiet_framework_logs
 from django_taskrunner.stats.figures import declared_queues
@@ -294,7 +295,7 @@ class Command(BaseCommand):
         specs = options["queues"] or []
         queues = ([queue for queue, _weight in specs]
                   or self._default_queues(settings.DEFAULT_QUEUE, broker))
-        worker = Worker(broker, self._worker_settings(queues, options, queue_order(specs)))
+        worker = build_worker(broker, self._worker_settings(queues, options, queue_order(specs)))
         stop_metrics = self._serve_metrics(options["metrics_port"], options["metrics_addr"])
         previous = self._install_signal_handlers(worker)
         try:

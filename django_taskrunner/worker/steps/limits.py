@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
 from django_taskrunner.core import unique as locks
-from django_taskrunner.core.limits import LimitKeyError, limit_key, parse_rate
+from django_taskrunner.core.limits import LimitKeyError, limit_key_value, parse_rate
 from django_taskrunner.core.records import PENDING_TTL_S
 from django_taskrunner.store import keys
 from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR
@@ -71,10 +71,10 @@ def check_limits(executor: Executor, run: Run) -> bool:
     assert message is not None
     try:
         concurrency = (None if options.concurrency_limit is None else
-                       limit_key("concurrency_key", task.name, options.concurrency_key,
+                       limit_key_value("concurrency_key", task.name, options.concurrency_key,
                                  message.payload))
         rate = (None if options.rate_limit is None else
-                limit_key("rate_key", task.name, options.rate_key, message.payload))
+                limit_key_value("rate_key", task.name, options.rate_key, message.payload))
     except LimitKeyError as error:
         logger.error("task=%s id=%s: %s; recorded as failed", task.name, message.id, error)
         executor.record_and_ack(run, error, attempts=message.attempt - 1, event=locks.FAILED)

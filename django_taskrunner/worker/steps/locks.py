@@ -1,7 +1,7 @@
 """Step: free an `until_executing` lock (and renew a task_id) as the task starts.
 
 The other releases happen where the outcome is settled (success, failure, drop), through
-`release()`; retries free nothing: the lock and the task_id are kept across them.
+`release_locks()`; retries free nothing: the lock and the task_id are kept across them.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ def release_on_start(executor: Executor, run: Run) -> bool:
     assert run.message is not None and run.task is not None
     executor.stats.picked_up(run.message.queue, run.shown_name, run.stream_id,
                              run.delivery.runs)
-    release(executor, run, locks.STARTED)
+    release_locks(executor, run, locks.STARTED)
     return True
 
 
-def release(executor: Executor, run: Run, event: str) -> None:
+def release_locks(executor: Executor, run: Run, event: str) -> None:
     """Free (or renew) the unique lock and task_id the message holds, per its mode."""
     message = run.message
     assert message is not None

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from django_taskrunner.worker.executor import Executor
 
 
-def lookup(executor: Executor, run: Run) -> bool:
+def look_up_task(executor: Executor, run: Run) -> bool:
     """Set `run.task`; False after recording a message no registered task has the name of."""
     assert run.message is not None
     run.task = registry.find(run.message.task_name)

@@ -1,9 +1,10 @@
 """What the worker tells the project about each attempt: the `django_taskrunner.tasks` log
-line, the signals (django_taskrunner/signals.py) and the OpenTelemetry span.
+line, the signals (django_taskrunner/signals.py), the OpenTelemetry span and the figures.
 
-`announce_start` is a step (the last before the run); `finished` is called by the outcome
-steps once they settled the delivery. With no receiver connected, no tracing and the
-task lines off, each costs a few attribute checks.
+`count_run` is the step that counts an attempt's run time and outcome (the monitor writes
+them in batches, `stats/`). `announce_start` is a step (the last before the run);
+`finished` is called by the outcome steps once they settled the delivery. With no
+receiver connected, no tracing and the task lines off, each costs a few attribute checks.
 """
 
 from __future__ import annotations
@@ -89,3 +90,10 @@ def send(signal: Signal, sender: Any, **kwargs: Any) -> None:
                          shown_name(message.task_name, message.payload),
                          message.id, message.queue, exc_info=response,
                          extra=log_fields(message))
+
+
+def count_run(executor: Executor, run: Run) -> bool:
+    """Record how long the attempt ran and whether it failed (after the time limit step)."""
+    assert run.message is not None and run.task is not None and run.attempt is not None
+    executor.stats.ran(run.message.queue, run.shown_name, run.attempt.elapsed(), run.error)
+    return True

@@ -17,7 +17,7 @@ from django_taskrunner.core import unique as locks
 from django_taskrunner.core.records import PENDING_TTL_S, TRACEBACK_MAX_CHARS, encode_value
 from django_taskrunner.shim import framework_result_ttl
 from django_taskrunner.store.records import RecordWrite
-from django_taskrunner.worker.steps.locks import release
+from django_taskrunner.worker.steps.locks import release_locks
 from django_taskrunner.worker.steps.run import Run
 from django_taskrunner.worker.steps.workflow import note_outcome
 
@@ -38,7 +38,7 @@ def skip_cancelled(executor: Executor, run: Run) -> bool:
     if not executor.cancels.should_skip(run.shard, run.stream_id, locks.holder_value(message),
                                         executor.cancelled.get(run.shard, _NONE)):
         return True
-    release(executor, run, locks.CANCELLED)
+    release_locks(executor, run, locks.CANCELLED)
     write_outcome(executor, run, "cancelled", uncancel=run.shard)
     executor.ack(run.shard, run.stream_id)
     return False
@@ -50,7 +50,7 @@ def stop_cancelled(executor: Executor, run: Run) -> bool:
     attempt = run.attempt
     if attempt is None or not attempt.cancel_requested:
         return True
-    release(executor, run, locks.CANCELLED)
+    release_locks(executor, run, locks.CANCELLED)
     write_outcome(executor, run, "cancelled", uncancel=run.shard)
     executor.ack(run.shard, run.stream_id)
     return False

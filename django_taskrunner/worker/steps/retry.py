@@ -12,7 +12,7 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from django_taskrunner.checks import MAX_SECONDS
+from django_taskrunner.bounds import MAX_SECONDS
 from django_taskrunner.core import clock
 from django_taskrunner.core.task import Task
 from django_taskrunner.worker.backoff import default_backoff

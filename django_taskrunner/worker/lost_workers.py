@@ -30,7 +30,7 @@ from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_DOWN
-from django_taskrunner.worker.handback import Adopter, hand_back, streams_of, take_adopted
+from django_taskrunner.worker.handback import Adopter, hand_back, all_streams, take_adopted
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class LostWorkerWatch(threading.Thread):
     def check(self) -> list[str]:
         """One pass: hand back what each lost worker holds; returns their names."""
         lost_ms = int(self.lost_after * 1000)
-        silent = {consumer for stream in streams_of(self.broker, self.queues)
+        silent = {consumer for stream in all_streams(self.broker, self.queues)
                   for consumer, _pending, idle_ms in self.broker.holders(stream)
                   if idle_ms >= lost_ms}
         if not silent:

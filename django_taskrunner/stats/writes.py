@@ -31,8 +31,8 @@ from django_taskrunner.stats.recorder import BUCKET_LABELS, PICKUP_LABELS, Batch
 from django_taskrunner.store import keys
 from django_taskrunner.store.stats import QueueWrite, StatsStore, WorkerBeat
 
-__all__ = ["COUNTERS", "Heartbeat", "flush", "heartbeat_ttl", "queue_writes", "remove_heartbeat",
-           "worker_beat", "write"]
+__all__ = ["COUNTERS", "WorkerReport", "flush_figures", "heartbeat_ttl", "queue_writes",
+           "remove_heartbeat", "worker_beat", "write"]
 COUNTERS = ("runs", "errors", "succeeded", "retried", "failed", "run_us", "pickups",
             "pickup_us")
 
@@ -43,7 +43,7 @@ def heartbeat_ttl(interval: float) -> float:
 
 
 @dataclass(frozen=True)
-class Heartbeat:
+class WorkerReport:
     """What a worker tells about itself at every write."""
 
     consumer: str
@@ -65,7 +65,7 @@ class Heartbeat:
 
 
 def write(
-    pipe: Any, prefix: str, batch: Batch, heartbeat: Heartbeat, *, now_ms: int, window: int,
+    pipe: Any, prefix: str, batch: Batch, heartbeat: WorkerReport, *, now_ms: int, window: int,
     ttl: float,
 ) -> None:
     """Queue on `pipe` the commands that add `batch` and refresh `heartbeat`
@@ -76,14 +76,14 @@ def write(
         ttl=ttl, pipe=pipe)
 
 
-def flush(stats: StatsStore, batch: Batch, heartbeat: Heartbeat, *, now_ms: int, window: int,
-          ttl: float) -> None:
+def flush_figures(stats: StatsStore, batch: Batch, heartbeat: WorkerReport, *, now_ms: int,
+                  window: int, ttl: float) -> None:
     """Add `batch` and refresh `heartbeat` in one round trip (what the monitor writes)."""
     stats.write_figures(queue_writes(batch), worker_beat(heartbeat, now_ms), now_ms=now_ms,
                         window=window, ttl=ttl)
 
 
-def worker_beat(heartbeat: Heartbeat, now_ms: int) -> WorkerBeat:
+def worker_beat(heartbeat: WorkerReport, now_ms: int) -> WorkerBeat:
     """The heartbeat as the store writes it."""
     return WorkerBeat(consumer=heartbeat.consumer, queues=heartbeat.queues,
                       fields=heartbeat.fields(now_ms))
