@@ -59,11 +59,11 @@ def resident_bytes() -> int:
 
 
 def encode_report(*fields: object) -> bytes:
-    return SEPARATOR.join(str(field) for field in fields).encode_report()
+    return SEPARATOR.join(str(field) for field in fields).encode()
 
 
 def decode_report(report: bytes) -> list[str]:
-    return report.decode_report().split(SEPARATOR)
+    return report.decode().split(SEPARATOR)
 
 
 class ParentLink:

@@ -151,7 +151,7 @@ def test_a_segfaulting_task_fails_after_its_retries_and_a_stuck_one_is_ended(
     segv = rows["proc_segfault"]
     assert "WorkerLost" in segv.error and "SIGSEGV" in segv.error, segv.error
     assert segv.attempts == 3
-    assert chaos.starts()["segv"] == 3  # max_retry=2: three attempts, no more
+    assert chaos.starts()["segv"] == 3, chaos.log_tail()  # max_retry=2: three attempts, no more
     stuck = rows["proc_stuck"]
     assert "TimeLimitExceeded" in stuck.error, stuck.error
     assert chaos.starts()["stuck"] == 1
