@@ -9,8 +9,10 @@ child end) calls `hand_back()` with what it knows of the attempts the consumer h
   attempt. Given live `adopters` (its sibling processes), it moves to one of them,
   keeping its place and delivery counter (`adopt.lua`): the caller tells that sibling,
   which runs it next, instead of after everything queued behind it. Otherwise it goes
-  back to the end of its stream unchanged (`requeue.lua`, which acks the old entry in
-  the same script), for any worker to read;
+  back to the end of its stream (`requeue.lua`, which acks the old entry in the same
+  script), for any worker to read: unchanged, but for the runs that died that its
+  delivery counter says (it was given to a sibling that died too), which go into its
+  attempt (`steps/reclaimed.py`);
 - one it was running counts as a run that died (a failed attempt), whose error says how
   the process ended. With retries left and a sibling to take it, it moves to the sibling
   with its delivery counter raised, so that the sibling's reclaimed-run check
@@ -46,6 +48,7 @@ from django_taskrunner.store.broker import Broker, Entry, Requeue
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
 from django_taskrunner.worker.running import Attempt
+from django_taskrunner.worker.steps.reclaimed import carry_deaths
 from django_taskrunner.worker.steps.run import Run
 
 logger = logging.getLogger(__name__)
@@ -144,7 +147,10 @@ class Settler:
                 self._turn += 1
                 given.setdefault(adopter, {})[stream_id] = decided
             else:
-                requeues.append(Requeue(stream, stream_id, body))
+                # a new entry, delivered once: the runs its counter says died go into
+                # its attempt, else a task that kills its process would run once more
+                requeues.append(Requeue(stream, stream_id,
+                                        carry_deaths(body, counters[stream_id])))
         self._adopt(stream, given, counters)
         if requeues:
             self.broker.settle(self.consumer, {}, requeues)

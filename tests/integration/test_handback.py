@@ -97,3 +97,22 @@ def test_a_running_message_with_retries_left_goes_to_a_sibling_counted_as_a_deat
     assert done.adopted == {"alive-0.0": {"default": [(stream_id, 2)]}}
     [row] = pending_of(r, "alive-0.0")
     assert row["times_delivered"] == 2 and FailedTask.objects.count() == 0
+
+
+def test_a_message_whose_runs_died_goes_back_to_its_queue_with_them_counted(r):
+    # A segfaulting message's first run died in one child and it was given to a sibling
+    # (its counter raised to 2), which died too before starting it, with no live sibling
+    # left: it goes back to its queue as a new entry, delivered once; the run that died
+    # must be counted in its attempt, else the task runs max_retry + 2 times.
+    from django_taskrunner.core.message import TaskMessage
+    from tests.testapp.tasks import always_fails  # max_retry=2
+
+    always_fails.dispatch({"n": 1})
+    [stream_id] = read_as(r, "dead-0.0")
+    running = {("default", stream_id): Started("default", stream_id, clock.monotonic())}
+    hand_back(get_broker(), "dead-0.0", ["default"], running, "killed by signal 11 (SIGSEGV)",
+              ["dead-1.0"])
+    done = hand_back(get_broker(), "dead-1.0", ["default"], {}, "killed by signal 9 (SIGKILL)")
+    assert done.requeued == 1 and pending_of(r, "dead-1.0") == []
+    [(_new_id, fields)] = r.xrange(get_broker().stream("default"))
+    assert TaskMessage.from_json(fields[b"m"]).attempt == 2
