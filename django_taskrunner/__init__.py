@@ -16,6 +16,7 @@ from django_taskrunner.core.dispatch import (
     schedule_for,
 )
 from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.core.pauses import pause_queue, paused_queues, resume_queue
 from django_taskrunner.core.records import TaskRecord, cancel, lookup, wait
 from django_taskrunner.core.registry import register_task
 from django_taskrunner.core.task import Task, task
@@ -83,8 +84,11 @@ __all__ = [
     "get_redis",
     "get_stats",
     "lookup",
+    "pause_queue",
+    "paused_queues",
     "payload_key",
     "register_task",
+    "resume_queue",
     "schedule_for",
     "task",
     "task_failed",

@@ -346,3 +346,10 @@ def queues_used_key(prefix: str) -> str:
     ms): `runtasks` without `--queue` consumes those used recently, besides the declared
     ones (a queue only a worker's mistyped `-Q` named is never in it)."""
     return f"{prefix}:queues:used"
+
+
+def paused_queues_key(prefix: str) -> str:
+    """Hash of the paused queues: queue name -> when it was paused (epoch ms). Fetchers
+    read no new message of a queue in it; it has no expiry, so a pause outlives restarts
+    until `resume_queue` removes the field (`store/pauses.py`)."""
+    return f"{prefix}:queues:paused"

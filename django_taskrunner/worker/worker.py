@@ -39,6 +39,7 @@ from django_taskrunner.worker.keepalive import Heartbeat
 from django_taskrunner.worker.monitor import Monitor
 from django_taskrunner.worker.outage import RedisStatus
 from django_taskrunner.worker.pool import Pool
+from django_taskrunner.worker.pauses import PauseWatch
 from django_taskrunner.worker.prefetch import Prefetch
 from django_taskrunner.worker.reclaim import Reclaimer, shortest_timeout
 from django_taskrunner.worker.running import Attempt, RunningSet, describe
@@ -84,6 +85,7 @@ class Worker:
         self.threads = ThreadWatch()  # a thread that dies takes the worker down
         self._held: set[tuple[str, str]] = set()  # (queue, stream id) fetched, not finished
         # One reader per stream: a queue split into shards has one stream per shard.
+        self.pauses = PauseWatch(self)  # paused queues: fetchers skip them (pause_queue)
         self.fetchers = [Fetcher(self, shard) for shard in sharding.all_shards(self.queues)]
         # `runtasks -Q a -Q b[:weight]`: which queue's fetchers read when (None: all at once).
         self.turns = (QueueTurns(settings.queue_order) if settings.queue_order else None)
@@ -211,6 +213,8 @@ class Worker:
             return
         finished = True
         try:
+            if self.pauses.sends_back(item):  # its queue was paused since the read
+                return
             if self._still_ours(item):
                 finished = self.executor.handle(item)  # False: it goes on on the event loop
         finally:
@@ -269,7 +273,7 @@ class Worker:
         name_connections(self.broker.client, connection_name(self.consumer))  # before threads
         self.threads.watch([self.acker, self.monitor, self.heartbeat, self.cancels,
                             self.watchdog, self.coroutines.thread, self.coroutines.stall_watch,
-                            *self.fetchers])  # not the election's: made as it starts
+                            self.pauses, *self.fetchers])  # not the election's: made as it starts
         self.acker.start()
         self.coroutines.start()
         self.pool.resize(self.settings.concurrency)
@@ -280,6 +284,8 @@ class Worker:
         self.watchdog.start()
         needed = len(self.fetchers) + self.settings.max_workers + OWN_CONNECTIONS
         make_room(self.broker.client, needed)
+        self.pauses.poll()  # a pause set before this start holds from the first read
+        self.pauses.start()
         for fetcher in self.fetchers:
             fetcher.start()
         if self.scheduling is not None:
