@@ -27,8 +27,9 @@ from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.clients import connection_name, name_connections
 from django_taskrunner.store.connection import make_room
-from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR
 from django_taskrunner.store.recovery import Entry
+from django_taskrunner.store.workers import WorkerDirectory
 from django_taskrunner.worker.acker import Acker
 from django_taskrunner.worker.async_runner import AsyncRunner
 from django_taskrunner.worker.cancels import CancelListener
@@ -362,8 +363,19 @@ class Worker:
         self.cancels.stop()
         self.acker.stop()
         self.monitor.stop()
+        self._leave_groups()
         logger.info("worker %s stopped", self.consumer)
         return 0
+
+    def _leave_groups(self) -> None:
+        """Remove this consumer from each group it read, where it holds nothing: a
+        stopped worker is not listed as "no heartbeat" until a sweep removes it."""
+        directory = WorkerDirectory(self.broker.client, self.broker.prefix)
+        for stream in [stream for fetcher in self.fetchers for stream in fetcher.streams]:
+            try:
+                directory.forget_consumer(stream, self.broker.group, self.consumer)
+            except REDIS_ERROR as exc:  # a sweep removes it later
+                logger.debug("could not leave the group of %s (%s)", stream, exc)
 
     def _log_stopping(self, timeout: float) -> None:
         """Say what the shutdown waits for, so a slow stop can be told from a stalled one."""
