@@ -173,6 +173,13 @@ class TaskFacts:
         return record is not None and not record.finished and not record.cancel_requested
 
     @property
+    def terminable(self) -> bool:
+        """Its record says it runs: `cancel(id, terminate=True)` can stop it (even after
+        a plain cancel it ignored)."""
+        record = self.record
+        return record is not None and record.status == "running"
+
+    @property
     def task_name(self) -> str:
         if self.message is not None:
             return self.message.task_name
@@ -679,6 +686,7 @@ class TaskAdmin(RedisPageAdmin):
             "links": self._links(request, facts),
             "changelist_url": reverse(self.url_name("changelist")),
             "can_cancel": facts.cancellable and request.user.has_perm(CANCEL_PERMISSION),
+            "can_terminate": facts.terminable and request.user.has_perm(CANCEL_PERMISSION),
             "cancel_url": reverse(self.url_name("cancel")),
         })
 
@@ -699,15 +707,19 @@ class TaskAdmin(RedisPageAdmin):
                 raise Http404("no such task in this queue")
             back = (f"{reverse(self.url_name('detail'))}?"
                     f"{urlencode({'queue': queue, 'id': message_id})}")
+            terminate = request.POST.get("terminate") == "yes"
             if request.POST.get("confirm") != "yes":
+                verb = "Terminate" if terminate else "Cancel"
                 return self.render(request, "cancel_confirm.html", {
-                    "title": f"Cancel task {message_id}?", "record": record, "queue": queue,
-                    "back_url": back, "cancel_url": reverse(self.url_name("cancel"))})
-            done = cancel(message_id)
+                    "title": f"{verb} task {message_id}?", "record": record, "queue": queue,
+                    "terminate": terminate, "back_url": back,
+                    "cancel_url": reverse(self.url_name("cancel"))})
+            done = cancel(message_id, terminate=terminate)
         except REDIS_DOWN as exc:
             return self.render(request, "detail.html", {"redis_error": str(exc)})
         if done:
-            self.message_user(request, f"Cancelled task {message_id} ({record.task_name}).",
+            what = "Terminated" if terminate else "Cancelled"
+            self.message_user(request, f"{what} task {message_id} ({record.task_name}).",
                               messages.SUCCESS)
         else:
             self.message_user(request, f"Task {message_id} had finished already; nothing "
