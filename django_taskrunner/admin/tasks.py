@@ -53,6 +53,9 @@ from django_taskrunner.admin.shared import (
     stream_names,
     valid_stream,
 )
+from django_taskrunner.admin.timeline import duration as timeline_duration
+from django_taskrunner.admin.timeline import moment, timeline
+from django_taskrunner.core import clock
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.wire import MAX_EPOCH_MS
@@ -108,15 +111,18 @@ def moment_text(ms: int | None) -> str:
 
 
 def duration(ms: int | None) -> str:
-    if ms is None:
-        return ""
-    seconds = ms / 1000
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(round(seconds), 60)
-    if minutes < 120:
-        return f"{minutes} min {secs:02d} s"
-    return f"{minutes // 60} h {minutes % 60:02d} min"
+    """A duration for people, ms below a second (`timeline.duration`); "" when unknown."""
+    return "" if ms is None else timeline_duration(ms)
+
+
+def record_times(record: TaskRecord | None) -> dict[str, str]:
+    """The record's times as the page shows every time: with seconds, one format."""
+    if record is None:
+        return {}
+    return {"dispatched": moment(record.dispatched_at) if record.dispatched_at else "unknown",
+            "due": moment(record.due_at) if record.due_at else "",
+            "started": moment(record.started_at) if record.started_at else "not yet",
+            "finished": moment(record.finished_at) if record.finished_at else "not yet"}
 
 
 def dotted_name(name: str) -> SafeString:
@@ -685,6 +691,8 @@ class TaskAdmin(RedisPageAdmin):
             "title": f"Task {facts.message_id or facts.stream_id}", "facts": facts,
             "links": self._links(request, facts),
             "changelist_url": reverse(self.url_name("changelist")),
+            "timeline": timeline(facts.record, clock.now_ms()) if facts.record else None,
+            "times": record_times(facts.record),
             "can_cancel": facts.cancellable and request.user.has_perm(CANCEL_PERMISSION),
             "can_terminate": facts.terminable and request.user.has_perm(CANCEL_PERMISSION),
             "cancel_url": reverse(self.url_name("cancel")),

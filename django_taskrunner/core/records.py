@@ -71,6 +71,38 @@ WAIT_MARGIN_S = 0.25
 
 
 @dataclass(frozen=True)
+class AttemptTrace:
+    """One ended attempt of a task, as its record keeps it (field `x:<attempt>`): when its
+    message became ready on the stream, when it started and ended (epoch ms), on which
+    worker, how it ended (succeeded, retrying, failed, cancelled) and its error."""
+
+    number: int
+    ready_ms: int | None
+    started_ms: int
+    ended_ms: int
+    worker: str
+    outcome: str
+    error: str
+
+
+def attempt_traces(fields: Mapping[str, str]) -> tuple[AttemptTrace, ...]:
+    """The `x:<n>` fields of a record; one that does not parse is left out."""
+    found = []
+    for name, raw in fields.items():
+        number = name[2:]
+        if not (name.startswith("x:") and number.isdigit()):
+            continue
+        try:
+            ready, started, ended, worker, outcome, error = json.loads(raw)
+            found.append(AttemptTrace(int(number), None if ready is None else int(ready),
+                                      int(started), int(ended), str(worker), str(outcome),
+                                      str(error)))
+        except (ValueError, TypeError):
+            continue
+    return tuple(sorted(found, key=lambda trace: trace.number))
+
+
+@dataclass(frozen=True)
 class TaskRecord:
     """What is known of one task: its status, outcome, progress and times."""
 
@@ -94,6 +126,8 @@ class TaskRecord:
     # delayed task moved by the scheduler, a retry not started yet).
     stream_id: str | None = None
     shard: str | None = None
+    # Each ended attempt, oldest first (what the task page's timeline draws).
+    attempts: tuple[AttemptTrace, ...] = ()
 
     @property
     def finished(self) -> bool:
@@ -370,4 +404,5 @@ def from_fields(task_id: str, fields: Mapping[str, str]) -> TaskRecord:
         finished_at=_time(fields, "f"), due_at=_time(fields, "due"),
         cancel_requested=fields.get("c") == "1",
         stream_id=fields.get("sid") or None, shard=fields.get("sh") or fields.get("q") or None,
+        attempts=attempt_traces(fields),
     )
