@@ -29,7 +29,7 @@ from django_taskrunner.core import clock
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.workers import WorkerDirectory, WorkerEntry
 
-PAGE = 200
+PAGE = 100
 
 
 def clock_time(epoch_ms: int) -> str:
