@@ -32,7 +32,8 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.functional import cached_property
 from django.template.defaultfilters import pluralize
-from django.utils.html import format_html
+from django.utils.html import escape, format_html
+from django.utils.safestring import mark_safe
 
 from django_taskrunner.admin.shared import NulFreeChangeListMixin, page_path
 from django_taskrunner.core.dispatch import dispatch, dispatch_many
@@ -327,7 +328,7 @@ def retry_queryset(queryset: QuerySet[FailedTask]) -> RetryReport:
 
 
 class FailedTaskAdmin(NulFreeChangeListMixin, admin.ModelAdmin):
-    list_display = ("task_name", "queue", "error_class", "short_error", "attempts", "failed_at")
+    list_display = ("task", "queue", "error_class", "short_error", "attempts", "failed_at")
     list_filter = (("task_name", IndexedValuesFilter), ("queue", IndexedValuesFilter),
                    ("error_class", IndexedValuesFilter), "failed_at")
     # Django's search: `icontains` on each field, OR-ed, for each word. On PostgreSQL the
@@ -367,6 +368,11 @@ class FailedTaskAdmin(NulFreeChangeListMixin, admin.ModelAdmin):
     def has_retry_permission(self, request: HttpRequest) -> bool:
         """Retrying deletes the row, so it takes the delete permission."""
         return self.has_delete_permission(request)
+
+    @admin.display(description="task name", ordering="task_name")
+    def task(self, obj: FailedTask) -> str:
+        """The dotted name, breakable after each dot only (never mid-word)."""
+        return mark_safe(escape(obj.task_name).replace(".", ".<wbr>"))  # noqa: S308 - escaped
 
     @admin.display(description="error message")
     def short_error(self, obj: FailedTask) -> str:

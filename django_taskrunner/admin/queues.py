@@ -61,6 +61,7 @@ from django_taskrunner.admin.shared import (
     stream_names,
     valid_stream,
 )
+from django_taskrunner.conf import get_settings
 from django_taskrunner.core import outbox_rows
 from django_taskrunner.core.pauses import pause_queue, paused_queues, resume_queue
 from django_taskrunner.core import unique as locks
@@ -174,7 +175,7 @@ class QueueAdmin(RedisPageAdmin):
             "leader": leader, "leader_left": seconds(leader.lease_left),
             "queue_names": names, "chosen": chosen if chosen in names else "",
             "queues": [self._view_of(item, failed_url, paused) for item in queues],
-            "paused_error": paused_error,
+            "paused_error": paused_error, "stats_window": get_settings().STATS_WINDOW,
             "can_pause": request.user.has_perm(PAUSE_PERMISSION),
             **in_outbox,
         })

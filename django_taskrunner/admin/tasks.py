@@ -115,6 +115,22 @@ def duration(ms: int | None) -> str:
     return "" if ms is None else timeline_duration(ms)
 
 
+DEFAULT_LOOKS = 20  # streams looked at for the Tasks page's opening choice
+
+
+def busiest(browser: Any, streams: list[str]) -> tuple[str, str]:
+    """The Tasks page's opening list, when the address chooses none: the first stream
+    with running tasks, else the first with queued ones, else the first (queued)."""
+    waiting = ""
+    for stream in streams[:DEFAULT_LOOKS]:
+        state = browser.group_state(stream)
+        if state.pending:
+            return stream, "running"
+        if state.waiting and not waiting:
+            waiting = stream
+    return waiting or (streams[0] if streams else ""), "queued"
+
+
 def record_times(record: TaskRecord | None) -> dict[str, str]:
     """The record's times as the page shows every time: with seconds, one format."""
     if record is None:
@@ -590,12 +606,15 @@ class TaskAdmin(RedisPageAdmin):
         try:
             queues = dashboard_queues()
             streams = stream_names(queues, browser)
-            stream = request.GET.get("queue", "") or (streams[0] if streams else "")
+            stream, status = request.GET.get("queue", ""), request.GET.get("status", "")
+            if not stream and not status:  # no choice made: where something is going on
+                stream, status = busiest(browser, streams)
+            stream = stream or (streams[0] if streams else "")
             if stream in queues and stream not in streams:  # a split queue: its first shard
                 stream = sharding.shards(stream)[0]
             if not valid_stream(stream, queues):
                 raise Http404("no such queue")
-            if (status := request.GET.get("status", "queued")) == "finished":
+            if (status := status or "queued") == "finished":
                 return self._finished_view(request, stream, streams)
             status = status if status == "running" else "queued"
             query = request.GET.get("q", "").strip()[:200]
