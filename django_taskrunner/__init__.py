@@ -32,7 +32,6 @@ from django_taskrunner.exceptions import (
     InvalidTaskOptions,
     InvalidTaskPayload,
     RedisUnavailable,
-    UnreadableData,
     TaskAlreadyDispatched,
     TaskExecutionError,
     TaskIdConflict,
@@ -40,6 +39,7 @@ from django_taskrunner.exceptions import (
     TaskRunnerError,
     TimeLimitExceeded,
     UniqueForRequired,
+    UnreadableData,
     WorkerLost,
 )
 from django_taskrunner.hooks import dispatch_on

@@ -28,17 +28,17 @@ from django.db import OperationalError, connections, router, transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
+from django.template.defaultfilters import pluralize
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.functional import cached_property
-from django.template.defaultfilters import pluralize
 from django.utils.html import escape, format_html
 from django.utils.safestring import mark_safe
 
 from django_taskrunner.admin.shared import NulFreeChangeListMixin, page_path
 from django_taskrunner.core.dispatch import dispatch, dispatch_many
-from django_taskrunner.core.wire import nested_too_deep
 from django_taskrunner.core.registry import registry
+from django_taskrunner.core.wire import nested_too_deep
 from django_taskrunner.exceptions import TaskRunnerError
 from django_taskrunner.models import FailedTask
 from django_taskrunner.shim import SHIM_TASK

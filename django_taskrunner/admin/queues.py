@@ -63,9 +63,9 @@ from django_taskrunner.admin.shared import (
 )
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import outbox_rows
-from django_taskrunner.core.pauses import pause_queue, paused_queues, resume_queue
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.core.pauses import pause_queue, paused_queues, resume_queue
 from django_taskrunner.exceptions import InvalidTaskPayload, UnreadableData
 from django_taskrunner.stats import health
 from django_taskrunner.stats.figures import MinuteCounts, QueueStats

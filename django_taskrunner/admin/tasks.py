@@ -58,8 +58,8 @@ from django_taskrunner.admin.timeline import moment, timeline
 from django_taskrunner.core import clock
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.core.wire import MAX_EPOCH_MS
 from django_taskrunner.core.records import TaskRecord, cancel, lookup, records
+from django_taskrunner.core.wire import MAX_EPOCH_MS
 from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.models import FailedTask
 from django_taskrunner.stats.health import dashboard_queues

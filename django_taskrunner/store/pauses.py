@@ -33,4 +33,5 @@ class Pauses:
     def paused(self) -> dict[str, int]:
         """Every paused queue and when it was paused (epoch ms; 0 if unreadable)."""
         raw = self.client.hgetall(self.key)
-        return {text(name, errors="replace"): int(value) if value.isdigit() else 0 for name, value in raw.items()}
+        return {text(name, errors="replace"): int(value) if value.isdigit() else 0
+                for name, value in raw.items()}

@@ -39,8 +39,8 @@ from django_taskrunner.worker.fetcher import Fetcher, stop_fetchers
 from django_taskrunner.worker.keepalive import Heartbeat
 from django_taskrunner.worker.monitor import Monitor
 from django_taskrunner.worker.outage import RedisStatus
-from django_taskrunner.worker.pool import Pool
 from django_taskrunner.worker.pauses import PauseWatch
+from django_taskrunner.worker.pool import Pool
 from django_taskrunner.worker.prefetch import Prefetch
 from django_taskrunner.worker.reclaim import Reclaimer, shortest_timeout
 from django_taskrunner.worker.running import Attempt, RunningSet, describe

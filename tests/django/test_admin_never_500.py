@@ -17,7 +17,6 @@ from django.utils import timezone
 from django_taskrunner import TaskRunnerError, dispatch, lookup_workflow
 from django_taskrunner.models import FailedTask, OutboxMessage, PeriodicTask
 from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
 from tests.testapp.tasks import noop
 
 pytestmark = pytest.mark.django_db
