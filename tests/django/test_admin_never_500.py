@@ -113,10 +113,11 @@ def wrong_type_keys(prefix: str, task_id: str, workflow_id: str) -> list[str]:
         keys.worker_key(prefix, "w-1"), keys.finished_key(prefix, queue),
         keys.known_queues_key(prefix), keys.queues_seen_key(prefix),
         keys.leader_key(prefix, "default"), keys.paused_queues_key(prefix),
+        keys.workers_key(prefix),
     ]
 
 
-@pytest.mark.parametrize("kind", range(18))
+@pytest.mark.parametrize("kind", range(19))
 def test_every_page_answers_with_a_key_of_the_wrong_type(root, r, prefix, kind):
     task_id = dispatch(noop, {"n": 1}).id
     workflow_id = "wf1"
