@@ -1,13 +1,15 @@
 """Admin pages: how long each page takes to render with 10,000 rows or entries behind it.
 
-    python bench/admin_pages.py [--rows 10000] [--queued 100000] [--repeat 9]
+    python bench/admin_pages.py [--rows 10000] [--queued 100000] [--workers 1000]
+                                [--repeat 9]
 
 It starts its own redis-server (pinned to CPU 0 when there are two CPUs) and a fresh
 SQLite database, then fills them: `--rows` failed-task rows (bulk_create), delayed tasks
 (one pipelined ZADD), unique tasks dispatched with `dispatch_many` (each holds a lock, and
 waits on the stream), `--queued` more plain messages waiting on the same stream (the
 Tasks pages page through it), an hour of per-minute statistics, two consumers and a
-leader. Each
+leader, `--workers` worker heartbeats (each running 5 tasks: the Workers page) and a
+task whose record holds 20 attempts (its page draws them on its timeline). Each
 page is requested `--repeat` times through Django's test client, as a logged-in
 superuser, after two warm-up requests; the figures are the median, the fastest and the
 slowest, in ms. The time covers the whole request: middleware, session, database and
@@ -148,6 +150,52 @@ def write_an_hour_of_statistics(broker) -> None:  # type: ignore[no-untyped-def]
         pipe.execute()
 
 
+def fill_workers(count: int) -> None:
+    """`count` worker heartbeats, each with 5 running tasks, as their monitors write them."""
+    from django_taskrunner.core import clock
+    from django_taskrunner.stats.store import Heartbeat, write
+    from django_taskrunner.store.broker import get_broker
+
+    broker = get_broker()
+    now = clock.now_ms()
+    pipe = broker.client.pipeline(transaction=False)
+    for n in range(count):
+        running = json.dumps([[f"w{n}-t{k}", "bench.admin_site.tasks.send_receipt", "default",
+                               now - 1000 * k] for k in range(5)])
+        heartbeat = Heartbeat(f"host-{n % 50}-{1000 + n}-{n:04x}", ["default", "mail"],
+                              threads=8, busy=5, min_workers=2, max_workers=8,
+                              started_ms=now - 3_600_000, running=running)
+        write(pipe, broker.prefix, {}, heartbeat, now_ms=now - n, window=200, ttl=600)
+    pipe.execute()
+
+
+def fill_attempts(attempts: int) -> str:
+    """A finished task whose record holds `attempts` attempts, and a failed row naming it
+    (so its page finds it without searching the stream); returns its id."""
+    from django.utils import timezone
+
+    from django_taskrunner.core import clock
+    from django_taskrunner.models import FailedTask
+    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store.records import RecordWrite
+
+    now = clock.now_ms()
+    start = now - attempts * 2000
+    traces = [(f"x:{n}", json.dumps([start + n * 2000 - 900, start + n * 2000 - 500,
+                                     start + n * 2000 - 100, f"web-{n % 3}-1234",
+                                     "failed" if n == attempts else "retrying",
+                                     f"ValueError: the mail server said no ({n})"]))
+              for n in range(1, attempts + 1)]
+    fields = (("s", "failed"), ("t", "bench.admin_site.tasks.send_receipt"), ("q", "default"),
+              ("a", str(attempts)), ("w", "web-1-1234"), ("d", str(start - 1000)),
+              ("st", str(now - 500)), ("f", str(now - 100)), ("e", "ValueError: no"), *traces)
+    get_broker().records.write([RecordWrite("retried-20", fields, 3600, final=True)])
+    FailedTask.objects.create(task_name="bench.admin_site.tasks.send_receipt", queue="default",
+                              message_id="retried-20", payload="{}", error="ValueError: no",
+                              attempts=attempts, failed_at=timezone.now())
+    return "retried-20"
+
+
 def measure(client, url: str, repeat: int) -> list[float]:  # type: ignore[no-untyped-def]
     for _ in range(2):
         response = client.get(url)
@@ -165,6 +213,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=10_000)
     parser.add_argument("--queued", type=int, default=100_000)
+    parser.add_argument("--workers", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=9)
     options = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix="tr-admin-bench-")
@@ -185,6 +234,8 @@ def main() -> None:
         pk = fill_database(options.rows)
         fill_redis(options.rows)
         fill_queued(options.queued)
+        fill_workers(options.workers)
+        timeline_id = fill_attempts(20)
         print(f"filled {options.rows:,} rows/entries of each kind and {options.queued:,} "
               f"queued messages in "
               f"{time.perf_counter() - started:.1f} s")
@@ -201,6 +252,11 @@ def main() -> None:
             ("unique locks", "/admin/django_taskrunner/uniquelock/"),
             ("queues dashboard", "/admin/django_taskrunner/queue/"),
             *task_pages(options.queued),
+            (f"workers, first page of 100 ({options.workers:,} workers, 5 running tasks each)",
+             "/admin/django_taskrunner/worker/"),
+            ("task, detail with a 20-attempt timeline",
+             f"/admin/django_taskrunner/task/detail/?queue=default&id={timeline_id}"
+             f"&from=failed"),
         ]
         print(f"\n| page ({options.rows:,} behind it, {options.queued + options.rows:,} on the "
               f"stream) | median ms | fastest | slowest |")

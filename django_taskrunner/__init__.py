@@ -16,6 +16,7 @@ from django_taskrunner.core.dispatch import (
     schedule_for,
 )
 from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.core.pauses import pause_queue, paused_queues, resume_queue
 from django_taskrunner.core.records import TaskRecord, cancel, lookup, wait
 from django_taskrunner.core.registry import register_task
 from django_taskrunner.core.task import Task, task
@@ -39,6 +40,7 @@ from django_taskrunner.exceptions import (
     TaskRunnerError,
     TimeLimitExceeded,
     UniqueForRequired,
+    UnreadableData,
     WorkerLost,
 )
 from django_taskrunner.hooks import dispatch_on
@@ -48,6 +50,7 @@ from django_taskrunner.signals import task_failed, task_retried, task_started, t
 from django_taskrunner.stats.figures import get_stats
 from django_taskrunner.stats.health import get_health, get_leader
 from django_taskrunner.store.connection import get_redis
+from django_taskrunner.worker.timelimit import TaskInterrupted
 
 _install_old_paths(sys.modules[__name__])  # the first release's module paths (old_paths.py)
 
@@ -59,11 +62,13 @@ __all__ = [
     "InvalidTaskPayload",
     "LeaderElection",
     "RedisUnavailable",
+    "UnreadableData",
     "Task",
     "TaskAlreadyDispatched",
     "TaskContext",
     "TaskExecutionError",
     "TaskIdConflict",
+    "TaskInterrupted",
     "TaskMessage",
     "TaskNotFound",
     "TaskRecord",
@@ -83,8 +88,11 @@ __all__ = [
     "get_redis",
     "get_stats",
     "lookup",
+    "pause_queue",
+    "paused_queues",
     "payload_key",
     "register_task",
+    "resume_queue",
     "schedule_for",
     "task",
     "task_failed",

@@ -107,6 +107,15 @@ class RedisUnavailable(TaskRunnerError, ConnectionError):
         self.maybe_queued = maybe_queued
 
 
+class UnreadableData(TaskRunnerError, ValueError):
+    """A key in Redis holds what the app cannot read (a key of the wrong type, written by
+    hand or by another program): the read is refused, the key left as it is."""
+
+    def __init__(self, what: str, error: BaseException) -> None:
+        super().__init__(f"{what}: its key in Redis cannot be read ({error})")
+        self.__cause__ = error
+
+
 class TimeLimitExceeded(TaskRunnerError):
     """An attempt ran past its task's `time_limit`; it counts as failed."""
 

@@ -161,16 +161,31 @@ class UniqueLock(models.Model):
 
 class Queue(models.Model):
     """Not a table: stands for the queues in Redis, behind the admin's queues dashboard
-    (its "view" permission opens the dashboard)."""
+    (its "view" permission opens the dashboard; "pause" pauses and resumes a queue)."""
 
     class Meta:
         managed = False
         default_permissions = ("view",)
+        permissions = [("pause_queue", "Can pause and resume a queue")]
         verbose_name = "queue"
         verbose_name_plural = "queues"
 
     def __str__(self) -> str:
         return f"queue {self.pk}"
+
+
+class Worker(models.Model):
+    """Not a table: stands for the live worker processes (their heartbeats in Redis),
+    behind the admin's Workers page (its "view" permission opens it)."""
+
+    class Meta:
+        managed = False
+        default_permissions = ("view",)
+        verbose_name = "worker"
+        verbose_name_plural = "workers"
+
+    def __str__(self) -> str:
+        return f"worker {self.pk}"
 
 
 class Task(models.Model):

@@ -17,6 +17,7 @@ from django_taskrunner.admin.outbox import OutboxMessageAdmin
 from django_taskrunner.admin.periodic import PeriodicTaskAdmin
 from django_taskrunner.admin.queues import QueueAdmin
 from django_taskrunner.admin.tasks import TaskAdmin
+from django_taskrunner.admin.workers import WorkerAdmin
 from django_taskrunner.admin.workflows import WorkflowAdmin
 from django_taskrunner.models import (
     DelayedTask,
@@ -27,6 +28,7 @@ from django_taskrunner.models import (
     Queue,
     Task,
     UniqueLock,
+    Worker,
     Workflow,
 )
 
@@ -37,6 +39,7 @@ PAGES: tuple[tuple[type, type[admin.ModelAdmin]], ...] = (
     (OutboxMessage, OutboxMessageAdmin),
     (Queue, QueueAdmin),
     (Task, TaskAdmin),
+    (Worker, WorkerAdmin),
     (Workflow, WorkflowAdmin),
     (FailedTask, FailedTaskAdmin),
     (PeriodicTask, PeriodicTaskAdmin),

@@ -23,7 +23,7 @@ import json
 import logging
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,6 +54,7 @@ from django_taskrunner.store.broker import Broker, get_broker
 from django_taskrunner.store.errors import REDIS_ERROR
 from django_taskrunner.store.locks import for_broker as lock_store
 from django_taskrunner.store.schedule import for_broker
+from django_taskrunner.store.workflows import for_client as workflow_store
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +78,7 @@ class DelayedEntry:
     due_ms: int
     body: str
     message: TaskMessage | None  # None when the body does not decode
+    wait: str = ""  # waiting on a rate or concurrency limit: which (its record's `lw`)
 
     @property
     def ref(self) -> str:
@@ -117,6 +119,18 @@ def _entry(queue: str, body: bytes | str, score: float) -> DelayedEntry:
     except InvalidTaskPayload:
         message = None
     return DelayedEntry(queue=queue, due_ms=_score_ms(score), body=shown, message=message)
+
+
+def with_limit_waits(broker: Broker, entries: list[DelayedEntry]) -> list[DelayedEntry]:
+    """The entries, those waiting on a rate or concurrency limit marked so: their record
+    says "delayed" until this due time, with the limit in `lw` (one round trip)."""
+    known = [entry for entry in entries if entry.message is not None]
+    rows = workflow_store(broker.client, broker.prefix).record_fields(
+        [entry.message.id for entry in known if entry.message], ("s", "lw", "due"))
+    waits = {id(entry): lw for entry, (status, lw, due) in zip(known, rows, strict=True)
+             if status == "delayed" and lw and due == str(entry.due_ms)}
+    return [replace(entry, wait=waits[id(entry)]) if id(entry) in waits else entry
+            for entry in entries]
 
 
 def _score_ms(score: float) -> int:
@@ -295,6 +309,7 @@ class DelayedTaskAdmin(RedisPageAdmin):
         entries: Any = (search(broker, queue, query) if query
                         else DelayedSet(broker, queue))
         page = Paginator(entries, PER_PAGE).get_page(request.GET.get("p"))
+        page.object_list = with_limit_waits(broker, list(page.object_list))
         allowed = [(name, label) for name, (perm, label) in ACTIONS.items()
                    if request.user.has_perm(perm)]
         return self.render(request, "change_list.html", {

@@ -1,7 +1,14 @@
 """Admin for `FailedTask`: read-only rows, a detail page with the payload and traceback,
 and retry actions that ask for confirmation (selected rows, one row, or every row
 matching the current filter). A retry dispatches the rows' tasks again in bounded
-chunks and deletes the rows it dispatched."""
+chunks and deletes the rows it dispatched.
+
+"Edit and retry" (`<pk>/edit/`) shows the row's payload in a JSON editor; on POST (CSRF,
+the `change_failedtask` and `delete_failedtask` permissions: it changes what runs and
+deletes the row) the payload is checked as `dispatch()` checks it, by dispatching: bad
+JSON, or a payload the task refuses, shows the error on the form and dispatches nothing.
+A dispatched edit deletes the row and writes the old and new payload to the admin's
+history (`LogEntry`)."""
 
 from __future__ import annotations
 
@@ -22,16 +29,18 @@ from django.db import OperationalError, connections, router, transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
+from django.template.defaultfilters import pluralize
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.functional import cached_property
-from django.utils.html import format_html
+from django.utils.html import escape, format_html
+from django.utils.safestring import mark_safe
 
 from django_taskrunner.admin.shared import NulFreeChangeListMixin, page_path
 from django_taskrunner.core.dispatch import dispatch, dispatch_many
-from django_taskrunner.core.wire import nested_too_deep
 from django_taskrunner.core.registry import registry
 from django_taskrunner.core.steps import with_kept_steps
+from django_taskrunner.core.wire import nested_too_deep
 from django_taskrunner.exceptions import TaskRunnerError
 from django_taskrunner.models import FailedTask
 from django_taskrunner.shim import SHIM_TASK
@@ -282,6 +291,35 @@ def _one_by_one(task_name: str, queue: str, entries: list[tuple[FailedTask, obje
     return done
 
 
+MAX_EDIT = 1_000_000  # characters of an edited payload
+
+
+def edit_and_retry(row: FailedTask, text: str) -> tuple[str | None, str]:
+    """Dispatch the row's task with the payload `text` (JSON): (the new task id, "") or
+    (None, why not). `dispatch()` checks the payload before sending anything."""
+    if len(text) > MAX_EDIT:
+        return None, f"The payload is longer than {MAX_EDIT:,} characters."
+    try:
+        payload = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        return None, f"This is not JSON: {exc}"
+    task_name = dispatched_name(row.task_name, payload)
+    if registry.find(task_name) is None:
+        return None, f"No task named {row.task_name!r} is registered: nothing to dispatch."
+    try:
+        return dispatch(task_name, payload, queue=row.queue).id, ""
+    except TaskRunnerError as exc:
+        return None, f"Not dispatched: {exc}"
+
+
+def edit_message(row: FailedTask, text: str, task_id: str) -> str:
+    """The history entry of an edit-and-retry: what ran before and what runs now."""
+    def short(value: str) -> str:
+        return value if len(value) <= 2000 else value[:2000] + "…"
+    return (f"Edited the payload and retried as task {task_id}. "
+            f"Before: {short(row.payload)} After: {short(json.dumps(json.loads(text)))}")
+
+
 def retry_queryset(queryset: QuerySet[FailedTask]) -> RetryReport:
     """Retry every row of `queryset`, CHUNK rows at a time, by ascending primary key, so
     100,000 rows never sit in memory at once and deleting them does not disturb the walk."""
@@ -296,7 +334,7 @@ def retry_queryset(queryset: QuerySet[FailedTask]) -> RetryReport:
 
 
 class FailedTaskAdmin(NulFreeChangeListMixin, admin.ModelAdmin):
-    list_display = ("task_name", "queue", "error_class", "short_error", "attempts", "failed_at")
+    list_display = ("task", "queue", "error_class", "short_error", "attempts", "failed_at")
     list_filter = (("task_name", IndexedValuesFilter), ("queue", IndexedValuesFilter),
                    ("error_class", IndexedValuesFilter), "failed_at")
     # Django's search: `icontains` on each field, OR-ed, for each word. On PostgreSQL the
@@ -337,6 +375,11 @@ class FailedTaskAdmin(NulFreeChangeListMixin, admin.ModelAdmin):
         """Retrying deletes the row, so it takes the delete permission."""
         return self.has_delete_permission(request)
 
+    @admin.display(description="task name", ordering="task_name")
+    def task(self, obj: FailedTask) -> str:
+        """The dotted name, breakable after each dot only (never mid-word)."""
+        return mark_safe(escape(obj.task_name).replace(".", ".<wbr>"))  # noqa: S308 - escaped
+
     @admin.display(description="error message")
     def short_error(self, obj: FailedTask) -> str:
         """The message without the class name the error column already shows."""
@@ -358,6 +401,7 @@ class FailedTaskAdmin(NulFreeChangeListMixin, admin.ModelAdmin):
         return [
             page_path(self, "retry-matching/", self.retry_matching_view, "retry_matching"),
             page_path(self, "<int:pk>/retry/", self.retry_one_view, "retry_one"),
+            page_path(self, "<int:pk>/edit/", self.edit_retry_view, "edit_retry"),
             *super().get_urls(),
         ]
 
@@ -380,6 +424,35 @@ class FailedTaskAdmin(NulFreeChangeListMixin, admin.ModelAdmin):
             self._report(request, retry_queryset(FailedTask.objects.filter(pk=row.pk)))
             return HttpResponseRedirect(reverse("admin:django_taskrunner_failedtask_changelist"))
         return self._confirm(request, count=1, rows=[row])
+
+    def has_edit_retry_permission(self, request: HttpRequest) -> bool:
+        """Editing changes what runs (change) and retrying deletes the row (delete)."""
+        return bool(request.user.has_perm("django_taskrunner.change_failedtask")
+                    and self.has_delete_permission(request))
+
+    def edit_retry_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """GET: the payload in an editor; POST: dispatch with the edited payload."""
+        row = get_object_or_404(FailedTask, pk=pk)
+        if not self.has_edit_retry_permission(request):
+            raise PermissionDenied
+        text = pretty_json(row.payload)
+        error = ""
+        if request.method == "POST":
+            text = request.POST.get("payload", "")
+            dispatched, error = edit_and_retry(row, text)
+            if dispatched is not None:
+                self.log_change(request, row, edit_message(row, text, dispatched))
+                row.delete()
+                self.message_user(request, f"Dispatched {row.task_name} again with the "
+                                  f"edited payload as task {dispatched}; the failed-task "
+                                  f"row was deleted.", messages.SUCCESS)
+                return HttpResponseRedirect(
+                    reverse("admin:django_taskrunner_failedtask_changelist"))
+        return TemplateResponse(request, "admin/django_taskrunner/failedtask/edit_retry.html", {
+            **self.admin_site.each_context(request), "opts": self.model._meta,
+            "title": f"Edit and retry {row.task_name}", "row": row, "payload": text,
+            "error": error, "original": row,
+        })
 
     def retry_matching_view(self, request: HttpRequest) -> HttpResponse:
         """Retry every row the changelist shows with the filters and search in the URL."""
@@ -406,7 +479,7 @@ class FailedTaskAdmin(NulFreeChangeListMixin, admin.ModelAdmin):
         return TemplateResponse(request, "admin/django_taskrunner/failedtask/retry_confirm.html", {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
-            "title": "Retry failed tasks?",
+            "title": f"Retry {context['count']} failed task{pluralize(context['count'])}?",
             "action_checkbox_name": ACTION_CHECKBOX_NAME,
             **context,
         })

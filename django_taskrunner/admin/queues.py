@@ -12,6 +12,10 @@ loaded from elsewhere. One bar per minute: its height is the tasks that finished
 minute, the failed ones stacked in red on top of the succeeded ones. The scale is the
 busiest minute.
 
+Pausing a queue (`pause/`, POST with CSRF, the `pause_queue` permission of `Queue`):
+`pause_queue`/`resume_queue` (docs/flow-control.md); a paused queue is marked so in the
+summary row and its section, with the time it was paused.
+
 The figures as JSON (`live/`) are polled every few seconds by
 `static/django_taskrunner/refresh.js`, so the dashboard refreshes without a reload: the
 same figures as the page, read with the same "view" permission; it changes nothing.
@@ -57,10 +61,12 @@ from django_taskrunner.admin.shared import (
     stream_names,
     valid_stream,
 )
+from django_taskrunner.conf import get_settings
 from django_taskrunner.core import outbox_rows
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.exceptions import InvalidTaskPayload
+from django_taskrunner.core.pauses import pause_queue, paused_queues, resume_queue
+from django_taskrunner.exceptions import InvalidTaskPayload, UnreadableData
 from django_taskrunner.stats import health
 from django_taskrunner.stats.figures import MinuteCounts, QueueStats
 from django_taskrunner.stats.recorder import PICKUP_BUCKETS, PICKUP_LABELS
@@ -77,6 +83,7 @@ from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR
 from django_taskrunner.store.fair import Fair
 
 PURGE_PERMISSION = "django_taskrunner.purge_task"
+PAUSE_PERMISSION = "django_taskrunner.pause_queue"
 BATCH = 500
 WIDTH = 600
 HEIGHT = 140
@@ -98,6 +105,20 @@ def shown_seconds(value: float | None) -> str:
     if minutes < 120:
         return f"{minutes} min {secs:02d} s"
     return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def clock_time(epoch_ms: int) -> str:
+    """A moment for people, with seconds, in the site's time zone."""
+    moment = timezone.localtime(datetime.fromtimestamp(epoch_ms / 1000, tz=UTC))
+    return f"{moment:%Y-%m-%d %H:%M:%S}"
+
+
+def paused_or_error() -> tuple[dict[str, int], str]:
+    """The paused queues, or none and why when their key cannot be read."""
+    try:
+        return paused_queues(), ""
+    except UnreadableData as exc:
+        return {}, str(exc)
 
 
 def pickup_buckets(stats: QueueStats) -> list[tuple[str, int]]:
@@ -132,7 +153,8 @@ class QueueAdmin(RedisPageAdmin):
     def get_urls(self) -> list[URLPattern]:
         return [page_path(self, "", self.changelist_view, "changelist"),
                 page_path(self, "purge/", self.purge_view, "purge"),
-                page_path(self, "live/", self.live_view, "live")]
+                page_path(self, "live/", self.live_view, "live"),
+                page_path(self, "pause/", self.pause_view, "pause")]
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         """Every known queue (or `?queue=<name>` only), and the leader."""
@@ -146,20 +168,26 @@ class QueueAdmin(RedisPageAdmin):
             shown = [chosen] if chosen in names else names
             leader = health.get_leader(broker)
             queues = [health.get_health(name, broker=broker) for name in shown]
+            paused, paused_error = paused_or_error()
         except REDIS_ERROR as exc:
             return self.render(request, "dashboard.html", {"redis_error": str(exc), **in_outbox})
         failed_url = self._failed_url(request)
         return self.render(request, "dashboard.html", {
             "leader": leader, "leader_left": shown_seconds(leader.lease_left),
             "queue_names": names, "chosen": chosen if chosen in names else "",
-            "queues": [self._view_of(item, failed_url) for item in queues],
+            "queues": [self._view_of(item, failed_url, paused) for item in queues],
+            "paused_error": paused_error, "stats_window": get_settings().STATS_WINDOW,
+            "can_pause": request.user.has_perm(PAUSE_PERMISSION),
             **in_outbox,
         })
 
-    def _view_of(self, item: health.QueueHealth, failed_url: str | None) -> dict[str, Any]:
+    def _view_of(self, item: health.QueueHealth, failed_url: str | None,
+                 paused: dict[str, int]) -> dict[str, Any]:
         stats = item.stats
+        since = paused.get(item.queue)
         return {
             "name": item.queue, "health": item, "stats": stats,
+            "paused": since is not None, "paused_since": clock_time(since) if since else "",
             "average": shown_seconds(stats.average), "p95": shown_seconds(stats.p95),
             "wait": shown_seconds(stats.predicted_wait),
             "oldest_wait": shown_seconds(stats.oldest_wait),
@@ -195,6 +223,29 @@ class QueueAdmin(RedisPageAdmin):
         except REDIS_DOWN as exc:
             return JsonResponse({"error": f"Redis cannot be reached: {exc}"}, status=503)
         return JsonResponse({"queues": figures})
+
+    def pause_view(self, request: HttpRequest) -> HttpResponse:
+        """POST only: pause (`action=pause`) or resume (`action=resume`) one queue."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not request.user.has_perm(PAUSE_PERMISSION):
+            raise PermissionDenied
+        queue = request.POST.get("queue", "")
+        action = request.POST.get("action", "")
+        if action not in ("pause", "resume") or queue not in health.dashboard_queues():
+            raise Http404("no such queue")
+        back = f"{reverse(self.url_name('changelist'))}?{urlencode({'queue': queue})}"
+        if action == "pause":
+            changed = pause_queue(queue)
+            text = (f"Paused queue {queue}: workers start no new task of it until it is "
+                    f"resumed; running tasks go on." if changed
+                    else f"Queue {queue} was paused already.")
+        else:
+            changed = resume_queue(queue)
+            text = (f"Resumed queue {queue}." if changed
+                    else f"Queue {queue} was not paused.")
+        self.message_user(request, text, messages.SUCCESS if changed else messages.WARNING)
+        return HttpResponseRedirect(back)
 
     def purge_view(self, request: HttpRequest) -> HttpResponse:
         """POST only: show what a purge of `queue` removes, then purge on "yes"."""

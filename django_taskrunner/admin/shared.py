@@ -20,25 +20,34 @@ plus how many matches of that cursor's batch earlier pages already showed, so "n
 page" links carry the position and nothing is kept between requests. As with SCAN
 itself, a key created or deleted while someone pages may be shown twice or not at all;
 every key there the whole time is shown once.
+
+No page answers 500 for what Redis holds or does: every view a page adds goes through
+`redis_guarded`, which turns any Redis error (the server down, a key of the wrong type) into
+the page's banner (`unavailable.html`), or a 503 with the error for the JSON a page polls.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import admin
-from django.http import HttpRequest, QueryDict
+from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 
 from django_taskrunner.bounds import QUEUE_NAME
 from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.exceptions import InvalidTaskPayload
+from django_taskrunner.exceptions import InvalidTaskPayload, RedisUnavailable, UnreadableData
 from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.browse import StreamBrowser
+from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR
 from django_taskrunner.store.locks import UniqueLocks
+
+logger = logging.getLogger(__name__)
 
 PAGE_SIZE = 100
 SCAN_COUNT = 500  # keys Redis examines per SCAN call
@@ -57,10 +66,49 @@ def age(seconds: float) -> str:
     return f"{minutes // 60} h {minutes % 60:02d} min"
 
 
+def redis_trouble(exc: BaseException) -> str:
+    """What a banner says of a Redis error: down, or an answer it could not use."""
+    if isinstance(exc, (*REDIS_DOWN, RedisUnavailable)):
+        return f"Redis cannot be reached: {exc}"
+    if isinstance(exc, UnreadableData):
+        return f"{exc}; the rest of Redis is untouched"
+    return (f"Redis answered with an error: {exc} (a key of an unexpected type or content "
+            f"is unreadable; the rest of Redis is untouched)")
+
+
+def unavailable_page(model_admin: admin.ModelAdmin, request: HttpRequest, exc: BaseException,
+                *, as_json: bool = False) -> HttpResponse:
+    """The banner a page shows instead of its data when Redis fails it."""
+    logger.warning("admin %s: %s", request.path, exc)
+    if as_json:
+        return JsonResponse({"error": redis_trouble(exc)}, status=503)
+    opts = model_admin.opts
+    context = {**model_admin.admin_site.each_context(request), "opts": opts,
+               "title": getattr(model_admin, "title", "") or opts.verbose_name_plural,
+               "has_view_permission": True, "trouble": redis_trouble(exc)}
+    return TemplateResponse(request, f"admin/{opts.app_label}/unavailable.html", context)
+
+
+def redis_guarded(model_admin: admin.ModelAdmin, view: Any, *, as_json: bool = False) -> Any:
+    """`view`, with any Redis error answered by the page's banner instead of a 500."""
+    @functools.wraps(view)
+    def answer(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            response = view(request, *args, **kwargs)
+            if isinstance(response, TemplateResponse):
+                response.render()  # a template that reads Redis lazily fails here
+            return response
+        except (REDIS_ERROR, RedisUnavailable, UnreadableData) as exc:
+            return unavailable_page(model_admin, request, exc, as_json=as_json)
+    return answer
+
+
 def page_path(model_admin: admin.ModelAdmin, route: str, view: Any, name: str) -> URLPattern:
     """One of a page's own views, as every page's `get_urls` adds it: behind the admin
-    site's login and staff check, named `<app>_<model>_<name>` (as Django names its own)."""
+    site's login and staff check, named `<app>_<model>_<name>` (as Django names its own),
+    a Redis error answered with a banner (`redis_guarded`; "live" views are JSON)."""
     opts = model_admin.opts
+    view = redis_guarded(model_admin, view, as_json=name == "live")
     return path(route, model_admin.admin_site.admin_view(view),
                 name=f"{opts.app_label}_{opts.model_name}_{name}")
 
@@ -69,6 +117,10 @@ class RedisPageAdmin(admin.ModelAdmin):
     """No database table: a page (and its actions) built from Redis."""
 
     title = ""
+
+    def get_urls(self) -> list[URLPattern]:
+        """The page alone; pages with actions add theirs."""
+        return [page_path(self, "", self.changelist_view, "changelist")]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -53,6 +53,9 @@ from django_taskrunner.admin.shared import (
     stream_names,
     valid_stream,
 )
+from django_taskrunner.admin.timeline import duration as timeline_duration
+from django_taskrunner.admin.timeline import moment, timeline
+from django_taskrunner.core import clock
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.records import TaskRecord, cancel, lookup, records
@@ -108,16 +111,35 @@ def moment_text(ms: int | None) -> str:
     return f"{moment:%Y-%m-%d %H:%M:%S} {moment.tzname()}"
 
 
-def duration(ms: int | None) -> str:
-    if ms is None:
-        return ""
-    seconds = ms / 1000
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(round(seconds), 60)
-    if minutes < 120:
-        return f"{minutes} min {secs:02d} s"
-    return f"{minutes // 60} h {minutes % 60:02d} min"
+def _duration(ms: int | None) -> str:
+    """A duration for people, ms below a second (`timeline.duration`); "" when unknown."""
+    return "" if ms is None else timeline_duration(ms)
+
+
+DEFAULT_LOOKS = 20  # streams looked at for the Tasks page's opening choice
+
+
+def busiest(browser: Any, streams: list[str]) -> tuple[str, str]:
+    """The Tasks page's opening list, when the address chooses none: the first stream
+    with running tasks, else the first with queued ones, else the first (queued)."""
+    waiting = ""
+    for stream in streams[:DEFAULT_LOOKS]:
+        state = browser.group_state(stream)
+        if state.pending:
+            return stream, "running"
+        if state.waiting and not waiting:
+            waiting = stream
+    return waiting or (streams[0] if streams else ""), "queued"
+
+
+def record_times(record: TaskRecord | None) -> dict[str, str]:
+    """The record's times as the page shows every time: with seconds, one format."""
+    if record is None:
+        return {}
+    return {"dispatched": moment(record.dispatched_at) if record.dispatched_at else "unknown",
+            "due": moment(record.due_at) if record.due_at else "",
+            "started": moment(record.started_at) if record.started_at else "not yet",
+            "finished": moment(record.finished_at) if record.finished_at else "not yet"}
 
 
 def dotted_name(name: str) -> SafeString:
@@ -174,6 +196,13 @@ class TaskFacts:
         return record is not None and not record.finished and not record.cancel_requested
 
     @property
+    def terminable(self) -> bool:
+        """Its record says it runs: `cancel(id, terminate=True)` can stop it (even after
+        a plain cancel it ignored)."""
+        record = self.record
+        return record is not None and record.status == "running"
+
+    @property
     def task_name(self) -> str:
         if self.message is not None:
             return self.message.task_name
@@ -197,7 +226,7 @@ class TaskFacts:
 
     @property
     def idle(self) -> str:
-        return duration(self.idle_ms)
+        return _duration(self.idle_ms)
 
     @property
     def found(self) -> bool:
@@ -382,7 +411,7 @@ class TaskRow:
 
     @property
     def idle(self) -> str:
-        return duration(self.idle_ms)
+        return _duration(self.idle_ms)
 
     @property
     def preview(self) -> str:
@@ -509,7 +538,7 @@ class FinishedTask:
         """Run time of the last attempt (none for a task that never started)."""
         if self.started_ms is None or self.started_ms > self.finished_ms:
             return ""
-        return duration(self.finished_ms - self.started_ms)
+        return _duration(self.finished_ms - self.started_ms)
 
 
 @dataclass(frozen=True)
@@ -578,12 +607,15 @@ class TaskAdmin(RedisPageAdmin):
         try:
             queues = dashboard_queues()
             streams = stream_names(queues, browser)
-            stream = request.GET.get("queue", "") or (streams[0] if streams else "")
+            stream, status = request.GET.get("queue", ""), request.GET.get("status", "")
+            if not stream and not status:  # no choice made: where something is going on
+                stream, status = busiest(browser, streams)
+            stream = stream or (streams[0] if streams else "")
             if stream in queues and stream not in streams:  # a split queue: its first shard
                 stream = sharding.shards(stream)[0]
             if not valid_stream(stream, queues):
                 raise Http404("no such queue")
-            if (status := request.GET.get("status", "queued")) == "finished":
+            if (status := status or "queued") == "finished":
                 return self._finished_view(request, stream, streams)
             status = status if status == "running" else "queued"
             query = request.GET.get("q", "").strip()[:200]
@@ -679,7 +711,10 @@ class TaskAdmin(RedisPageAdmin):
             "title": f"Task {facts.message_id or facts.stream_id}", "facts": facts,
             "links": self._links(request, facts),
             "changelist_url": reverse(self.url_name("changelist")),
+            "timeline": timeline(facts.record, clock.now_ms()) if facts.record else None,
+            "times": record_times(facts.record),
             "can_cancel": facts.cancellable and request.user.has_perm(CANCEL_PERMISSION),
+            "can_terminate": facts.terminable and request.user.has_perm(CANCEL_PERMISSION),
             "cancel_url": reverse(self.url_name("cancel")),
             "steps": shown_steps(facts.record.steps) if facts.record else [],  # docs/steps.md
         })
@@ -701,15 +736,19 @@ class TaskAdmin(RedisPageAdmin):
                 raise Http404("no such task in this queue")
             back = (f"{reverse(self.url_name('detail'))}?"
                     f"{urlencode({'queue': queue, 'id': message_id})}")
+            terminate = request.POST.get("terminate") == "yes"
             if request.POST.get("confirm") != "yes":
+                verb = "Terminate" if terminate else "Cancel"
                 return self.render(request, "cancel_confirm.html", {
-                    "title": f"Cancel task {message_id}?", "record": record, "queue": queue,
-                    "back_url": back, "cancel_url": reverse(self.url_name("cancel"))})
-            done = cancel(message_id)
+                    "title": f"{verb} task {message_id}?", "record": record, "queue": queue,
+                    "terminate": terminate, "back_url": back,
+                    "cancel_url": reverse(self.url_name("cancel"))})
+            done = cancel(message_id, terminate=terminate)
         except REDIS_DOWN as exc:
             return self.render(request, "detail.html", {"redis_error": str(exc)})
         if done:
-            self.message_user(request, f"Cancelled task {message_id} ({record.task_name}).",
+            what = "Terminated" if terminate else "Cancelled"
+            self.message_user(request, f"{what} task {message_id} ({record.task_name}).",
                               messages.SUCCESS)
         else:
             self.message_user(request, f"Task {message_id} had finished already; nothing "

@@ -62,11 +62,45 @@ CANCEL_ANSWER_S = 1.0
 # A worker beats for every message it holds at least every 10 s: an entry idle longer has
 # no live holder (it died, or stalls), and `cancel()` does not wait for its answer.
 HOLDER_SILENT_MS = 11_000
+# The last line of the cancel notice of `cancel(id, terminate=True)` (worker/cancels.py).
+TERMINATE_NOTICE = "terminate"
 # Longest single block of `wait()` (under the client's socket timeout); it loops.
 WAIT_SLICE_S = 5.0
 # How far past its timeout `wait()` may return when Redis does not answer: the time a
 # healthy server has to answer the last command (a loaded machine's scheduling delays).
 WAIT_MARGIN_S = 0.25
+
+
+@dataclass(frozen=True)
+class AttemptTrace:
+    """One ended attempt of a task, as its record keeps it (field `x:<attempt>`): when its
+    message became ready on the stream, when it started and ended (epoch ms), on which
+    worker, how it ended (succeeded, retrying, failed, cancelled) and its error."""
+
+    number: int
+    ready_ms: int | None
+    started_ms: int
+    ended_ms: int
+    worker: str
+    outcome: str
+    error: str
+
+
+def attempt_traces(fields: Mapping[str, str]) -> tuple[AttemptTrace, ...]:
+    """The `x:<n>` fields of a record; one that does not parse is left out."""
+    found = []
+    for name, raw in fields.items():
+        number = name[2:]
+        if not (name.startswith("x:") and number.isdigit()):
+            continue
+        try:
+            ready, started, ended, worker, outcome, error = json.loads(raw)
+            found.append(AttemptTrace(int(number), None if ready is None else int(ready),
+                                      int(started), int(ended), str(worker), str(outcome),
+                                      str(error)))
+        except (ValueError, TypeError):
+            continue
+    return tuple(sorted(found, key=lambda trace: trace.number))
 
 
 @dataclass(frozen=True)
@@ -96,6 +130,8 @@ class TaskRecord:
     # Durable steps kept for this task id: name -> {"result": ..., "at": unix seconds}
     # (core/steps.py); filled by `lookup`, empty elsewhere.
     steps: dict[str, Any] = field(default_factory=dict)
+    # Each ended attempt, oldest first (what the task page's timeline draws).
+    attempts: tuple[AttemptTrace, ...] = ()
 
     @property
     def finished(self) -> bool:
@@ -274,12 +310,16 @@ def _left(deadline: float) -> float:
     return max(0.0, deadline - clock.monotonic())
 
 
-def cancel(task_id: str) -> bool:
+def cancel(task_id: str, *, terminate: bool = False) -> bool:
     """Cancel a task: a delayed or queued one never starts, a running one sees
     `ctx.cancelled` at once (within a second when the worker missed the notice); its
     record ends "cancelled", it is not retried, and its unique lock and task id are
     freed: at once for a message no worker fetched yet, by the worker that fetched it
     when it skips or ends it. False for a finished or unknown id.
+
+    `terminate=True` also stops a running task without its cooperation: `TaskInterrupted`
+    is raised in its thread (an `async def` task is cancelled either way). It rides the
+    cancel notice: a worker that missed the notice only sets `ctx.cancelled`.
 
     Raises:
         RedisUnavailable: Redis could not be reached.
@@ -289,17 +329,19 @@ def cancel(task_id: str) -> bool:
         return False
     try:
         store = records()
-        reply = store.cancel(checked, clock.now_ms(), int(get_settings().RESULT_TTL) or 1)
+        reply = store.cancel(checked, clock.now_ms(), int(get_settings().RESULT_TTL) or 1,
+                             terminate)
         if reply.outcome != "ok":
             return False
         if reply.shard:
-            _cancel_entry(store, checked, reply)
+            _cancel_entry(store, checked, reply, terminate)
     except REDIS_DOWN as exc:
         raise unavailable(f"cannot cancel task {checked!r}", exc, built_client()) from exc
     return True
 
 
-def _cancel_entry(store: Records, task_id: str, reply: CancelReply) -> None:
+def _cancel_entry(store: Records, task_id: str, reply: CancelReply,
+                  terminate: bool = False) -> None:
     """The shard's part of a cancel (`cancel_entry.lua`): delete a message no worker
     fetched and free its keys, or leave them to the worker holding it and wait (up to
     `CANCEL_ANSWER_S`) for its answer, so a message it had not started never starts."""
@@ -308,7 +350,8 @@ def _cancel_entry(store: Records, task_id: str, reply: CancelReply) -> None:
     releases = _releases(store.prefix, reply.shard, task_id, reply.lock_key,
                          reply.has_task_id) if reply.holder else []
     reply_key = keys.cancel_reply_key(store.prefix, task_id, secrets.token_hex(8))
-    notice = "\n".join((reply_key, reply.shard, reply.stream_id, holder, task_id))
+    notice = "\n".join((reply_key, reply.shard, reply.stream_id, holder, task_id,
+                        *((TERMINATE_NOTICE,) if terminate else ())))
     done = store.cancel_entry(get_broker().group, reply.shard, reply.stream_id, holder,
                               reply.status == "running", releases, notice, CANCELLED_TTL_S)
     if done.outcome == "removed":  # no worker will see it: listed as finished here
@@ -376,4 +419,5 @@ def from_fields(task_id: str, fields: Mapping[str, str]) -> TaskRecord:
         finished_at=_time(fields, "f"), due_at=_time(fields, "due"),
         cancel_requested=fields.get("c") == "1",
         stream_id=fields.get("sid") or None, shard=fields.get("sh") or fields.get("q") or None,
+        attempts=attempt_traces(fields),
     )

@@ -49,11 +49,16 @@ from django_taskrunner.core.records import (
 from django_taskrunner.core.registry import registry
 from django_taskrunner.core.sending import announce_queue
 from django_taskrunner.core.unique import UniqueClaim, holder_value
-from django_taskrunner.exceptions import InvalidTaskOptions, TaskAlreadyDispatched, TaskIdConflict
+from django_taskrunner.exceptions import (
+    InvalidTaskOptions,
+    TaskAlreadyDispatched,
+    TaskIdConflict,
+    UnreadableData,
+)
 from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.connection import built_client
-from django_taskrunner.store.errors import REDIS_DOWN, unavailable
+from django_taskrunner.store.errors import REDIS_DOWN, REPLY_ERROR, unavailable
 from django_taskrunner.store.locks import get_locks
 from django_taskrunner.store.records import RecordWrite
 from django_taskrunner.store.workflows import FirstMessage, MemberDone, WorkflowStore
@@ -643,6 +648,7 @@ def lookup_workflow(workflow_id: str, *, with_task_ids: bool = True) -> Workflow
 
     Raises:
         RedisUnavailable: Redis could not be reached.
+        UnreadableData: its key holds what is not a workflow (a key of the wrong type).
     """
     checked = _checked(workflow_id)
     if checked is None:
@@ -655,6 +661,8 @@ def lookup_workflow(workflow_id: str, *, with_task_ids: bool = True) -> Workflow
         ids = workflows.members(checked, 0, -1) if with_task_ids else []
     except REDIS_DOWN as exc:
         raise unavailable(f"cannot look workflow {checked!r} up", exc, built_client()) from exc
+    except REPLY_ERROR as exc:
+        raise UnreadableData(f"workflow {checked!r}", exc) from exc
     return record_from(checked, fields, ids)
 
 

@@ -37,6 +37,9 @@ COUNTERS = ("runs", "errors", "succeeded", "retried", "failed", "run_us", "picku
             "pickup_us")
 
 
+RUNNING_SHOWN = 20
+
+
 def heartbeat_ttl(interval: float) -> float:
     """Seconds a heartbeat lives: several missed writes before a worker counts as gone."""
     return max(10.0, 5 * interval)
@@ -53,9 +56,13 @@ class WorkerReport:
     min_workers: int | None
     max_workers: int
     started_ms: int
+    # Its running tasks, JSON [[task id, task name, queue, started epoch ms], ...], at
+    # most `RUNNING_SHOWN` (the admin's Workers page).
+    running: str = "[]"
 
     def fields(self, now_ms: int) -> dict[str, str]:
         return {
+            "running": self.running,
             "queues": ",".join(self.queues), "threads": str(self.threads),
             "busy": str(self.busy), "min": "" if self.min_workers is None else str(
                 self.min_workers), "max": str(self.max_workers),

@@ -43,6 +43,10 @@ from django_taskrunner.exceptions import RedisUnavailable
 # its data. Re-exported, so nothing outside store/ imports redis-py.
 REDIS_ERROR: type[Exception] = RedisError
 
+# An error reply to a command (WRONGTYPE: a key of the wrong type, written by hand or by
+# another program): on a read, what the app reports as `UnreadableData`.
+REPLY_ERROR: type[Exception] = ResponseError
+
 REDIS_DOWN: tuple[type[Exception], ...] = (
     RedisConnectionError,
     RedisTimeoutError,

@@ -101,7 +101,7 @@ class Inspector:
         return QueueSnapshot(
             groups=tuple(self._group(stream, groups, length) for stream, groups, length
                          in zip(streams, per_stream[0::2], per_stream[1::2], strict=True)),
-            stats=_hash(stats), window=[int(value) for value in window],
+            stats=_hash(stats), window=[int(value) for value in window if value.isdigit()],
             minutes=(_hash(current), _hash(previous)),
             live_workers=[text(name) for name in workers],
             levels=tuple(name for name, hits in zip(probes, found, strict=True)

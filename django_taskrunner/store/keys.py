@@ -385,3 +385,17 @@ def steps_key(prefix: str, queue: str, task_id: str) -> str:
     """Hash of a task's kept step results (core/steps.py): step name -> JSON of
     `{"result": ..., "at": <unix seconds>}`."""
     return f"{prefix}:{{{queue_of(queue)}}}:steps:{task_id}"
+
+
+def paused_queues_key(prefix: str) -> str:
+    """Hash of the paused queues: queue name -> when it was paused (epoch ms). Fetchers
+    read no new message of a queue in it; it has no expiry, so a pause outlives restarts
+    until `resume_queue` removes the field (`store/pauses.py`)."""
+    return f"{prefix}:queues:paused"
+
+
+def workers_key(prefix: str) -> str:
+    """Sorted set of the worker processes, scored by their last heartbeat (epoch ms): the
+    admin's Workers page. A worker's heartbeat adds it, its clean stop removes it, and
+    each heartbeat drops those not seen for `store.stats.WORKERS_KEPT_MS` (lost ones)."""
+    return f"{prefix}:workers"

@@ -270,12 +270,14 @@ class Records:
         key = keys.record_done_key(self.prefix, task_id)
         return self.client.blmove(key, key, timeout_s, "RIGHT", "LEFT") is not None
 
-    def cancel(self, task_id: str, now_ms: int, ttl_s: int) -> CancelReply:
-        """`record_cancel.lua`: flag the record cancelled unless it is finished."""
+    def cancel(self, task_id: str, now_ms: int, ttl_s: int,
+               terminate: bool = False) -> CancelReply:
+        """`record_cancel.lua`: flag the record cancelled unless it is finished (with
+        `terminate`, a running one flagged already is answered "ok" again)."""
         reply = [text(part) for part in scripts.run(
             self.client, "record_cancel",
             [keys.record_key(self.prefix, task_id), keys.record_done_key(self.prefix, task_id)],
-            [str(now_ms), str(ttl_s)])]
+            [str(now_ms), str(ttl_s), "1" if terminate else "0"])]
         if reply[0] != "ok":
             return CancelReply(reply[0], reply[1] if len(reply) > 1 else "")
         return CancelReply("ok", reply[1], reply[2], reply[3], reply[4], reply[5] == "1",

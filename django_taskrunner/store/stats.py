@@ -18,6 +18,9 @@ from django_taskrunner.store.broker import Broker
 
 STATS_TTL_SECONDS = 7 * 24 * 3600  # totals of a queue nobody used for a week go away
 MINUTE_TTL_SECONDS = 2 * 3600
+# A worker whose heartbeat stopped (lost: killed, crashed, cut off) stays listed, marked
+# lost, this long after its last heartbeat.
+WORKERS_KEPT_MS = 15 * 60 * 1000
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,8 @@ class StatsStore:
         Per queue: HINCRBY on `keys.stats_key` (EXPIRE a week), LPUSH + LTRIM to `window`
         + EXPIRE on each `keys.window_key`, HINCRBY + EXPIRE (two hours) on the minute's
         `keys.minute_key` when an outcome is counted. Then the heartbeat: HSET + EXPIRE
-        `ttl` on `keys.worker_key`, and per queue ZADD (expiry time) + ZREMRANGEBYSCORE
+        `ttl` on `keys.worker_key`, ZADD + ZREMRANGEBYSCORE (lost for long) on
+        `keys.workers_key`, and per queue ZADD (expiry time) + ZREMRANGEBYSCORE
         (expired workers) + EXPIRE on `keys.queue_workers_key`. With `pipe`, the commands
         are only queued on it and the caller executes it.
         """
@@ -105,6 +109,9 @@ class StatsStore:
         pipe.hset(worker, mapping=dict(beat.fields))
         pipe.expire(worker, max(1, round(ttl)))
         expires_ms = now_ms + round(ttl * 1000)
+        directory = keys.workers_key(self.prefix)  # the Workers page (store/workers.py)
+        pipe.zadd(directory, {beat.consumer: now_ms})
+        pipe.zremrangebyscore(directory, "-inf", now_ms - WORKERS_KEPT_MS)
         for queue in beat.queues:
             index = keys.queue_workers_key(self.prefix, queue)
             pipe.zadd(index, {beat.consumer: expires_ms})
@@ -117,6 +124,7 @@ class StatsStore:
         cleanly stops counting at once."""
         pipe = self.client.pipeline(transaction=False)
         pipe.delete(keys.worker_key(self.prefix, consumer))
+        pipe.zrem(keys.workers_key(self.prefix), consumer)
         for queue in queues:
             pipe.zrem(keys.queue_workers_key(self.prefix, queue), consumer)
         pipe.execute()

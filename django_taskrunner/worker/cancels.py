@@ -23,10 +23,12 @@ from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING
 
 from django_taskrunner.core import clock
+from django_taskrunner.core.records import TERMINATE_NOTICE
 from django_taskrunner.core.unique import holder_value
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.worker.terminate import terminate as stop_attempt
 
 if TYPE_CHECKING:
     from django_taskrunner.worker.running import Attempt, RunningSet
@@ -52,6 +54,7 @@ class CancelBook:
         self._noticed: dict[str, dict[str, float]] = {}  # shard -> member -> when heard
         self._passed: set[tuple[str, str]] = set()  # (shard, stream id) not skipped
         self._late: set[tuple[str, str]] = set()  # passed, cancelled before registered
+        self._late_terminate: set[tuple[str, str]] = set()  # ...with terminate=True
         self._pruned = clock.monotonic()
 
     def should_skip(
@@ -73,35 +76,50 @@ class CancelBook:
         where = (attempt.shard, attempt.stream_id)
         with self._lock:
             late = where in self._late
+            terminate = where in self._late_terminate
             self._late.discard(where)
+            self._late_terminate.discard(where)
         if late:
             attempt.cancelled_by_request()
+        if terminate:
+            stop_attempt(attempt)  # before it enters its task: it raises there
 
     def finished(self, shard: str, stream_id: str) -> None:
         """The message is settled here (or given up on)."""
         with self._lock:
             self._passed.discard((shard, stream_id))
             self._late.discard((shard, stream_id))
+            self._late_terminate.discard((shard, stream_id))
 
-    def notice(self, shard: str, stream_id: str, member: str, task_id: str) -> str:
+    def notice(self, shard: str, stream_id: str, member: str, task_id: str,
+               terminate: bool = False) -> str:
         """A cancel of (`shard`, `stream_id`), holder `member`: "running" when it passed
-        the skip step (its attempt is told), else "skip" (its skip step will skip it)."""
+        the skip step (its attempt is told, and with `terminate` stopped:
+        `worker/terminate.py`), else "skip" (its skip step will skip it)."""
         with self._lock:
             if stream_id and (shard, stream_id) in self._passed:
                 attempt = self._attempt(shard, stream_id)
                 if attempt is None:
                     self._late.add((shard, stream_id))
-                elif not attempt.cancel_requested:
-                    attempt.cancelled_by_request()
+                    if terminate:
+                        self._late_terminate.add((shard, stream_id))
+                else:
+                    self._tell(attempt, terminate)
                 return "running"
             self._noticed.setdefault(shard, {})[member] = clock.monotonic()
             self._prune()
         for attempt in self.running.snapshot():  # no entry known: found by id and holder
             if attempt.message.id == task_id and holder_value(attempt.message) == member:
-                if not attempt.cancel_requested:
-                    attempt.cancelled_by_request()
+                self._tell(attempt, terminate)
                 return "running"
         return "skip"
+
+    @staticmethod
+    def _tell(attempt: Attempt, terminate: bool) -> None:
+        if not attempt.cancel_requested:
+            attempt.cancelled_by_request()
+        if terminate:
+            stop_attempt(attempt)
 
     def _attempt(self, shard: str, stream_id: str) -> Attempt | None:
         for attempt in self.running.snapshot():
@@ -162,15 +180,17 @@ class CancelListener(threading.Thread):
             self._stopping.wait(RECONNECT_S)
 
     def handle(self, data: str) -> None:
-        """One notice: `consumer \\n reply key \\n shard \\n stream id \\n member \\n id`."""
-        parts = data.split("\n", 5)
-        if len(parts) != 6:
+        """One notice: `consumer \\n reply key \\n shard \\n stream id \\n member \\n id`,
+        and `\\n terminate` for `cancel(id, terminate=True)`."""
+        parts = data.split("\n", 6)
+        if len(parts) not in (6, 7):
             logger.debug("cancel notices: ignoring a malformed notice %r", data[:200])
             return
-        consumer, reply_key, shard, stream_id, member, task_id = parts
+        consumer, reply_key, shard, stream_id, member, task_id = parts[:6]
+        terminate = len(parts) == 7 and parts[6] == TERMINATE_NOTICE
         if consumer and consumer != self.consumer:
             return  # another worker holds it
-        answer = self.book.notice(shard, stream_id, member, task_id)
+        answer = self.book.notice(shard, stream_id, member, task_id, terminate)
         if consumer and reply_key:
             try:
                 self.records.answer_cancel(reply_key, answer)

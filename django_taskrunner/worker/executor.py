@@ -62,6 +62,7 @@ from django_taskrunner.worker.steps.retry import retry
 from django_taskrunner.worker.steps.run import Run
 from django_taskrunner.worker.steps.time_limit import check_time_limit
 from django_taskrunner.worker.steps.workflow import parent_reader
+from django_taskrunner.worker.terminate import entering, leaving
 
 if TYPE_CHECKING:
     from django_taskrunner.worker.async_runner import AsyncRunner
@@ -210,13 +211,16 @@ class Executor:
         task = attempt.task
         check_connections()  # Django's close_old_connections(), cheaper (connections.py)
         try:
-            result = self.invoke(attempt)
-            if task.is_async:
-                attempt.result = run_to_end(result)
-            else:
-                attempt.result = result
-                if result is not None:  # most tasks return None: no awaitable check then
-                    return returned_awaitable(task.name, result)
+            entering(attempt)  # from here to `leaving`, a terminate may interrupt it
+            try:
+                result = self.invoke(attempt)
+                if task.is_async:
+                    result = run_to_end(result)
+            finally:
+                leaving(attempt)
+            attempt.result = result
+            if result is not None and not task.is_async:  # most return None: no check then
+                return returned_awaitable(task.name, result)
         except BaseException as exc:  # noqa: BLE001 - a task's SystemExit must not stop us
             return exc
         finally:

@@ -27,6 +27,8 @@ T = TypeVar("T")
 # Seconds between two looks for new priority levels of a fetcher's shard (one pipelined
 # EXISTS of each level's stream and delayed set).
 LEVELS_EVERY = 2.0
+# Seconds a fetcher of a paused queue waits between two looks at the pause.
+PAUSED_WAIT_S = 0.1
 
 
 class Fetcher(threading.Thread):
@@ -53,6 +55,10 @@ class Fetcher(threading.Thread):
         self._take_back_own(self.queue)
         reclaimer = worker.reclaimer
         while not worker.stopping.is_set():
+            if worker.pauses.holds(self.queue):  # pause_queue: read nothing, look again soon
+                self.idle_at = worker.generation()  # burst mode: a paused queue is done
+                worker.stopping.wait(PAUSED_WAIT_S)
+                continue
             room = worker.wait_for_room()
             self._look_for_levels()  # just before reading: what came in while it waited
             for stream in self.streams:  # messages of dead workers go before new ones

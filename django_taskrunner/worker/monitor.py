@@ -11,6 +11,7 @@ first: a shrink never interrupts a running task.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from django_taskrunner.store.stats import stats_store_for
 from django_taskrunner.worker.autoscale import decide
 from django_taskrunner.worker.outage import RedisStatus, redis_call
 from django_taskrunner.worker.pool import Pool
+from django_taskrunner.worker.running import Attempt
 from django_taskrunner.worker.settings import WorkerSettings
 
 logger = logging.getLogger(__name__)
@@ -105,6 +107,7 @@ class Monitor(threading.Thread):
             busy=len(pool.running_items()),
             min_workers=self.scaling.min_workers if self.scaling else None,
             max_workers=self.max_workers, started_ms=self.started_ms,
+            running=running_field(self.worker.running.snapshot()),
         )
         written = redis_call(lambda: self._write(broker, batch, heartbeat),
                              status=self.worker.status, writes=True,
@@ -155,3 +158,10 @@ class Monitor(threading.Thread):
             logger.warning("monitor: could not write the last statistics (%s)", exc)
         except Exception:  # statistics must never turn a clean stop into a crash
             logger.exception("monitor: could not write the last statistics")
+
+
+def running_field(attempts: list[Attempt]) -> str:
+    """The heartbeat's `running` field: the running tasks (the first RUNNING_SHOWN)."""
+    return json.dumps([[attempt.message.id, attempt.task.name, attempt.message.queue,
+                        attempt.started_ms]
+                       for attempt in attempts[:stats_store.RUNNING_SHOWN]])

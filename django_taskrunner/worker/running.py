@@ -38,6 +38,11 @@ class Attempt:
     start_recorded: bool = False
     progress: str | None = None
     cancel_requested: bool = False
+    # cancel(id, terminate=True) (`worker/terminate.py`): asked; the thread is inside the
+    # task function now; and the hook of an attempt run in a child process.
+    terminate_requested: bool = False
+    in_task: bool = False
+    on_terminate: Callable[[], None] | None = None
 
     def set_progress(self, encoded: str) -> None:
         """Keep the task's latest progress (JSON) for the heartbeat to write."""

@@ -28,8 +28,9 @@ from django_taskrunner.store import keys, sharding
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.clients import connection_name, name_connections
 from django_taskrunner.store.connection import make_room
-from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR
 from django_taskrunner.store.recovery import Entry
+from django_taskrunner.store.workers import WorkerDirectory
 from django_taskrunner.worker.acker import Acker
 from django_taskrunner.worker.async_runner import AsyncRunner
 from django_taskrunner.worker.cancels import CancelListener
@@ -39,6 +40,7 @@ from django_taskrunner.worker.fetcher import Fetcher, stop_fetchers
 from django_taskrunner.worker.keepalive import Heartbeat
 from django_taskrunner.worker.monitor import Monitor
 from django_taskrunner.worker.outage import RedisStatus
+from django_taskrunner.worker.pauses import PauseWatch
 from django_taskrunner.worker.pool import Pool
 from django_taskrunner.worker.prefetch import Prefetch
 from django_taskrunner.worker.reclaim import Reclaimer, shortest_timeout
@@ -106,6 +108,7 @@ class Worker:
         self.end_process: Callable[[Attempt], bool] | None = None
         self._held: set[tuple[str, str]] = set()  # (queue, stream id) fetched, not finished
         # One reader per stream: a queue split into shards has one stream per shard.
+        self.pauses = PauseWatch(self)  # paused queues: fetchers skip them (pause_queue)
         self.fetchers = [Fetcher(self, shard) for shard in sharding.all_shards(self.queues)]
         # `runtasks -Q a -Q b[:weight]`: which queue's fetchers read when (None: all at once).
         self.turns = (QueueTurns(settings.queue_order) if settings.queue_order else None)
@@ -235,6 +238,8 @@ class Worker:
             return
         finished = True
         try:
+            if self.pauses.sends_back(item):  # its queue was paused since the read
+                return
             if self._still_ours(item):
                 finished = self.executor.handle(item)  # False: it goes on on the event loop
         finally:
@@ -295,7 +300,7 @@ class Worker:
         name_connections(self.broker.client, connection_name(self.consumer))  # before threads
         self.threads.watch([self.acker, self.monitor, self.heartbeat, self.cancels,
                             self.watchdog, self.coroutines.thread, self.coroutines.stall_watch,
-                            *self.fetchers])  # not the election's: made as it starts
+                            self.pauses, *self.fetchers])  # not the election's: made as it starts
         self.acker.start()
         self.coroutines.start()
         self.pool.resize(self.settings.concurrency)
@@ -306,6 +311,8 @@ class Worker:
         self.watchdog.start()
         needed = len(self.fetchers) + self.settings.max_workers + OWN_CONNECTIONS
         make_room(self.broker.client, needed)
+        self.pauses.poll()  # a pause set before this start holds from the first read
+        self.pauses.start()
         for fetcher in self.fetchers:
             fetcher.start()
         if self.scheduling is not None:
@@ -381,8 +388,19 @@ class Worker:
         self.cancels.stop()
         self.acker.stop()
         self.monitor.stop()
+        self._leave_groups()
         logger.info("worker %s stopped", self.consumer)
         return 0
+
+    def _leave_groups(self) -> None:
+        """Remove this consumer from each group it read, where it holds nothing: a
+        stopped worker is not listed as "no heartbeat" until a sweep removes it."""
+        directory = WorkerDirectory(self.broker.client, self.broker.prefix)
+        for stream in [stream for fetcher in self.fetchers for stream in fetcher.streams]:
+            try:
+                directory.forget_consumer(stream, self.broker.group, self.consumer)
+            except REDIS_ERROR as exc:  # a sweep removes it later
+                logger.debug("could not leave the group of %s (%s)", stream, exc)
 
     def _log_stopping(self, timeout: float) -> None:
         """Say what the shutdown waits for, so a slow stop can be told from a stalled one."""

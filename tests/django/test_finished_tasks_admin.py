@@ -33,7 +33,7 @@ def root() -> Client:
 
 def listed(html: str) -> list[str]:
     """The task ids of the finished list, in page order."""
-    return re.findall(r'<td class="tr-key">([^<]+)</td>', html)
+    return re.findall(r'<td class="tr-key[^"]*"[^>]*>([^<]+)</td>', html)
 
 
 def finish(task_id: str, status: str, finished_ms: int, *, queue: str = "default",

@@ -355,6 +355,19 @@ def runs_until_cancelled(ctx: Any, payload: Any) -> str:
     raise RuntimeError("stopped")
 
 
+@task(unique=True, unique_for=60, max_retry=3, retry_backoff=0)
+def ignores_cancel(payload: Any) -> None:
+    """Runs for up to 30 s whatever ctx.cancelled says: only a terminate stops it."""
+    record("ignores_cancel:start", payload)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        record("ignores_cancel:stopped", payload)
+    record("ignores_cancel:finished", payload)
+
+
 @task(unique=True, unique_for=60)
 def unique_records(payload: Any) -> None:
     record("unique_records", payload)

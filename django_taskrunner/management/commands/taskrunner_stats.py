@@ -10,6 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_taskrunner.core.pauses import paused_queues
 from django_taskrunner.management.commands.runtasks import queue_name
 from django_taskrunner.stats.health import (
     LeaderInfo,
@@ -60,9 +61,10 @@ def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-def queue_row(item: QueueHealth) -> tuple[str, ...]:
+def queue_row(item: QueueHealth, paused: dict[str, int]) -> tuple[str, ...]:
     stats = item.stats
-    return (stats.queue, str(stats.length), str(stats.waiting), str(stats.pending),
+    name = f"{stats.queue} (paused)" if stats.queue in paused else stats.queue
+    return (name, str(stats.length), str(stats.waiting), str(stats.pending),
             "n/a" if item.lag is None else str(item.lag), str(stats.workers),
             str(stats.threads), str(stats.busy), f"{stats.throughput:.2f}",
             seconds(stats.average), seconds(stats.p95), seconds(stats.predicted_wait),
@@ -119,15 +121,16 @@ class Command(BaseCommand):
             figures = [get_health(queue) for queue in queues]
             fair = {queue: fair_rows(queue) for queue in queues}
             leader = get_leader()
+            paused = paused_queues()
         except Exception as exc:  # the connection error says what to fix
             raise CommandError(f"cannot read the figures from Redis: {exc}") from exc
         if options["json"]:
             self.stdout.write(json.dumps(
-                [{**item.as_dict(), "leader": asdict(leader),
+                [{**item.as_dict(), "paused": item.queue in paused, "leader": asdict(leader),
                   "fair_keys": [{"key": row[1], "waiting": int(row[2])}
                                 for row in fair[item.queue]]} for item in figures], indent=2))
             return
-        self.stdout.write(table(QUEUE_COLUMNS, [queue_row(item) for item in figures]))
+        self.stdout.write(table(QUEUE_COLUMNS, [queue_row(item, paused) for item in figures]))
         for header, rows in ((TASK_COLUMNS, [row for item in figures for row in task_rows(item)]),
                              (PICKUP_COLUMNS,
                               [row for item in figures for row in pickup_rows(item)]),

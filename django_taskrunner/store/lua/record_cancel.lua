@@ -9,6 +9,8 @@
 -- KEYS[2] its done list <prefix>:record:{<id>}:done
 -- ARGV[1] now, epoch ms
 -- ARGV[2] the final TTL in seconds when the record holds none ('ttl' field)
+-- ARGV[3] '1' for cancel(id, terminate=True): a running task cancelled already is
+--         answered 'ok' again, so its worker hears the terminate
 -- Returns {'unknown'}, {'final', status}, or {'ok', status before, shard, lock key,
 -- holder, task-id flag, stream id} ('' for what the record does not hold).
 
@@ -17,7 +19,10 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 local status = redis.call('HGET', KEYS[1], 's') or ''
 local final = {succeeded = true, failed = true, cancelled = true, expired = true}
-if final[status] or redis.call('HGET', KEYS[1], 'c') == '1' then
+if final[status] then
+  return {'final', status}
+end
+if redis.call('HGET', KEYS[1], 'c') == '1' and not (ARGV[3] == '1' and status == 'running') then
   return {'final', status}
 end
 redis.call('HSET', KEYS[1], 'c', '1')

@@ -10,6 +10,7 @@ for every task started meanwhile in one round trip, and its progress with the he
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from django_taskrunner.core import clock
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from django_taskrunner.worker.running import Attempt
 
 NULL_JSON = "null"  # encode_value(None)[0]
+TRACE_ERROR_CHARS = 300  # of an attempt's error in its trace (the record keeps the last whole)
 _NONE: frozenset[str] = frozenset()
 
 
@@ -81,14 +83,14 @@ def write_outcome(
     final = status != "retrying"
     fields = [("s", status), ("t", message.task_name), ("q", message.queue),
               ("a", str(message.attempt + (0 if final else 1))), ("w", executor.consumer)]
-    if not final:  # a final record keeps the dispatch's 'd'; it needs no 'ttl' any more
-        fields += [("d", str(message.dispatched_at_ms)), ("ttl", str(ttl))]
-    if attempt is not None:
-        fields.append(("st", str(attempt.started_ms)))
+    # A final record keeps the dispatch's 'd', needs no 'ttl' any more, and gets its end.
+    fields += ([("f", str(clock.now_ms()))] if final
+               else [("d", str(message.dispatched_at_ms)), ("ttl", str(ttl))])
+    if attempt is not None:  # its start, and its trace (the task page's timeline)
+        fields += [("st", str(attempt.started_ms)),
+                   attempt_trace(executor, message.attempt, attempt, status, error)]
     if message.dispatch_token is not None:  # a later dispatch of its task_id is not ours
         fields.append(("h", locks.holder_value(message)))
-    if final:
-        fields.append(("f", str(clock.now_ms())))
     if status == "succeeded" and attempt is not None:
         if attempt.result is None:  # most tasks: the JSON of None, without building an encoder
             fields.append(("r", NULL_JSON))
@@ -96,8 +98,8 @@ def write_outcome(
             encoded, why = encode_value(attempt.result, "result")
             fields.append(("r", encoded) if encoded is not None else ("e", why or ""))
     if error is not None:
-        fields.append(("e", f"{type(error).__name__}: {error}"))
-        fields.append(("ec", f"{type(error).__module__}.{type(error).__qualname__}"))
+        fields += [("e", f"{type(error).__name__}: {error}"),
+                   ("ec", f"{type(error).__module__}.{type(error).__qualname__}")]
         if traceback:
             fields.append(("tb", traceback[-TRACEBACK_MAX_CHARS:]))
     executor.record(RecordWrite(message.id, tuple(fields), ttl if final else PENDING_TTL_S,
@@ -105,6 +107,17 @@ def write_outcome(
                                 cancel_member=locks.holder_value(message)))
     if message.workflow is not None:  # after its record: the next step reads its result
         note_outcome(executor, run, status)
+
+
+def attempt_trace(executor: Executor, number: int, attempt: Attempt, status: str,
+                  error: BaseException | None) -> tuple[str, str]:
+    """The record field `x:<attempt>` of an ended attempt (`core.records.AttemptTrace`):
+    [ready ms (its stream entry's id), started, ended, worker, outcome, error]."""
+    ready, _sep, _seq = (attempt.stream_id or "").partition("-")
+    why = "" if error is None else f"{type(error).__name__}: {error}"[:TRACE_ERROR_CHARS]
+    return (f"x:{number}", json.dumps([int(ready) if ready.isdigit() else None,
+                                       attempt.started_ms, clock.now_ms(), executor.consumer,
+                                       status, why]))
 
 
 def started_write(attempt: Attempt, consumer: str) -> RecordWrite:

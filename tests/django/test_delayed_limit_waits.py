@@ -1,0 +1,29 @@
+"""Delayed tasks: a task waiting on a rate or concurrency limit is shown as such, not
+as one more scheduled task."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+
+from django_taskrunner import lookup
+from tests.django.admin_helpers import logged_in
+from tests.testapp.limit_tasks import LIMITS_QUEUE, five_a_second
+from tests.testapp.tasks import noop
+from tests.worker_helpers import wait_for, worker_thread
+
+pytestmark = pytest.mark.django_db(transaction=True)
+PAGE = "/admin/django_taskrunner/delayedtask/"
+
+
+def test_limit_waits_and_scheduled_tasks_read_differently(r):
+    root = logged_in(User.objects.create_superuser("root", password="pw"))  # noqa: S106
+    noop.dispatch_delayed({"n": 1}, delay=timedelta(hours=1), queue=LIMITS_QUEUE)
+    tasks = five_a_second.dispatch_many({"n": n} for n in range(30))
+    with worker_thread((LIMITS_QUEUE,)):
+        wait_for(lambda: any(lookup(task.id).status == "delayed" for task in tasks))
+        page = root.get(PAGE, {"queue": LIMITS_QUEUE}).content.decode()
+    assert "waiting on a limit: rate" in page
+    assert "scheduled" in page  # the noop due in an hour
