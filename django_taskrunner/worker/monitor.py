@@ -164,4 +164,4 @@ def running_field(attempts: list[Attempt]) -> str:
     """The heartbeat's `running` field: the running tasks (the first RUNNING_SHOWN)."""
     return json.dumps([[attempt.message.id, attempt.task.name, attempt.message.queue,
                         attempt.started_ms]
-                       for attempt in attempts[:stats_store.RUNNING_SHOWN]])
+                       for attempt in attempts[:stats_writes.RUNNING_SHOWN]])
