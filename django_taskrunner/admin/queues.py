@@ -70,17 +70,14 @@ from django_taskrunner.exceptions import InvalidTaskPayload, UnreadableData
 from django_taskrunner.stats import health
 from django_taskrunner.stats.figures import MinuteCounts, QueueStats
 from django_taskrunner.stats.recorder import PICKUP_BUCKETS, PICKUP_LABELS
-from django_taskrunner.store import keys, sharding
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys, sharding
 from django_taskrunner.store.browse import (
     PurgeItem,
     Release,
     StreamBrowser,
-    get_browser,
     stream_id_key,
 )
 from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR
-from django_taskrunner.store.fair import Fair
 
 PURGE_PERMISSION = "django_taskrunner.purge_task"
 PAUSE_PERMISSION = "django_taskrunner.pause_queue"
@@ -162,7 +159,7 @@ class QueueAdmin(RedisPageAdmin):
             raise PermissionDenied
         in_outbox = outbox_context(request, self.admin_site.name)  # Redis down too
         try:
-            broker = get_broker()
+            broker = get_store().streams
             names = health.dashboard_queues(broker)
             chosen = request.GET.get("queue", "")
             shown = [chosen] if chosen in names else names
@@ -253,7 +250,7 @@ class QueueAdmin(RedisPageAdmin):
             return HttpResponseNotAllowed(["POST"])
         if not request.user.has_perm(PURGE_PERMISSION):
             raise PermissionDenied
-        browser = get_browser()
+        browser = get_store().browse
         queue = request.POST.get("queue", "")
         try:
             known = health.dashboard_queues()
@@ -423,7 +420,7 @@ def purge_queue(browser: StreamBrowser, queue: str) -> PurgeCount:
     for shard in browser.streams(sharding.shards(queue)):  # and its priority levels
         waiting += purge_waiting(browser, shard)
         delayed += purge_delayed(browser, shard, browser.delayed_count(shard))
-    fair = Fair(browser.client, browser.prefix)  # fair queues: tasks waiting for a turn
+    fair = get_store().fair  # fair queues: tasks waiting for a turn
     waiting += sum(fair.purge_shard(shard) for shard in sharding.shards(queue))
     return PurgeCount(waiting, delayed)
 
@@ -436,6 +433,6 @@ def counts(browser: StreamBrowser, queue: str) -> tuple[int, int, int]:
         waiting += state.waiting
         running += state.pending
         delayed += browser.delayed_count(shard)
-    fair = Fair(browser.client, browser.prefix)  # fair queues: tasks waiting for a turn
+    fair = get_store().fair  # fair queues: tasks waiting for a turn
     waiting += sum(fair.count_shard(shard) for shard in sharding.shards(queue))
     return waiting, running, delayed

@@ -58,19 +58,18 @@ from django_taskrunner.admin.timeline import moment, timeline
 from django_taskrunner.core import clock
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.core.records import TaskRecord, cancel, lookup, records
+from django_taskrunner.core.records import TaskRecord, cancel, lookup
 from django_taskrunner.core.wire import MAX_EPOCH_MS
 from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.models import FailedTask
 from django_taskrunner.core.steps import shown as shown_steps
 from django_taskrunner.stats.health import dashboard_queues
-from django_taskrunner.store import keys, sharding
+from django_taskrunner.store import get_store, keys, sharding
 from django_taskrunner.store.browse import (
     STREAM_ID,
     Held,
     StreamBrowser,
     StreamEntry,
-    get_browser,
     stream_id_key,
 )
 from django_taskrunner.store.errors import REDIS_DOWN
@@ -554,8 +553,7 @@ class FinishedList:
 
 def finished_index() -> FinishedIndex:
     """The finished indexes of the app's Redis and prefix."""
-    store = records()
-    return FinishedIndex(store.client, store.prefix)
+    return get_store().finished
 
 
 def outcome_filter(value: str) -> str:
@@ -603,7 +601,7 @@ class TaskAdmin(RedisPageAdmin):
         """One page of one stream's queued or running tasks."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        browser = get_browser()
+        browser = get_store().browse
         try:
             queues = dashboard_queues()
             streams = stream_names(queues, browser)
@@ -662,8 +660,8 @@ class TaskAdmin(RedisPageAdmin):
             page = finished_page(queue, cursor=request.GET.get("after", ""),
                                           outcome=outcome)
             count = finished_count(queue)
-            state = get_browser().group_state(stream)
-            delayed = get_browser().delayed_count(stream)
+            state = get_store().browse.group_state(stream)
+            delayed = get_store().browse.delayed_count(stream)
         except REDIS_DOWN as exc:
             return self.render(request, "change_list.html", {"redis_error": str(exc)})
         filters = {"queue": stream, "status": "finished",
@@ -700,7 +698,7 @@ class TaskAdmin(RedisPageAdmin):
         stream_id = request.GET.get("stream", "")
         message_id = request.GET.get("id", "")[:255]
         hint = request.GET.get("from", "")
-        browser = get_browser()
+        browser = get_store().browse
         try:
             facts = self._gather(browser, stream, stream_id, message_id, hint)
         except REDIS_DOWN as exc:
@@ -791,7 +789,7 @@ class TaskAdmin(RedisPageAdmin):
         if user.has_perm("django_taskrunner.view_failedtask"):
             links["failed"] = [(row, reverse(f"{site}:django_taskrunner_failedtask_change",
                                              args=[row.pk])) for row in facts.failed_rows]
-        search = lock_search(facts.message, get_browser().prefix, facts.queue)
+        search = lock_search(facts.message, get_store().browse.prefix, facts.queue)
         if search and user.has_perm("django_taskrunner.view_uniquelock"):
             links["lock"] = (f"{reverse(f'{site}:django_taskrunner_uniquelock_changelist')}?"
                              f"{urlencode({'queue': facts.queue, 'q': search})}")
@@ -810,7 +808,7 @@ class TaskAdmin(RedisPageAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied
         stream = request.GET.get("queue", "")
-        browser = get_browser()
+        browser = get_store().browse
         try:
             if not valid_stream(stream, dashboard_queues()):
                 raise Http404("no such queue")

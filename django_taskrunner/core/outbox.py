@@ -59,12 +59,9 @@ from django_taskrunner.exceptions import (
     TaskIdConflict,
     TaskNotFound,
 )
-from django_taskrunner.store import keys, sharding
-from django_taskrunner.store.broker import get_broker
-from django_taskrunner.store.connection import get_redis
+from django_taskrunner.store import get_store, keys, sharding
 from django_taskrunner.store.errors import REDIS_DOWN
-from django_taskrunner.store.locks import Reservation, get_locks
-from django_taskrunner.store.outbox import OutboxMarks
+from django_taskrunner.store.locks import Reservation
 from django_taskrunner.store.records import RecordWrite
 from django_taskrunner.store.values import text
 
@@ -176,7 +173,7 @@ def settle(outcomes: Sequence[Outcome], using: str = DEFAULT_DB_ALIAS) -> None:
 def _announce_sent(outcomes: Sequence[Outcome]) -> None:
     queues = {outcome.message.queue for outcome in outcomes
               if outcome.status == SENT and outcome.message is not None}
-    broker = get_broker()
+    broker = get_store().streams
     for queue in queues:
         announce_queue(broker, queue)
 
@@ -355,7 +352,7 @@ def move(rows: Sequence[Row]) -> list[Outcome]:
     Redis outage errors pass through: then nothing is known of what was queued, and the
     rows stay for the next move, whose marks tell.
     """
-    broker = get_broker()
+    broker = get_store().streams
     outcomes: list[Outcome] = []
     planned: list[tuple[Outcome, Reservation, RecordWrite | None]] = []
     for row in rows:
@@ -366,7 +363,7 @@ def move(rows: Sequence[Row]) -> list[Outcome]:
     if planned:
         spent = _take_spent()
         try:
-            replies = get_locks().add_reserved_many([plan[1] for plan in planned],
+            replies = get_store().locks.add_reserved_many([plan[1] for plan in planned],
                                                     [plan[2] for plan in planned], spent)
         except REDIS_DOWN:
             with _spent_lock:
@@ -415,7 +412,7 @@ def spend(marks: Sequence[str]) -> None:
         batch = _spent[:]
         _spent.clear()
     try:
-        OutboxMarks(get_redis()).clear(batch)
+        get_store().outbox.clear(batch)
     except REDIS_DOWN:
         pass  # they expire at their TTL
 
@@ -436,7 +433,7 @@ def clear_marks(outcomes: Sequence[Outcome]) -> None:
     """Delete the marks of rows now gone; an outage leaves them to their TTL."""
     marks = [outcome.mark for outcome in outcomes if outcome.mark]
     try:
-        OutboxMarks(get_redis()).clear(marks)
+        get_store().outbox.clear(marks)
     except REDIS_DOWN:
         pass
 

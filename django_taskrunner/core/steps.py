@@ -17,10 +17,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from django_taskrunner.conf import get_settings
 from django_taskrunner.exceptions import DuplicateStep, InvalidTaskPayload
-from django_taskrunner.store.connection import get_redis
-from django_taskrunner.store.steps import StepsStore
+from django_taskrunner.store import Store, get_store
 
 NAME_MAX = 200  # characters of a step name
 KEEP_SECONDS = 7 * 86400  # the least a task's steps are kept: covers its retry window
@@ -95,13 +93,13 @@ def decode_kept(kept: dict[str, str]) -> dict[str, dict[str, Any]]:
     return {name: json.loads(value) for name, value in kept.items()}
 
 
-def stored_steps(client: Any, prefix: str, queue: str, task_id: str, task_name: str,
+def stored_steps(store: Store, queue: str, task_id: str, task_name: str,
                  result_ttl: int) -> Steps:
     """The steps of a worker's attempt, kept in Redis (built per attempt: cheap, no I/O)."""
-    store = StepsStore(client, prefix)
+    steps = store.steps
     ttl = max(result_ttl, KEEP_SECONDS)
-    return Steps(task_id, task_name, partial(store.load, queue, task_id),
-                 partial(store.keep, queue, task_id, ttl_seconds=ttl))
+    return Steps(task_id, task_name, partial(steps.load, queue, task_id),
+                 partial(steps.keep, queue, task_id, ttl_seconds=ttl))
 
 
 def shown(steps: dict[str, dict[str, Any]]) -> list[tuple[str, str, datetime]]:
@@ -114,7 +112,7 @@ def shown(steps: dict[str, dict[str, Any]]) -> list[tuple[str, str, datetime]]:
 
 def kept_steps(queue: str, task_id: str) -> dict[str, dict[str, Any]]:
     """The kept steps of `task_id` under the current settings (for `lookup(id).steps`)."""
-    return decode_kept(StepsStore(get_redis(), get_settings().PREFIX).load(queue, task_id))
+    return decode_kept(get_store().steps.load(queue, task_id))
 
 
 def with_kept_steps(tasks: list[tuple[str, str]]) -> set[str]:
@@ -122,7 +120,7 @@ def with_kept_steps(tasks: list[tuple[str, str]]) -> set[str]:
     their failed rows dispatches them again under the same id, so the steps hold."""
     if not tasks:
         return set()
-    return StepsStore(get_redis(), get_settings().PREFIX).holders(tasks)
+    return get_store().steps.holders(tasks)
 
 
 _eager: dict[str, dict[str, str]] = {}

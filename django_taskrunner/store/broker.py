@@ -11,19 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
-from django_taskrunner.conf import get_settings, on_reset
 from django_taskrunner.store import keys, scripts, server
-from django_taskrunner.store.connection import get_redis
 from django_taskrunner.store.limits import RENEW_SCRIPT, Limits, Slot
 from django_taskrunner.store.records import ADD_SCRIPTS, SCRIPTS, Records, RecordWrite
 from django_taskrunner.store.recovery import Entry, StreamRecovery, body_of
 from django_taskrunner.store.settle import Settled, settle_batch
 from django_taskrunner.store.values import text
 from django_taskrunner.store.workflows import MemberDone
+
+if TYPE_CHECKING:
+    from django_taskrunner.store import Store
 
 
 @dataclass(frozen=True)
@@ -37,19 +38,21 @@ class Requeue:
 
 
 class Broker(StreamRecovery):
-    """Streams operations for one Redis client, key prefix and consumer group (the
-    recovery of pending entries: `StreamRecovery`, in store/recovery.py)."""
+    """Streams operations for one consumer group on the client and key prefix of `store`
+    (its `streams`; the recovery of pending entries: `StreamRecovery`, in
+    store/recovery.py). A broker is built by its `Store`, whose other parts it reaches."""
 
-    def __init__(self, client: Any, prefix: str, group: str, delete_on_ack: bool = True) -> None:
-        self.client = client
-        self.prefix = prefix
+    def __init__(self, store: Store, group: str, delete_on_ack: bool = True) -> None:
+        self.store = store
+        self.client = store.client
+        self.prefix = store.prefix
         self.group = group
         self.delete_on_ack = delete_on_ack
 
     @property
     def records(self) -> Records:
-        """The task records on this broker's client and prefix."""
-        return Records(self.client, self.prefix)
+        """The task records of this broker's store."""
+        return self.store.records
 
     def add(self, queue: str, body: str, record: RecordWrite | None = None) -> str:
         """XADD one message; returns its stream id. With `record`, its task record is
@@ -325,6 +328,7 @@ class Broker(StreamRecovery):
         return lost, store.cancelled_ids(watched, flags), cancelled_sets
 
     def length(self, queue: str) -> int:
+        """XLEN of the queue's stream (waiting + pending, + done with DELETE_ON_ACK off)."""
         return int(self.client.xlen(self.stream(queue)))
 
 def levels_in_use(client: Any, prefix: str, shards: Sequence[str]) -> dict[str, list[str]]:
@@ -347,24 +351,3 @@ def _entries(reply: Any) -> list[Entry]:
         return []
     entries = reply[0][1] if isinstance(reply, list) else next(iter(reply.values()))[0]
     return [(text(stream_id), body_of(fields)) for stream_id, fields in entries]
-
-
-_broker: Broker | None = None
-
-
-def get_broker() -> Broker:
-    """The broker for the current settings and client (rebuilt after `conf.reset()`)."""
-    global _broker
-    broker = _broker
-    if broker is None:
-        settings = get_settings()
-        broker = _broker = Broker(
-            get_redis(), settings.PREFIX, settings.CONSUMER_GROUP, settings.DELETE_ON_ACK
-        )
-    return broker
-
-
-@on_reset
-def reset() -> None:
-    global _broker
-    _broker = None

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from django_taskrunner.conf import get_settings
 from django_taskrunner.store import keys, scripts
 from django_taskrunner.store.values import text
 
@@ -21,12 +20,23 @@ if TYPE_CHECKING:
     from django_taskrunner.store.records import RecordWrite
 
 
+@dataclass(frozen=True)
+class FinishedLimits:
+    """What the finished index keeps: `keep` ids per queue (`FINISHED_LIST_SIZE`, 0: no
+    index), for at least `result_ttl_s` seconds (`RESULT_TTL`). The store is handed these
+    (it reads no settings); the defaults are the settings' defaults."""
+
+    keep: int = 10_000
+    result_ttl_s: int = 86_400
+
+
 class FinishedIndex:
     """The finished indexes under one client and key prefix."""
 
-    def __init__(self, client: Any, prefix: str) -> None:
+    def __init__(self, client: Any, prefix: str, limits: FinishedLimits | None = None) -> None:
         self.client = client
         self.prefix = prefix
+        self.limits = limits or FinishedLimits()
 
     def page(self, queue: str, cursor: str, count: int, statuses: frozenset[str],
              scan: int) -> FinishedPage:
@@ -88,7 +98,7 @@ class FinishedIndex:
         """`record_index.lua`: list a task no worker will write the final record of (a
         queued message a cancel deleted) in its queue's finished index, as a final write
         does (nothing with the index off)."""
-        keep, result_ttl_s = index_limits()
+        keep, result_ttl_s = self.limits.keep, self.limits.result_ttl_s
         if keep > 0:
             kept_s = max(ttl_s, result_ttl_s)
             scripts.run(self.client, "record_index", [keys.finished_key(self.prefix, queue)],
@@ -149,13 +159,6 @@ class _Index(NamedTuple):
     queue: str
     finished_ms: int
     cutoff_ms: int
-
-
-def index_limits() -> tuple[int, int]:
-    """(ids each queue's finished index keeps, `FINISHED_LIST_SIZE`, 0: no index; and
-    `RESULT_TTL` in seconds), read once for a batch of writes (`index_of`)."""
-    settings = get_settings()
-    return int(settings.FINISHED_LIST_SIZE), int(settings.RESULT_TTL)
 
 
 def index_of(write: RecordWrite, keep: int, result_ttl_s: int) -> _Index | None:

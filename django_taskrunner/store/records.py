@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_taskrunner.store import keys, scripts
-from django_taskrunner.store.finished import index_limits, index_of
+from django_taskrunner.store.finished import FinishedLimits, index_of
 from django_taskrunner.store.subscription import WakeSubscription
 from django_taskrunner.store.values import text
 
@@ -87,11 +87,13 @@ class EntryCancel:
 
 
 class Records:
-    """The task records under one client and key prefix."""
+    """The task records under one client and key prefix; a final write lists its task in
+    the finished index as `limits` say (the settings' defaults when not given)."""
 
-    def __init__(self, client: Any, prefix: str) -> None:
+    def __init__(self, client: Any, prefix: str, limits: FinishedLimits | None = None) -> None:
         self.client = client
         self.prefix = prefix
+        self.limits = limits or FinishedLimits()
 
     @property
     def clustered(self) -> bool:
@@ -197,7 +199,7 @@ class Records:
         statuses now held). A final write also lists its task in its queue's finished
         index (`keys.finished_key`): in the same script on one server, with
         `record_index.lua` right after it on a cluster."""
-        keep, result_ttl_s = index_limits()
+        keep, result_ttl_s = self.limits.keep, self.limits.result_ttl_s
         size = 1 if self.clustered else WRITE_BATCH
         for start in range(0, len(writes), size):
             script_keys: list[str] = []
@@ -343,8 +345,3 @@ def _fields(raw: dict[Any, Any]) -> dict[str, str] | None:
     if not raw:
         return None
     return {text(name): text(value, errors="replace") for name, value in raw.items()}
-
-
-def for_client(client: Any, prefix: str) -> Records:
-    """The records on a client (a broker's) and prefix: no state, cheap to build."""
-    return Records(client, prefix)

@@ -11,15 +11,12 @@ errors (`errors.REDIS_DOWN`) pass through every method unchanged.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django_taskrunner.store import keys, scripts
 from django_taskrunner.store.records import Records
 from django_taskrunner.store.subscription import WakeSubscription
 from django_taskrunner.store.values import text
-
-if TYPE_CHECKING:
-    from django_taskrunner.store.broker import Broker
 
 # A delayed entry as read: (body, score = due time in ms).
 DelayedRow = tuple[bytes, float]
@@ -183,8 +180,3 @@ class ScheduleStore:
             Records(self.client, self.prefix).set_stream_ids(
                 [(message_id, "", text(stream_id))])
         return body
-
-
-def for_broker(broker: Broker) -> ScheduleStore:
-    """The scheduling keys on a broker's client and prefix."""
-    return ScheduleStore(broker.client, broker.prefix)

@@ -32,7 +32,7 @@ from django_taskrunner.store.limits import Limits, Slot
 from django_taskrunner.store.records import SCRIPTS, RecordWrite
 from django_taskrunner.store.values import text
 from django_taskrunner.store.workflows import SCRIPTS as WORKFLOW_SCRIPTS
-from django_taskrunner.store.workflows import MemberDone, WorkflowStore
+from django_taskrunner.store.workflows import MemberDone
 
 if TYPE_CHECKING:
     from django_taskrunner.store.broker import Broker, Requeue
@@ -79,7 +79,7 @@ def settle_batch(
         spans.clear()
         with _span(spans, pipe, "task records", ""):
             broker.records.queue_writes(pipe, records)
-        store = WorkflowStore(broker.client, broker.prefix)
+        store = broker.store.workflows
         for done in workflows:  # after the records: a next step reads its parents' results
             with _span(spans, pipe, "workflow", keys.workflow_key(broker.prefix,
                                                                   done.workflow_id)):

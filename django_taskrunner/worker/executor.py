@@ -36,9 +36,9 @@ from django_taskrunner.core.records import encode_value
 from django_taskrunner.exceptions import TaskExpired, TaskRunnerError
 from django_taskrunner.stats.recorder import StatsRecorder
 from django_taskrunner.store.broker import Broker
-from django_taskrunner.store.limits import Limits, Slot
+from django_taskrunner.store.limits import Slot
 from django_taskrunner.store.records import RecordWrite
-from django_taskrunner.store.workflows import MemberDone, WorkflowStore
+from django_taskrunner.store.workflows import MemberDone
 from django_taskrunner.worker.cancels import CancelBook
 from django_taskrunner.worker.connections import check_connections
 from django_taskrunner.worker.delivery import Delivery
@@ -177,10 +177,10 @@ class Executor:
         self.broker.records.write([write])
 
     def _workflow_now(self, done: MemberDone) -> None:
-        WorkflowStore(self.broker.client, self.broker.prefix).member_done(done)
+        self.broker.store.workflows.member_done(done)
 
     def _free_slots_now(self, slots: tuple[Slot, ...]) -> None:
-        Limits(self.broker.client, self.broker.prefix).release(slots)
+        self.broker.store.limits.release(slots)
 
     def begin(self, run: Run) -> Attempt:
         """Register the attempt about to run (on this thread, or on the event loop)."""
@@ -251,7 +251,7 @@ class Executor:
             attempt=message.attempt, _heartbeat=heartbeat, _cancel=attempt.cancel,
             _progress=lambda value: set_progress(attempt, value),
             _parent=parent_reader(self, message),
-            _steps=stored_steps(self.broker.client, self.broker.prefix, message.queue,
+            _steps=stored_steps(self.broker.store, message.queue,
                                 message.id, message.task_name, self.result_ttl),
         )
 

@@ -30,7 +30,6 @@ from django_taskrunner.store.clients import connection_name, name_connections
 from django_taskrunner.store.connection import make_room
 from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR
 from django_taskrunner.store.recovery import Entry
-from django_taskrunner.store.workers import WorkerDirectory
 from django_taskrunner.worker.acker import Acker
 from django_taskrunner.worker.async_runner import AsyncRunner
 from django_taskrunner.worker.cancels import CancelListener
@@ -395,7 +394,7 @@ class Worker:
     def _leave_groups(self) -> None:
         """Remove this consumer from each group it read, where it holds nothing: a
         stopped worker is not listed as "no heartbeat" until a sweep removes it."""
-        directory = WorkerDirectory(self.broker.client, self.broker.prefix)
+        directory = self.broker.store.workers
         for stream in [stream for fetcher in self.fetchers for stream in fetcher.streams]:
             try:
                 directory.forget_consumer(stream, self.broker.group, self.consumer)

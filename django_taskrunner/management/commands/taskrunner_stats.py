@@ -20,9 +20,7 @@ from django_taskrunner.stats.health import (
     get_leader,
 )
 from django_taskrunner.stats.recorder import PICKUP_BUCKETS, PICKUP_LABELS
-from django_taskrunner.store import sharding
-from django_taskrunner.store.broker import get_broker
-from django_taskrunner.store.fair import Fair
+from django_taskrunner.store import get_store, sharding
 
 QUEUE_COLUMNS = ("queue", "length", "waiting", "pending", "lag", "workers", "threads", "busy",
                  "tasks/s", "avg", "p95", "wait", "pickup-avg", "pickup-p95", "failed/1h",
@@ -39,8 +37,8 @@ FAIR_TOP = 10
 def fair_rows(queue: str) -> list[tuple[str, ...]]:
     """The keys of a fair queue with the most tasks waiting for their turn (none for a
     queue that never used a fair key: one EXISTS pipeline per shard)."""
-    broker = get_broker()
-    fair = Fair(broker.client, broker.prefix)
+    broker = get_store().streams
+    fair = broker.store.fair
     return [(queue, item.key, str(item.waiting))
             for item in fair.top_keys_of_queue(sharding.shards(queue), FAIR_TOP)]
 
