@@ -95,8 +95,8 @@ class Store:
             several streams of one shard
         streams.requeue(queue, consumer, stream_id, body, due_ms)  Move a held entry back, with
             `body`, to the stream
-        streams.settle(consumer, acks, requeues, records, releases, workflows)  Ack and
-            requeue entries, after the attempts' record writes, workflow members and freed slots
+        streams.settle(consumer, acks, requeues, record_writes, freed_slots, members_done)
+            Write what the ended attempts leave, then ack and requeue entries
         streams.stream(queue)  The stream key of a queue, shard or priority level
 
     records: `Records` (store/records.py), task records: written at dispatch, by the worker,

@@ -222,15 +222,17 @@ class Broker(StreamRecovery):
 
     def settle(
         self, consumer: str, acks: Mapping[str, Sequence[str]], requeues: Sequence[Requeue],
-        records: Sequence[RecordWrite] = (), releases: Sequence[Slot] = (), *,
-        workflows: Sequence[MemberDone] = (),
+        record_writes: Sequence[RecordWrite] = (), freed_slots: Sequence[Slot] = (), *,
+        members_done: Sequence[MemberDone] = (),
     ) -> Settled:
-        """Ack finished entries (`{queue: [stream id, ...]}`, as `ack()`) and requeue
-        others (`requeue.lua`, which acks each old entry in the same script), all in one
-        pipelined round trip, after the task `records` and the `workflows`' members;
-        `releases`: concurrency slots freed by the attempts that ended. Each item's error
-        is its own: see store/settle.py, which also says why sending it again is safe."""
-        return settle_batch(self, consumer, acks, requeues, records, releases, workflows)
+        """Write what the ended attempts leave (their `record_writes`, the workflow
+        members they finished, `members_done`, the concurrency slots they held,
+        `freed_slots`), then ack finished entries (`{queue: [stream id, ...]}`, as
+        `ack()`) and requeue others (`requeue.lua`, which acks each old entry in the same
+        script), all in one pipelined round trip. Each item's error is its own: see
+        store/settle.py, which also says why sending it again is safe."""
+        return settle_batch(self, consumer, acks, requeues, record_writes, freed_slots,
+                            members_done)
 
     def _requeue(self, client: Any, consumer: str, requeue: Requeue) -> Any:
         """Run (or, on a pipeline, queue) `requeue.lua` for one entry."""

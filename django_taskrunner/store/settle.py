@@ -1,5 +1,7 @@
-"""The acker's batch (`Broker.settle`): task records, workflow members, freed slots, acks
-and requeues in one pipelined round trip, each item's error looked at on its own.
+"""The acker's batch (`Broker.settle`) in one pipelined round trip, each item's error
+looked at on its own: the writes the ended attempts leave (`write_task_records`,
+`count_workflow_members`, `free_concurrency_slots`), then `ack_entries` and
+`requeue_entries`.
 
 The pipeline never stops at an error (`raise_on_error=False`):
 
@@ -69,37 +71,28 @@ class _Span:
 
 def settle_batch(
     broker: Broker, consumer: str, acks: Mapping[str, Sequence[str]],
-    requeues: Sequence[Requeue], records: Sequence[RecordWrite], releases: Sequence[Slot],
-    workflows: Sequence[MemberDone],
+    requeues: Sequence[Requeue], record_writes: Sequence[RecordWrite],
+    freed_slots: Sequence[Slot], members_done: Sequence[MemberDone],
 ) -> Settled:
     """`Broker.settle`: the batch in one round trip (two when a record call fails)."""
     spans: list[_Span] = []
 
     def build(pipe: Any) -> None:
         spans.clear()
-        with _span(spans, pipe, "task records", ""):
-            broker.records.queue_writes(pipe, records)
-        store = broker.store.workflows
-        for done in workflows:  # after the records: a next step reads its parents' results
-            with _span(spans, pipe, "workflow", keys.workflow_key(broker.prefix,
-                                                                  done.workflow_id)):
-                store.queue_member_done(pipe, [done])
-        for slot in releases:
-            with _span(spans, pipe, "concurrency slot", slot.key):
-                Limits.queue_releases(pipe, [slot])
-        for queue, stream_ids in acks.items():
-            with _span(spans, pipe, "ack on", broker.stream(queue)):
-                broker.ack(queue, stream_ids, pipe=pipe)
-        for requeue in requeues:
-            with _span(spans, pipe, "requeue on", broker.stream(requeue.queue)):
-                broker._requeue(pipe, consumer, requeue)
+        write_task_records(spans, pipe, broker, record_writes)
+        # After the records: a workflow's next step reads its parents' results.
+        count_workflow_members(spans, pipe, broker, members_done)
+        free_concurrency_slots(spans, pipe, freed_slots)
+        ack_entries(spans, pipe, broker, acks)
+        requeue_entries(spans, pipe, broker, consumer, requeues)
 
-    replies = _send(broker.client, build, SCRIPTS + WORKFLOW_SCRIPTS if workflows else SCRIPTS)
+    scripts_used = SCRIPTS + WORKFLOW_SCRIPTS if members_done else SCRIPTS
+    replies = _send(broker.client, build, scripts_used)
     unsettled: list[Unsettled] = []
     for span in spans:
         error = _error_in(replies[span.start:span.end])
         if span.what == "task records" and error is not None:
-            unsettled += _write_each(broker, records)
+            unsettled += _write_each(broker, record_writes)
         elif error is not None:
             unsettled.append(Unsettled(span.what, span.key, str(error)))
         elif span.what == "workflow" and text(replies[span.start]).startswith("corrupt"):
@@ -107,6 +100,46 @@ def settle_batch(
     requeued = [None if isinstance(reply, Exception) else reply
                 for reply in replies[len(replies) - len(requeues):]]  # the requeues go last
     return Settled(requeued, unsettled)
+
+
+def write_task_records(spans: list[_Span], pipe: Any, broker: Broker,
+                       writes: Sequence[RecordWrite]) -> None:
+    """Queue the attempts' task record writes (`record_write.lua`), one item."""
+    with _span(spans, pipe, "task records", ""):
+        broker.records.queue_writes(pipe, writes)
+
+
+def count_workflow_members(spans: list[_Span], pipe: Any, broker: Broker,
+                           members_done: Sequence[MemberDone]) -> None:
+    """Queue `workflow_member.lua` for each finished workflow member: counts it, and
+    sends its workflow's next stage when it was the last of its stage; one item each."""
+    workflows = broker.store.workflows
+    for done in members_done:
+        with _span(spans, pipe, "workflow", keys.workflow_key(broker.prefix, done.workflow_id)):
+            workflows.queue_member_done(pipe, [done])
+
+
+def free_concurrency_slots(spans: list[_Span], pipe: Any, slots: Sequence[Slot]) -> None:
+    """Queue the release of the concurrency slots the ended attempts held; one item each."""
+    for slot in slots:
+        with _span(spans, pipe, "concurrency slot", slot.key):
+            Limits.queue_releases(pipe, [slot])
+
+
+def ack_entries(spans: list[_Span], pipe: Any, broker: Broker,
+                acks: Mapping[str, Sequence[str]]) -> None:
+    """Queue the XACK (and XDEL) of the finished entries, one item per queue."""
+    for queue, stream_ids in acks.items():
+        with _span(spans, pipe, "ack on", broker.stream(queue)):
+            broker.ack(queue, stream_ids, pipe=pipe)
+
+
+def requeue_entries(spans: list[_Span], pipe: Any, broker: Broker, consumer: str,
+                    requeues: Sequence[Requeue]) -> None:
+    """Queue `requeue.lua` for each entry put back, last in the batch; one item each."""
+    for requeue in requeues:
+        with _span(spans, pipe, "requeue on", broker.stream(requeue.queue)):
+            broker._requeue(pipe, consumer, requeue)
 
 
 def _write_each(broker: Broker, records: Sequence[RecordWrite]) -> list[Unsettled]:

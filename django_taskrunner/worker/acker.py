@@ -243,7 +243,8 @@ class Acker(threading.Thread):
         An item Redis could not apply because of its own key (`Unsettled`) is logged
         with its key; the rest of the batch went through, the item's entry acked."""
         settled = self.broker.settle(self.consumer, batch.acks, batch.requeues,
-                                     batch.records, batch.releases, workflows=batch.workflows)
+                                     batch.records, batch.releases,
+                                     members_done=batch.workflows)
         for item in settled.unsettled:
             logger.error("could not apply the %s %s while acking finished tasks (%s); it "
                          "is left as it is, the rest of the batch went through", item.what,
