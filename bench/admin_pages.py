@@ -188,7 +188,7 @@ def fill_attempts(attempts: int) -> str:
     fields = (("s", "failed"), ("t", "bench.admin_site.tasks.send_receipt"), ("q", "default"),
               ("a", str(attempts)), ("w", "web-1-1234"), ("d", str(start - 1000)),
               ("st", str(now - 500)), ("f", str(now - 100)), ("e", "ValueError: no"), *traces)
-    get_store().streams.records.write([RecordWrite("retried-20", fields, 3600, final=True)])
+    get_store().records.write([RecordWrite("retried-20", fields, 3600, final=True)])
     FailedTask.objects.create(task_name="bench.admin_site.tasks.send_receipt", queue="default",
                               message_id="retried-20", payload="{}", error="ValueError: no",
                               attempts=attempts, failed_at=timezone.now())

@@ -74,7 +74,7 @@ def measure(index_size: int, batches: int, batch: int, smoke: bool) -> tuple[flo
                                        "FINISHED_LIST_SIZE": index_size}):
         reset()
         client = get_store().client
-        store = get_store().streams.records
+        store = get_store().records
         client.flushall()
         now_ms = int(time.time() * 1000)
 

@@ -109,9 +109,8 @@ class LimitAdmin(RedisPageAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied
         at = Position.parse(request.GET.get("at"))
-        broker = get_store().streams
         try:
-            rows, following = scan_limits(broker.store.limits, at)
+            rows, following = scan_limits(get_store().limits, at)
         except REDIS_ERROR as exc:
             return self.render(request, "change_list.html", {"redis_error": str(exc)})
         return self.render(request, "change_list.html", {

@@ -119,8 +119,7 @@ class WorkerAdmin(RedisPageAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied
         start = _number(request.GET.get("start", "")[:9]) or 0
-        broker = get_store().streams
-        entries, total = broker.store.workers.page(start, PAGE)
+        entries, total = get_store().workers.page(start, PAGE)
         task_page = ""
         if request.user.has_perm("django_taskrunner.view_task"):
             task_page = reverse(f"{self.admin_site.name}:django_taskrunner_task_detail")

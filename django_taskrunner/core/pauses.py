@@ -20,8 +20,7 @@ from django_taskrunner.store.pauses import Pauses
 
 
 def _pauses() -> Pauses:
-    broker = get_store().streams
-    return broker.store.pauses
+    return get_store().pauses
 
 
 def _checked(queue: str) -> str:

@@ -597,8 +597,7 @@ class WorkflowRecord:
 
 
 def store() -> WorkflowStore:
-    broker = get_store().streams
-    return broker.store.workflows
+    return get_store().workflows
 
 
 def _int(fields: Mapping[str, str], name: str, default: int = 0) -> int:

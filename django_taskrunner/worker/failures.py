@@ -147,8 +147,7 @@ def keep_row(message: TaskMessage, fields: dict[str, Any], error: BaseException)
 
 
 def failed_rows() -> FailedRows:
-    broker = get_store().streams
-    return broker.store.failed_rows
+    return get_store().failed_rows
 
 
 def flush_failed_rows(batch: int = 100) -> int:

@@ -42,7 +42,7 @@ def assert_found_without_a_search(message: TaskMessage, stream: str = "default")
 
 
 def test_the_client_is_a_cluster_one():
-    assert get_store().streams.records.clustered
+    assert get_store().records.clustered
 
 
 def test_every_dispatch_route_gives_the_record_its_stream_id(taskrunner_settings):

@@ -40,7 +40,7 @@ def subscribed(worker) -> None:
 
 def needs_one_server() -> None:
     """The test kills a connection on its one server."""
-    if get_store().streams.records.clustered:
+    if get_store().records.clustered:
         pytest.skip("kills the connection on a single server")
 
 

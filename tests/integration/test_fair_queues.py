@@ -182,7 +182,7 @@ def test_a_fair_key_callable_that_raises_fails_the_dispatch(r, prefix):
 
 
 def test_a_workflow_of_fair_tasks_runs_each_once(r, prefix):
-    if get_store().streams.records.clustered:
+    if get_store().records.clustered:
         pytest.skip("workflows need a single Redis server")
     chain(job.s({"k": "W", "n": 0}), job.s({"k": "W", "n": 1}, fair_key="other")).dispatch()
 

@@ -37,8 +37,7 @@ FAIR_TOP = 10
 def fair_rows(queue: str) -> list[tuple[str, ...]]:
     """The keys of a fair queue with the most tasks waiting for their turn (none for a
     queue that never used a fair key: one EXISTS pipeline per shard)."""
-    broker = get_store().streams
-    fair = broker.store.fair
+    fair = get_store().fair
     return [(queue, item.key, str(item.waiting))
             for item in fair.top_keys_of_queue(sharding.shards(queue), FAIR_TOP)]
 
