@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from django_taskrunner.core import clock
 from django_taskrunner.scheduling.election import LeaderElection
@@ -48,6 +48,7 @@ def build_worker(broker: Broker, settings: WorkerSettings) -> Worker:
     ))
     if leader is not None:
         leader.adopter = worker  # it takes lost workers' messages into its buffer
+        leader.watch = worker.threads.watch  # a leader's thread that dies stops the worker
     return worker
 
 
@@ -75,10 +76,14 @@ class LeaderScheduler:
         self.flusher: OutboxFlusher | None = None  # the outbox's, while leading
         self.rows: FailedRowsFlusher | None = None  # the failed rows kept in Redis
         self.lost: LostWorkerWatch | None = None  # hands back lost workers' messages
+        # The worker's thread watch (`worker/watch.py`): each thread started here is
+        # handed to it, so one that dies takes the worker down rather than leaving a
+        # worker that leads (or tries to) without scheduling anything.
+        self.watch: Callable[[list[threading.Thread]], None] = lambda threads: None
         self._lock = threading.Lock()
 
     def start(self) -> None:
-        self.election.start()
+        self.election.start(watch=self.watch)
 
     def stop(self) -> None:
         """Stop scheduling and resign the lease, so another worker takes over at once."""
@@ -89,15 +94,19 @@ class LeaderScheduler:
             if self.scheduler is None:
                 self.scheduler = Scheduler(self.broker, self.queues,
                                            periodic=PeriodicRunner(self.broker))
+                self.watch([self.scheduler])
                 self.scheduler.start()
             if self.flusher is None:
                 self.flusher = OutboxFlusher()
+                self.watch([self.flusher])
                 self.flusher.start()
             if self.rows is None:
                 self.rows = FailedRowsFlusher()
+                self.watch([self.rows])
                 self.rows.start()
             if self.lost is None:
                 self.lost = LostWorkerWatch(self.broker, self.queues, adopter=self.adopter)
+                self.watch([self.lost])
                 self.lost.start()
 
     def _stop_scheduler(self) -> None:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django_taskrunner.core import clock
-from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.store.errors import REDIS_DOWN, REPLY_ERROR, stalls_writes
 from django_taskrunner.store.leases import Lease
 
 logger = logging.getLogger(__name__)
@@ -68,6 +68,7 @@ class LeaderElection:
         self._stopping = threading.Event()
         self._valid_until = 0.0  # monotonic time past which we no longer act as leader
         self._thread: threading.Thread | None = None
+        self._broken = False  # the lease key held no lease (logged once until it heals)
 
     @property
     def lease_ms(self) -> int:
@@ -111,11 +112,14 @@ class LeaderElection:
 
     # -- the loop ------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Run the election in a daemon thread until `stop()`."""
+    def start(self, watch: Callable[[list[threading.Thread]], None] | None = None) -> None:
+        """Run the election in a daemon thread until `stop()`; `watch` (a worker's
+        thread watch) is handed that thread before it starts."""
         self._stopping.clear()
         self._thread = threading.Thread(target=self._run, name="taskrunner-election",
                                         daemon=True)
+        if watch is not None:
+            watch([self._thread])
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -146,14 +150,43 @@ class LeaderElection:
                 self._promote()
                 return self.renew_every
             remaining_ms = self.lease_store.ttl_ms()
-        except REDIS_DOWN as exc:
-            if self._leading.is_set() and clock.monotonic() >= self._valid_until:
-                self._demote(f"cannot renew the lease: {exc}")
+            if remaining_ms == -1:  # a key without expiry: no lease of ours, nobody leads
+                self._repair("it has no expiry")
+                return min(self.poll_interval, 1.0)
+        except REPLY_ERROR as exc:
+            if stalls_writes(exc):  # at maxmemory, a replica, loading: as an outage
+                return self._redis_down(exc)
+            # WRONGTYPE: the key holds something else (written by hand, another program).
+            if self._leading.is_set():
+                self._demote(f"its lease key cannot be renewed: {exc}")
+            self._repair(str(exc))
             return min(self.poll_interval, 1.0)
+        except REDIS_DOWN as exc:
+            return self._redis_down(exc)
+        self._broken = False
         if remaining_ms < 0:
-            return 0.01  # gone just now (or no TTL): try again at once
+            return 0.01  # gone just now: try again at once
         # Wake just as the leader's lease would expire, or earlier to notice a resignation.
         return max(0.005, min(self.poll_interval, remaining_ms / 1000 + 0.002))
+
+    def _redis_down(self, exc: Exception) -> float:
+        """Redis unreachable or refusing writes: lead on until the lease could have
+        expired, then step down; try again soon."""
+        if self._leading.is_set() and clock.monotonic() >= self._valid_until:
+            self._demote(f"cannot renew the lease: {exc}")
+        return min(self.poll_interval, 1.0)
+
+    def _repair(self, why: str) -> None:
+        """The lease key holds no lease (`why`): set it to expire in one lease, so that it
+        heals by itself and a process leads again, instead of nobody leading for ever."""
+        if not self._broken:
+            logger.error("lease key %s holds no lease (%s): it is set to expire in %.1f s, "
+                         "then a process leads again", self.key, why, self.lease)
+            self._broken = True
+        try:
+            self.lease_store.expire_broken(self.lease_ms)
+        except REDIS_DOWN:
+            pass  # the next step tries again
 
     def _promote(self) -> None:
         self._leading.set()

@@ -29,6 +29,7 @@ from django_taskrunner.exceptions import TaskRunnerError
 from django_taskrunner.models import PeriodicTask
 from django_taskrunner.store import get_store, sharding
 from django_taskrunner.store.broker import Broker
+from django_taskrunner.store.errors import REPLY_ERROR, stalls_writes
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +112,7 @@ class PeriodicRunner:
         self.store = broker.store.schedule
         self.with_rows = with_rows
         self._next: dict[str, tuple[Schedule, int]] = {}
+        self._spoiled: set[str] = set()  # schedules whose keys are spoiled (logged)
 
     def __len__(self) -> int:
         return len(self._next)
@@ -124,8 +126,21 @@ class PeriodicRunner:
             [(schedule.shard(), schedule.id) for schedule in schedules], now_ms)
         self._next = {
             schedule.id: (schedule, schedule.next_after(mark))
-            for schedule, mark in zip(schedules, marks, strict=True)
+            for schedule, mark in zip(schedules, marks, strict=True) if mark is not None
         }
+        spoiled = {schedule.id for schedule, mark in zip(schedules, marks, strict=True)
+                   if mark is None}
+        for schedule_id in sorted(spoiled - self._spoiled):
+            self._log_spoiled(schedule_id, "its mark cannot be read")
+        self._spoiled = spoiled
+
+    def _log_spoiled(self, schedule_id: str, why: str) -> None:
+        """A schedule that a bad key spoils is skipped (logged once a reload), and the
+        others fire as usual: one key written by hand stops no other task."""
+        self._spoiled.add(schedule_id)
+        logger.error("periodic task %r is skipped: %s (a key under %s holds what no "
+                     "release of django-taskrunner writes)", schedule_id, why,
+                     self.broker.prefix)
 
     def _rows(self) -> list[Schedule]:
         close_old_connections()
@@ -158,8 +173,16 @@ class PeriodicRunner:
                               start_ms=occurrence_ms)
         occurrence_id = uuid.uuid5(_ID_NAMESPACE, f"{schedule.id}@{occurrence_ms}").hex
         message = replace(message, id=occurrence_id, dispatched_at_ms=now_ms)
-        fired = self.store.fire_periodic(schedule.shard(), schedule.id, occurrence_ms,
-                                         message.to_json(), fair=message.fair_key is not None)
+        try:
+            fired = self.store.fire_periodic(schedule.shard(), schedule.id, occurrence_ms,
+                                             message.to_json(),
+                                             fair=message.fair_key is not None)
+        except REPLY_ERROR as exc:
+            if stalls_writes(exc):
+                raise  # Redis refuses writes: the scheduler waits, as through an outage
+            if schedule.id not in self._spoiled:
+                self._log_spoiled(schedule.id, f"it cannot be fired ({exc})")
+            return False
         if fired:
             logger.info("periodic task=%s id=%s queue=%s fired for %s", schedule.task_name,
                         message.id, schedule.queue, _iso(occurrence_ms))

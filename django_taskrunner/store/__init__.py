@@ -306,6 +306,7 @@ class Store:
         failed_rows.keep(row_id, row)  HSET one row
 
     leader: `Lease` (store/leases.py), the scheduler's leader lease of the consumer group
+        leader.expire_broken(ttl_ms)  PEXPIRE the key whatever it holds (a spoiled lease)
         leader.holder()  GET: the identity holding the lease, or None
         leader.release(identity)  DEL the key if `identity` holds it
         leader.renew(identity, ttl_ms)  PEXPIRE the key to `ttl_ms` if `identity` holds it

@@ -39,6 +39,11 @@ class Lease:
         value = self.client.get(self.key)
         return None if value is None else text(value)
 
+    def expire_broken(self, ttl_ms: int) -> None:
+        """PEXPIRE the key, whatever it holds: a key with no expiry or of another type
+        (no lease of ours) then goes by itself, and the lease can be taken again."""
+        self.client.pexpire(self.key, ttl_ms)
+
     def ttl_ms(self) -> int:
         """PTTL: milliseconds the lease has left; negative when gone (-2) or without TTL."""
         return int(self.client.pttl(self.key))

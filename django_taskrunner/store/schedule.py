@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from django_taskrunner.store import keys, scripts
+from django_taskrunner.store.errors import stalls_writes
 from django_taskrunner.store.records import Records
 from django_taskrunner.store.subscription import WakeSubscription
 from django_taskrunner.store.values import text
@@ -103,9 +104,14 @@ class ScheduleStore:
 
     # -- periodic schedules --------------------------------------------------------------
 
-    def mark_schedules(self, schedules: Sequence[tuple[str, str]], now_ms: int) -> list[int]:
+    def mark_schedules(self, schedules: Sequence[tuple[str, str]],
+                       now_ms: int) -> list[int | None]:
         """For each (shard, schedule id): HSETNX its mark in `keys.periodic_key` to `now_ms`
-        and HGET it, all pipelined in one round trip; the marks (last occurrence fired, ms)."""
+        and HGET it, all pipelined in one round trip; the marks (last occurrence fired, ms).
+
+        A mark that cannot be read (its shard's key of another type, a field that is not
+        a number) is None: that schedule is spoiled, not the others. A Redis that is
+        down or refuses writes raises, as any command does."""
         if not schedules:
             return []
         pipe = self.client.pipeline(transaction=False)
@@ -113,7 +119,11 @@ class ScheduleStore:
             mark_key = keys.periodic_key(self.prefix, shard)
             pipe.hsetnx(mark_key, schedule_id, now_ms)
             pipe.hget(mark_key, schedule_id)
-        return [int(mark) for mark in pipe.execute()[1::2]]
+        replies = pipe.execute(raise_on_error=False)
+        for reply in replies:
+            if isinstance(reply, Exception) and stalls_writes(reply):
+                raise reply
+        return [_mark(reply) for reply in replies[1::2]]
 
     def fire_periodic(self, shard: str, schedule_id: str, occurrence_ms: int, body: str,
                       fair: bool = False) -> bool:
@@ -180,3 +190,11 @@ class ScheduleStore:
             Records(self.client, self.prefix).set_stream_ids(
                 [(message_id, "", text(stream_id))])
         return body
+
+
+def _mark(reply: Any) -> int | None:
+    """A periodic mark as written (epoch ms), or None when it is not one."""
+    try:
+        return None if isinstance(reply, Exception) else int(reply)
+    except (TypeError, ValueError):
+        return None

@@ -299,7 +299,7 @@ class Worker:
         name_connections(self.broker.client, connection_name(self.consumer))  # before threads
         self.threads.watch([self.acker, self.monitor, self.heartbeat, self.cancels,
                             self.watchdog, self.coroutines.thread, self.coroutines.stall_watch,
-                            self.pauses, *self.fetchers])  # not the election's: made as it starts
+                            self.pauses, *self.fetchers])  # the leader's: runner.py
         self.acker.start()
         self.coroutines.start()
         self.pool.resize(self.settings.concurrency)

@@ -120,6 +120,58 @@ def test_a_leader_that_cannot_reach_redis_stops_leading_when_its_lease_runs_out(
     assert not a.is_leader
 
 
+@pytest.mark.parametrize("spoil", ["another type", "no expiry"])
+def test_a_lease_key_that_holds_no_lease_heals_and_a_leader_steps_down_from_it(
+        r, lease_key, spoil, caplog):
+    """A lease key overwritten with another type (the leader's renewal meets WRONGTYPE)
+    or left without expiry: the leader steps down instead of its thread dying, the key is
+    set to expire, and a process leads again once it is gone."""
+    demoted = threading.Event()
+    a = LeaderElection(r, lease_key, lease=1, identity="a", poll_interval=0.05,
+                       on_demote=demoted.set)
+    a.start()
+    try:
+        assert a.wait_for_leadership(2)
+        r.delete(lease_key)
+        if spoil == "another type":
+            r.hset(lease_key, "holder", "someone")
+        else:
+            r.set(lease_key, "a-lease-without-expiry")
+        assert demoted.wait(5)  # its renewal failed: stepped down, its thread alive
+        wait_for(lambda: r.pttl(lease_key) > 0, 5, 0.02)  # healing: it expires by itself
+        wait_for(lambda: r.type(lease_key) == b"string" and r.get(lease_key) == b"a", 10, 0.05)
+        assert a._thread is not None and a._thread.is_alive()
+        assert a.is_leader
+    finally:
+        a.stop()
+    assert f"lease key {lease_key} holds no lease" in caplog.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_leader_thread_that_dies_takes_the_worker_down_non_zero(r, monkeypatch, caplog):
+    """The election and the scheduler's threads are watched as the worker's own are."""
+    from django_taskrunner.runner import build_worker
+    from django_taskrunner.worker.settings import worker_settings
+
+    def broken(self):  # a bug in the election's loop
+        raise RuntimeError("a bug in the election")
+
+    monkeypatch.setattr(LeaderElection, "step", broken)
+    worker = build_worker(get_store().streams, worker_settings(("default",), concurrency=1,
+                                                        block_ms=100, shutdown_timeout=5))
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(worker.run()), daemon=True)
+    thread.start()
+    try:
+        thread.join(30)
+        assert not thread.is_alive(), "the worker went on without its election"
+    finally:
+        worker.request_stop()
+        thread.join(20)
+    assert codes and codes[0] == 70
+    assert "internal thread taskrunner-election died unexpectedly" in caplog.text
+
+
 @pytest.mark.django_db(transaction=True)
 def test_killing_the_leader_hands_the_lease_over_and_delayed_tasks_still_run(r, spawn_worker):
     broker = get_store().streams

@@ -175,3 +175,40 @@ def test_periodic_task_rows_are_validated_by_clean():
     good = PeriodicTask(name="z", task_name="tests.testapp.tasks.noop", cron="*/5 * * * *",
                         queue="emails", payload={"a": [1, 2]})
     good.full_clean()
+
+
+@pytest.mark.parametrize("spoil", ["marks of another type", "a mark that is no number",
+                                   "a stream of another type"])
+def test_a_spoiled_key_skips_its_own_schedule_and_the_others_fire(r, temporary_task, spoil,
+                                                                   caplog):
+    temporary_task("tests.every_minute", schedule=60)  # queue default
+    temporary_task("tests.spoiled_every_minute", schedule=60, queue="other")
+    broker = get_store().streams
+    marks = keys.periodic_key(broker.prefix, "other")
+    if spoil == "marks of another type":
+        r.set(marks, "not a hash")
+    elif spoil == "a mark that is no number":
+        r.hset(marks, "task:tests.spoiled_every_minute", "yesterday")
+    else:
+        r.set(broker.stream("other"), "not a stream")
+    runner = PeriodicRunner(broker, with_rows=False)
+
+    runner.load(T0 + 5_000)
+    runner.run_due(T0 + MINUTE)
+    runner.run_due(T0 + 2 * MINUTE)
+
+    assert [m["task"] for m in fired(r, broker)] == ["tests.every_minute"] * 2
+    assert caplog.text.count("periodic task 'task:tests.spoiled_every_minute' is skipped") == 1
+
+
+def test_a_spoiled_periodic_key_does_not_stop_delayed_tasks(r, temporary_task):
+    """The scheduler read every schedule's mark before moving due tasks: one marks key of
+    another type failed that read, and no delayed task of any queue moved again."""
+    from django_taskrunner import dispatch_delayed
+    from tests.testapp.tasks import count_by_id
+
+    temporary_task("tests.spoiled_every_minute", schedule=60, queue="other")
+    r.set(keys.periodic_key(get_store().prefix, "other"), "not a hash")
+    message = dispatch_delayed(count_by_id, {"n": 1}, delay=0.2)
+    with running_worker("default", "other", lease=1):
+        wait_for(lambda: r.hget(runs_key(), f"count_by_id:{message.id}") == b"1", 20)
