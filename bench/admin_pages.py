@@ -145,7 +145,7 @@ def write_an_hour_of_statistics(broker) -> None:  # type: ignore[no-untyped-def]
         heartbeat = WorkerReport("web-1-1234-ab12", ["default"], threads=8, busy=3,
                               min_workers=None, max_workers=8, started_ms=now - 3_600_000)
         pipe = broker.client.pipeline(transaction=False)
-        write(pipe, broker.prefix, recorder.drain(), heartbeat, now_ms=at, window=200, ttl=600)
+        write(pipe, broker.store.stats, recorder.drain(), heartbeat, now_ms=at, window=200, ttl=600)
         pipe.execute()
 
 
@@ -164,7 +164,7 @@ def fill_workers(count: int) -> None:
         heartbeat = Heartbeat(f"host-{n % 50}-{1000 + n}-{n:04x}", ["default", "mail"],
                               threads=8, busy=5, min_workers=2, max_workers=8,
                               started_ms=now - 3_600_000, running=running)
-        write(pipe, broker.prefix, {}, heartbeat, now_ms=now - n, window=200, ttl=600)
+        write(pipe, broker.store.stats, {}, heartbeat, now_ms=now - n, window=200, ttl=600)
     pipe.execute()
 
 

@@ -49,7 +49,7 @@ def busy_queue(run_burst, r, prefix):
     r.xgroup_createconsumer(broker.stream("default"), broker.group, "web-1-ab12")
     now = clock.now_ms()
     pipe = r.pipeline()
-    write(pipe, prefix, {}, WorkerReport("web-1-ab12", ["default"], threads=2, busy=0,
+    write(pipe, broker.store.stats, {}, WorkerReport("web-1-ab12", ["default"], threads=2, busy=0,
                                       min_workers=None, max_workers=2, started_ms=now),
           now_ms=now, window=200, ttl=30)
     pipe.execute()

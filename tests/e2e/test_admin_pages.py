@@ -165,7 +165,7 @@ def write_an_hour_of_history(broker) -> None:  # type: ignore[no-untyped-def]
             (recorder.failed if failed else recorder.succeeded)(
                 "default", "tests.testapp.tasks.stamp")
         pipe = broker.client.pipeline(transaction=False)
-        write(pipe, broker.prefix, recorder.drain(),
+        write(pipe, broker.store.stats, recorder.drain(),
               WorkerReport("web-1-1234-4e2f", ["default"], threads=8, busy=2, min_workers=None,
                         max_workers=8, started_ms=now - 3_600_000),
               now_ms=now - minute * 60_000, window=200, ttl=600)

@@ -90,9 +90,9 @@ def test_consumers_with_idle_times_live_ones_first(prefix, r):
     broker.read("default", "c2", 1, None)
     now = clock.now_ms()
     pipe = r.pipeline()
-    write(pipe, prefix, {}, WorkerReport("c2", ["default"], threads=4, busy=1, min_workers=None,
-                                      max_workers=4, started_ms=now), now_ms=now, window=200,
-          ttl=10)
+    report = WorkerReport("c2", ["default"], threads=4, busy=1, min_workers=None,
+                          max_workers=4, started_ms=now)
+    write(pipe, broker.store.stats, {}, report, now_ms=now, window=200, ttl=10)
     pipe.execute()
 
     figures = health.get_health("default", broker=broker)
@@ -176,7 +176,7 @@ def test_a_queue_with_a_consumer_is_read_in_five_round_trips_and_written_in_one(
     round_trips.clear()
 
     # When the monitor writes its heartbeat and the dashboard reads the queue
-    write(pipe, broker.prefix, {}, heartbeat, now_ms=now_ms, window=200, ttl=10)
+    write(pipe, broker.store.stats, {}, heartbeat, now_ms=now_ms, window=200, ttl=10)
     pipe.execute()
     written = len(round_trips)
     item = health.get_health("default", broker=broker, now_ms=now_ms)
