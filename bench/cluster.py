@@ -135,10 +135,10 @@ def drained(client: Any, streams: list[str], group: str) -> bool:
 def throughput(site: Site, shards: int, jobs: int) -> dict[str, Any]:
     """Dispatch `jobs` tasks to a queue split into `shards`, drained by 2 x shards workers."""
     from django_taskrunner import dispatch_many
+    from django_taskrunner.core.sharding import shards as shard_names
     from django_taskrunner.stats.figures import get_stats
     from django_taskrunner.store import get_store
     from django_taskrunner.store.connection import get_redis
-    from django_taskrunner.store.sharding import shards as shard_names
 
     queue = f"bench{shards}"
     env = site.configure(f"bench-{uuid.uuid4().hex[:8]}", {"SHARDS": {queue: shards}})

@@ -44,7 +44,7 @@ from django_taskrunner.compat import (
     task_backends,
     task_enqueued,
 )
-from django_taskrunner.core import clock, due
+from django_taskrunner.core import clock, due, sharding
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.options import DEFAULT_PRIORITY
 from django_taskrunner.core.prepare import new_message
@@ -53,7 +53,7 @@ from django_taskrunner.core.registry import registry
 from django_taskrunner.core.sending import add_delayed, add_fair, announce_queue
 from django_taskrunner.exceptions import InvalidTaskArguments, InvalidTaskPayload
 from django_taskrunner.shim import SHIM_TASK, TASK_PATH
-from django_taskrunner.store import get_store, keys, sharding
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.connection import built_client
 from django_taskrunner.store.errors import REDIS_DOWN, unavailable
 

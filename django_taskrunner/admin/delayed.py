@@ -44,12 +44,13 @@ from django.utils.http import urlencode
 from django_taskrunner.admin.shared import RedisPageAdmin, page_path
 from django_taskrunner.bounds import QUEUE_NAME
 from django_taskrunner.conf import get_settings
+from django_taskrunner.core import sharding
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.wire import MAX_EPOCH_MS
 from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.stats.health import dashboard_queues
-from django_taskrunner.store import get_store, sharding, values
+from django_taskrunner.store import get_store, values
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_ERROR
 

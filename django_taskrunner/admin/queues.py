@@ -62,7 +62,7 @@ from django_taskrunner.admin.shared import (
     valid_stream,
 )
 from django_taskrunner.conf import get_settings
-from django_taskrunner.core import outbox_rows
+from django_taskrunner.core import outbox_rows, sharding
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.pauses import pause_queue, paused_queues, resume_queue
@@ -70,7 +70,7 @@ from django_taskrunner.exceptions import InvalidTaskPayload, UnreadableData
 from django_taskrunner.stats import health
 from django_taskrunner.stats.figures import MinuteCounts, QueueStats
 from django_taskrunner.stats.recorder import PICKUP_BUCKETS, PICKUP_LABELS
-from django_taskrunner.store import get_store, keys, sharding
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.browse import (
     PurgeItem,
     Release,

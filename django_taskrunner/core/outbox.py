@@ -38,6 +38,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from django_taskrunner.conf import get_settings, on_reset
+from django_taskrunner.core import sharding
 from django_taskrunner.core.clock import now_ms
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.outbox_rows import Row, failed_model, outbox_model
@@ -59,7 +60,7 @@ from django_taskrunner.exceptions import (
     TaskIdConflict,
     TaskNotFound,
 )
-from django_taskrunner.store import get_store, keys, sharding
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.store.locks import Reservation
 from django_taskrunner.store.records import RecordWrite

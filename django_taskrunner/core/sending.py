@@ -14,14 +14,14 @@ import logging
 from typing import TYPE_CHECKING
 
 from django_taskrunner.conf import on_reset
-from django_taskrunner.core import clock
+from django_taskrunner.core import clock, sharding
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.prepare import claim_level, debounce_ms
 from django_taskrunner.core.records import dispatch_record, keeps_records
 from django_taskrunner.core.unique import UniqueClaim
 from django_taskrunner.exceptions import RedisUnavailable, TaskAlreadyDispatched
-from django_taskrunner.store import get_store, keys, sharding
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.connection import built_client
 from django_taskrunner.store.errors import REDIS_DOWN, unavailable

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from django_taskrunner.core import clock
+from django_taskrunner.core import clock, sharding
 from django_taskrunner.core.message import TaskMessage, check_payload, holder_parts
 from django_taskrunner.core.options import UNIQUE_MODES, check_on_conflict, check_unique_for
 from django_taskrunner.core.wire import DISPATCH_TOKEN
@@ -44,7 +44,7 @@ from django_taskrunner.exceptions import (
     TaskIdConflict,
     UniqueForRequired,
 )
-from django_taskrunner.store import Store, keys, sharding
+from django_taskrunner.store import Store, keys
 from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.store.locks import Reservation, UniqueLocks
 from django_taskrunner.store.values import text

@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from django_taskrunner.conf import Settings, get_settings
-from django_taskrunner.core import clock, due
+from django_taskrunner.core import clock, due, sharding
 from django_taskrunner.core import prepare as preparing
 from django_taskrunner.core.awaitables import run_to_end
 from django_taskrunner.core.context import TaskContext
@@ -55,7 +55,7 @@ from django_taskrunner.exceptions import (
     TaskIdConflict,
     UnreadableData,
 )
-from django_taskrunner.store import get_store, keys, sharding
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.connection import built_client
 from django_taskrunner.store.errors import REDIS_DOWN, REPLY_ERROR, unavailable
 from django_taskrunner.store.records import RecordWrite

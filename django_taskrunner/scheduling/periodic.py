@@ -22,12 +22,12 @@ from typing import Any
 from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
-from django_taskrunner.core import clock, cron
+from django_taskrunner.core import clock, cron, sharding
 from django_taskrunner.core.prepare import new_message, resolve_queue
 from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import TaskRunnerError
 from django_taskrunner.models import PeriodicTask
-from django_taskrunner.store import get_store, sharding
+from django_taskrunner.store import get_store
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REPLY_ERROR, stalls_writes
 

@@ -26,11 +26,11 @@ from typing import Any
 from django.conf import settings
 
 from django_taskrunner.conf import get_settings
-from django_taskrunner.core import clock
+from django_taskrunner.core import clock, sharding
 from django_taskrunner.core.registry import registry
 from django_taskrunner.stats.recorder import BUCKET_LABELS, PICKUP_BUCKETS, PICKUP_LABELS
 from django_taskrunner.stats.writes import COUNTERS
-from django_taskrunner.store import get_store, sharding
+from django_taskrunner.store import get_store
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.inspect import GroupInfo, Inspector
 

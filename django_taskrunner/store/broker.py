@@ -4,7 +4,7 @@ Each method is one round trip. Bodies are opaque strings (the wire JSON); the st
 entry holds them in a single field, `m`.
 
 A `queue` argument names one stream with its delayed set: a queue, or one shard of a
-queue split into several (`"emails#2"`, see sharding.py); the broker does not care which.
+queue split into several (`"emails#2"`, see core/sharding.py); the broker does not care which.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ sets as the admin reads and edits them. The Redis side of `scheduling/` and of
 `admin/delayed_sets.py`.
 
 The moves themselves (due delayed messages onto the stream) stay `Broker.promote_due`,
-one script call per batch. Every name is a queue or one shard of one (see sharding.py);
+one script call per batch. Every name is a queue or one shard of one (see core/sharding.py);
 bodies are the opaque message JSON, returned as redis-py gives them (bytes). Redis outage
 errors (`errors.REDIS_DOWN`) pass through every method unchanged.
 """

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from django_taskrunner.core import clock
-from django_taskrunner.store import keys, sharding
+from django_taskrunner.core import clock, sharding
+from django_taskrunner.store import keys
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.clients import connection_name, name_connections
 from django_taskrunner.store.connection import make_room

@@ -316,3 +316,11 @@ def test_the_store_build_rule_sees_the_store_classes_and_their_builds():
     assert ("scheduling.election", "Lease") in {
         (_short(module), name) for module in MODULES if not module.startswith(STORE)
         for name in _builds(module, classes)}
+
+
+def test_the_store_reads_settings_only_where_it_is_handed_them():
+    # The store's classes are handed their settings: only get_store() (store/__init__.py)
+    # and the client's builder (store/connection.py) read `conf`.
+    readers = sorted(module for module in MODULES if module.startswith(STORE)
+                     if f"{PACKAGE}.conf" in {target for target, _ in _imports(module)})
+    assert readers == [STORE, f"{STORE}.connection"]

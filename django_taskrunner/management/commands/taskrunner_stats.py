@@ -10,6 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_taskrunner.core import sharding
 from django_taskrunner.core.pauses import paused_queues
 from django_taskrunner.management.commands.runtasks import queue_name
 from django_taskrunner.stats.health import (
@@ -20,7 +21,7 @@ from django_taskrunner.stats.health import (
     get_leader,
 )
 from django_taskrunner.stats.recorder import PICKUP_BUCKETS, PICKUP_LABELS
-from django_taskrunner.store import get_store, sharding
+from django_taskrunner.store import get_store
 
 QUEUE_COLUMNS = ("queue", "length", "waiting", "pending", "lag", "workers", "threads", "busy",
                  "tasks/s", "avg", "p95", "wait", "pickup-avg", "pickup-p95", "failed/1h",
