@@ -152,7 +152,7 @@ def write_an_hour_of_statistics(broker) -> None:  # type: ignore[no-untyped-def]
 def fill_workers(count: int) -> None:
     """`count` worker heartbeats, each with 5 running tasks, as their monitors write them."""
     from django_taskrunner.core import clock
-    from django_taskrunner.stats.store import Heartbeat, write
+    from django_taskrunner.stats.writes import WorkerReport, write
     from django_taskrunner.store import get_store
 
     broker = get_store().streams
@@ -161,9 +161,9 @@ def fill_workers(count: int) -> None:
     for n in range(count):
         running = json.dumps([[f"w{n}-t{k}", "bench.admin_site.tasks.send_receipt", "default",
                                now - 1000 * k] for k in range(5)])
-        heartbeat = Heartbeat(f"host-{n % 50}-{1000 + n}-{n:04x}", ["default", "mail"],
-                              threads=8, busy=5, min_workers=2, max_workers=8,
-                              started_ms=now - 3_600_000, running=running)
+        heartbeat = WorkerReport(f"host-{n % 50}-{1000 + n}-{n:04x}", ["default", "mail"],
+                                 threads=8, busy=5, min_workers=2, max_workers=8,
+                                 started_ms=now - 3_600_000, running=running)
         write(pipe, broker.store.stats, {}, heartbeat, now_ms=now - n, window=200, ttl=600)
     pipe.execute()
 
