@@ -53,8 +53,8 @@ from django_taskrunner.admin.shared import (
     stream_names,
     valid_stream,
 )
-from django_taskrunner.admin.timeline import moment, timeline
 from django_taskrunner.admin.timeline import duration as timeline_duration
+from django_taskrunner.admin.timeline import moment, timeline
 from django_taskrunner.core import clock, sharding
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage

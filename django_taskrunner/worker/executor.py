@@ -31,8 +31,8 @@ from django.db import close_old_connections
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core.awaitables import returned_awaitable, run_to_end
 from django_taskrunner.core.context import TaskContext
-from django_taskrunner.core.steps import stored_steps
 from django_taskrunner.core.records import encode_value
+from django_taskrunner.core.steps import stored_steps
 from django_taskrunner.exceptions import TaskExpired, TaskRunnerError
 from django_taskrunner.stats.recorder import StatsRecorder
 from django_taskrunner.store.broker import Broker
