@@ -29,6 +29,7 @@ from django_taskrunner.store.pauses import Pauses
 from django_taskrunner.store.records import Records
 from django_taskrunner.store.results import Results
 from django_taskrunner.store.schedule import ScheduleStore
+from django_taskrunner.store.server import RedisServer
 from django_taskrunner.store.stats import StatsStore
 from django_taskrunner.store.steps import StepsStore
 from django_taskrunner.store.workers import WorkerDirectory
@@ -314,6 +315,11 @@ class Store:
             free and is now ours
         leader.ttl_ms()  PTTL: milliseconds the lease has left
 
+    server: `RedisServer` (store/server.py), the server itself
+        server.check()  Raise ServerUnsupported when the server cannot run the app
+        server.features()  The optional commands the server has, asked once per client
+        server.info()  INFO server of the server
+
     `Store` itself
         on_client(client)  This store on another client of the same server (other timeouts)
     """
@@ -343,6 +349,7 @@ class Store:
         self.outbox = OutboxMarks(client)
         self.failed_rows = FailedRows(client, prefix)
         self.leader = Lease(client, leader_key(prefix, group))
+        self.server = RedisServer(client, prefix)
 
     def on_client(self, client: Any) -> Store:
         """This store on another client of the same server: one with other timeouts

@@ -35,7 +35,7 @@ from django_taskrunner.stats.metrics import serve_metrics
 from django_taskrunner.store import get_store
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_DOWN
-from django_taskrunner.store.server import ServerUnsupported, check_server
+from django_taskrunner.store.server import ServerUnsupported
 from django_taskrunner.worker.outage import RedisStatus, redis_call
 from django_taskrunner.worker.settings import (
     PoolSizeConflict,
@@ -347,7 +347,7 @@ class Command(BaseCommand):
 
         def connect() -> Broker:
             broker = get_store().streams
-            check_server(broker.client, broker.prefix)  # too old or not Redis: say so now
+            broker.store.server.check()  # too old or not Redis: say so now
             return broker
 
         try:
