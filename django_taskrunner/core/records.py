@@ -285,8 +285,9 @@ def wait(task_id: str, timeout: float) -> TaskRecord | None:
 def _wait(task_id: str, timeout: float, deadline: float) -> TaskRecord | None:
     """`wait()`'s loop: read the record, block on its done list until final or
     `deadline`; every command bounded by the time left (and `WAIT_MARGIN_S`)."""
-    store = get_store()
+    # The client first, its build bounded by the wait (get_store() then finds it built).
     client = get_redis(within=timeout + WAIT_MARGIN_S)
+    store = get_store()
     key = keys.record_key(store.prefix, task_id)
     while True:
         with bounded(client, _left(deadline) + WAIT_MARGIN_S, key) as near:
