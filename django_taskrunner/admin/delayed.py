@@ -38,10 +38,10 @@ from django.http import (
     HttpResponseRedirect,
 )
 from django.urls import URLPattern, reverse
-from django.utils import timezone
 from django.utils.http import urlencode
 
 from django_taskrunner.admin.shared import RedisPageAdmin, page_path
+from django_taskrunner.admin.timeline import moment
 from django_taskrunner.bounds import QUEUE_NAME
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import unique as locks
@@ -90,9 +90,8 @@ class DelayedEntry:
 
     @property
     def due_display(self) -> str:
-        """The due time in the current time zone, to the millisecond."""
-        local = timezone.localtime(self.due)
-        return f"{local:%Y-%m-%d %H:%M:%S}.{self.due_ms % 1000:03d} {local.tzname()}"
+        """The due time in the console's one format (`moment`), to the millisecond."""
+        return moment(self.due, ms=True)
 
     @property
     def task_name(self) -> str:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib import messages
@@ -41,7 +40,6 @@ from django.http import (
     JsonResponse,
 )
 from django.urls import URLPattern, reverse
-from django.utils import timezone
 from django.utils.html import escape
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString, mark_safe
@@ -105,10 +103,9 @@ def pretty_payload(message: TaskMessage | None, body: bytes | None) -> str:
 
 
 def moment_text(ms: int | None) -> str:
-    if not ms:
-        return ""
-    moment = timezone.localtime(datetime.fromtimestamp(min(ms, MAX_EPOCH_MS) / 1000, tz=UTC))
-    return f"{moment:%Y-%m-%d %H:%M:%S} {moment.tzname()}"
+    """`moment`, the console's one time format; "" when unknown (a crafted time is
+    clamped to the latest one a datetime holds)."""
+    return moment(min(ms, MAX_EPOCH_MS)) if ms else ""
 
 
 def _duration(ms: int | None) -> str:
@@ -790,7 +787,8 @@ class TaskAdmin(RedisPageAdmin):
                                   f"{urlencode({'queue': queue})}")
         if user.has_perm("django_taskrunner.view_failedtask"):
             links["failed"] = [(row, reverse(f"{site}:django_taskrunner_failedtask_change",
-                                             args=[row.pk])) for row in facts.failed_rows]
+                                             args=[row.pk]), moment(row.failed_at))
+                               for row in facts.failed_rows]
         search = lock_search(facts.message, get_browser().prefix, facts.queue)
         if search and user.has_perm("django_taskrunner.view_uniquelock"):
             links["lock"] = (f"{reverse(f'{site}:django_taskrunner_uniquelock_changelist')}?"
