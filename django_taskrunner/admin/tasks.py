@@ -209,8 +209,14 @@ class TaskFacts:
 
     @property
     def payload_pretty(self) -> str:
-        if self.message is None and self.body is None and self.failed_rows:
-            return self.failed_rows[0].payload
+        """From its message while Redis holds it; once it finished, from its record (the
+        payload it ran with), else from its failed-task row."""
+        if self.message is None and self.body is None:
+            record = self.record
+            if record is not None and record.finished and record.payload is not None:
+                return json.dumps(record.payload, indent=2, ensure_ascii=False, sort_keys=True)
+            if self.failed_rows:
+                return self.failed_rows[0].payload
         return pretty_payload(self.message, self.body)
 
     @property

@@ -132,6 +132,9 @@ class TaskRecord:
     steps: dict[str, Any] = field(default_factory=dict)
     # Each ended attempt, oldest first (what the task page's timeline draws).
     attempts: tuple[AttemptTrace, ...] = ()
+    # The payload a finished task ran with (None before it finished, or when it was over
+    # VALUE_MAX_BYTES of JSON: its message, or its failed-task row, has it then).
+    payload: Any = None
 
     @property
     def finished(self) -> bool:
@@ -419,5 +422,5 @@ def from_fields(task_id: str, fields: Mapping[str, str]) -> TaskRecord:
         finished_at=_time(fields, "f"), due_at=_time(fields, "due"),
         cancel_requested=fields.get("c") == "1",
         stream_id=fields.get("sid") or None, shard=fields.get("sh") or fields.get("q") or None,
-        attempts=attempt_traces(fields),
+        attempts=attempt_traces(fields), payload=json_value(fields.get("pl")),
     )

@@ -83,9 +83,16 @@ def write_outcome(
     final = status != "retrying"
     fields = [("s", status), ("t", message.task_name), ("q", message.queue),
               ("a", str(message.attempt + (0 if final else 1))), ("w", executor.consumer)]
-    # A final record keeps the dispatch's 'd', needs no 'ttl' any more, and gets its end.
-    fields += ([("f", str(clock.now_ms()))] if final
-               else [("d", str(message.dispatched_at_ms)), ("ttl", str(ttl))])
+    # A final record keeps the dispatch's 'd', needs no 'ttl' any more, and gets its end,
+    # and the payload it ran with (its message leaves Redis with this ack: the task page
+    # shows it from here; one that is too large or not JSON is left out).
+    if final:
+        fields.append(("f", str(clock.now_ms())))
+        payload, _why = encode_value(message.payload, "payload")
+        if payload is not None:
+            fields.append(("pl", payload))
+    else:
+        fields += [("d", str(message.dispatched_at_ms)), ("ttl", str(ttl))]
     if attempt is not None:  # its start, and its trace (the task page's timeline)
         fields += [("st", str(attempt.started_ms)),
                    attempt_trace(executor, message.attempt, attempt, status, error)]
