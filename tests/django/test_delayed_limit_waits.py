@@ -25,5 +25,5 @@ def test_limit_waits_and_scheduled_tasks_read_differently(r):
     with worker_thread((LIMITS_QUEUE,)):
         wait_for(lambda: any(lookup(task.id).status == "delayed" for task in tasks))
         page = root.get(PAGE, {"queue": LIMITS_QUEUE}).content.decode()
-    assert "waiting on a limit: rate" in page
+    assert "waiting on limit rate 5/s" in page
     assert "scheduled" in page  # the noop due in an hour
