@@ -132,6 +132,43 @@ def with_limit_waits(broker: Broker, entries: list[DelayedEntry]) -> list[Delaye
             for entry in entries]
 
 
+# Delayed entries (the first ones by due time, of each delayed set of a queue) whose
+# records a count of the tasks waiting on a limit reads, at most: one round trip each.
+COUNT_SCAN = 1000
+
+
+@dataclass(frozen=True)
+class DelayedCounts:
+    """A queue's delayed set(s): how many entries, and how many of them wait on a rate
+    or concurrency limit (the rest are scheduled: a delayed dispatch, a retry's backoff).
+    The dashboard and the Tasks page both show these, so they agree."""
+
+    total: int
+    on_limit: int
+    exact: bool  # False: only the first COUNT_SCAN entries of a set were looked at
+
+    @property
+    def scheduled(self) -> int:
+        return self.total - self.on_limit
+
+    @property
+    def on_limit_text(self) -> str:
+        return f"{self.on_limit}" if self.exact else f"{self.on_limit}+"
+
+
+def delayed_counts(broker: Broker, queue: str) -> DelayedCounts:
+    """The counts of `queue`'s delayed tasks: ZCARD of each set, then the records of its
+    first COUNT_SCAN entries (those waiting on a limit are due soon: they come first)."""
+    store = for_broker(broker)
+    shards = delayed_sets_of(broker, queue)
+    sizes = store.count_delayed(shards)
+    heads = store.delayed_heads([s for s, n in zip(shards, sizes, strict=True) if n],
+                                COUNT_SCAN)
+    entries = [_entry(queue, body, score) for rows in heads for body, score in rows]
+    on_limit = sum(1 for entry in with_limit_waits(broker, entries) if entry.wait)
+    return DelayedCounts(sum(sizes), on_limit, exact=sum(sizes) == len(entries))
+
+
 def _score_ms(score: float) -> int:
     """A due time to show from a score; a score no dispatch writes (inf, 1e300) is clamped
     to the range a datetime can show, so it cannot break the page."""

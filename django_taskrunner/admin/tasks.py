@@ -44,6 +44,7 @@ from django.utils.html import escape
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString, mark_safe
 
+from django_taskrunner.admin.delayed import delayed_counts
 from django_taskrunner.admin.shared import (
     RedisPageAdmin,
     decode_body,
@@ -71,6 +72,7 @@ from django_taskrunner.store.browse import (
     get_browser,
     stream_id_key,
 )
+from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.store.finished import FinishedIndex, FinishedRow
 
@@ -624,7 +626,7 @@ class TaskAdmin(RedisPageAdmin):
             query = request.GET.get("q", "").strip()[:200]
             page = self._page(browser, stream, status, query, request)
             state = browser.group_state(stream)
-            delayed = browser.delayed_count(stream)
+            delayed = delayed_counts(get_broker(), keys.queue_of(stream))
         except REDIS_DOWN as exc:
             return self.render(request, "change_list.html", {"redis_error": str(exc)})
         return self.render(request, "change_list.html", {
@@ -666,7 +668,7 @@ class TaskAdmin(RedisPageAdmin):
                                           outcome=outcome)
             count = finished_count(queue)
             state = get_browser().group_state(stream)
-            delayed = get_browser().delayed_count(stream)
+            delayed = delayed_counts(get_broker(), queue)
         except REDIS_DOWN as exc:
             return self.render(request, "change_list.html", {"redis_error": str(exc)})
         filters = {"queue": stream, "status": "finished",
