@@ -44,7 +44,8 @@ from django.utils.html import escape
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString, mark_safe
 
-from django_taskrunner.admin.delayed import delayed_counts
+from django_taskrunner.admin.all_queues import ALL_STREAMS, merged_page
+from django_taskrunner.admin.delayed import DelayedCounts, delayed_counts
 from django_taskrunner.admin.shared import (
     RedisPageAdmin,
     decode_body,
@@ -613,8 +614,8 @@ class TaskAdmin(RedisPageAdmin):
             queues = dashboard_queues()
             streams = stream_names(queues, browser)
             stream, status = request.GET.get("queue", ""), request.GET.get("status", "")
-            if not stream and not status:  # no choice made: where something is going on
-                stream, status = busiest(browser, streams)
+            if not stream and status != "finished":  # every queue (its opening list)
+                return self._all_view(request, browser, queues, streams, status)
             stream = stream or (streams[0] if streams else "")
             if stream in queues and stream not in streams:  # a split queue: its first shard
                 stream = sharding.shards(stream)[0]
@@ -635,6 +636,34 @@ class TaskAdmin(RedisPageAdmin):
             "delayed_url": self._delayed_url(request, keys.queue_of(stream)),
             **self._list_links(request, stream, status, query, page),
             "refresh_seconds": REFRESH_SECONDS, "search_scan": SEARCH_SCAN,
+            "detail_url": reverse(self.url_name("detail")),
+        })
+
+    def _all_view(self, request: HttpRequest, browser: Any, queues: list[str],
+                  streams: list[str], status: str) -> HttpResponse:
+        """The queued (or running) tasks of every queue, merged oldest first; opened
+        without a status, the running ones when some run, else the queued ones."""
+        if status not in ("queued", "running"):
+            status = busiest(browser, streams)[1]
+        states = [browser.group_state(stream) for stream in streams[:ALL_STREAMS]]
+        row_of = _running if status == "running" else _queued
+        rows, next_cursor = merged_page(browser, streams, status,
+                                        request.GET.get("after", ""), PER_PAGE, row_of)
+        counts = [delayed_counts(get_broker(), queue) for queue in queues[:ALL_STREAMS]]
+        filters = {"status": status}
+        return self.render(request, "change_list.html", {
+            "streams": streams, "queue": "", "all_queues": True, "status": status,
+            "page": RowPage(rows, next_cursor=next_cursor),
+            "state": {"waiting": sum(state.waiting for state in states),
+                      "pending": sum(state.pending for state in states)},
+            "delayed": DelayedCounts(sum(c.total for c in counts),
+                                     sum(c.on_limit for c in counts),
+                                     all(c.exact for c in counts)),
+            "delayed_url": self._delayed_url(request, ""),
+            "more_streams": max(0, len(streams) - ALL_STREAMS),
+            "filters": urlencode(filters),
+            "next_query": urlencode({**filters, "after": next_cursor}) if next_cursor else "",
+            "first_query": urlencode(filters) if request.GET.get("after") else "",
             "detail_url": reverse(self.url_name("detail")),
         })
 
@@ -809,7 +838,7 @@ class TaskAdmin(RedisPageAdmin):
         if not request.user.has_perm("django_taskrunner.view_delayedtask"):
             return ""
         url = reverse(f"{self.admin_site.name}:django_taskrunner_delayedtask_changelist")
-        return f"{url}?{urlencode({'queue': queue})}"
+        return f"{url}?{urlencode({'queue': queue})}" if queue else url
 
     def live_view(self, request: HttpRequest) -> JsonResponse:
         """The running tasks of one stream (first page), as JSON for refresh.js."""
