@@ -37,14 +37,16 @@ def positions_text(positions: dict[str, str]) -> str:
     return ",".join(f"{stream}~{stream_id}" for stream, stream_id in sorted(positions.items()))
 
 
-def merged_page(browser: Any, streams: list[str], status: str, after: str, size: int,
-                row_of: Any) -> tuple[list[Any], str]:
+def merged_page(browser: Any, streams: list[str], floors: list[str], status: str,
+                after: str, size: int, row_of: Any) -> tuple[list[Any], str]:
     """One page of every stream's queued (or running) rows, merged oldest first, and the
-    cursor of the next page ("" at the end). `row_of(stream, item)` builds a row."""
+    cursor of the next page ("" at the end). `floors`: each stream's last delivered id
+    (its group state, which the page reads anyway); `row_of(stream, item)` builds a row."""
     positions = parse_positions(after, streams)
     candidates: list[tuple[tuple[int, int], str, Any]] = []
-    for stream in streams[:ALL_STREAMS]:
-        for item in _read(browser, stream, status, positions.get(stream, ""), size + 1):
+    for stream, floor in zip(streams[:ALL_STREAMS], floors, strict=False):
+        for item in _read(browser, stream, floor, status, positions.get(stream, ""),
+                          size + 1):
             candidates.append((stream_id_key(item.stream_id), stream, item))
     candidates.sort(key=lambda found: (found[0], found[1]))
     shown = candidates[:size]
@@ -54,11 +56,11 @@ def merged_page(browser: Any, streams: list[str], status: str, after: str, size:
     return rows, positions_text(positions) if len(candidates) > size else ""
 
 
-def _read(browser: Any, stream: str, status: str, after: str, count: int) -> list[Any]:
+def _read(browser: Any, stream: str, floor: str, status: str, after: str, count: int
+          ) -> list[Any]:
     """Up to `count` entries of `stream` past `after` ("" from the start): waiting ones
-    (past the group's delivery floor too) or pending ones."""
+    (past the group's delivery floor `floor` too) or pending ones."""
     if status == "running":
         return browser.held(stream, after or "-", count)
-    floor = browser.group_state(stream).last_delivered
     start = after if after and stream_id_key(after) > stream_id_key(floor) else floor
     return browser.waiting_after(stream, start, count)

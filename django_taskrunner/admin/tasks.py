@@ -1,5 +1,6 @@
 """The admin's "Tasks" pages: queued, running, delayed and finished tasks of each queue,
-and one task's page, read from Redis through the unmanaged `Task` model.
+or the queued or running ones of all queues together (its opening list, merged by
+`all_queues.py`), and one task's page, read from Redis through the unmanaged `Task` model.
 
 Nothing here reads a whole stream. A page of queued tasks is one XRANGE (or XREVRANGE)
 from a cursor, a page of running ones one XPENDING from a cursor; a search by task name
@@ -120,8 +121,8 @@ DEFAULT_LOOKS = 20  # streams looked at for the Tasks page's opening choice
 
 
 def busiest(browser: Any, streams: list[str]) -> tuple[str, str]:
-    """The Tasks page's opening list, when the address chooses none: the first stream
-    with running tasks, else the first with queued ones, else the first (queued)."""
+    """The first stream with running tasks, else the first with queued ones, else the
+    first (queued): the opening list's status is the one found here."""
     waiting = ""
     for stream in streams[:DEFAULT_LOOKS]:
         state = browser.group_state(stream)
@@ -647,7 +648,8 @@ class TaskAdmin(RedisPageAdmin):
             status = busiest(browser, streams)[1]
         states = [browser.group_state(stream) for stream in streams[:ALL_STREAMS]]
         row_of = _running if status == "running" else _queued
-        rows, next_cursor = merged_page(browser, streams, status,
+        rows, next_cursor = merged_page(browser, streams,
+                                        [state.last_delivered for state in states], status,
                                         request.GET.get("after", ""), PER_PAGE, row_of)
         counts = [delayed_counts(get_broker(), queue) for queue in queues[:ALL_STREAMS]]
         filters = {"status": status}
