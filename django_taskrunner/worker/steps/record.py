@@ -84,8 +84,8 @@ def write_outcome(
     final = status != "retrying"
     fields = [("s", status), ("t", message.task_name), ("q", message.queue),
               ("a", str(message.attempt + (0 if final else 1))), ("w", executor.consumer)]
-    fields += end_fields(message) if final else [("d", str(message.dispatched_at_ms)),
-                                                      ("ttl", str(ttl))]
+    fields += (end_fields(message) if final
+               else [("d", str(message.dispatched_at_ms)), ("ttl", str(ttl))])
     if attempt is not None:  # its start, and its trace (the task page's timeline)
         fields += [("st", str(attempt.started_ms)),
                    attempt_trace(executor, message.attempt, attempt, status, error)]
