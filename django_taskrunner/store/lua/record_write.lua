@@ -17,6 +17,14 @@
 -- a cluster the index is in the queue's slot, not the record's, and `record_index.lua`
 -- does the same in the acker's pipeline (store/records.py).
 --
+-- A wait on a rate or concurrency limit (the worker's 'delayed' write with 'lw', the
+-- limit, and 'lws', when it started waiting) is closed by the next write of another
+-- status (its start, or an outcome): the script moves it to 'lx:<lws>' = JSON [started
+-- waiting, got its slot ('st' of that write, else 'f', else now), the limit] and drops
+-- 'lws' and 'lw'. A wait written again (the task still refused) keeps its first 'lws'
+-- when the limit is the same. A record that never waited pays two more fields read by
+-- the HMGET the script does anyway, nothing else.
+--
 -- KEYS, for each record: the record <prefix>:record:{<id>}, its done list
 -- <prefix>:record:{<id>}:done, then, when it is indexed, its queue's finished index
 -- <prefix>:{<queue>}:finished
@@ -70,12 +78,39 @@ local function field(name, kv)
   return nil
 end
 
+-- A limit wait begun at `since` on limit `limit`, and this write (`kv`, its status
+-- `new_status` or nil): the same wait again keeps its start; any other status (or
+-- another limit) ends it, into field 'lx:<since>'.
+local function close_wait(record, since, limit, kv, new_status)
+  if new_status == nil then
+    return  -- a progress write, or a field of no status: the wait goes on
+  end
+  local next_limit = field('lw', kv)
+  if new_status == 'delayed' and next_limit == limit then
+    for i = 1, #kv, 2 do
+      if kv[i] == 'lws' then
+        kv[i + 1] = since
+      end
+    end
+    return
+  end
+  local ended = field('st', kv) or field('f', kv) or field('lws', kv)
+  if not ended then
+    local t = redis.call('TIME')
+    ended = tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  end
+  redis.call('HSET', record, 'lx:' .. since, cjson.encode({since, ended, limit or ''}))
+  if new_status ~= 'delayed' then
+    redis.call('HDEL', record, 'lws', 'lw')
+  end
+end
+
 -- One record (its key, its done list, its finished index or false, and its write); the
 -- status it holds afterwards. The hot path of every finished task: one pass over the
 -- fields, and no table or closure of its own.
 local function write(record, done, index_key, mode, ttl, keep, cutoff, member, kv)
   -- What the record holds now, in one call: status, attempt, holder, cancel flag, watched.
-  local now = redis.call('HMGET', record, 's', 'a', 'h', 'c', 'wt')
+  local now = redis.call('HMGET', record, 's', 'a', 'h', 'c', 'wt', 'lws', 'lw')
   local status, attempt, holder = now[1], now[2], now[3]
   local final_write = mode == 'final'
   local listed = index_key and final_write and keep > 0
@@ -101,6 +136,9 @@ local function write(record, done, index_key, mode, ttl, keep, cutoff, member, k
     elseif name == 'h' and holder and holder ~= kv[i + 1] then
       return status
     end
+  end
+  if now[6] then
+    close_wait(record, now[6], now[7], kv, status_at and kv[status_at])
   end
   local new_status = status
   if status_at then

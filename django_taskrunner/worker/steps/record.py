@@ -23,6 +23,7 @@ from django_taskrunner.worker.steps.run import Run
 from django_taskrunner.worker.steps.workflow import note_outcome
 
 if TYPE_CHECKING:
+    from django_taskrunner.core.message import TaskMessage
     from django_taskrunner.worker.executor import Executor
     from django_taskrunner.worker.running import Attempt
 
@@ -83,8 +84,7 @@ def write_outcome(
     final = status != "retrying"
     fields = [("s", status), ("t", message.task_name), ("q", message.queue),
               ("a", str(message.attempt + (0 if final else 1))), ("w", executor.consumer)]
-    # A final record keeps the dispatch's 'd', needs no 'ttl' any more, and gets its end.
-    fields += ([("f", str(clock.now_ms()))] if final
+    fields += (end_fields(message) if final
                else [("d", str(message.dispatched_at_ms)), ("ttl", str(ttl))])
     if attempt is not None:  # its start, and its trace (the task page's timeline)
         fields += [("st", str(attempt.started_ms)),
@@ -107,6 +107,17 @@ def write_outcome(
                                 cancel_member=locks.holder_value(message)))
     if message.workflow is not None:  # after its record: the next step reads its result
         note_outcome(executor, run, status)
+
+
+def end_fields(message: TaskMessage) -> list[tuple[str, str]]:
+    """A final record keeps the dispatch's 'd', needs no 'ttl' any more, and gets its end
+    and the payload it ran with (its message leaves Redis with this ack: the task page
+    shows it from here; one too large or not JSON is left out)."""
+    fields = [("f", str(clock.now_ms()))]
+    payload, _why = encode_value(message.payload, "payload")
+    if payload is not None:
+        fields.append(("pl", payload))
+    return fields
 
 
 def attempt_trace(executor: Executor, number: int, attempt: Attempt, status: str,
