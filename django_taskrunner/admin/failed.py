@@ -239,7 +239,7 @@ def retry_rows(rows: Iterable[FailedTask], report: RetryReport) -> None:
     dispatched. Rows that cannot be dispatched are kept."""
     batches: dict[tuple[str, str], list[tuple[FailedTask, object]]] = defaultdict(list)
     rows = list(rows)
-    stepped = with_kept_steps([(row.queue, row.message_id) for row in rows])  # same id
+    stepped = with_kept_steps([row.message_id for row in rows])  # same id
     for row in rows:
         try:
             payload = json.loads(row.payload)

@@ -95,13 +95,13 @@ def decode_kept(kept: dict[str, str]) -> dict[str, dict[str, Any]]:
     return {name: json.loads(value) for name, value in kept.items()}
 
 
-def stored_steps(client: Any, prefix: str, queue: str, task_id: str, task_name: str,
+def stored_steps(client: Any, prefix: str, task_id: str, task_name: str,
                  result_ttl: int) -> Steps:
     """The steps of a worker's attempt, kept in Redis (built per attempt: cheap, no I/O)."""
     store = StepsStore(client, prefix)
     ttl = max(result_ttl, KEEP_SECONDS)
-    return Steps(task_id, task_name, partial(store.load, queue, task_id),
-                 partial(store.keep, queue, task_id, ttl_seconds=ttl))
+    return Steps(task_id, task_name, partial(store.load, task_id),
+                 partial(store.keep, task_id, ttl_seconds=ttl))
 
 
 def shown(steps: dict[str, dict[str, Any]]) -> list[tuple[str, str, datetime]]:
@@ -112,17 +112,17 @@ def shown(steps: dict[str, dict[str, Any]]) -> list[tuple[str, str, datetime]]:
              datetime.fromtimestamp(step.get("at", 0), UTC)) for name, step in rows]
 
 
-def kept_steps(queue: str, task_id: str) -> dict[str, dict[str, Any]]:
+def kept_steps(task_id: str) -> dict[str, dict[str, Any]]:
     """The kept steps of `task_id` under the current settings (for `lookup(id).steps`)."""
-    return decode_kept(StepsStore(get_redis(), get_settings().PREFIX).load(queue, task_id))
+    return decode_kept(StepsStore(get_redis(), get_settings().PREFIX).load(task_id))
 
 
-def with_kept_steps(tasks: list[tuple[str, str]]) -> set[str]:
-    """The task ids among `(queue, task_id)` pairs that kept steps: an admin retry of
-    their failed rows dispatches them again under the same id, so the steps hold."""
-    if not tasks:
+def with_kept_steps(task_ids: list[str]) -> set[str]:
+    """The task ids among `task_ids` that kept steps: an admin retry of their failed
+    rows dispatches them again under the same id, so the steps hold."""
+    if not task_ids:
         return set()
-    return StepsStore(get_redis(), get_settings().PREFIX).holders(tasks)
+    return StepsStore(get_redis(), get_settings().PREFIX).holders(task_ids)
 
 
 _eager: dict[str, dict[str, str]] = {}

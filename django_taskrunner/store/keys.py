@@ -381,10 +381,14 @@ def queues_used_key(prefix: str) -> str:
     return f"{prefix}:queues:used"
 
 
-def steps_key(prefix: str, queue: str, task_id: str) -> str:
+def steps_key(prefix: str, task_id: str) -> str:
     """Hash of a task's kept step results (core/steps.py): step name -> JSON of
-    `{"result": ..., "at": <unix seconds>}`."""
-    return f"{prefix}:{{{queue_of(queue)}}}:steps:{task_id}"
+    `{"result": ..., "at": <unix seconds>}`.
+
+    `<prefix>:record:{<id>}:steps`: in its record's slot, so the record's writes
+    (`record_write.lua`) give it the record's TTL in the same script.
+    """
+    return f"{record_key(prefix, task_id)}:steps"
 
 
 def paused_queues_key(prefix: str) -> str:

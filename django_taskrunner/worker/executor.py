@@ -251,8 +251,8 @@ class Executor:
             attempt=message.attempt, _heartbeat=heartbeat, _cancel=attempt.cancel,
             _progress=lambda value: set_progress(attempt, value),
             _parent=parent_reader(self, message),
-            _steps=stored_steps(self.broker.client, self.broker.prefix, message.queue,
-                                message.id, message.task_name, self.result_ttl),
+            _steps=stored_steps(self.broker.client, self.broker.prefix, message.id,
+                                message.task_name, self.result_ttl),
         )
 
     def _requeue_now(self, shard: str, stream_id: str, body: str, due_ms: int) -> None:

@@ -44,7 +44,7 @@ def test_the_kept_steps_live_in_one_hash_per_task_id_with_a_ttl(r, run_burst,
     taskrunner_settings(RESULT_TTL=3600)
     message = three_steps.dispatch({"n": 2})
     run_burst()
-    key = keys.steps_key(get_broker().prefix, "default", message.id)
+    key = keys.steps_key(get_broker().prefix, message.id)
     assert sorted(k.decode() for k in r.hkeys(key)) == ["a", "b", "c"]
     # The steps outlive a short RESULT_TTL: they cover the retry window (7 days at least)
     assert r.ttl(key) > 6 * 86400
@@ -55,7 +55,7 @@ def test_a_task_without_steps_writes_no_steps_key(r, run_burst):
 
     message = noop.dispatch({"n": 1})
     run_burst()
-    assert not r.exists(keys.steps_key(get_broker().prefix, "default", message.id))
+    assert not r.exists(keys.steps_key(get_broker().prefix, message.id))
 
 
 def test_a_step_key_is_stable_per_task_id_and_step(r, run_burst):
@@ -75,7 +75,7 @@ def test_a_step_whose_fn_raised_keeps_nothing_and_runs_again(r, run_burst):
     message = raising_step.dispatch({"n": 5})
     run_burst()
     assert log(r) == ["5:r", "5:r"]
-    key = keys.steps_key(get_broker().prefix, "default", message.id)
+    key = keys.steps_key(get_broker().prefix, message.id)
     assert r.hkeys(key) == [b"r"]
 
 
@@ -85,7 +85,7 @@ def test_a_step_result_that_is_not_json_fails_the_attempt_naming_the_step(r, run
     row = FailedTask.objects.get(message_id=message.id)
     assert "InvalidTaskPayload" in row.error
     assert "step 's'" in row.error
-    assert not r.exists(keys.steps_key(get_broker().prefix, "default", message.id))
+    assert not r.exists(keys.steps_key(get_broker().prefix, message.id))
 
 
 @pytest.mark.parametrize("kind, error", [("twice", "DuplicateStep"), ("long", "ValueError"),
