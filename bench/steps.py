@@ -33,15 +33,15 @@ def main() -> None:
         from django_taskrunner.core.steps import stored_steps
 
         client = redis.Redis.from_url(url)
-        build = measure(lambda i: stored_steps(client, "bench", f"t{i}", "t", 3600), count)
+        build = measure(lambda i: stored_steps(client, "bench", f"t{i}", "t", 7 * 86400), count)
         before = calls(client)
-        per_step = measure(lambda i: stored_steps(client, "bench", f"s{i}", "t", 3600)
+        per_step = measure(lambda i: stored_steps(client, "bench", f"s{i}", "t", 7 * 86400)
                            .run("charge", lambda: {"id": i}, (), {}), count)
         trips = (calls(client) - before - 1) / count
         print(f"no step: {build:.2f} µs per attempt (a Steps object; 0 round trips)")
         print(f"one step, first run: {per_step:.2f} µs, {trips:.1f} Redis commands "
               f"(1 read + 1 pipelined write: 2 round trips, the read once per attempt)")
-        kept = measure(lambda i: stored_steps(client, "bench", f"s{i}", "t", 3600)
+        kept = measure(lambda i: stored_steps(client, "bench", f"s{i}", "t", 7 * 86400)
                        .run("charge", lambda: {"id": i}, (), {}), count)
         print(f"one step, kept result: {kept:.2f} µs (1 round trip, the read)")
     finally:

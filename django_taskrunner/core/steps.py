@@ -4,8 +4,9 @@ result, so a retry, a reclaim or a re-run of the same task id returns it without
 
 The kept steps are read lazily, once per attempt, on the first `ctx.step` call (a task
 that uses no step costs nothing), and each step is written with one round trip right
-after `fn` returns. A step whose `fn` raised keeps nothing. The hash lives for
-`max(RESULT_TTL, KEEP_SECONDS)` from its last write: once it expired, a step runs again.
+after `fn` returns. A step whose `fn` raised keeps nothing. The hash lives as long as
+the task's record: each record write gives it the record's TTL (`record_write.lua`), a
+step kept gives it the pending record's; once it expired, a step runs again.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from django_taskrunner.store.connection import get_redis
 from django_taskrunner.store.steps import StepsStore
 
 NAME_MAX = 200  # characters of a step name
-KEEP_SECONDS = 7 * 86400  # the least a task's steps are kept: covers its retry window
 
 Load = Callable[[], dict[str, str]]
 Keep = Callable[[str, str], None]
@@ -96,12 +96,12 @@ def decode_kept(kept: dict[str, str]) -> dict[str, dict[str, Any]]:
 
 
 def stored_steps(client: Any, prefix: str, task_id: str, task_name: str,
-                 result_ttl: int) -> Steps:
-    """The steps of a worker's attempt, kept in Redis (built per attempt: cheap, no I/O)."""
+                 ttl_s: int) -> Steps:
+    """The steps of a worker's attempt, kept in Redis for `ttl_s` after each step (the
+    running record's TTL); built per attempt: cheap, no I/O."""
     store = StepsStore(client, prefix)
-    ttl = max(result_ttl, KEEP_SECONDS)
     return Steps(task_id, task_name, partial(store.load, task_id),
-                 partial(store.keep, task_id, ttl_seconds=ttl))
+                 partial(store.keep, task_id, ttl_seconds=ttl_s))
 
 
 def shown(steps: dict[str, dict[str, Any]]) -> list[tuple[str, str, datetime]]:
@@ -117,12 +117,13 @@ def kept_steps(task_id: str) -> dict[str, dict[str, Any]]:
     return decode_kept(StepsStore(get_redis(), get_settings().PREFIX).load(task_id))
 
 
-def with_kept_steps(task_ids: list[str]) -> set[str]:
-    """The task ids among `task_ids` that kept steps: an admin retry of their failed
-    rows dispatches them again under the same id, so the steps hold."""
+def with_kept_steps(task_ids: list[str], ttl_s: int) -> set[str]:
+    """The task ids among `task_ids` that kept steps, their steps kept `ttl_s` more (the
+    dispatched record's TTL): an admin retry of their failed rows dispatches them again
+    under the same id, so the steps hold."""
     if not task_ids:
         return set()
-    return StepsStore(get_redis(), get_settings().PREFIX).holders(task_ids)
+    return StepsStore(get_redis(), get_settings().PREFIX).holders(task_ids, ttl_s)
 
 
 _eager: dict[str, dict[str, str]] = {}

@@ -213,7 +213,8 @@ def record_key(prefix: str, task_id: str) -> str:
     """Hash of one task's record (status, result, progress...), with a TTL.
 
     `<prefix>:record:{<id>}`: tagged by the task id, not the queue, because `lookup(id)`
-    knows only the id; every script on it touches this key and `record_done_key` only.
+    knows only the id; every script on it touches this key, `record_done_key` and
+    `steps_key` only.
     """
     return f"{prefix}:record:{{{record_tag(task_id)}}}"
 

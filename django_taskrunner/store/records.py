@@ -191,8 +191,8 @@ class Records:
 
     def queue_writes(self, pipe: Any, writes: Sequence[RecordWrite]) -> None:
         """Queue `record_write.lua` for `writes` on `pipe`, `WRITE_BATCH` records per call
-        on one server, one per call on a cluster (their slots differ), and SREM of the
-        cancelled set each leaves; the caller executes the pipeline with
+        on one server, one per call on a cluster (their slots differ), each giving the
+        task's durable steps the record's TTL, and SREM of the cancelled set each leaves; the caller executes the pipeline with
         `scripts.execute_loading` (the script goes as a bare EVALSHA; replies: the
         statuses now held). A final write also lists its task in its queue's finished
         index (`keys.finished_key`): in the same script on one server, with
@@ -204,7 +204,8 @@ class Records:
             specs: list[list[Any]] = []
             for write in writes[start:start + size]:
                 script_keys += [keys.record_key(self.prefix, write.task_id),
-                                keys.record_done_key(self.prefix, write.task_id)]
+                                keys.record_done_key(self.prefix, write.task_id),
+                                keys.steps_key(self.prefix, write.task_id)]
                 index = index_of(write, keep, result_ttl_s)
                 indexed = index is not None and not self.clustered
                 if indexed:

@@ -33,9 +33,10 @@ class StepsStore:
         pipe.expire(key, ttl_seconds)
         pipe.execute()
 
-    def holders(self, task_ids: list[str]) -> set[str]:
-        """The ids among `task_ids` that have kept steps (one round trip)."""
+    def holders(self, task_ids: list[str], ttl_seconds: int) -> set[str]:
+        """The ids among `task_ids` that have kept steps, whose TTL is set to
+        `ttl_seconds` now (one round trip: EXPIRE answers 0 for a key that is gone)."""
         pipe = self.client.pipeline(transaction=False)
         for task_id in task_ids:
-            pipe.exists(keys.steps_key(self.prefix, task_id))
+            pipe.expire(keys.steps_key(self.prefix, task_id), ttl_seconds)
         return {task_id for task_id, n in zip(task_ids, pipe.execute(), strict=True) if n}

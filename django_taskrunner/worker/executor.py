@@ -32,7 +32,7 @@ from django_taskrunner.conf import get_settings
 from django_taskrunner.core.awaitables import returned_awaitable, run_to_end
 from django_taskrunner.core.context import TaskContext
 from django_taskrunner.core.steps import stored_steps
-from django_taskrunner.core.records import encode_value
+from django_taskrunner.core.records import PENDING_TTL_S, encode_value
 from django_taskrunner.exceptions import TaskExpired, TaskRunnerError
 from django_taskrunner.stats.recorder import StatsRecorder
 from django_taskrunner.store.broker import Broker
@@ -252,7 +252,7 @@ class Executor:
             _progress=lambda value: set_progress(attempt, value),
             _parent=parent_reader(self, message),
             _steps=stored_steps(self.broker.client, self.broker.prefix, message.id,
-                                message.task_name, self.result_ttl),
+                                message.task_name, PENDING_TTL_S),
         )
 
     def _requeue_now(self, shard: str, stream_id: str, body: str, due_ms: int) -> None:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import pytest
 
 from django_taskrunner import DuplicateStep, TaskContext
+from django_taskrunner.core.records import PENDING_TTL_S
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
 from tests.testapp.step_tasks import (
+    age_steps,
     allow_key,
     async_three_steps,
     bad_step,
@@ -46,8 +48,8 @@ def test_the_kept_steps_live_in_one_hash_per_task_id_with_a_ttl(r, run_burst,
     run_burst()
     key = keys.steps_key(get_broker().prefix, message.id)
     assert sorted(k.decode() for k in r.hkeys(key)) == ["a", "b", "c"]
-    # The steps outlive a short RESULT_TTL: they cover the retry window (7 days at least)
-    assert r.ttl(key) > 6 * 86400
+    # A finished task's steps live as long as its record (test_steps_ttl.py)
+    assert 0 < r.ttl(key) <= 3600
 
 
 def test_a_task_without_steps_writes_no_steps_key(r, run_burst):
@@ -148,12 +150,16 @@ def test_an_admin_retry_of_the_failed_row_keeps_the_steps(r, run_burst, client):
         "view_failedtask", "delete_failedtask"]))
     client.force_login(user)
 
-    # When the admin retries its row and it runs again, now allowed to finish
+    # When the admin retries its row (its steps near their end) and it runs again, now
+    # allowed to finish
+    age_steps(message.id, 30)
     r.set(allow_key(), 1)
     response = client.post("/admin/django_taskrunner/failedtask/", {
         "action": "retry_selected", "_selected_action": [row.pk], "confirm": "yes"})
     assert response.status_code == 302
     assert not FailedTask.objects.exists()
+    # (the retry renewed the steps for as long as its dispatched record lives)
+    assert r.ttl(keys.steps_key(get_broker().prefix, message.id)) > PENDING_TTL_S - 60
     run_burst()
 
     # Then its two kept steps did not run again, and it ran under the same id

@@ -88,6 +88,24 @@ def fails_until_allowed(ctx: Any, payload: dict) -> list:
     return [*done, ctx.step("c", logged, n, "c")]
 
 
+def age_steps(task_id: str, seconds: int) -> None:
+    """Leave the steps of `task_id` `seconds` to live, as if the time had passed."""
+    from django_taskrunner.store import keys
+
+    get_redis().expire(keys.steps_key(get_settings().PREFIX, task_id), seconds)
+
+
+@task(max_retry=3, retry_backoff=3600, takes_context=True)
+def retries_late(ctx: Any, payload: dict) -> str:
+    """Keeps step "a", then (first attempt) leaves its steps 30 s to live and fails: its
+    retry is due in an hour."""
+    a = ctx.step("a", logged, payload["n"], "a")
+    if ctx.attempt == 1:
+        age_steps(ctx.id, 30)
+        raise RuntimeError("fails its first attempt")
+    return a
+
+
 @task(takes_context=True)
 def html_step(ctx: Any, payload: dict) -> None:
     """One step whose result holds markup, for the admin page's escaping."""

@@ -17,9 +17,13 @@
 -- a cluster the index is in the queue's slot, not the record's, and `record_index.lua`
 -- does the same in the acker's pipeline (store/records.py).
 --
+-- Each write gives the task's durable steps (its steps hash, if any) the TTL it gives
+-- the record: the steps live as long as the record, renewed by each attempt's start,
+-- beat, retry or put-back, and by the final write to the finished record's TTL.
+--
 -- KEYS, for each record: the record <prefix>:record:{<id>}, its done list
--- <prefix>:record:{<id>}:done, then, when it is indexed, its queue's finished index
--- <prefix>:{<queue>}:finished
+-- <prefix>:record:{<id>}:done, its steps <prefix>:record:{<id>}:steps, then, when it is
+-- indexed, its queue's finished index <prefix>:{<queue>}:finished
 -- ARGV[1] the writes as one JSON array (one argument, not a dozen per record: the
 -- client's cost is per argument), each [mode, TTL in seconds, indexed (1 or 0), the ids
 -- the index keeps, the oldest finish time it keeps (epoch ms), the task id (its member),
@@ -70,10 +74,10 @@ local function field(name, kv)
   return nil
 end
 
--- One record (its key, its done list, its finished index or false, and its write); the
--- status it holds afterwards. The hot path of every finished task: one pass over the
+-- One record (its key, its done list, its steps, its finished index or false, and its
+-- write); the status it holds afterwards. The hot path of every finished task: one pass over the
 -- fields, and no table or closure of its own.
-local function write(record, done, index_key, mode, ttl, keep, cutoff, member, kv)
+local function write(record, done, steps, index_key, mode, ttl, keep, cutoff, member, kv)
   -- What the record holds now, in one call: status, attempt, holder, cancel flag, watched.
   local now = redis.call('HMGET', record, 's', 'a', 'h', 'c', 'wt')
   local status, attempt, holder = now[1], now[2], now[3]
@@ -115,6 +119,7 @@ local function write(record, done, index_key, mode, ttl, keep, cutoff, member, k
     redis.call('HSET', record, unpack(kv))
   end
   redis.call('EXPIRE', record, ttl)
+  redis.call('EXPIRE', steps, ttl)  -- none kept (most tasks): a lookup, nothing written
   if new_status and final[new_status] then
     if now[5] then  -- watched: wake the waiters
       redis.call('RPUSH', done, '1')
@@ -132,9 +137,9 @@ local key = 1
 for k, spec in ipairs(cjson.decode(ARGV[1])) do
   local indexed = spec[3] == '1'
   -- false, not nil, for a record without a status: a nil would cut the reply short.
-  statuses[k] = write(KEYS[key], KEYS[key + 1], indexed and KEYS[key + 2], spec[1], spec[2],
-                      tonumber(spec[4]), spec[5], spec[6], spec[7]) or false
-  key = key + (indexed and 3 or 2)
+  statuses[k] = write(KEYS[key], KEYS[key + 1], KEYS[key + 2], indexed and KEYS[key + 3],
+                      spec[1], spec[2], tonumber(spec[4]), spec[5], spec[6], spec[7]) or false
+  key = key + (indexed and 4 or 3)
 end
 for index_key, seen in pairs(listed_in) do
   tend(index_key, seen[1], seen[2], seen[3])
