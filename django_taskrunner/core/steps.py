@@ -4,7 +4,8 @@ result, so a retry, a reclaim or a re-run of the same task id returns it without
 
 The kept steps are read lazily, once per attempt, on the first `ctx.step` call (a task
 that uses no step costs nothing), and each step is written with one round trip right
-after `fn` returns. A step whose `fn` raised keeps nothing. The hash lives as long as
+after `fn` returns. The first run of a task id (`first_run`: most tasks) reads nothing,
+since nothing can be kept yet: its first step costs one round trip, not two. A step whose `fn` raised keeps nothing. The hash lives as long as
 the task's record: each record write gives it the record's TTL (`record_write.lua`), a
 step kept gives it the pending record's; once it expired, a step runs again.
 """
@@ -19,6 +20,7 @@ from functools import partial
 from typing import Any
 
 from django_taskrunner.conf import get_settings
+from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.exceptions import DuplicateStep, InvalidTaskPayload
 from django_taskrunner.store.connection import get_redis
 from django_taskrunner.store.steps import StepsStore
@@ -32,12 +34,14 @@ Keep = Callable[[str, str], None]
 class Steps:
     """The steps of one attempt of one task id: what was kept before, what ran now."""
 
-    def __init__(self, task_id: str, task_name: str, load: Load, keep: Keep) -> None:
+    def __init__(self, task_id: str, task_name: str, load: Load, keep: Keep,
+                 first_run: bool = False) -> None:
         self.task_id = task_id
         self.task_name = task_name
         self._load = load
         self._keep = keep
-        self._kept: dict[str, str] | None = None
+        # None: not read yet. The first run of a task id has nothing kept to read.
+        self._kept: dict[str, str] | None = {} if first_run else None
         self._seen: set[str] = set()
 
     def run(self, name: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
@@ -96,12 +100,21 @@ def decode_kept(kept: dict[str, str]) -> dict[str, dict[str, Any]]:
 
 
 def stored_steps(client: Any, prefix: str, task_id: str, task_name: str,
-                 ttl_s: int) -> Steps:
+                 ttl_s: int, *, first_run: bool = False) -> Steps:
     """The steps of a worker's attempt, kept in Redis for `ttl_s` after each step (the
-    running record's TTL); built per attempt: cheap, no I/O."""
+    running record's TTL); built per attempt: cheap, no I/O. `first_run`: see there."""
     store = StepsStore(client, prefix)
     return Steps(task_id, task_name, partial(store.load, task_id),
-                 partial(store.keep, task_id, ttl_seconds=ttl_s))
+                 partial(store.keep, task_id, ttl_seconds=ttl_s), first_run)
+
+
+def first_run(message: TaskMessage, runs: int | None) -> bool:
+    """True when no earlier run of `message`'s task id can have kept a step: attempt 1,
+    its first delivery (`runs` None: not reclaimed nor handed to a sibling), never put
+    back after a run may have started (`ran_before`), under an id no caller chose (a
+    `task_id`, an admin retry of a failed row with steps, may name an earlier run's)."""
+    return (message.attempt == 1 and runs is None and not message.ran_before
+            and not message.has_task_id)
 
 
 def shown(steps: dict[str, dict[str, Any]]) -> list[tuple[str, str, datetime]]:

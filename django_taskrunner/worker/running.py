@@ -36,6 +36,9 @@ class Attempt:
     # whether someone cancelled the task (read by the heartbeat).
     record_ttl: int = 0
     start_recorded: bool = False
+    # No earlier run of its task id can have kept a durable step (`core.steps.first_run`):
+    # its first `ctx.step` reads nothing.
+    first_run: bool = False
     progress: str | None = None
     cancel_requested: bool = False
     # cancel(id, terminate=True) (`worker/terminate.py`): asked; the thread is inside the
@@ -128,12 +131,13 @@ class RunningSet:
     def start(
         self, task: Task, message: TaskMessage, reservation_timeout: float,
         shard: str | None = None, record_ttl: int = 0, *, coroutine: bool = False,
+        first_run: bool = False,
     ) -> Attempt:
         """Register the attempt the current thread is about to run (read from `shard`,
         by default the message's queue; `record_ttl` 0: its task keeps no record)."""
         attempt = Attempt(task, message, threading.current_thread(), reservation_timeout,
                           message.queue if shard is None else shard, record_ttl=record_ttl,
-                          coroutine=coroutine)
+                          coroutine=coroutine, first_run=first_run)
         with self._lock:
             self._attempts.add(attempt)
         if attempt.time_limit is not None and self._on_change is not None:
