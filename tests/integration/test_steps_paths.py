@@ -1,5 +1,6 @@
 """Every way a task id runs again finds its kept steps: a reclaim after its worker died,
-a put-back by a stopping worker."""
+a put-back by a stopping worker. A chain member's steps are its own; eager mode keeps
+them in process only; an async step refuses bad input as a sync one does."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ import json
 
 import pytest
 
-from django_taskrunner import lookup
+from django_taskrunner import chain, lookup, lookup_workflow
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.steps import StepsStore
 from django_taskrunner.worker.steps.reclaimed import put_back
-from tests.testapp.step_tasks import log_key, three_steps
+from tests.testapp.step_tasks import chain_step, log_key, three_steps
 from tests.worker_helpers import age_pending, wait_for, worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -68,3 +69,43 @@ def test_a_run_put_back_by_a_stopping_worker_returns_its_kept_steps(r, run_burst
     # Then it read the kept step instead of running it again
     assert [e for e in log(r) if ":key:" not in e] == ["21:b", "21:c"]
     assert lookup(message.id).attempt == 1
+
+
+def test_each_chain_member_has_its_own_steps_and_parent_result(r):
+    # Given a chain whose members each run a step of the same name, the second member
+    # failing once after it
+    handle = chain(chain_step.s({"n": "x", "add": 1}),
+                   chain_step.s({"n": "y", "add": 10, "fail": True})).dispatch()
+
+    # When it runs to the end
+    with worker_thread():
+        wait_for(lambda: (rec := lookup_workflow(handle.id)) is not None and rec.finished,
+                 timeout=30)
+
+    # Then each member ran its own step once (the retry kept y's), with its parent's result
+    assert log(r) == ["x:same", "x:parent:None", "y:same", "y:parent:1", "y:parent:1"]
+    first, second = (lookup(task_id) for task_id in handle.task_ids)
+    assert first.steps["same"]["result"] == "same-of-x"
+    assert second.steps["same"]["result"] == "same-of-y"
+    assert second.result == 11 and second.attempt == 2
+
+
+def test_eager_steps_write_nothing_to_redis(r, taskrunner_settings):
+    taskrunner_settings(EAGER=True)
+    message = three_steps.dispatch({"n": 22, "fail": True})
+    assert [e for e in log(r) if ":key:" not in e] == ["22:a", "22:b", "22:c"]
+    assert not r.exists(keys.steps_key(get_broker().prefix, message.id))
+
+
+@pytest.mark.parametrize("kind, error", [("value", "InvalidTaskPayload"),
+                                         ("twice", "DuplicateStep")])
+def test_an_async_step_refuses_bad_input_as_a_sync_one_does(r, run_burst, kind, error):
+    from django_taskrunner.models import FailedTask
+    from tests.testapp.step_tasks import async_bad_step
+
+    message = async_bad_step.dispatch({"kind": kind})
+    run_burst()
+    row = FailedTask.objects.get(message_id=message.id)
+    assert error in row.error and "step 's'" in row.error
+    if kind == "value":  # nothing kept
+        assert not r.exists(keys.steps_key(get_broker().prefix, message.id))

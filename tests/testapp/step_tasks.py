@@ -144,3 +144,25 @@ def chaos_three_steps(ctx: Any, payload: dict) -> None:
         raise RuntimeError("fails once after its second step")
     ctx.step("c", chaos_logged, n, "c", sleep)
     counter().sadd(chaos_step_key("done"), n)
+
+
+@task(max_retry=2, retry_backoff=0, takes_context=True)
+def chain_step(ctx: Any, payload: dict) -> int:
+    """A chain member whose one step has the same name in every member; with `fail`, its
+    first attempt fails after the step."""
+    ctx.step("same", logged, payload["n"], "same")
+    get_redis().rpush(log_key(), f"{payload['n']}:parent:{ctx.parent_result}")
+    if payload.get("fail") and ctx.attempt == 1:
+        raise RuntimeError("fails once after its step")
+    return (ctx.parent_result or 0) + payload["add"]
+
+
+@task(max_retry=0, takes_context=True)
+async def async_bad_step(ctx: Any, payload: dict) -> None:
+    """An async step whose result is not JSON, or (`twice`) a name used twice."""
+    async def value() -> Any:
+        return {1, 2} if payload["kind"] == "value" else "ok"
+
+    await ctx.step("s", value)
+    if payload["kind"] == "twice":
+        await ctx.step("s", value)
