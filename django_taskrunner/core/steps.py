@@ -35,11 +35,12 @@ class Steps:
     """The steps of one attempt of one task id: what was kept before, what ran now."""
 
     def __init__(self, task_id: str, task_name: str, load: Load, keep: Keep,
-                 first_run: bool = False) -> None:
+                 first_run: bool = False, on_keep: Callable[[], None] | None = None) -> None:
         self.task_id = task_id
         self.task_name = task_name
         self._load = load
         self._keep = keep
+        self._on_keep = on_keep
         # None: not read yet. The first run of a task id has nothing kept to read.
         self._kept: dict[str, str] | None = {} if first_run else None
         self._seen: set[str] = set()
@@ -84,6 +85,8 @@ class Steps:
                                      f"value that is not JSON: {exc}",
                                      task_name=self.task_name) from exc
         self._keep(name, encoded)
+        if self._on_keep is not None:
+            self._on_keep()
         assert self._kept is not None
         self._kept[name] = encoded
         return json.loads(encoded)["result"]
@@ -100,12 +103,14 @@ def decode_kept(kept: dict[str, str]) -> dict[str, dict[str, Any]]:
 
 
 def stored_steps(client: Any, prefix: str, task_id: str, task_name: str,
-                 ttl_s: int, *, first_run: bool = False) -> Steps:
+                 ttl_s: int, *, first_run: bool = False,
+                 on_keep: Callable[[], None] | None = None) -> Steps:
     """The steps of a worker's attempt, kept in Redis for `ttl_s` after each step (the
-    running record's TTL); built per attempt: cheap, no I/O. `first_run`: see there."""
+    running record's TTL); built per attempt: cheap, no I/O. `first_run`: see there;
+    `on_keep`: called after each step kept."""
     store = StepsStore(client, prefix)
     return Steps(task_id, task_name, partial(store.load, task_id),
-                 partial(store.keep, task_id, ttl_seconds=ttl_s), first_run)
+                 partial(store.keep, task_id, ttl_seconds=ttl_s), first_run, on_keep)
 
 
 def first_run(message: TaskMessage, runs: int | None) -> bool:

@@ -254,7 +254,7 @@ class Executor:
             _parent=parent_reader(self, message),
             _steps=stored_steps(self.broker.client, self.broker.prefix, message.id,
                                 message.task_name, PENDING_TTL_S,
-                                first_run=attempt.first_run),
+                                first_run=attempt.first_run, on_keep=attempt.steps_kept),
         )
 
     def _requeue_now(self, shard: str, stream_id: str, body: str, due_ms: int) -> None:

@@ -37,8 +37,10 @@ class Attempt:
     record_ttl: int = 0
     start_recorded: bool = False
     # No earlier run of its task id can have kept a durable step (`core.steps.first_run`):
-    # its first `ctx.step` reads nothing.
+    # its first `ctx.step` reads nothing; and whether it kept one (`steps_kept`): the
+    # record writes of a first run that kept none leave the steps alone.
     first_run: bool = False
+    kept_steps: bool = False
     progress: str | None = None
     cancel_requested: bool = False
     # cancel(id, terminate=True) (`worker/terminate.py`): asked; the thread is inside the
@@ -50,6 +52,10 @@ class Attempt:
     def set_progress(self, encoded: str) -> None:
         """Keep the task's latest progress (JSON) for the heartbeat to write."""
         self.progress = encoded
+
+    def steps_kept(self) -> None:
+        """A durable step of this attempt was kept (called by its `Steps`)."""
+        self.kept_steps = True
 
     def take_progress(self) -> str | None:
         """The progress not written yet, once (the heartbeat writes it)."""

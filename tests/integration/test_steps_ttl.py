@@ -62,16 +62,26 @@ def test_every_record_write_gives_the_steps_the_records_ttl(r):
 
     # When its next attempt starts (a pending record write), its steps live as long as
     # the pending record
-    records.write([RecordWrite("t-1", (("s", "running"), ("a", "2")), PENDING_TTL_S)])
+    records.write([RecordWrite("t-1", (("s", "running"), ("a", "2")), PENDING_TTL_S,
+                               steps=True)])
     assert steps_ttl(r, "t-1") > PENDING_TTL_S - 60
 
     # And when it ends, as long as the finished record
     records.write([RecordWrite("t-1", (("s", "succeeded"), ("a", "2"), ("q", "default")),
-                               120, final=True)])
+                               120, final=True, steps=True)])
     assert 0 < steps_ttl(r, "t-1") <= 120
+
+
+def test_a_write_that_says_its_task_has_no_steps_leaves_them_alone(r):
+    # (the worker says so for a first run that kept none: the script spares the key)
+    prefix = get_broker().prefix
+    StepsStore(r, prefix).keep("t-3", "a", '{"result": 1, "at": 0}', ttl_seconds=30)
+    for_client(r, prefix).write([RecordWrite("t-3", (("s", "running"), ("a", "1")), 600)])
+    assert steps_ttl(r, "t-3") <= 30
 
 
 def test_a_record_write_of_a_task_without_steps_creates_no_steps_key(r):
     prefix = get_broker().prefix
-    for_client(r, prefix).write([RecordWrite("t-2", (("s", "running"), ("a", "1")), 60)])
+    for_client(r, prefix).write([RecordWrite("t-2", (("s", "running"), ("a", "1")), 60,
+                                             steps=True)])
     assert not r.exists(keys.steps_key(prefix, "t-2"))
