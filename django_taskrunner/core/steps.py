@@ -5,9 +5,10 @@ result, so a retry, a reclaim or a re-run of the same task id returns it without
 The kept steps are read lazily, once per attempt, on the first `ctx.step` call (a task
 that uses no step costs nothing), and each step is written with one round trip right
 after `fn` returns. The first run of a task id (`first_run`: most tasks) reads nothing,
-since nothing can be kept yet: its first step costs one round trip, not two. A step whose `fn` raised keeps nothing. The hash lives as long as
-the task's record: each record write gives it the record's TTL (`record_write.lua`), a
-step kept gives it the pending record's; once it expired, a step runs again.
+since nothing can be kept yet: its first step costs one round trip, not two. A step
+whose `fn` raised keeps nothing. The hash lives as long as the task's record: each
+record write gives it the record's TTL (`record_write.lua`), a step kept gives it the
+pending record's; once it expired, a step runs again.
 """
 
 from __future__ import annotations

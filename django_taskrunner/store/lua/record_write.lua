@@ -28,8 +28,9 @@
 -- ARGV[1] the writes as one JSON array (one argument, not a dozen per record: the
 -- client's cost is per argument), each [mode, TTL in seconds, indexed (1 or 0), the ids
 -- the index keeps, the oldest finish time it keeps (epoch ms), the task id (its member),
--- [field, value, ...], steps (1: its steps hash is among the KEYS, or 0)]: mode 'update' or 'final', field 's' the status, 'h' the
--- dispatch's holder; every number and value a JSON string
+-- [field, value, ...], steps (1: its steps hash is among the KEYS, or 0)]: mode
+-- 'update' or 'final', field 's' the status, 'h' the dispatch's holder; every number and
+-- value a JSON string
 -- Returns the status now recorded, per record (false: none).
 
 local final = {succeeded = true, failed = true, cancelled = true, expired = true}
@@ -76,8 +77,8 @@ local function field(name, kv)
 end
 
 -- One record (its key, its done list, its steps hash or false, its finished index or
--- false, and its write); the status it holds afterwards. The hot path of every finished task: one pass over the
--- fields, and no table or closure of its own.
+-- false, and its write); the status it holds afterwards. The hot path of every finished
+-- task: one pass over the fields, and no table or closure of its own.
 local function write(record, done, steps, index_key, mode, ttl, keep, cutoff, member, kv)
   -- What the record holds now, in one call: status, attempt, holder, cancel flag, watched.
   local now = redis.call('HMGET', record, 's', 'a', 'h', 'c', 'wt')
