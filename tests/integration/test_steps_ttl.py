@@ -85,3 +85,22 @@ def test_a_record_write_of_a_task_without_steps_creates_no_steps_key(r):
     for_client(r, prefix).write([RecordWrite("t-2", (("s", "running"), ("a", "1")), 60,
                                              steps=True)])
     assert not r.exists(keys.steps_key(prefix, "t-2"))
+
+
+def test_a_task_cancelled_meanwhile_keeps_its_steps_as_long_as_its_record(r):
+    # Given a retrying task with steps, cancelled while it waited (its record final, kept
+    # two minutes; the cancel touches the record only)
+    prefix = get_broker().prefix
+    StepsStore(r, prefix).keep("t-4", "a", '{"result": 1, "at": 0}', ttl_seconds=PENDING_TTL_S)
+    records = for_client(r, prefix)
+    records.write([RecordWrite("t-4", (("s", "cancelled"), ("a", "2"), ("q", "default")),
+                               120, final=True)])
+    assert steps_ttl(r, "t-4") > 120
+
+    # When its worker writes the attempt's outcome, which the cancel overrides
+    records.write([RecordWrite("t-4", (("s", "failed"), ("a", "2"), ("q", "default")),
+                               3600, final=True, steps=True)])
+
+    # Then the steps expire with the cancelled record
+    assert lookup("t-4") is not None and lookup("t-4").status == "cancelled"
+    assert 0 < steps_ttl(r, "t-4") <= 120

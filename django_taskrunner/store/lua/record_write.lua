@@ -89,6 +89,12 @@ local function write(record, done, steps, index_key, mode, ttl, keep, cutoff, me
     if status == 'cancelled' and listed then  -- when the worker dropped it, as on a cluster
       index(index_key, keep, cutoff, member, ttl, field('f', kv))
     end
+    if steps and final_write then  -- cancelled meanwhile: the steps go with the record
+      local left = redis.call('TTL', record)
+      if left > 0 then
+        redis.call('EXPIRE', steps, left)
+      end
+    end
     return status
   end
   -- A late beat of an attempt must not overwrite a later attempt's record ('a' field),
