@@ -39,6 +39,7 @@ from django.utils.safestring import mark_safe
 from django_taskrunner.admin.shared import NulFreeChangeListMixin, page_path
 from django_taskrunner.admin.timeline import moment
 from django_taskrunner.core.dispatch import dispatch, dispatch_many
+from django_taskrunner.core.records import PENDING_TTL_S
 from django_taskrunner.core.registry import registry
 from django_taskrunner.core.steps import with_kept_steps
 from django_taskrunner.core.wire import nested_too_deep
@@ -240,7 +241,7 @@ def retry_rows(rows: Iterable[FailedTask], report: RetryReport) -> None:
     dispatched. Rows that cannot be dispatched are kept."""
     batches: dict[tuple[str, str], list[tuple[FailedTask, object]]] = defaultdict(list)
     rows = list(rows)
-    stepped = with_kept_steps([(row.queue, row.message_id) for row in rows])  # same id
+    stepped = with_kept_steps([row.message_id for row in rows], PENDING_TTL_S)  # same id
     for row in rows:
         try:
             payload = json.loads(row.payload)

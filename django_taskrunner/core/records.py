@@ -269,7 +269,7 @@ def _with_steps(rec: TaskRecord) -> TaskRecord:
     """The record with its kept durable steps (one HGETALL; none while Redis is down)."""
 
     try:
-        return replace(rec, steps=kept_steps(rec.queue, rec.id))
+        return replace(rec, steps=kept_steps(rec.id))
     except REDIS_DOWN:
         return rec
 

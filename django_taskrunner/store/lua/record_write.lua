@@ -25,14 +25,20 @@
 -- when the limit is the same. A record that never waited pays two more fields read by
 -- the HMGET the script does anyway, nothing else.
 --
+-- A write whose task may have kept durable steps gives its steps hash the TTL it gives
+-- the record: the steps live as long as the record, renewed by each attempt's start,
+-- progress, retry or put-back, and by the final write to the finished record's TTL.
+--
 -- KEYS, for each record: the record <prefix>:record:{<id>}, its done list
--- <prefix>:record:{<id>}:done, then, when it is indexed, its queue's finished index
+-- <prefix>:record:{<id>}:done, when its task may have steps its steps hash
+-- <prefix>:record:{<id>}:steps, then, when it is indexed, its queue's finished index
 -- <prefix>:{<queue>}:finished
 -- ARGV[1] the writes as one JSON array (one argument, not a dozen per record: the
 -- client's cost is per argument), each [mode, TTL in seconds, indexed (1 or 0), the ids
 -- the index keeps, the oldest finish time it keeps (epoch ms), the task id (its member),
--- [field, value, ...]]: mode 'update' or 'final', field 's' the status, 'h' the
--- dispatch's holder; every number and value a JSON string
+-- [field, value, ...], steps (1: its steps hash is among the KEYS, or 0)]: mode
+-- 'update' or 'final', field 's' the status, 'h' the dispatch's holder; every number and
+-- value a JSON string
 -- Returns the status now recorded, per record (false: none).
 
 local final = {succeeded = true, failed = true, cancelled = true, expired = true}
@@ -105,10 +111,10 @@ local function close_wait(record, since, limit, kv, new_status)
   end
 end
 
--- One record (its key, its done list, its finished index or false, and its write); the
--- status it holds afterwards. The hot path of every finished task: one pass over the
--- fields, and no table or closure of its own.
-local function write(record, done, index_key, mode, ttl, keep, cutoff, member, kv)
+-- One record (its key, its done list, its steps hash or false, its finished index or
+-- false, and its write); the status it holds afterwards. The hot path of every finished
+-- task: one pass over the fields, and no table or closure of its own.
+local function write(record, done, steps, index_key, mode, ttl, keep, cutoff, member, kv)
   -- What the record holds now, in one call: status, attempt, holder, cancel flag, watched.
   local now = redis.call('HMGET', record, 's', 'a', 'h', 'c', 'wt', 'lws', 'lw')
   local status, attempt, holder = now[1], now[2], now[3]
@@ -117,6 +123,12 @@ local function write(record, done, index_key, mode, ttl, keep, cutoff, member, k
   if status and final[status] and (not final_write or status == 'cancelled') then
     if status == 'cancelled' and listed then  -- when the worker dropped it, as on a cluster
       index(index_key, keep, cutoff, member, ttl, field('f', kv))
+    end
+    if steps and final_write then  -- cancelled meanwhile: the steps go with the record
+      local left = redis.call('TTL', record)
+      if left > 0 then
+        redis.call('EXPIRE', steps, left)
+      end
     end
     return status
   end
@@ -153,6 +165,9 @@ local function write(record, done, index_key, mode, ttl, keep, cutoff, member, k
     redis.call('HSET', record, unpack(kv))
   end
   redis.call('EXPIRE', record, ttl)
+  if steps then
+    redis.call('EXPIRE', steps, ttl)
+  end
   if new_status and final[new_status] then
     if now[5] then  -- watched: wake the waiters
       redis.call('RPUSH', done, '1')
@@ -169,10 +184,13 @@ local statuses = {}
 local key = 1
 for k, spec in ipairs(cjson.decode(ARGV[1])) do
   local indexed = spec[3] == '1'
+  local stepped = spec[8] == '1'
+  local at = key + (stepped and 3 or 2)
   -- false, not nil, for a record without a status: a nil would cut the reply short.
-  statuses[k] = write(KEYS[key], KEYS[key + 1], indexed and KEYS[key + 2], spec[1], spec[2],
-                      tonumber(spec[4]), spec[5], spec[6], spec[7]) or false
-  key = key + (indexed and 3 or 2)
+  statuses[k] = write(KEYS[key], KEYS[key + 1], stepped and KEYS[key + 2],
+                      indexed and KEYS[at], spec[1], spec[2], tonumber(spec[4]), spec[5],
+                      spec[6], spec[7]) or false
+  key = at + (indexed and 1 or 0)
 end
 for index_key, seen in pairs(listed_in) do
   tend(index_key, seen[1], seen[2], seen[3])

@@ -39,7 +39,7 @@ from django_taskrunner.store import keys
 from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR
 from django_taskrunner.store.limits import Limits, Slot, Take
 from django_taskrunner.store.records import RecordWrite
-from django_taskrunner.worker.steps.record import record_ttl
+from django_taskrunner.worker.steps.record import may_have_steps, record_ttl
 from django_taskrunner.worker.steps.run import Run
 
 if TYPE_CHECKING:
@@ -197,5 +197,6 @@ def defer(executor: Executor, run: Run, wait_ms: int, reason: str) -> None:
         if message.dispatch_token is not None:
             fields.append(("h", locks.holder_value(message)))
         executor.record(RecordWrite(message.id, tuple(fields),
-                                    PENDING_TTL_S + wait_ms // 1000 + 1))
+                                    PENDING_TTL_S + wait_ms // 1000 + 1,
+                                    steps=may_have_steps(run)))
     executor.requeue(run.shard, run.stream_id, run.delivery.body, due_ms)
