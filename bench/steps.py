@@ -1,6 +1,8 @@
 """What durable steps cost: a task context without steps (the Steps object a worker
-builds per attempt, never touching Redis), and one `ctx.step` (its round trips and
-wall time per step) on a local Redis.
+builds per attempt, never touching Redis), and one `ctx.step` (its Redis commands and
+wall time per step) on a local Redis: the first step of a task id's first run (one
+pipelined write: HSET + EXPIRE, one round trip), the first step of a later run with
+nothing kept (a read, then the write: two round trips), a step already kept (the read).
 
     python bench/steps.py             # --steps 2000
     python bench/steps.py --smoke     # 50 steps: figures only
@@ -35,17 +37,27 @@ def main() -> None:
 
         client = redis.Redis.from_url(url)
         store = Store(client, "bench")
-        build = measure(lambda i: stored_steps(store, "q", f"t{i}", "t", 3600), count)
-        before = calls(client)
-        per_step = measure(lambda i: stored_steps(store, "q", f"s{i}", "t", 3600)
-                           .run("charge", lambda: {"id": i}, (), {}), count)
-        trips = (calls(client) - before - 1) / count
+        week = 7 * 86400
+
+        def steps(task_id: str, first: bool):
+            return stored_steps(store, task_id, "t", week, first_run=first)
+
+        build = measure(lambda i: steps(f"t{i}", True), count)
         print(f"no step: {build:.2f} µs per attempt (a Steps object; 0 round trips)")
-        print(f"one step, first run: {per_step:.2f} µs, {trips:.1f} Redis commands "
-              f"(1 read + 1 pipelined write: 2 round trips, the read once per attempt)")
-        kept = measure(lambda i: stored_steps(store, "q", f"s{i}", "t", 3600)
-                       .run("charge", lambda: {"id": i}, (), {}), count)
-        print(f"one step, kept result: {kept:.2f} µs (1 round trip, the read)")
+        for label, prefix, first in (("first run of its task id", "f", True),
+                                     ("a later run, nothing kept", "l", False)):
+            before = calls(client)
+            took = measure(lambda i: steps(f"{prefix}{i}", first)
+                           .run("charge", lambda: {"id": i}, (), {}), count)
+            trips = (calls(client) - before - 1) / count
+            print(f"first step, not kept yet, {label}: {took:.2f} µs, "
+                  f"{trips:.1f} Redis commands per step")
+        before = calls(client)
+        kept = measure(lambda i: steps(f"f{i}", False).run("charge", lambda: {"id": i}, (), {}),
+                       count)
+        trips = (calls(client) - before - 1) / count
+        print(f"step already kept (a later run): {kept:.2f} µs, {trips:.1f} Redis commands "
+              f"(the attempt's one read)")
     finally:
         proc.terminate()
         proc.wait(10)

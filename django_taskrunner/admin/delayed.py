@@ -38,10 +38,10 @@ from django.http import (
     HttpResponseRedirect,
 )
 from django.urls import URLPattern, reverse
-from django.utils import timezone
 from django.utils.http import urlencode
 
 from django_taskrunner.admin.shared import RedisPageAdmin, page_path
+from django_taskrunner.admin.timeline import moment
 from django_taskrunner.bounds import QUEUE_NAME
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import sharding
@@ -88,9 +88,8 @@ class DelayedEntry:
 
     @property
     def due_display(self) -> str:
-        """The due time in the current time zone, to the millisecond."""
-        local = timezone.localtime(self.due)
-        return f"{local:%Y-%m-%d %H:%M:%S}.{self.due_ms % 1000:03d} {local.tzname()}"
+        """The due time in the console's one format (`moment`), to the millisecond."""
+        return moment(self.due, ms=True)
 
     @property
     def task_name(self) -> str:
@@ -129,6 +128,43 @@ def with_limit_waits(broker: Broker, entries: list[DelayedEntry]) -> list[Delaye
              if status == "delayed" and lw and due == str(entry.due_ms)}
     return [replace(entry, wait=waits[id(entry)]) if id(entry) in waits else entry
             for entry in entries]
+
+
+# Delayed entries (the first ones by due time, of each delayed set of a queue) whose
+# records a count of the tasks waiting on a limit reads, at most: one round trip each.
+COUNT_SCAN = 1000
+
+
+@dataclass(frozen=True)
+class DelayedCounts:
+    """A queue's delayed set(s): how many entries, and how many of them wait on a rate
+    or concurrency limit (the rest are scheduled: a delayed dispatch, a retry's backoff).
+    The dashboard and the Tasks page both show these, so they agree."""
+
+    total: int
+    on_limit: int
+    exact: bool  # False: only the first COUNT_SCAN entries of a set were looked at
+
+    @property
+    def scheduled(self) -> int:
+        return self.total - self.on_limit
+
+    @property
+    def on_limit_text(self) -> str:
+        return f"{self.on_limit}" if self.exact else f"{self.on_limit}+"
+
+
+def delayed_counts(broker: Broker, queue: str) -> DelayedCounts:
+    """The counts of `queue`'s delayed tasks: ZCARD of each set, then the records of its
+    first COUNT_SCAN entries (those waiting on a limit are due soon: they come first)."""
+    store = broker.store.schedule
+    shards = delayed_sets_of(broker, queue)
+    sizes = store.count_delayed(shards)
+    heads = store.delayed_heads([s for s, n in zip(shards, sizes, strict=True) if n],
+                                COUNT_SCAN)
+    entries = [_entry(queue, body, score) for rows in heads for body, score in rows]
+    on_limit = sum(1 for entry in with_limit_waits(broker, entries) if entry.wait)
+    return DelayedCounts(sum(sizes), on_limit, exact=sum(sizes) == len(entries))
 
 
 def _score_ms(score: float) -> int:

@@ -37,7 +37,9 @@ from django.utils.html import escape, format_html
 from django.utils.safestring import mark_safe
 
 from django_taskrunner.admin.shared import NulFreeChangeListMixin, page_path
+from django_taskrunner.admin.timeline import moment
 from django_taskrunner.core.dispatch import dispatch, dispatch_many
+from django_taskrunner.core.records import PENDING_TTL_S
 from django_taskrunner.core.registry import registry
 from django_taskrunner.core.steps import with_kept_steps
 from django_taskrunner.core.wire import nested_too_deep
@@ -239,7 +241,7 @@ def retry_rows(rows: Iterable[FailedTask], report: RetryReport) -> None:
     dispatched. Rows that cannot be dispatched are kept."""
     batches: dict[tuple[str, str], list[tuple[FailedTask, object]]] = defaultdict(list)
     rows = list(rows)
-    stepped = with_kept_steps([(row.queue, row.message_id) for row in rows])  # same id
+    stepped = with_kept_steps([row.message_id for row in rows], PENDING_TTL_S)  # same id
     for row in rows:
         try:
             payload = json.loads(row.payload)
@@ -334,7 +336,7 @@ def retry_queryset(queryset: QuerySet[FailedTask]) -> RetryReport:
 
 
 class FailedTaskAdmin(NulFreeChangeListMixin, admin.ModelAdmin):
-    list_display = ("task", "queue", "error_class", "short_error", "attempts", "failed_at")
+    list_display = ("task", "queue", "error_class", "short_error", "attempts", "failed_when")
     list_filter = (("task_name", IndexedValuesFilter), ("queue", IndexedValuesFilter),
                    ("error_class", IndexedValuesFilter), "failed_at")
     # Django's search: `icontains` on each field, OR-ed, for each word. On PostgreSQL the
@@ -344,7 +346,7 @@ class FailedTaskAdmin(NulFreeChangeListMixin, admin.ModelAdmin):
     # at 100,000 rows on SQLite); the failed_at filter (today, past 7 days...) costs nothing.
     actions = ["retry_selected", "delete_selected"]
     fields = ("task_name", "queue", "message_id", "dispatch_token", "attempts", "worker",
-              "failed_at",
+              "failed_when",
               "error_class", "error", "payload_pretty", "traceback_pre")
     readonly_fields = fields
     change_list_template = "admin/django_taskrunner/failedtask/change_list.html"
@@ -379,6 +381,11 @@ class FailedTaskAdmin(NulFreeChangeListMixin, admin.ModelAdmin):
     def task(self, obj: FailedTask) -> str:
         """The dotted name, breakable after each dot only (never mid-word)."""
         return mark_safe(escape(obj.task_name).replace(".", ".<wbr>"))  # noqa: S308 - escaped
+
+    @admin.display(description="failed at", ordering="failed_at")
+    def failed_when(self, obj: FailedTask) -> str:
+        """The console's one time format, with seconds (Django's default has none)."""
+        return moment(obj.failed_at)
 
     @admin.display(description="error message")
     def short_error(self, obj: FailedTask) -> str:

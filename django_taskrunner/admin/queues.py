@@ -53,6 +53,7 @@ from django.urls import URLPattern, reverse
 from django.utils import timezone
 from django.utils.http import urlencode
 
+from django_taskrunner.admin.delayed import delayed_counts
 from django_taskrunner.admin.shared import (
     RedisPageAdmin,
     age,
@@ -165,6 +166,7 @@ class QueueAdmin(RedisPageAdmin):
             shown = [chosen] if chosen in names else names
             leader = health.get_leader(broker)
             queues = [health.get_health(name, broker=broker) for name in shown]
+            delayed = {name: delayed_counts(broker, name) for name in shown}
             paused, paused_error = paused_or_error()
         except REDIS_ERROR as exc:
             return self.render(request, "dashboard.html", {"redis_error": str(exc), **in_outbox})
@@ -172,7 +174,8 @@ class QueueAdmin(RedisPageAdmin):
         return self.render(request, "dashboard.html", {
             "leader": leader, "leader_left": shown_seconds(leader.lease_left),
             "queue_names": names, "chosen": chosen if chosen in names else "",
-            "queues": [self._view_of(item, failed_url, paused) for item in queues],
+            "queues": [{**self._view_of(item, failed_url, paused),
+                        "delayed": delayed[item.queue]} for item in queues],
             "paused_error": paused_error, "stats_window": get_settings().STATS_WINDOW,
             "can_pause": request.user.has_perm(PAUSE_PERMISSION),
             **in_outbox,

@@ -1,5 +1,6 @@
 """The admin's "Tasks" pages: queued, running, delayed and finished tasks of each queue,
-and one task's page, read from Redis through the unmanaged `Task` model.
+or the queued or running ones of all queues together (its opening list, merged by
+`all_queues.py`), and one task's page, read from Redis through the unmanaged `Task` model.
 
 Nothing here reads a whole stream. A page of queued tasks is one XRANGE (or XREVRANGE)
 from a cursor, a page of running ones one XPENDING from a cursor; a search by task name
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib import messages
@@ -41,11 +41,12 @@ from django.http import (
     JsonResponse,
 )
 from django.urls import URLPattern, reverse
-from django.utils import timezone
 from django.utils.html import escape
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString, mark_safe
 
+from django_taskrunner.admin.all_queues import ALL_STREAMS, merged_page
+from django_taskrunner.admin.delayed import DelayedCounts, delayed_counts
 from django_taskrunner.admin.shared import (
     RedisPageAdmin,
     decode_body,
@@ -104,10 +105,9 @@ def pretty_payload(message: TaskMessage | None, body: bytes | None) -> str:
 
 
 def moment_text(ms: int | None) -> str:
-    if not ms:
-        return ""
-    moment = timezone.localtime(datetime.fromtimestamp(min(ms, MAX_EPOCH_MS) / 1000, tz=UTC))
-    return f"{moment:%Y-%m-%d %H:%M:%S} {moment.tzname()}"
+    """`moment`, the console's one time format; "" when unknown (a crafted time is
+    clamped to the latest one a datetime holds)."""
+    return moment(min(ms, MAX_EPOCH_MS)) if ms else ""
 
 
 def _duration(ms: int | None) -> str:
@@ -119,8 +119,8 @@ DEFAULT_LOOKS = 20  # streams looked at for the Tasks page's opening choice
 
 
 def busiest(browser: Any, streams: list[str]) -> tuple[str, str]:
-    """The Tasks page's opening list, when the address chooses none: the first stream
-    with running tasks, else the first with queued ones, else the first (queued)."""
+    """The first stream with running tasks, else the first with queued ones, else the
+    first (queued): the opening list's status is the one found here."""
     waiting = ""
     for stream in streams[:DEFAULT_LOOKS]:
         state = browser.group_state(stream)
@@ -211,8 +211,14 @@ class TaskFacts:
 
     @property
     def payload_pretty(self) -> str:
-        if self.message is None and self.body is None and self.failed_rows:
-            return self.failed_rows[0].payload
+        """From its message while Redis holds it; once it finished, from its record (the
+        payload it ran with), else from its failed-task row."""
+        if self.message is None and self.body is None:
+            record = self.record
+            if record is not None and record.finished and record.payload is not None:
+                return json.dumps(record.payload, indent=2, ensure_ascii=False, sort_keys=True)
+            if self.failed_rows:
+                return self.failed_rows[0].payload
         return pretty_payload(self.message, self.body)
 
     @property
@@ -606,8 +612,8 @@ class TaskAdmin(RedisPageAdmin):
             queues = dashboard_queues()
             streams = stream_names(queues, browser)
             stream, status = request.GET.get("queue", ""), request.GET.get("status", "")
-            if not stream and not status:  # no choice made: where something is going on
-                stream, status = busiest(browser, streams)
+            if not stream and status != "finished":  # every queue (its opening list)
+                return self._all_view(request, browser, queues, streams, status)
             stream = stream or (streams[0] if streams else "")
             if stream in queues and stream not in streams:  # a split queue: its first shard
                 stream = sharding.shards(stream)[0]
@@ -619,7 +625,7 @@ class TaskAdmin(RedisPageAdmin):
             query = request.GET.get("q", "").strip()[:200]
             page = self._page(browser, stream, status, query, request)
             state = browser.group_state(stream)
-            delayed = browser.delayed_count(stream)
+            delayed = delayed_counts(get_store().streams, keys.queue_of(stream))
         except REDIS_DOWN as exc:
             return self.render(request, "change_list.html", {"redis_error": str(exc)})
         return self.render(request, "change_list.html", {
@@ -628,6 +634,35 @@ class TaskAdmin(RedisPageAdmin):
             "delayed_url": self._delayed_url(request, keys.queue_of(stream)),
             **self._list_links(request, stream, status, query, page),
             "refresh_seconds": REFRESH_SECONDS, "search_scan": SEARCH_SCAN,
+            "detail_url": reverse(self.url_name("detail")),
+        })
+
+    def _all_view(self, request: HttpRequest, browser: Any, queues: list[str],
+                  streams: list[str], status: str) -> HttpResponse:
+        """The queued (or running) tasks of every queue, merged oldest first; opened
+        without a status, the running ones when some run, else the queued ones."""
+        if status not in ("queued", "running"):
+            status = busiest(browser, streams)[1]
+        states = [browser.group_state(stream) for stream in streams[:ALL_STREAMS]]
+        row_of = _running if status == "running" else _queued
+        rows, next_cursor = merged_page(browser, streams,
+                                        [state.last_delivered for state in states], status,
+                                        request.GET.get("after", ""), PER_PAGE, row_of)
+        counts = [delayed_counts(get_store().streams, queue) for queue in queues[:ALL_STREAMS]]
+        filters = {"status": status}
+        return self.render(request, "change_list.html", {
+            "streams": streams, "queue": "", "all_queues": True, "status": status,
+            "page": RowPage(rows, next_cursor=next_cursor),
+            "state": {"waiting": sum(state.waiting for state in states),
+                      "pending": sum(state.pending for state in states)},
+            "delayed": DelayedCounts(sum(c.total for c in counts),
+                                     sum(c.on_limit for c in counts),
+                                     all(c.exact for c in counts)),
+            "delayed_url": self._delayed_url(request, ""),
+            "more_streams": max(0, len(streams) - ALL_STREAMS),
+            "filters": urlencode(filters),
+            "next_query": urlencode({**filters, "after": next_cursor}) if next_cursor else "",
+            "first_query": urlencode(filters) if request.GET.get("after") else "",
             "detail_url": reverse(self.url_name("detail")),
         })
 
@@ -661,7 +696,7 @@ class TaskAdmin(RedisPageAdmin):
                                           outcome=outcome)
             count = finished_count(queue)
             state = get_store().browse.group_state(stream)
-            delayed = get_store().browse.delayed_count(stream)
+            delayed = delayed_counts(get_store().streams, queue)
         except REDIS_DOWN as exc:
             return self.render(request, "change_list.html", {"redis_error": str(exc)})
         filters = {"queue": stream, "status": "finished",
@@ -788,7 +823,8 @@ class TaskAdmin(RedisPageAdmin):
                                   f"{urlencode({'queue': queue})}")
         if user.has_perm("django_taskrunner.view_failedtask"):
             links["failed"] = [(row, reverse(f"{site}:django_taskrunner_failedtask_change",
-                                             args=[row.pk])) for row in facts.failed_rows]
+                                             args=[row.pk]), moment(row.failed_at))
+                               for row in facts.failed_rows]
         search = lock_search(facts.message, get_store().browse.prefix, facts.queue)
         if search and user.has_perm("django_taskrunner.view_uniquelock"):
             links["lock"] = (f"{reverse(f'{site}:django_taskrunner_uniquelock_changelist')}?"
@@ -801,7 +837,7 @@ class TaskAdmin(RedisPageAdmin):
         if not request.user.has_perm("django_taskrunner.view_delayedtask"):
             return ""
         url = reverse(f"{self.admin_site.name}:django_taskrunner_delayedtask_changelist")
-        return f"{url}?{urlencode({'queue': queue})}"
+        return f"{url}?{urlencode({'queue': queue})}" if queue else url
 
     def live_view(self, request: HttpRequest) -> JsonResponse:
         """The running tasks of one stream (first page), as JSON for refresh.js."""

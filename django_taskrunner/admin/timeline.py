@@ -1,7 +1,8 @@
 """A task's timeline, drawn on its page: "why was this late?" answered by looking.
 
 From its record alone (`TaskRecord`, with each ended attempt's trace): dispatched, due
-(a delayed task), then for each attempt the wait on its stream (from the entry's time to
+(a delayed task), each wait on a rate or concurrency limit (from its first refusal to
+its slot), then for each attempt the wait on its stream (from the entry's time to
 its start), its run (start to end, with its worker, outcome and error), and the attempt
 running now; all on one time axis from the dispatch to the end (or now), each with its
 duration. One time format with seconds (and milliseconds on the axis's rows), durations
@@ -15,7 +16,7 @@ from datetime import UTC, datetime
 
 from django.utils import timezone
 
-from django_taskrunner.core.records import TaskRecord
+from django_taskrunner.core.records import LimitWait, TaskRecord
 
 MIN_WIDTH = 0.4  # percent: a 1 ms step stays visible
 
@@ -50,7 +51,7 @@ def duration(ms: int | None) -> str:
 class Step:
     """One row: what, from when, for how long, where its bar goes (percent)."""
 
-    kind: str  # dispatched | due | waited | ran | running | finished
+    kind: str  # dispatched | due | limit | waited | ran | running | finished
     label: str
     at: str
     took: str
@@ -87,9 +88,11 @@ def timeline(record: TaskRecord, now_ms: int) -> Timeline | None:
     dispatched = _ms(record.dispatched_at)
     ends = [_ms(record.finished_at)] if record.finished_at else []
     ends += [trace.ended_ms for trace in record.attempts]
+    ends += [wait.ended_ms for wait in record.limit_waits if wait.ended_ms is not None]
     first = dispatched or min((t.ready_ms or t.started_ms for t in record.attempts), default=None)
     if first is None:
         return None
+    finished = _ms(record.finished_at)
     running = record.status == "running" and record.started_at is not None
     last = max([first, *ends, *([now_ms] if running or not record.finished else [])])
     axis = _Axis(first, last)
@@ -99,21 +102,36 @@ def timeline(record: TaskRecord, now_ms: int) -> Timeline | None:
         steps.append(Step("due", "due (delayed until)", moment(due, ms=True),
                           duration(max(0, due - first)) + " after dispatch",
                           *axis.place(first, max(first, due))))
+    waits = [(wait.since_ms, _limit_step(axis, wait, finished or now_ms))
+             for wait in record.limit_waits]
     for trace in record.attempts:
+        steps += [step for since, step in waits if since <= trace.started_ms]
+        waits = [(since, step) for since, step in waits if since > trace.started_ms]
         steps += _attempt_steps(axis, trace.number, trace.ready_ms, trace.started_ms,
                                 trace.ended_ms, trace.worker, trace.outcome, trace.error)
+    steps += [step for _since, step in waits]
     traced = {trace.number for trace in record.attempts}
     started = _ms(record.started_at)
     if running and started is not None and record.attempt not in traced:
         steps.append(Step("running", f"attempt {record.attempt}: running",
                           moment(started, ms=True), duration(now_ms - started) + " so far",
                           *axis.place(started, now_ms), detail=record.worker or ""))
-    finished = _ms(record.finished_at)
     if finished is not None:
         steps.append(Step("finished", record.status, moment(finished, ms=True),
                           duration(finished - first) + " after dispatch",
                           *axis.place(finished), bad=record.status != "succeeded"))
     return Timeline(tuple(steps), moment(first), moment(last), duration(last - first))
+
+
+def _limit_step(axis: _Axis, wait: LimitWait, open_end: int) -> Step:
+    """A wait on a limit: from its first refusal to its slot (or to now / the end)."""
+    ended = wait.ended_ms if wait.ended_ms is not None else max(wait.since_ms, open_end)
+    took = duration(max(0, ended - wait.since_ms))
+    return Step("limit", f"waited on limit {wait.limit}" if wait.ended_ms is not None
+                else f"waiting on limit {wait.limit}", moment(wait.since_ms, ms=True),
+                took if wait.ended_ms is not None else f"{took} so far",
+                *axis.place(wait.since_ms, ended),
+                detail="" if wait.ended_ms is None else f"got its slot at {moment(ended)}")
 
 
 def _attempt_steps(axis: _Axis, number: int, ready: int | None, started: int, ended: int,

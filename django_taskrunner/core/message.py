@@ -85,6 +85,9 @@ class TaskMessage:
     # The key's turns in a row (wire key "fw"), None for 1: kept with the message so a
     # due delayed one rejoins its key's turn with its weight.
     fair_weight: int | None = None
+    # True (wire key "rb") on an entry put back on its stream after a run of it may have
+    # started (a stopping worker's, an ended process's): its durable steps are read.
+    ran_before: bool = False
     # Stream entry id, set by the worker for the delivery it is processing.
     stream_id: str | None = field(default=None, compare=False)
 
@@ -144,6 +147,8 @@ class TaskMessage:
             data["fk"] = self.fair_key
         if self.fair_weight is not None:
             data["fw"] = self.fair_weight
+        if self.ran_before:
+            data["rb"] = True
         return data
 
     def _check_text(self, text: str) -> None:
@@ -213,6 +218,7 @@ class TaskMessage:
             priority=wire.number(data, "pr", task_name, 0, 9) if "pr" in data else None,
             fair_key=wire.fair_key(get("fk"), task_name) if "fk" in data else None,
             fair_weight=wire.number(data, "fw", task_name, 1, 1000) if "fw" in data else None,
+            ran_before=wire.flag(data, "rb", task_name) if "rb" in data else False,
             stream_id=stream_id,
         )
         if wire.could_nest_past(raw) and nested_too_deep(message.payload):

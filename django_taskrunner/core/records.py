@@ -102,6 +102,34 @@ def attempt_traces(fields: Mapping[str, str]) -> tuple[AttemptTrace, ...]:
 
 
 @dataclass(frozen=True)
+class LimitWait:
+    """One wait of a task on a rate or concurrency limit: when it began (its first
+    refusal), when it got its slot (None: it still waits), and which limit ("rate 5/s")."""
+
+    since_ms: int
+    ended_ms: int | None
+    limit: str
+
+
+def limit_waits(fields: Mapping[str, str]) -> tuple[LimitWait, ...]:
+    """The ended waits (`lx:<since>` fields) and the current one (`lws`, `lw`), oldest
+    first; one that does not parse is left out."""
+    found = []
+    for name, raw in fields.items():
+        if not name.startswith("lx:"):
+            continue
+        try:
+            since, ended, limit = json.loads(raw)
+            found.append(LimitWait(int(since), int(ended), str(limit)))
+        except (ValueError, TypeError):
+            continue
+    since = fields.get("lws", "")
+    if since.isdigit() and fields.get("s") == "delayed":
+        found.append(LimitWait(int(since), None, fields.get("lw", "")))
+    return tuple(sorted(found, key=lambda wait: wait.since_ms))
+
+
+@dataclass(frozen=True)
 class TaskRecord:
     """What is known of one task: its status, outcome, progress and times."""
 
@@ -130,6 +158,11 @@ class TaskRecord:
     steps: dict[str, Any] = field(default_factory=dict)
     # Each ended attempt, oldest first (what the task page's timeline draws).
     attempts: tuple[AttemptTrace, ...] = ()
+    # The payload a finished task ran with (None before it finished, or when it was over
+    # VALUE_MAX_BYTES of JSON: its message, or its failed-task row, has it then).
+    payload: Any = None
+    # Each wait on a rate or concurrency limit, oldest first (the timeline draws them).
+    limit_waits: tuple[LimitWait, ...] = ()
 
     @property
     def finished(self) -> bool:
@@ -234,7 +267,7 @@ def _with_steps(rec: TaskRecord) -> TaskRecord:
     """The record with its kept durable steps (one HGETALL; none while Redis is down)."""
 
     try:
-        return replace(rec, steps=kept_steps(rec.queue, rec.id))
+        return replace(rec, steps=kept_steps(rec.id))
     except REDIS_DOWN:
         return rec
 
@@ -418,5 +451,6 @@ def from_fields(task_id: str, fields: Mapping[str, str]) -> TaskRecord:
         finished_at=_time(fields, "f"), due_at=_time(fields, "due"),
         cancel_requested=fields.get("c") == "1",
         stream_id=fields.get("sid") or None, shard=fields.get("sh") or fields.get("q") or None,
-        attempts=attempt_traces(fields),
+        attempts=attempt_traces(fields), payload=json_value(fields.get("pl")),
+        limit_waits=limit_waits(fields),
     )

@@ -4,8 +4,11 @@ result, so a retry, a reclaim or a re-run of the same task id returns it without
 
 The kept steps are read lazily, once per attempt, on the first `ctx.step` call (a task
 that uses no step costs nothing), and each step is written with one round trip right
-after `fn` returns. A step whose `fn` raised keeps nothing. The hash lives for
-`max(RESULT_TTL, KEEP_SECONDS)` from its last write: once it expired, a step runs again.
+after `fn` returns. The first run of a task id (`first_run`: most tasks) reads nothing,
+since nothing can be kept yet: its first step costs one round trip, not two. A step
+whose `fn` raised keeps nothing. The hash lives as long as the task's record: each
+record write gives it the record's TTL (`record_write.lua`), a step kept gives it the
+pending record's; once it expired, a step runs again.
 """
 
 from __future__ import annotations
@@ -17,11 +20,11 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.exceptions import DuplicateStep, InvalidTaskPayload
 from django_taskrunner.store import Store, get_store
 
 NAME_MAX = 200  # characters of a step name
-KEEP_SECONDS = 7 * 86400  # the least a task's steps are kept: covers its retry window
 
 Load = Callable[[], dict[str, str]]
 Keep = Callable[[str, str], None]
@@ -30,12 +33,15 @@ Keep = Callable[[str, str], None]
 class Steps:
     """The steps of one attempt of one task id: what was kept before, what ran now."""
 
-    def __init__(self, task_id: str, task_name: str, load: Load, keep: Keep) -> None:
+    def __init__(self, task_id: str, task_name: str, load: Load, keep: Keep,
+                 first_run: bool = False, on_keep: Callable[[], None] | None = None) -> None:
         self.task_id = task_id
         self.task_name = task_name
         self._load = load
         self._keep = keep
-        self._kept: dict[str, str] | None = None
+        self._on_keep = on_keep
+        # None: not read yet. The first run of a task id has nothing kept to read.
+        self._kept: dict[str, str] | None = {} if first_run else None
         self._seen: set[str] = set()
 
     def run(self, name: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
@@ -78,6 +84,8 @@ class Steps:
                                      f"value that is not JSON: {exc}",
                                      task_name=self.task_name) from exc
         self._keep(name, encoded)
+        if self._on_keep is not None:
+            self._on_keep()
         assert self._kept is not None
         self._kept[name] = encoded
         return json.loads(encoded)["result"]
@@ -93,13 +101,23 @@ def decode_kept(kept: dict[str, str]) -> dict[str, dict[str, Any]]:
     return {name: json.loads(value) for name, value in kept.items()}
 
 
-def stored_steps(store: Store, queue: str, task_id: str, task_name: str,
-                 result_ttl: int) -> Steps:
-    """The steps of a worker's attempt, kept in Redis (built per attempt: cheap, no I/O)."""
+def stored_steps(store: Store, task_id: str, task_name: str, ttl_s: int, *,
+                 first_run: bool = False, on_keep: Callable[[], None] | None = None) -> Steps:
+    """The steps of a worker's attempt, kept in Redis for `ttl_s` after each step (the
+    running record's TTL); built per attempt: cheap, no I/O. `first_run`: see there;
+    `on_keep`: called after each step kept."""
     steps = store.steps
-    ttl = max(result_ttl, KEEP_SECONDS)
-    return Steps(task_id, task_name, partial(steps.load, queue, task_id),
-                 partial(steps.keep, queue, task_id, ttl_seconds=ttl))
+    return Steps(task_id, task_name, partial(steps.load, task_id),
+                 partial(steps.keep, task_id, ttl_seconds=ttl_s), first_run, on_keep)
+
+
+def first_run(message: TaskMessage, runs: int | None) -> bool:
+    """True when no earlier run of `message`'s task id can have kept a step: attempt 1,
+    its first delivery (`runs` None: not reclaimed nor handed to a sibling), never put
+    back after a run may have started (`ran_before`), under an id no caller chose (a
+    `task_id`, an admin retry of a failed row with steps, may name an earlier run's)."""
+    return (message.attempt == 1 and runs is None and not message.ran_before
+            and not message.has_task_id)
 
 
 def shown(steps: dict[str, dict[str, Any]]) -> list[tuple[str, str, datetime]]:
@@ -110,17 +128,18 @@ def shown(steps: dict[str, dict[str, Any]]) -> list[tuple[str, str, datetime]]:
              datetime.fromtimestamp(step.get("at", 0), UTC)) for name, step in rows]
 
 
-def kept_steps(queue: str, task_id: str) -> dict[str, dict[str, Any]]:
+def kept_steps(task_id: str) -> dict[str, dict[str, Any]]:
     """The kept steps of `task_id` under the current settings (for `lookup(id).steps`)."""
-    return decode_kept(get_store().steps.load(queue, task_id))
+    return decode_kept(get_store().steps.load(task_id))
 
 
-def with_kept_steps(tasks: list[tuple[str, str]]) -> set[str]:
-    """The task ids among `(queue, task_id)` pairs that kept steps: an admin retry of
-    their failed rows dispatches them again under the same id, so the steps hold."""
-    if not tasks:
+def with_kept_steps(task_ids: list[str], ttl_s: int) -> set[str]:
+    """The task ids among `task_ids` that kept steps, their steps kept `ttl_s` more (the
+    dispatched record's TTL): an admin retry of their failed rows dispatches them again
+    under the same id, so the steps hold."""
+    if not task_ids:
         return set()
-    return get_store().steps.holders(tasks)
+    return get_store().steps.holders(task_ids, ttl_s)
 
 
 _eager: dict[str, dict[str, str]] = {}

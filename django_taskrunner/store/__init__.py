@@ -274,9 +274,9 @@ class Store:
             and their levels, most first
 
     steps: `StepsStore` (store/steps.py), the durable steps of a task (ctx.step)
-        steps.holders(tasks)  The ids among `(queue, task_id)` pairs that have kept steps
-        steps.keep(queue, task_id, name, value, ttl_seconds)  HSET one step, (re)set the TTL
-        steps.load(queue, task_id)  Every kept step of `task_id`: name -> JSON text
+        steps.holders(task_ids, ttl_seconds)  The ids that have kept steps, their TTL set
+        steps.keep(task_id, name, value, ttl_seconds)  HSET one step, (re)set the TTL
+        steps.load(task_id)  Every kept step of `task_id`: name -> JSON text
 
     stats: `StatsStore` (store/stats.py), worker figures and heartbeats, the long-queue gate
         stats.open_gate(queue, holder, cooldown_ms)  SET NX PX `keys.long_queue_gate_key`: True

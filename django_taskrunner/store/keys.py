@@ -213,7 +213,8 @@ def record_key(prefix: str, task_id: str) -> str:
     """Hash of one task's record (status, result, progress...), with a TTL.
 
     `<prefix>:record:{<id>}`: tagged by the task id, not the queue, because `lookup(id)`
-    knows only the id; every script on it touches this key and `record_done_key` only.
+    knows only the id; every script on it touches this key, `record_done_key` and
+    `steps_key` only.
     """
     return f"{prefix}:record:{{{record_tag(task_id)}}}"
 
@@ -381,10 +382,14 @@ def queues_used_key(prefix: str) -> str:
     return f"{prefix}:queues:used"
 
 
-def steps_key(prefix: str, queue: str, task_id: str) -> str:
+def steps_key(prefix: str, task_id: str) -> str:
     """Hash of a task's kept step results (core/steps.py): step name -> JSON of
-    `{"result": ..., "at": <unix seconds>}`."""
-    return f"{prefix}:{{{queue_of(queue)}}}:steps:{task_id}"
+    `{"result": ..., "at": <unix seconds>}`.
+
+    `<prefix>:record:{<id>}:steps`: in its record's slot, so the record's writes
+    (`record_write.lua`) give it the record's TTL in the same script.
+    """
+    return f"{record_key(prefix, task_id)}:steps"
 
 
 def paused_queues_key(prefix: str) -> str:

@@ -49,7 +49,8 @@ class RecordWrite:
 
     `final`: the outcome (a set cancel flag turns it into "cancelled", waiters are
     woken). `uncancel`: a shard whose cancelled set drops `cancel_member` (a skipped
-    message's holder value).
+    message's holder value). `steps`: its task may have kept durable steps, which get
+    the record's TTL too (`keys.steps_key`); False spares the script that key.
     """
 
     task_id: str
@@ -58,6 +59,7 @@ class RecordWrite:
     final: bool = False
     uncancel: str = ""
     cancel_member: str = ""
+    steps: bool = False
 
 
 @dataclass(frozen=True)
@@ -193,7 +195,8 @@ class Records:
 
     def queue_writes(self, pipe: Any, writes: Sequence[RecordWrite]) -> None:
         """Queue `record_write.lua` for `writes` on `pipe`, `WRITE_BATCH` records per call
-        on one server, one per call on a cluster (their slots differ), and SREM of the
+        on one server, one per call on a cluster (their slots differ), each giving the
+        task's durable steps (`RecordWrite.steps`) the record's TTL, and SREM of the
         cancelled set each leaves; the caller executes the pipeline with
         `scripts.execute_loading` (the script goes as a bare EVALSHA; replies: the
         statuses now held). A final write also lists its task in its queue's finished
@@ -207,6 +210,8 @@ class Records:
             for write in writes[start:start + size]:
                 script_keys += [keys.record_key(self.prefix, write.task_id),
                                 keys.record_done_key(self.prefix, write.task_id)]
+                if write.steps:
+                    script_keys.append(keys.steps_key(self.prefix, write.task_id))
                 index = index_of(write, keep, result_ttl_s)
                 indexed = index is not None and not self.clustered
                 if indexed:
@@ -214,7 +219,7 @@ class Records:
                 specs.append(["final" if write.final else "update", str(write.ttl_s),
                               "1" if indexed else "0", str(keep if index is not None else 0),
                               str(index.cutoff_ms if index is not None else 0), write.task_id,
-                              _flat(write.fields)])
+                              _flat(write.fields), "1" if write.steps else "0"])
             scripts.queue(pipe, "record_write", script_keys, [_encode(specs)])
             if self.clustered:
                 self._queue_index(pipe, writes[start], keep, result_ttl_s)

@@ -31,8 +31,8 @@ from django.db import close_old_connections
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core.awaitables import returned_awaitable, run_to_end
 from django_taskrunner.core.context import TaskContext
-from django_taskrunner.core.records import encode_value
-from django_taskrunner.core.steps import stored_steps
+from django_taskrunner.core.records import PENDING_TTL_S, encode_value
+from django_taskrunner.core.steps import first_run, stored_steps
 from django_taskrunner.exceptions import TaskExpired, TaskRunnerError
 from django_taskrunner.stats.recorder import StatsRecorder
 from django_taskrunner.store.broker import Broker
@@ -193,7 +193,8 @@ class Executor:
         run.attempt = self.running.start(
             task, message, self.reservation_timeout if timeout is None else timeout / 1000,
             run.shard, record_ttl=record_ttl(self, run),
-            coroutine=task.is_async and self.coroutines is not None)
+            coroutine=task.is_async and self.coroutines is not None,
+            first_run=task.options.takes_context and first_run(message, run.delivery.runs))
         run.attempt.slots = run.slots
         self.cancels.started(run.attempt)
         return run.attempt
@@ -251,8 +252,9 @@ class Executor:
             attempt=message.attempt, _heartbeat=heartbeat, _cancel=attempt.cancel,
             _progress=lambda value: set_progress(attempt, value),
             _parent=parent_reader(self, message),
-            _steps=stored_steps(self.broker.store, message.queue,
-                                message.id, message.task_name, self.result_ttl),
+            _steps=stored_steps(self.broker.store, message.id, message.task_name,
+                                PENDING_TTL_S, first_run=attempt.first_run,
+                                on_keep=attempt.steps_kept),
         )
 
     def _requeue_now(self, shard: str, stream_id: str, body: str, due_ms: int) -> None:

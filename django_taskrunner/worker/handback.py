@@ -47,7 +47,7 @@ from django_taskrunner.store.broker import Broker, Entry, Requeue
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
 from django_taskrunner.worker.running import Attempt
-from django_taskrunner.worker.steps.reclaimed import carry_deaths
+from django_taskrunner.worker.steps.reclaimed import put_back
 from django_taskrunner.worker.steps.run import Run
 
 logger = logging.getLogger(__name__)
@@ -149,7 +149,7 @@ class Settler:
                 # a new entry, delivered once: the runs its counter says died go into
                 # its attempt, else a task that kills its process would run once more
                 requeues.append(Requeue(stream, stream_id,
-                                        carry_deaths(body, counters[stream_id])))
+                                        put_back(body, counters[stream_id])))
         self._adopt(stream, given, counters)
         if requeues:
             self.broker.settle(self.consumer, {}, requeues)

@@ -36,6 +36,11 @@ class Attempt:
     # whether someone cancelled the task (read by the heartbeat).
     record_ttl: int = 0
     start_recorded: bool = False
+    # No earlier run of its task id can have kept a durable step (`core.steps.first_run`):
+    # its first `ctx.step` reads nothing; and whether it kept one (`steps_kept`): the
+    # record writes of a first run that kept none leave the steps alone.
+    first_run: bool = False
+    kept_steps: bool = False
     progress: str | None = None
     cancel_requested: bool = False
     # cancel(id, terminate=True) (`worker/terminate.py`): asked; the thread is inside the
@@ -47,6 +52,10 @@ class Attempt:
     def set_progress(self, encoded: str) -> None:
         """Keep the task's latest progress (JSON) for the heartbeat to write."""
         self.progress = encoded
+
+    def steps_kept(self) -> None:
+        """A durable step of this attempt was kept (called by its `Steps`)."""
+        self.kept_steps = True
 
     def take_progress(self) -> str | None:
         """The progress not written yet, once (the heartbeat writes it)."""
@@ -128,12 +137,13 @@ class RunningSet:
     def start(
         self, task: Task, message: TaskMessage, reservation_timeout: float,
         shard: str | None = None, record_ttl: int = 0, *, coroutine: bool = False,
+        first_run: bool = False,
     ) -> Attempt:
         """Register the attempt the current thread is about to run (read from `shard`,
         by default the message's queue; `record_ttl` 0: its task keeps no record)."""
         attempt = Attempt(task, message, threading.current_thread(), reservation_timeout,
                           message.queue if shard is None else shard, record_ttl=record_ttl,
-                          coroutine=coroutine)
+                          coroutine=coroutine, first_run=first_run)
         with self._lock:
             self._attempts.add(attempt)
         if attempt.time_limit is not None and self._on_change is not None:

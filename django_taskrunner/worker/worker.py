@@ -45,7 +45,7 @@ from django_taskrunner.worker.prefetch import Prefetch
 from django_taskrunner.worker.reclaim import Reclaimer, shortest_timeout
 from django_taskrunner.worker.running import Attempt, RunningSet, describe
 from django_taskrunner.worker.settings import OWN_CONNECTIONS, WorkerSettings
-from django_taskrunner.worker.steps.reclaimed import carry_deaths
+from django_taskrunner.worker.steps.reclaimed import put_back
 from django_taskrunner.worker.steps.record import requeued_write
 from django_taskrunner.worker.timelimit import TimeLimitWatchdog, interrupt
 from django_taskrunner.worker.turns import QueueTurns
@@ -432,14 +432,14 @@ class Worker:
 
     def _requeue(self, items: list[Delivery]) -> int:
         """Put held, unfinished messages back at the end of their stream, unchanged (but
-        for a reclaimed one's runs that died: `carry_deaths`), through the acker (sent
-        before it stops); returns how many go back. One that is no longer ours, or that
-        cannot be sent, stays pending for reclaim."""
+        for a reclaimed one's runs that died, and the `ran_before` mark: `put_back`),
+        through the acker (sent before it stops); returns how many go back. One that is
+        no longer ours, or that cannot be sent, stays pending for reclaim."""
         requeued = 0
         for item in items:
             if item.body is not None:
                 self.acker.requeue(item.shard, item.stream_id,
-                                   carry_deaths(item.body, item.runs))
+                                   put_back(item.body, item.runs))
                 requeued += 1
         return requeued
 

@@ -211,3 +211,16 @@ def test_a_delayed_entry_run_now_gives_its_record_the_new_entry():
     assert store.take_delayed("default", due_ms, message.id, run=True) is not None
     record = lookup(message.id)
     assert (record.status, record.stream_id) == ("queued", _last_entry(broker.stream("default")))
+
+
+def test_a_finished_task_page_shows_the_payload_it_ran_with_from_its_record(root):
+    message = tasks.returns_double.dispatch({"n": 4, "note": "<b>kept</b>"})
+    call_command("runtasks", "--burst")
+
+    facts = page_facts(root, message.id)
+    html = root.get(DETAIL, {"queue": "default", "id": message.id}).content.decode()
+
+    assert lookup(message.id).payload == {"n": 4, "note": "<b>kept</b>"}
+    assert facts.message is None and not facts.failed_rows  # its message left Redis
+    shown = html.split('class="tr-pre tr-payload">')[1].split("</pre>")[0]
+    assert "&quot;note&quot;: &quot;&lt;b&gt;kept&lt;/b&gt;&quot;" in shown  # escaped

@@ -48,3 +48,26 @@ def test_record_times_have_seconds_and_a_fast_task_is_not_0_0_s(root):
     started = re.search(r"<th scope=\"row\">Started</th><td>([^<]+)</td>", page).group(1)
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", started)
     assert "0.0 s" not in page
+
+
+def test_past_waits_on_a_rate_limit_are_kept_and_drawn_with_the_limit_and_their_slot(root):
+    from tests.testapp.limit_tasks import LIMITS_QUEUE, five_a_second
+    from tests.worker_helpers import wait_for, worker_thread
+
+    tasks = five_a_second.dispatch_many({"n": n} for n in range(12))
+    with worker_thread((LIMITS_QUEUE,)):
+        wait_for(lambda: all(lookup(t.id).status == "succeeded" for t in tasks), timeout=60)
+    records = [lookup(t.id) for t in tasks]
+
+    waited = [r for r in records if r.limit_waits]
+    assert waited, "12 starts at 5/s: some must wait"
+    assert any(not r.limit_waits for r in records)  # the first ones did not wait
+    for record in waited:  # refused again and again, still one wait, ended by its start
+        (wait,) = record.limit_waits
+        assert wait.limit == "rate 5/s"
+        assert wait.since_ms < wait.ended_ms
+        assert wait.ended_ms == int(record.started_at.timestamp() * 1000)
+
+    page = root.get(DETAIL, {"queue": LIMITS_QUEUE, "id": waited[-1].id}).content.decode()
+    assert page.count("tr-step-limit") == 1
+    assert "waited on limit rate 5/s" in page and "got its slot at" in page

@@ -79,6 +79,7 @@ def fill(r) -> dict[str, str]:  # type: ignore[no-untyped-def]
         "task timeline": f"/admin/django_taskrunner/task/detail/?queue=default&id={retried.id}",
         "edit and retry": f"/admin/django_taskrunner/failedtask/{row.pk}/edit/",
         "tasks": "/admin/django_taskrunner/task/?queue=default",
+        "all tasks": "/admin/django_taskrunner/task/",
         "delayed": "/admin/django_taskrunner/delayedtask/",
         "locks": "/admin/django_taskrunner/uniquelock/",
         "limits": "/admin/django_taskrunner/limit/",

@@ -101,7 +101,7 @@ def test_a_task_over_the_limit_waits_unchanged_as_delayed_without_spending_an_at
     assert body.decode() == second.to_json()
     record = lookup(second.id)
     assert record.status == "delayed" and record.attempt == 1
-    assert r.hget(keys.record_key(get_store().prefix, second.id), "lw") == b"rate"
+    assert r.hget(keys.record_key(get_store().prefix, second.id), "lw") == b"rate 1/h"
     store = get_store().limits
     key = keys.limit_key(store.prefix, LIMITS_QUEUE, "rate", once_an_hour.name, "")
     (state,) = store.inspect_many([(key, 3_600_000)], int(due) - 3_600_000 + 1000)

@@ -6,9 +6,11 @@ from __future__ import annotations
 import pytest
 
 from django_taskrunner import DuplicateStep, TaskContext
+from django_taskrunner.core.records import PENDING_TTL_S
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import get_store, keys
 from tests.testapp.step_tasks import (
+    age_steps,
     allow_key,
     async_three_steps,
     bad_step,
@@ -43,10 +45,10 @@ def test_the_kept_steps_live_in_one_hash_per_task_id_with_a_ttl(r, run_burst,
     taskrunner_settings(RESULT_TTL=3600)
     message = three_steps.dispatch({"n": 2})
     run_burst()
-    key = keys.steps_key(get_store().prefix, "default", message.id)
+    key = keys.steps_key(get_store().prefix, message.id)
     assert sorted(k.decode() for k in r.hkeys(key)) == ["a", "b", "c"]
-    # The steps outlive a short RESULT_TTL: they cover the retry window (7 days at least)
-    assert r.ttl(key) > 6 * 86400
+    # A finished task's steps live as long as its record (test_steps_ttl.py)
+    assert 0 < r.ttl(key) <= 3600
 
 
 def test_a_task_without_steps_writes_no_steps_key(r, run_burst):
@@ -54,7 +56,7 @@ def test_a_task_without_steps_writes_no_steps_key(r, run_burst):
 
     message = noop.dispatch({"n": 1})
     run_burst()
-    assert not r.exists(keys.steps_key(get_store().prefix, "default", message.id))
+    assert not r.exists(keys.steps_key(get_store().prefix, message.id))
 
 
 def test_a_step_key_is_stable_per_task_id_and_step(r, run_burst):
@@ -74,7 +76,7 @@ def test_a_step_whose_fn_raised_keeps_nothing_and_runs_again(r, run_burst):
     message = raising_step.dispatch({"n": 5})
     run_burst()
     assert log(r) == ["5:r", "5:r"]
-    key = keys.steps_key(get_store().prefix, "default", message.id)
+    key = keys.steps_key(get_store().prefix, message.id)
     assert r.hkeys(key) == [b"r"]
 
 
@@ -84,7 +86,7 @@ def test_a_step_result_that_is_not_json_fails_the_attempt_naming_the_step(r, run
     row = FailedTask.objects.get(message_id=message.id)
     assert "InvalidTaskPayload" in row.error
     assert "step 's'" in row.error
-    assert not r.exists(keys.steps_key(get_store().prefix, "default", message.id))
+    assert not r.exists(keys.steps_key(get_store().prefix, message.id))
 
 
 @pytest.mark.parametrize("kind, error", [("twice", "DuplicateStep"), ("long", "ValueError"),
@@ -147,12 +149,16 @@ def test_an_admin_retry_of_the_failed_row_keeps_the_steps(r, run_burst, client):
         "view_failedtask", "delete_failedtask"]))
     client.force_login(user)
 
-    # When the admin retries its row and it runs again, now allowed to finish
+    # When the admin retries its row (its steps near their end) and it runs again, now
+    # allowed to finish
+    age_steps(message.id, 30)
     r.set(allow_key(), 1)
     response = client.post("/admin/django_taskrunner/failedtask/", {
         "action": "retry_selected", "_selected_action": [row.pk], "confirm": "yes"})
     assert response.status_code == 302
     assert not FailedTask.objects.exists()
+    # (the retry renewed the steps for as long as its dispatched record lives)
+    assert r.ttl(keys.steps_key(get_store().prefix, message.id)) > PENDING_TTL_S - 60
     run_burst()
 
     # Then its two kept steps did not run again, and it ran under the same id

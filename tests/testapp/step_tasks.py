@@ -88,6 +88,24 @@ def fails_until_allowed(ctx: Any, payload: dict) -> list:
     return [*done, ctx.step("c", logged, n, "c")]
 
 
+def age_steps(task_id: str, seconds: int) -> None:
+    """Leave the steps of `task_id` `seconds` to live, as if the time had passed."""
+    from django_taskrunner.store import keys
+
+    get_redis().expire(keys.steps_key(get_settings().PREFIX, task_id), seconds)
+
+
+@task(max_retry=3, retry_backoff=3600, takes_context=True)
+def retries_late(ctx: Any, payload: dict) -> str:
+    """Keeps step "a", then (first attempt) leaves its steps 30 s to live and fails: its
+    retry is due in an hour."""
+    a = ctx.step("a", logged, payload["n"], "a")
+    if ctx.attempt == 1:
+        age_steps(ctx.id, 30)
+        raise RuntimeError("fails its first attempt")
+    return a
+
+
 @task(takes_context=True)
 def html_step(ctx: Any, payload: dict) -> None:
     """One step whose result holds markup, for the admin page's escaping."""
@@ -126,3 +144,25 @@ def chaos_three_steps(ctx: Any, payload: dict) -> None:
         raise RuntimeError("fails once after its second step")
     ctx.step("c", chaos_logged, n, "c", sleep)
     counter().sadd(chaos_step_key("done"), n)
+
+
+@task(max_retry=2, retry_backoff=0, takes_context=True)
+def chain_step(ctx: Any, payload: dict) -> int:
+    """A chain member whose one step has the same name in every member; with `fail`, its
+    first attempt fails after the step."""
+    ctx.step("same", logged, payload["n"], "same")
+    get_redis().rpush(log_key(), f"{payload['n']}:parent:{ctx.parent_result}")
+    if payload.get("fail") and ctx.attempt == 1:
+        raise RuntimeError("fails once after its step")
+    return (ctx.parent_result or 0) + payload["add"]
+
+
+@task(max_retry=0, takes_context=True)
+async def async_bad_step(ctx: Any, payload: dict) -> None:
+    """An async step whose result is not JSON, or (`twice`) a name used twice."""
+    async def value() -> Any:
+        return {1, 2} if payload["kind"] == "value" else "ok"
+
+    await ctx.step("s", value)
+    if payload["kind"] == "twice":
+        await ctx.step("s", value)

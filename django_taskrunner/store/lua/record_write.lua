@@ -1,6 +1,6 @@
 -- Cluster-safe: yes with one record per call and no index, as the store calls it on a
---   cluster (the record and its done list are tagged {<id>}); a batch, or the finished
---   index ({<queue>}), spans slots, a single server only
+--   cluster (the record, its done list and its steps hash are tagged {<id>}); a batch, or
+--   the finished index ({<queue>}), spans slots, a single server only
 --
 -- Write fields of task records, as the worker learns them, with each record's TTL. One
 -- call carries a whole batch (the acker's finished tasks, the heartbeat's started ones):
@@ -21,14 +21,28 @@
 -- a cluster the index is in the queue's slot, not the record's, and `record_index.lua`
 -- does the same in the acker's pipeline (store/records.py).
 --
+-- A wait on a rate or concurrency limit (the worker's 'delayed' write with 'lw', the
+-- limit, and 'lws', when it started waiting) is closed by the next write of another
+-- status (its start, or an outcome): the script moves it to 'lx:<lws>' = JSON [started
+-- waiting, got its slot ('st' of that write, else 'f', else now), the limit] and drops
+-- 'lws' and 'lw'. A wait written again (the task still refused) keeps its first 'lws'
+-- when the limit is the same. A record that never waited pays two more fields read by
+-- the HMGET the script does anyway, nothing else.
+--
+-- A write whose task may have kept durable steps gives its steps hash the TTL it gives
+-- the record: the steps live as long as the record, renewed by each attempt's start,
+-- progress, retry or put-back, and by the final write to the finished record's TTL.
+--
 -- KEYS, for each record: the record <prefix>:record:{<id>}, its done list
--- <prefix>:record:{<id>}:done, then, when it is indexed, its queue's finished index
+-- <prefix>:record:{<id>}:done, when its task may have steps its steps hash
+-- <prefix>:record:{<id>}:steps, then, when it is indexed, its queue's finished index
 -- <prefix>:{<queue>}:finished
 -- ARGV[1] the writes as one JSON array (one argument, not a dozen per record: the
 -- client's cost is per argument), each [mode, TTL in seconds, indexed (1 or 0), the ids
 -- the index keeps, the oldest finish time it keeps (epoch ms), the task id (its member),
--- [field, value, ...]]: mode 'update' or 'final', field 's' the status, 'h' the
--- dispatch's holder; every number and value a JSON string
+-- [field, value, ...], steps (1: its steps hash is among the KEYS, or 0)]: mode
+-- 'update' or 'final', field 's' the status, 'h' the dispatch's holder; every number and
+-- value a JSON string
 -- Returns the status now recorded, per record (false: none).
 
 local final = {succeeded = true, failed = true, cancelled = true, expired = true}
@@ -74,18 +88,51 @@ local function field(name, kv)
   return nil
 end
 
--- One record (its key, its done list, its finished index or false, and its write); the
--- status it holds afterwards. The hot path of every finished task: one pass over the
--- fields, and no table or closure of its own.
-local function write(record, done, index_key, mode, ttl, keep, cutoff, member, kv)
+-- A limit wait begun at `since` on limit `limit`, and this write (`kv`, its status
+-- `new_status` or nil): the same wait again keeps its start; any other status (or
+-- another limit) ends it, into field 'lx:<since>'.
+local function close_wait(record, since, limit, kv, new_status)
+  if new_status == nil then
+    return  -- a progress write, or a field of no status: the wait goes on
+  end
+  local next_limit = field('lw', kv)
+  if new_status == 'delayed' and next_limit == limit then
+    for i = 1, #kv, 2 do
+      if kv[i] == 'lws' then
+        kv[i + 1] = since
+      end
+    end
+    return
+  end
+  local ended = field('st', kv) or field('f', kv) or field('lws', kv)
+  if not ended then
+    local t = redis.call('TIME')
+    ended = tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  end
+  redis.call('HSET', record, 'lx:' .. since, cjson.encode({since, ended, limit or ''}))
+  if new_status ~= 'delayed' then
+    redis.call('HDEL', record, 'lws', 'lw')
+  end
+end
+
+-- One record (its key, its done list, its steps hash or false, its finished index or
+-- false, and its write); the status it holds afterwards. The hot path of every finished
+-- task: one pass over the fields, and no table or closure of its own.
+local function write(record, done, steps, index_key, mode, ttl, keep, cutoff, member, kv)
   -- What the record holds now, in one call: status, attempt, holder, cancel flag, watched.
-  local now = redis.call('HMGET', record, 's', 'a', 'h', 'c', 'wt')
+  local now = redis.call('HMGET', record, 's', 'a', 'h', 'c', 'wt', 'lws', 'lw')
   local status, attempt, holder = now[1], now[2], now[3]
   local final_write = mode == 'final'
   local listed = index_key and final_write and keep > 0
   if status and final[status] and (not final_write or status == 'cancelled') then
     if status == 'cancelled' and listed then  -- when the worker dropped it, as on a cluster
       index(index_key, keep, cutoff, member, ttl, field('f', kv))
+    end
+    if steps and final_write then  -- cancelled meanwhile: the steps go with the record
+      local left = redis.call('TTL', record)
+      if left > 0 then
+        redis.call('EXPIRE', steps, left)
+      end
     end
     return status
   end
@@ -106,6 +153,9 @@ local function write(record, done, index_key, mode, ttl, keep, cutoff, member, k
       return status
     end
   end
+  if now[6] then
+    close_wait(record, now[6], now[7], kv, status_at and kv[status_at])
+  end
   local new_status = status
   if status_at then
     local value = kv[status_at]
@@ -119,6 +169,9 @@ local function write(record, done, index_key, mode, ttl, keep, cutoff, member, k
     redis.call('HSET', record, unpack(kv))
   end
   redis.call('EXPIRE', record, ttl)
+  if steps then
+    redis.call('EXPIRE', steps, ttl)
+  end
   if new_status and final[new_status] then
     if now[5] then  -- watched: wake the waiters
       redis.call('RPUSH', done, '1')
@@ -135,10 +188,13 @@ local statuses = {}
 local key = 1
 for k, spec in ipairs(cjson.decode(ARGV[1])) do
   local indexed = spec[3] == '1'
+  local stepped = spec[8] == '1'
+  local at = key + (stepped and 3 or 2)
   -- false, not nil, for a record without a status: a nil would cut the reply short.
-  statuses[k] = write(KEYS[key], KEYS[key + 1], indexed and KEYS[key + 2], spec[1], spec[2],
-                      tonumber(spec[4]), spec[5], spec[6], spec[7]) or false
-  key = key + (indexed and 3 or 2)
+  statuses[k] = write(KEYS[key], KEYS[key + 1], stepped and KEYS[key + 2],
+                      indexed and KEYS[at], spec[1], spec[2], tonumber(spec[4]), spec[5],
+                      spec[6], spec[7]) or false
+  key = at + (indexed and 1 or 0)
 end
 for index_key, seen in pairs(listed_in) do
   tend(index_key, seen[1], seen[2], seen[3])

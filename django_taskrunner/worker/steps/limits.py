@@ -5,7 +5,9 @@ A task with neither option pays one attribute check. The wait is the acker's req
 (`requeue.lua`: the same body into the delayed set at the time to try again, and the
 ack of this entry, in one script), so a crash between the two cannot lose or double
 it; the attempt counter is unchanged (it is the same body). Its record says "delayed",
-with the reason in field `lw`.
+with the limit in field `lw` ("rate 5/s") and when it began waiting in `lws`; the record
+script keeps the first `lws` of a wait and, once the task starts, moves the wait into
+`lx:<lws>` (`TaskRecord.limit_waits`, the task page's timeline): no command of its own.
 
 A slot is a lease tied to this attempt (holder: the task id): the heartbeat renews it
 (`Attempt.slots`), the first outcome step frees it with the ack (`free_slots`), and the
@@ -37,7 +39,7 @@ from django_taskrunner.store import keys
 from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR
 from django_taskrunner.store.limits import Limits, Slot, Take
 from django_taskrunner.store.records import RecordWrite
-from django_taskrunner.worker.steps.record import record_ttl
+from django_taskrunner.worker.steps.record import may_have_steps, record_ttl
 from django_taskrunner.worker.steps.run import Run
 
 if TYPE_CHECKING:
@@ -83,7 +85,7 @@ def check_limits(executor: Executor, run: Run) -> bool:
     queue = options.queue or get_settings().DEFAULT_QUEUE
     if concurrency is not None and options.concurrency_limit is not None:
         if not _take_slot(executor, run, store, keys.limit_key(
-                store.prefix, queue, "concurrency", task.name, concurrency)):
+                store.prefix, queue, "concurrency", task.name, concurrency), concurrency):
             return False
     if rate is not None and options.rate_limit is not None:
         if not _take_rate(executor, run, store, queue, rate):
@@ -91,7 +93,7 @@ def check_limits(executor: Executor, run: Run) -> bool:
     return True
 
 
-def _take_slot(executor: Executor, run: Run, store: Limits, key: str) -> bool:
+def _take_slot(executor: Executor, run: Run, store: Limits, key: str, value: str) -> bool:
     """A concurrency slot for the run (held in `run.slots`), else the run deferred."""
     task, message = run.task, run.message
     assert task is not None and message is not None
@@ -107,7 +109,7 @@ def _take_slot(executor: Executor, run: Run, store: Limits, key: str) -> bool:
         return False
     if not take.admitted:
         jitter = random.randint(0, SLOT_JITTER_MS)  # noqa: S311 - spreads waiters
-        defer(executor, run, take.wait_ms + jitter, "concurrency")
+        defer(executor, run, take.wait_ms + jitter, limit_name("concurrency", limit, value))
         return False
     run.slots = (Slot(key, message.id, lease_ms),)
     return True
@@ -125,9 +127,14 @@ def _take_rate(executor: Executor, run: Run, store: Limits, queue: str, rate: st
         defer(executor, run, _broken_wait_ms(), "rate key unusable")
         return False
     if not take.admitted:
-        defer(executor, run, take.wait_ms, "rate")
+        defer(executor, run, take.wait_ms, limit_name("rate", task.options.rate_limit, rate))
         return False
     return True
+
+
+def limit_name(kind: str, limit: object, key: str) -> str:
+    """Which limit a task waits on, for people: "rate 5/s", "concurrency 2 (key acme)"."""
+    return f"{kind} {limit}" + (f" (key {key})" if key else "")
 
 
 def _guarded(key: str, take: Callable[[], Take]) -> Take | None:
@@ -176,7 +183,8 @@ def defer(executor: Executor, run: Run, wait_ms: int, reason: str) -> None:
     if run.slots:
         executor.free_slots(run.slots)
         run.slots = ()
-    due_ms = clock.now_ms() + max(1, wait_ms)
+    now_ms = clock.now_ms()
+    due_ms = now_ms + max(1, wait_ms)
     if logger.isEnabledFor(logging.DEBUG):
         logger.debug("task=%s id=%s is over its %s limit; waiting %d ms", message.task_name,
                      message.id, reason, wait_ms)
@@ -184,9 +192,11 @@ def defer(executor: Executor, run: Run, wait_ms: int, reason: str) -> None:
     if ttl > 0 and message.task_name:
         fields = [("s", "delayed"), ("t", message.task_name), ("q", message.queue),
                   ("a", str(message.attempt)), ("w", ""), ("d", str(message.dispatched_at_ms)),
-                  ("due", str(due_ms)), ("lw", reason), ("ttl", str(ttl))]
+                  ("due", str(due_ms)), ("lw", reason), ("lws", str(now_ms)),
+                  ("ttl", str(ttl))]
         if message.dispatch_token is not None:
             fields.append(("h", locks.holder_value(message)))
         executor.record(RecordWrite(message.id, tuple(fields),
-                                    PENDING_TTL_S + wait_ms // 1000 + 1))
+                                    PENDING_TTL_S + wait_ms // 1000 + 1,
+                                    steps=may_have_steps(run)))
     executor.requeue(run.shard, run.stream_id, run.delivery.body, due_ms)

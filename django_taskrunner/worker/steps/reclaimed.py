@@ -6,10 +6,11 @@ one, and each reclaimed run since; all but the first surely died with their work
 that died count as failed attempts, so a message that kills every worker running it
 stops after `max_retry + 1` sure deaths: recorded as failed (WorkerLost) and acked.
 
-A reclaimed entry put back on its stream without being run (a hand-back with no live
-sibling, a worker stopping with it still buffered) becomes a new entry, delivered once:
-`carry_deaths()` writes its runs that died into the message's `attempt` first, so none
-is forgotten and the task still gets exactly `max_retry + 1` runs.
+An entry put back on its stream (a hand-back with no live sibling, a worker stopping with
+it fetched or running) becomes a new entry, delivered once: `put_back()` writes a
+reclaimed one's runs that died into the message's `attempt` first, so none is forgotten
+and the task still gets exactly `max_retry + 1` runs, and marks it `ran_before`, so its
+next run reads the durable steps an earlier run may have kept (core/steps.py).
 """
 
 from __future__ import annotations
@@ -42,14 +43,14 @@ def check_reclaimed(executor: Executor, run: Run) -> bool:
     return not lost
 
 
-def carry_deaths(body: bytes | str, runs: int | None) -> bytes | str:
-    """The body to requeue an entry with, unstarted, whose delivery counter is `runs`:
-    its `runs - 1` runs that died added to its attempt. Unchanged for a first delivery
-    (or a body that cannot be read: the worker that reads it records it as bad)."""
-    if runs is None or runs <= 1:
-        return body
+def put_back(body: bytes | str, runs: int | None) -> bytes | str:
+    """The body to requeue an entry with whose delivery counter is `runs`: its `runs - 1`
+    runs that died added to its attempt, and marked `ran_before` (it may have run: put
+    back while running, or finished with its ack not sent). Unchanged when it cannot be
+    read: the worker that reads it records it as bad."""
     try:
         message = TaskMessage.from_json(body)
     except InvalidTaskPayload:
         return body
-    return replace(message, attempt=message.attempt + runs - 1).to_json()
+    died = 0 if runs is None or runs <= 1 else runs - 1
+    return replace(message, attempt=message.attempt + died, ran_before=True).to_json()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from django_taskrunner.core import clock
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.records import PENDING_TTL_S, TRACEBACK_MAX_CHARS, encode_value
+from django_taskrunner.core.steps import first_run
 from django_taskrunner.shim import framework_result_ttl
 from django_taskrunner.store.records import RecordWrite
 from django_taskrunner.worker.steps.locks import release_locks
@@ -23,6 +24,7 @@ from django_taskrunner.worker.steps.run import Run
 from django_taskrunner.worker.steps.workflow import note_outcome
 
 if TYPE_CHECKING:
+    from django_taskrunner.core.message import TaskMessage
     from django_taskrunner.worker.executor import Executor
     from django_taskrunner.worker.running import Attempt
 
@@ -83,8 +85,7 @@ def write_outcome(
     final = status != "retrying"
     fields = [("s", status), ("t", message.task_name), ("q", message.queue),
               ("a", str(message.attempt + (0 if final else 1))), ("w", executor.consumer)]
-    # A final record keeps the dispatch's 'd', needs no 'ttl' any more, and gets its end.
-    fields += ([("f", str(clock.now_ms()))] if final
+    fields += (end_fields(message) if final
                else [("d", str(message.dispatched_at_ms)), ("ttl", str(ttl))])
     if attempt is not None:  # its start, and its trace (the task page's timeline)
         fields += [("st", str(attempt.started_ms)),
@@ -103,10 +104,33 @@ def write_outcome(
         if traceback:
             fields.append(("tb", traceback[-TRACEBACK_MAX_CHARS:]))
     executor.record(RecordWrite(message.id, tuple(fields), ttl if final else PENDING_TTL_S,
-                                final=final, uncancel=uncancel,
+                                final=final, uncancel=uncancel, steps=may_have_steps(run),
                                 cancel_member=locks.holder_value(message)))
     if message.workflow is not None:  # after its record: the next step reads its result
         note_outcome(executor, run, status)
+
+
+def end_fields(message: TaskMessage) -> list[tuple[str, str]]:
+    """A final record keeps the dispatch's 'd', needs no 'ttl' any more, and gets its end
+    and the payload it ran with (its message leaves Redis with this ack: the task page
+    shows it from here; one too large or not JSON is left out)."""
+    fields = [("f", str(clock.now_ms()))]
+    payload, _why = encode_value(message.payload, "payload")
+    if payload is not None:
+        fields.append(("pl", payload))
+    return fields
+
+
+def may_have_steps(run: Run) -> bool:
+    """Whether the task id of `run` may have kept durable steps, which its record writes
+    then give the record's TTL: a context-taking task's, but for a first run of its id
+    (`core.steps.first_run`) that kept none."""
+    task, attempt = run.task, run.attempt
+    if task is not None and not task.options.takes_context:
+        return False
+    if attempt is not None:
+        return not attempt.first_run or attempt.kept_steps
+    return run.message is None or not first_run(run.message, run.delivery.runs)
 
 
 def attempt_trace(executor: Executor, number: int, attempt: Attempt, status: str,
@@ -137,7 +161,8 @@ def started_write(attempt: Attempt, consumer: str) -> RecordWrite:
     progress = attempt.take_progress()
     if progress is not None:
         fields.append(("p", progress))
-    return RecordWrite(message.id, tuple(fields), PENDING_TTL_S)
+    return RecordWrite(message.id, tuple(fields), PENDING_TTL_S,
+                       steps=attempt.task.options.takes_context and not attempt.first_run)
 
 
 def progress_write(attempt: Attempt) -> RecordWrite | None:
@@ -157,4 +182,5 @@ def requeued_write(attempt: Attempt) -> RecordWrite | None:
     fields = [("s", "queued"), ("a", str(message.attempt)), ("w", "")]
     if message.dispatch_token is not None:
         fields.append(("h", locks.holder_value(message)))
-    return RecordWrite(message.id, tuple(fields), PENDING_TTL_S)
+    return RecordWrite(message.id, tuple(fields), PENDING_TTL_S,
+                       steps=attempt.task.options.takes_context)
