@@ -249,3 +249,58 @@ def test_a_server_that_lost_its_scripts_still_takes_and_feeds_fair_tasks(r, pref
 
     with worker_thread(concurrency=1):
         wait_for(lambda: started == ["S", "S", "S"], timeout=30)
+
+
+@task(name="tests.fair.plain")
+def plain(payload: dict) -> None:
+    _record({"k": "-"})
+
+
+def _held_behind(order: list[str], mine: str, other: str) -> list[int]:
+    """For each of `mine`'s starts, how many of `other` started before it."""
+    return [order[:at].count(other) for at, key in enumerate(order) if key == mine]
+
+
+def test_tasks_without_a_key_form_one_more_turn_beside_a_key(r, prefix):
+    dispatch(job, {"k": "B", "n": 0})  # a keyed task makes the queue fair
+    dispatch_many(plain, [{"n": n} for n in range(1_000)])
+    dispatch_many(job, [{"k": "B", "n": n} for n in range(1, 10)])
+
+    assert r.llen(f"{prefix}:{{default}}:fair:") == 1_000  # the unkeyed turn's list
+    assert not r.exists(stream_key(prefix, "default"))
+    with worker_thread(concurrency=1, batch_size=1):
+        wait_for(lambda: started.count("B") == 10, timeout=120)
+    with lock:
+        order = list(started)
+    assert max(behind - n for n, behind in enumerate(_held_behind(order, "B", "-"))) <= 1
+
+
+def test_a_burst_of_one_key_does_not_hold_back_tasks_without_a_key(r, prefix):
+    dispatch_many(job, [{"k": "B", "n": n} for n in range(1_000)])
+    dispatch_many(plain, [{"n": n} for n in range(10)])
+
+    assert not r.exists(stream_key(prefix, "default"))
+    with worker_thread(concurrency=1, batch_size=1):
+        wait_for(lambda: started.count("-") == 10, timeout=120)
+    with lock:
+        order = list(started)
+    assert max(behind - n for n, behind in enumerate(_held_behind(order, "-", "B"))) <= 1
+
+
+def test_a_queue_that_never_saw_a_key_sends_its_tasks_straight_to_the_stream(r, prefix):
+    dispatch_many(plain, [{"n": n} for n in range(5)])
+    dispatch(plain, {"n": 5})
+
+    assert r.xlen(stream_key(prefix, "default")) == 6
+    assert not r.keys(f"{prefix}:*fair*")
+
+
+def test_a_due_task_without_a_key_joins_the_unkeyed_turn_of_a_fair_queue(r, prefix):
+    dispatch(job, {"k": "B", "n": 0})
+    dispatch_delayed(plain, {"n": 0}, delay=0.05)
+    wait_for(lambda: r.zrangebyscore(f"{prefix}:{{default}}:delayed", 0, clock.now_ms()))
+    get_broker().promote_due("default", clock.now_ms(), 10)
+
+    assert r.lrange(fair_ring_key(prefix, "default"), 0, -1) == [b"B", b""]
+    assert r.llen(f"{prefix}:{{default}}:fair:") == 1
+
