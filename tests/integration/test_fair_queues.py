@@ -304,3 +304,64 @@ def test_a_due_task_without_a_key_joins_the_unkeyed_turn_of_a_fair_queue(r, pref
     assert r.lrange(fair_ring_key(prefix, "default"), 0, -1) == [b"B", b""]
     assert r.llen(f"{prefix}:{{default}}:fair:") == 1
 
+
+failed_once: set[int] = set()
+
+
+@task(name="tests.fair.flaky", fair_key=lambda payload: payload["k"], max_retry=1,
+      retry_backoff=0)
+def flaky(payload: dict) -> None:
+    _record(payload)
+    with lock:
+        first = payload["n"] not in failed_once
+        failed_once.add(payload["n"])
+    if first:
+        raise RuntimeError("the first attempt fails")
+
+
+OTHERS = [f"o{n}" for n in range(20)]
+
+
+def _between_the_as(order: list[str]) -> set[str]:
+    """The keys that started between the first two starts of key A."""
+    first = order.index("A")
+    return set(order[first + 1:order.index("A", first + 1)])
+
+
+def test_a_retry_without_backoff_joins_the_end_of_its_keys_turn(r, prefix):
+    failed_once.clear()
+    dispatch(flaky, {"k": "A", "n": 0})
+    for key in OTHERS:
+        dispatch_many(job, [{"k": key, "n": n} for n in range(2)])
+
+    with worker_thread(concurrency=1, batch_size=1, prefetch_ms=0):
+        wait_for(lambda: len(started) == 42, timeout=60)
+    assert _between_the_as(started) == set(OTHERS)  # every other key's turn came first
+
+
+def test_a_workflow_member_joins_its_keys_turn(r, prefix):
+    if get_broker().records.clustered:
+        pytest.skip("workflows need a single Redis server")
+    chain(job.s({"k": "A", "n": 0}), job.s({"k": "A", "n": 1})).dispatch()
+    for key in OTHERS:
+        dispatch_many(job, [{"k": key, "n": n} for n in range(2)])
+
+    with worker_thread(concurrency=1, batch_size=1, prefetch_ms=0):
+        wait_for(lambda: len(started) == 42, timeout=60)
+    assert _between_the_as(started) == set(OTHERS)  # every other key's turn came first
+
+
+@task(name="tests.fair.flaky_plain", max_retry=1, retry_backoff=0)
+def flaky_plain(payload: dict) -> None:
+    flaky({"k": "A", "n": payload["n"]})  # started as "A", fails its first attempt
+
+
+def test_a_retry_without_a_key_joins_the_unkeyed_turn_of_a_fair_queue(r, prefix):
+    failed_once.clear()
+    for key in OTHERS:
+        dispatch_many(job, [{"k": key, "n": n} for n in range(2)])
+    dispatch(flaky_plain, {"n": 0})
+
+    with worker_thread(concurrency=1, batch_size=1, prefetch_ms=0):
+        wait_for(lambda: len(started) == 42, timeout=60)
+    assert _between_the_as(started) == set(OTHERS)  # every other key's turn came first
