@@ -191,8 +191,8 @@ def add_fair(broker: Broker, shard: str, messages: list[TaskMessage], bodies: li
     """Messages of one fair key (and weight) into the key's list of `shard`, with their
     records, in one round trip; they reach the stream in the key's turns."""
     first = messages[0]
-    Fair(broker.client, broker.prefix).push(shard, first.fair_key or UNKEYED, first.fair_weight or 1,
-                                            bodies, records)
+    Fair(broker.client, broker.prefix).push(shard, first.fair_key or UNKEYED,
+                                            first.fair_weight or 1, bodies, records)
 
 
 def add_fair_batch(

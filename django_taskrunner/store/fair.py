@@ -62,7 +62,8 @@ class Fair:
         def build(pipe: Any) -> None:  # safe to send twice: HSETs, then the one push
             for record in records:
                 stored.queue_new(pipe, record)
-            scripts.queue(pipe, "fair_push", script_keys, [fair_key, str(weight), str(FAIR_QUEUE_TTL_S), *bodies])
+            scripts.queue(pipe, "fair_push", script_keys,
+                          [fair_key, str(weight), str(FAIR_QUEUE_TTL_S), *bodies])
 
         scripts.execute_loading(self.client, build, PUSH_SCRIPTS)
 

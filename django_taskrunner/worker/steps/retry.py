@@ -2,8 +2,8 @@
 
 A retry with a backoff waits in the delayed set, holding no worker thread; the scheduler
 moves it back onto the stream when it falls due. So does a fair task's retry without
-one, due at once: it joins the end of its key's turn (docs/flow-control.md). The requeue also acks this entry (one
-atomic script, sent in the acker's batch).
+one, due at once: it joins the end of its key's turn (docs/flow-control.md). The
+requeue also acks this entry (one atomic script, sent in the acker's batch).
 """
 
 from __future__ import annotations
