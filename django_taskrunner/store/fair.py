@@ -39,7 +39,7 @@ class Fair:
 
     Index: `push`, `is_fair_queue` (dispatch) · `rings_in_use`, `feed` (the worker's
     fetcher) ·
-    `top_keys`, `top_keys_of_queue`, `count_shard`
+    `top_keys`, `top_keys_of_queue`, `count_shard`, `waiting`
     (stats, admin) · `purge`, `purge_shard`.
     """
 
@@ -104,6 +104,12 @@ class Fair:
         counts = pipe.execute() if ring else []
         found = [FairKey(queue, key, int(n)) for key, n in zip(ring, counts, strict=True)]
         return sorted(found, key=lambda item: (-item.waiting, item.key))[:limit]
+
+    def waiting(self, queue: str, fair_key: str, start: int, count: int) -> list[bytes]:
+        """Bodies of `fair_key`'s tasks of `queue` (a level) waiting for their turn, the
+        next to run first, from index `start`: one LRANGE (the admin's Tasks page)."""
+        return list(self.client.lrange(keys.fair_list_key(self.prefix, queue, fair_key),
+                                       start, start + count - 1))
 
     def purge(self, queue: str) -> int:
         """Delete every fair list, the ring, turns and mark of `queue` (admin purge); the
