@@ -202,6 +202,20 @@ def test_an_outbox_fair_task_joins_its_keys_turn_after_the_commit(r, prefix):
         wait_for(lambda: started == ["O"], timeout=30)
 
 
+def test_an_outbox_task_without_a_key_joins_the_unkeyed_turn_of_a_fair_queue(r, prefix):
+    from django.db import transaction
+
+    dispatch(job, {"k": "B", "n": 0})
+    with transaction.atomic():
+        dispatch(plain, {"n": 0}, transactional=True)
+    wait_for(lambda: r.zcard(f"{prefix}:{{default}}:delayed") == 1)  # due now, to its turn
+    get_broker().promote_due("default", clock.now_ms(), 10)
+
+    assert r.lrange(fair_ring_key(prefix, "default"), 0, -1) == [b"B", b""]
+    with worker_thread(concurrency=1):
+        wait_for(lambda: sorted(started) == ["-", "B"], timeout=30)
+
+
 @task(name="tests.fair.limited", fair_key=lambda payload: payload["k"], rate_limit="1/m",
       rate_key=lambda payload: payload["k"])
 def limited(payload: dict) -> None:
