@@ -256,6 +256,23 @@ def test_a_periodic_fair_task_joins_its_keys_turn(r, prefix):
         registry.unregister("tests.fair.periodic")
 
 
+def test_a_periodic_task_without_a_key_joins_the_unkeyed_turn_of_a_fair_queue(r, prefix):
+    @task(name="tests.fair.periodic_plain", schedule=60)
+    def periodic_plain(payload: Any) -> None:
+        _record({"k": "-"})
+
+    try:
+        dispatch(job, {"k": "B", "n": 0})
+        runner = PeriodicRunner(get_broker(), with_rows=False)
+        runner.load(T0 + 5_000)
+        runner.run_due(T0 + 60_000)
+        assert r.zcard(f"{prefix}:{{default}}:delayed") == 1  # due at once, to its turn
+        get_broker().promote_due("default", T0 + 60_000, 10)
+        assert r.lrange(fair_ring_key(prefix, "default"), 0, -1) == [b"B", b""]
+    finally:
+        registry.unregister("tests.fair.periodic_plain")
+
+
 def test_a_server_that_lost_its_scripts_still_takes_and_feeds_fair_tasks(r, prefix):
     r.script_flush()  # a restarted server: the next calls load the scripts again
     dispatch_many(job, [{"k": "S", "n": n} for n in range(3)])
