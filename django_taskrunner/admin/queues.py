@@ -79,7 +79,7 @@ from django_taskrunner.store.browse import (
     get_browser,
     stream_id_key,
 )
-from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR
+from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR, REPLY_ERROR
 from django_taskrunner.store.fair import Fair, FairKey
 
 PURGE_PERMISSION = "django_taskrunner.purge_task"
@@ -92,6 +92,16 @@ BOTTOM = 22  # room for the time labels
 
 # Keys shown per fair queue on the dashboard: those with the most waiting tasks.
 FAIR_TOP = 10
+
+
+def busiest_fair_keys(broker: Any, queue: str) -> list[FairKey]:
+    """A fair queue's keys with the most tasks waiting for their turn; none when its fair
+    keys hold something else (written by hand): the rest of the page still shows."""
+    try:
+        return Fair(broker.client, broker.prefix).top_keys_of_queue(
+            sharding.shards(queue), FAIR_TOP)
+    except REPLY_ERROR:
+        return []
 
 
 def shown_seconds(value: float | None) -> str:
@@ -171,9 +181,7 @@ class QueueAdmin(RedisPageAdmin):
             shown = [chosen] if chosen in names else names
             leader = health.get_leader(broker)
             queues = [health.get_health(name, broker=broker) for name in shown]
-            fair = Fair(broker.client, broker.prefix)  # a fair queue's busiest keys
-            fair_keys = {name: fair.top_keys_of_queue(sharding.shards(name), FAIR_TOP)
-                         for name in shown}
+            fair_keys = {name: busiest_fair_keys(broker, name) for name in shown}
             paused, paused_error = paused_or_error()
         except REDIS_ERROR as exc:
             return self.render(request, "dashboard.html", {"redis_error": str(exc), **in_outbox})

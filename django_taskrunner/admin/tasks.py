@@ -73,7 +73,7 @@ from django_taskrunner.store.browse import (
     get_browser,
     stream_id_key,
 )
-from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.store.errors import REDIS_DOWN, REPLY_ERROR
 from django_taskrunner.store.fair import Fair
 from django_taskrunner.store.finished import FinishedIndex, FinishedRow
 
@@ -504,7 +504,10 @@ def fair_page(browser: StreamBrowser, queue: str, fair_key: str, *, after: str =
     """The tasks of one fair key waiting for their turn (not on the stream yet), the
     next to run first; the cursor is an index in the key's list."""
     start = int(after) if after.isdigit() else 0
-    bodies = Fair(browser.client, browser.prefix).waiting(queue, fair_key, start, size + 1)
+    try:
+        bodies = Fair(browser.client, browser.prefix).waiting(queue, fair_key, start, size + 1)
+    except REPLY_ERROR:  # not a list (written by hand): no task waits there
+        bodies = []
     rows = [TaskRow(queue, "", decode_body(body), body) for body in bodies[:size]]
     return RowPage(rows, next_cursor=str(start + size) if len(bodies) > size else "",
                    previous_cursor="0" if start else "")
@@ -708,7 +711,7 @@ class TaskAdmin(RedisPageAdmin):
         if status == "running":
             consumer = request.GET.get("consumer", "")[:200]
             page = running_page(browser, stream, after=after, query=query,
-                                         consumer=consumer)
+                                consumer=consumer)
             if fair_key:
                 page.rows[:] = [row for row in page.rows
                                 if row.message and row.message.fair_key == fair_key]

@@ -11,6 +11,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from django_taskrunner import dispatch_many
+from django_taskrunner.store.broker import get_broker
 from tests.django.admin_helpers import logged_in, make_user
 from tests.testapp.tasks import noop
 
@@ -86,3 +87,15 @@ def test_a_staff_user_without_the_task_permission_sees_keys_without_links():
 
     assert fair_table(html) == [["acct-1", "default", "2"]]
     assert "fair_key=" not in html
+
+
+def test_fair_keys_of_the_wrong_type_leave_both_pages_working(root):
+    dispatch_many(noop, [{"n": n} for n in range(2)], fair_key="acct-1")
+    broker = get_broker()
+    broker.client.set(f"{broker.prefix}:{{default}}:fair:acct-1", "not a list")
+
+    assert root.get(QUEUES).status_code == 200
+    assert root.get(TASKS, {"queue": "default", "fair_key": "acct-1"}).status_code == 200
+    broker.client.set(f"{broker.prefix}:{{default}}:fair-ring", "not a list")
+    html = root.get(QUEUES).content.decode()
+    assert 'class="tr-fair-keys"' not in html and "default" in html
