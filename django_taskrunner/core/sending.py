@@ -77,7 +77,8 @@ def _forget_fair_queues() -> None:
 def fair_queue(broker: Broker, shard: str) -> bool:
     """Whether `shard` (a level name) is a fair queue, whose tasks without a key wait as
     one more turn (store/fair.py, UNKEYED); looked up at most every FAIR_LOOK_EVERY_S
-    per process, so a queue that became fair is seen within that time."""
+    per process, so a queue that another process made fair is seen within that time
+    (one this process made fair, at once)."""
     now = clock.monotonic()
     seen = _fair_queues.get((broker.prefix, shard))
     if seen is not None and now < seen[1]:
@@ -193,6 +194,8 @@ def add_fair(broker: Broker, shard: str, messages: list[TaskMessage], bodies: li
     first = messages[0]
     Fair(broker.client, broker.prefix).push(shard, first.fair_key or UNKEYED,
                                             first.fair_weight or 1, bodies, records)
+    if first.fair_key is not None:  # it marked the queue fair: no need to look
+        _fair_queues[(broker.prefix, shard)] = (True, clock.monotonic() + FAIR_LOOK_EVERY_S)
 
 
 def add_fair_batch(

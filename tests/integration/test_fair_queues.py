@@ -326,6 +326,16 @@ def test_a_queue_that_never_saw_a_key_sends_its_tasks_straight_to_the_stream(r, 
     assert not r.keys(f"{prefix}:*fair*")
 
 
+def test_a_process_that_makes_a_queue_fair_sends_its_unkeyed_tasks_to_the_turn_at_once(
+        r, prefix):
+    dispatch(plain, {"n": 0})  # looked at the mark: not a fair queue (for 2 s)
+    dispatch(job, {"k": "B", "n": 0})
+    dispatch(plain, {"n": 1})
+
+    assert r.xlen(stream_key(prefix, "default")) == 1
+    assert r.llen(f"{prefix}:{{default}}:fair:") == 1
+
+
 def test_a_due_task_without_a_key_joins_the_unkeyed_turn_of_a_fair_queue(r, prefix):
     dispatch(job, {"k": "B", "n": 0})
     dispatch_delayed(plain, {"n": 0}, delay=0.05)
