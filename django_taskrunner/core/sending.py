@@ -228,7 +228,8 @@ def add_claimed(
 ) -> list[TaskMessage]:
     """One enqueue script per message, pipelined; the messages whose claim was free."""
     now = clock.now_ms()
-    due = [(now if message.fair_key is not None else None)  # a fair one: see add_now
+    due = [(now if message.fair_key is not None  # a fair one, or of a fair queue: see add_now
+            or fair_queue(broker, claim_level(claim, message)) else None)
            if (quiet_ms := debounce_ms(claim)) is None else now + quiet_ms
            for message, claim, _body in claimed]
     replies = get_locks().add_reserved_many(

@@ -336,6 +336,24 @@ def test_a_process_that_makes_a_queue_fair_sends_its_unkeyed_tasks_to_the_turn_a
     assert r.llen(f"{prefix}:{{default}}:fair:") == 1
 
 
+@task(name="tests.fair.unique_plain", unique=True, unique_for=60,
+      unique_key=lambda payload: str(payload["n"]))
+def unique_plain(payload: dict) -> None:
+    _record({"k": "-"})
+
+
+def test_unique_tasks_without_a_key_join_the_unkeyed_turn_of_a_fair_queue(r, prefix):
+    dispatch(job, {"k": "B", "n": 0})
+    dispatch(unique_plain, {"n": 0})
+    dispatch_many(unique_plain, [{"n": n} for n in range(1, 4)])
+
+    assert not r.exists(stream_key(prefix, "default"))  # due at once, to their turn
+    get_broker().promote_due("default", clock.now_ms(), 10)
+    assert r.llen(f"{prefix}:{{default}}:fair:") == 4
+    with worker_thread(concurrency=1):
+        wait_for(lambda: sorted(started) == ["-"] * 4 + ["B"], timeout=30)
+
+
 def test_a_due_task_without_a_key_joins_the_unkeyed_turn_of_a_fair_queue(r, prefix):
     dispatch(job, {"k": "B", "n": 0})
     dispatch_delayed(plain, {"n": 0}, delay=0.05)
