@@ -336,6 +336,14 @@ def fair_turns_key(prefix: str, queue: str) -> str:
     return f"{prefix}:{{{base}}}:fair-turns{mark}{level}"
 
 
+def fair_queue_key(prefix: str, queue: str) -> str:
+    """Mark of a fair queue (or level), kept a day past its last keyed task: while it is
+    there, the level's tasks without a key wait as one more turn, the key `""`.
+    `<prefix>:{<shard>}:fair-queue[!<p>]`."""
+    base, mark, level = queue.partition(LEVEL_MARK)
+    return f"{prefix}:{{{base}}}:fair-queue{mark}{level}"
+
+
 def fair_list_space(prefix: str, queue: str) -> str:
     """How every fair list of a queue (or level) starts: `<prefix>:{<shard>}:fair[!<p>]:`;
     `fair_feed.lua` appends a key from its ring to it (the same slot by the tag)."""
