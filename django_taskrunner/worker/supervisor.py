@@ -12,6 +12,8 @@ endpoint of the whole `runtasks` (`--metrics-port`).
 - A child that dies is replaced at once, and the messages it held are handed back before
   its replacement is started (`handback.py`): fetched ones unchanged, the running ones
   as a failed attempt (`WorkerLost`, naming the signal or exit code).
+- A child that comes back after being declared lost (`returning.py`) exits with
+  `LOST_EXIT`: it is replaced as one that died, under a new consumer name.
 - A child that dies before it is ready `MAX_STARTUP_FAILURES` times in a row (an import
   error, a bad setting) stops the supervisor with an error, rather than a crash loop.
 - Recycling: a child past `MAX_TASKS_PER_CHILD` or `MAX_MEMORY_PER_CHILD` asks for a
@@ -46,6 +48,7 @@ from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.worker import child_boot
 from django_taskrunner.worker.child import decode_report, encode_report, resident_bytes
 from django_taskrunner.worker.handback import Started, hand_back
+from django_taskrunner.worker.returning import LOST_EXIT
 
 logger = logging.getLogger(__name__)
 
@@ -156,6 +159,9 @@ def exit_cause(code: int | None) -> str:
         except ValueError:
             name = "unknown signal"
         return f"killed by signal {-code} ({name})"
+    if code == LOST_EXIT:
+        return (f"exited with code {code}: it was declared lost (WORKER_LOST_AFTER) and its "
+                f"messages were taken by other workers")
     return f"exited with code {code}"
 
 
