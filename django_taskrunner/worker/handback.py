@@ -14,14 +14,15 @@ child end) calls `hand_back()` with what it knows of the attempts the consumer h
   delivery counter says (it was given to a sibling that died too), which go into its
   attempt (`steps/reclaimed.py`);
 - one it was running counts as a run that died (a failed attempt), whose error says how
-  the process ended. With retries left and a sibling to take it, it moves to the sibling
-  with its delivery counter raised, so that the sibling's reclaimed-run check
-  (`worker/steps/reclaimed.py`) counts the death and runs it next; past its retries it
-  is recorded as failed (`WorkerLost`, naming the signal or exit code) and acked, so a
-  task that kills its process stops after `max_retry + 1` runs, never in a crash loop.
-  Without a sibling (or for the attempt a child was ended for, stuck past its time
-  limit: `TimeLimitExceeded`), the executor's own outcome steps settle it: a retry after
-  its `retry_backoff` at the end of the queue, or a failed row.
+  the process ended. With retries left, a `retry_backoff` of 0 and a sibling to take it,
+  it moves to the sibling with its delivery counter raised, so that the sibling's
+  reclaimed-run check (`worker/steps/reclaimed.py`) counts the death and runs it next;
+  past its retries it is recorded as failed (`WorkerLost`, naming the signal or exit
+  code) and acked, so a task that kills its process stops after `max_retry + 1` runs,
+  never in a crash loop.
+  Without a sibling, with a backoff to wait, or for the attempt a child was ended for
+  (stuck past its time limit: `TimeLimitExceeded`), the executor's own outcome steps
+  settle it: a retry after its `retry_backoff`, or a failed row.
 
 Each requeue checks, atomically, that the entry is still the dead consumer's: an entry
 another worker reclaimed meanwhile is left to that worker. Safe to call twice. The dead
@@ -49,6 +50,7 @@ from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
 from django_taskrunner.worker.running import Attempt
 from django_taskrunner.worker.steps.reclaimed import carry_deaths
+from django_taskrunner.worker.steps.retry import retry_delay
 from django_taskrunner.worker.steps.run import Run
 
 logger = logging.getLogger(__name__)
@@ -178,7 +180,10 @@ class Settler:
         logger.warning("task=%s id=%s queue=%s attempt=%d was running when its worker process "
                        "ended (%s)", task.name, message.id, message.queue, died, self.cause)
         run = self._run(stream, stream_id, body, message, task, started, died)
-        if self.adopters and self.rerun_started:
+        # A run that died is a failed attempt: its re-run waits its retry_backoff as any
+        # retry does (through the executor's steps below), unless that backoff is 0.
+        waits = died < task.options.max_retry + 1 and retry_delay(task, died) > 0
+        if self.adopters and self.rerun_started and not waits:
             if died < task.options.max_retry + 1:
                 return raised
             assert run.error is not None
