@@ -24,6 +24,10 @@ child end) calls `hand_back()` with what it knows of the attempts the consumer h
   (stuck past its time limit: `TimeLimitExceeded`), the executor's own outcome steps
   settle it: a retry after its `retry_backoff`, or a failed row.
 
+Every running attempt settled here counts in the queue's figures (`get_stats`, the
+`taskrunner_stats` command) as a failed run, retried or failed for good, as the dead
+process would have counted it.
+
 Each requeue checks, atomically, that the entry is still the dead consumer's: an entry
 another worker reclaimed meanwhile is left to that worker. Safe to call twice. The dead
 consumer, once it holds nothing, is removed from the group (and so from the dashboard's
@@ -38,17 +42,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.registry import registry
 from django_taskrunner.core.task import Task
 from django_taskrunner.exceptions import InvalidTaskPayload, WorkerLost
+from django_taskrunner.stats import writes as stats_writes
 from django_taskrunner.store import sharding
 from django_taskrunner.store.broker import Broker, Entry, Requeue
+from django_taskrunner.store.errors import REDIS_ERROR
+from django_taskrunner.store.stats import stats_store_for
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
 from django_taskrunner.worker.running import Attempt
+from django_taskrunner.worker.steps.observe import count_run
 from django_taskrunner.worker.steps.reclaimed import carry_deaths
 from django_taskrunner.worker.steps.retry import retry_delay
 from django_taskrunner.worker.steps.run import Run
@@ -107,6 +116,7 @@ def hand_back(
     for stream in all_streams(broker, queues):
         settler.settle_stream(stream)
         broker.drop_consumer(stream, consumer)  # gone from the consumer lists, if empty
+    settler.count()
     return settler.done
 
 
@@ -122,6 +132,19 @@ class Settler:
         self.executor = Executor(broker, consumer,
                                  lambda shard, stream_id: broker.ack(shard, [stream_id]))
         self._turn = 0  # the adopters take turns, one entry each
+
+    def count(self) -> None:
+        """Add the attempts settled here to the queues' figures (`get_stats`): the dead
+        process never flushed them. Lost if Redis fails now: figures, not tasks."""
+        batch = self.executor.stats.drain()
+        if not batch:
+            return
+        try:
+            stats_writes.add_figures(stats_store_for(self.broker), batch,
+                                     now_ms=clock.now_ms(), window=get_settings().STATS_WINDOW)
+        except REDIS_ERROR as exc:
+            logger.warning("could not count %d settled attempt(s) in the figures (%s)",
+                           self.done.failed_attempts, exc)
 
     def settle_stream(self, stream: str) -> None:
         cursor = "-"
@@ -184,7 +207,9 @@ class Settler:
         # retry does (through the executor's steps below), unless that backoff is 0.
         waits = died < task.options.max_retry + 1 and retry_delay(task, died) > 0
         if self.adopters and self.rerun_started and not waits:
+            count_run(self.executor, run)  # the executor's steps count it on the other path
             if died < task.options.max_retry + 1:
+                self.executor.stats.retried(message.queue, run.shown_name)
                 return raised
             assert run.error is not None
             self.executor.record_and_ack(run, run.error, attempts=died, event=locks.FAILED)
