@@ -101,7 +101,7 @@ def all_streams(broker: Broker, queues: Sequence[str]) -> list[str]:
 def hand_back(
     broker: Broker, consumer: str, queues: Sequence[str],
     started: Mapping[tuple[str, str], Started], cause: str, adopters: Sequence[str] = (), *,
-    rerun_started: bool = True,
+    rerun_started: bool = True, cancelled: bool = False,
 ) -> HandBack:
     """Settle every entry pending for `consumer` on the streams of `queues` (see above).
 
@@ -109,10 +109,13 @@ def hand_back(
     process ended ("killed by signal 9 (SIGKILL)"), for the failed attempts' error;
     `adopters`: live consumers that may take the rest, least busy first;
     `rerun_started`: False to settle the running ones through the executor even with
-    adopters (a task ended for its time limit). Redis errors pass through: the caller
-    tries again later (nothing is lost: what was not settled is still `consumer`'s).
+    adopters (a task ended for its time limit); `cancelled`: the running ones were
+    cancelled with `terminate=True` (settled as cancelled). Redis errors pass through:
+    the caller tries again later (nothing is lost: what was not settled is still
+    `consumer`'s).
     """
     settler = Settler(broker, consumer, started, cause, adopters, rerun_started)
+    settler.cancelled = cancelled
     for stream in all_streams(broker, queues):
         settler.settle_stream(stream)
         broker.drop_consumer(stream, consumer)  # gone from the consumer lists, if empty
@@ -132,6 +135,7 @@ class Settler:
         self.executor = Executor(broker, consumer,
                                  lambda shard, stream_id: broker.ack(shard, [stream_id]))
         self._turn = 0  # the adopters take turns, one entry each
+        self.cancelled = False  # the started attempts were cancelled (terminate=True)
 
     def count(self) -> None:
         """Add the attempts settled here to the queues' figures (`get_stats`): the dead
@@ -227,7 +231,7 @@ class Settler:
         started_ms = clock.now_ms() - int((clock.monotonic() - started.at) * 1000)
         attempt = Attempt(task, message, threading.current_thread(),
                           self.executor.reservation_timeout, stream, started=started.at,
-                          started_ms=started_ms)
+                          started_ms=started_ms, cancel_requested=self.cancelled)
         return Run(Delivery(stream, stream_id, body), message, task, attempt,
                    WorkerLost(task.name, died, self.cause))
 
