@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 LOST_EXIT = 75  # EX_TEMPFAIL: start me again
 CHECK_EVERY_S = 5.0  # the longest the monitor goes without reading the mark
 RECHECK_S = 0.25  # while late, `confirm()` reads the mark at most this often
+LOCK_WAIT_S = 2.0  # the longest `confirm()` waits for another thread's read of the mark
 
 
 class ReturnGuard:
@@ -76,10 +77,16 @@ class ReturnGuard:
         now = clock.monotonic()
         if now - self.confirmed < self.late_after:
             return True
-        with self._lock:
+        # Another thread may be reading it (right after a SIGCONT: the monitor): wait for
+        # its answer, but a hung Redis must not hold every thread here for long.
+        if not self._lock.acquire(timeout=LOCK_WAIT_S):
+            return self.cause is None
+        try:
             if now - self.checked < RECHECK_S:
                 return self.cause is None
             return self._read_mark(now)
+        finally:
+            self._lock.release()
 
     def _read_mark(self, now: float) -> bool:
         """True when no mark is found (or Redis cannot say: at least once). Under `_lock`."""
