@@ -58,28 +58,29 @@ def held_by(chaos: Chaos, consumer: str) -> set[str]:
 
 def stop_while_holding(chaos: Chaos, pid: int, consumer: str, keys: set[str]
                        ) -> tuple[set[str], set[str]]:
-    """SIGSTOP `pid` once it runs some tasks and holds more; (held, running) then."""
+    """SIGSTOP `pid` once it runs some tasks and holds more; (held, started) then: what it
+    started may run again (one finished with its ack not sent yet, at least once)."""
     wait_until(lambda: len(held_by(chaos, consumer)) >= 6
                and sum(1 for key, by in chaos.started_by().items() if by == pid) >= 2,
                TIMEOUT, f"{consumer} to run 2 tasks and hold more\n{chaos.log_tail()}")
     os.kill(pid, signal.SIGSTOP)
     held = chaos.held_by(consumer)
-    running = {key for key, by in chaos.started_by().items() if by == pid} - set(
-        key for key, by in chaos.done_by().items() if by == pid)
-    return held, running
+    started = {key for key, by in chaos.started_by().items() if by == pid}
+    return held, started
 
 
 def assert_taken_over(chaos: Chaos, pid: int, keys: set[str], held: set[str],
-                      running: set[str]) -> None:
+                      started: set[str]) -> None:
     """What the paused process held and had not started ran once, elsewhere; only what
-    it was running when paused may have run twice (the paused run went on)."""
+    it had started may have run twice (a paused run goes on; a finished one may not
+    have been acked)."""
     runs, starts, started_by = chaos.runs(), chaos.starts(), chaos.started_by()
     assert all(runs.get(key, 0) >= 1 for key in keys), runs
-    waiting = held - running
+    waiting = held - started
     assert waiting, "the paused worker held no message it had not started"
     assert {key: starts.get(key) for key in waiting} == dict.fromkeys(waiting, 1)
     assert all(started_by[key] != pid for key in waiting)
-    assert all(runs[key] == 1 for key in keys - running), runs
+    assert all(runs[key] == 1 for key in keys - started), runs
     from django_taskrunner.models import FailedTask
 
     assert list(FailedTask.objects.all()) == []
@@ -95,10 +96,10 @@ def test_a_worker_back_after_being_declared_lost_runs_and_acks_nothing_and_exits
     wait_until(lambda: "worker a started" in log_of(paused), TIMEOUT, chaos.log_tail())
     proc_work.dispatch_many([{"n": n, "sleep": 1.5} for n in range(12)])
     keys = {str(n) for n in range(12)}
-    held, running = stop_while_holding(chaos, paused.pid, "a", keys)
+    held, started = stop_while_holding(chaos, paused.pid, "a", keys)
     try:
         leader = chaos.spawn("b", "-c", "8")  # leads: it declares "a" lost, takes its messages
-        wait_until(lambda: chaos.all_ran(keys - running) and pending_count(chaos) == 0,
+        wait_until(lambda: chaos.all_ran(keys - started) and pending_count(chaos) == 0,
                    TIMEOUT, f"the paused worker's messages to run elsewhere\n"
                    f"{chaos.log_tail()}")
         assert "worker a is lost" in log_of(leader)
@@ -106,7 +107,7 @@ def test_a_worker_back_after_being_declared_lost_runs_and_acks_nothing_and_exits
         os.kill(paused.pid, signal.SIGCONT)
     assert paused.proc.wait(TIMEOUT) == LOST_EXIT, chaos.log_tail()
     assert "worker a was declared lost while it was away" in log_of(paused)
-    assert_taken_over(chaos, paused.pid, keys, held, running)
+    assert_taken_over(chaos, paused.pid, keys, held, started)
     assert pending_count(chaos) == 0
 
     # started again under the same name, it runs tasks as any worker (its mark cleared)
@@ -130,10 +131,10 @@ def test_a_child_back_after_being_declared_lost_is_replaced(site: Any) -> None:
     pid = int(log_of(supervisor).split("started child 0 (pid ")[1].split(",")[0])
     proc_work.dispatch_many([{"n": n, "sleep": 1.5} for n in range(12)])
     keys = {str(n) for n in range(12)}
-    held, running = stop_while_holding(chaos, pid, "sup-0.0", keys)
+    held, started = stop_while_holding(chaos, pid, "sup-0.0", keys)
     try:
         chaos.spawn("b", "-c", "8")
-        wait_until(lambda: chaos.all_ran(keys - running) and pending_count(chaos) == 0,
+        wait_until(lambda: chaos.all_ran(keys - started) and pending_count(chaos) == 0,
                    TIMEOUT, f"the paused child's messages to run elsewhere\n"
                    f"{chaos.log_tail()}")
     finally:
@@ -141,5 +142,5 @@ def test_a_child_back_after_being_declared_lost_is_replaced(site: Any) -> None:
     wait_until(lambda: log_of(supervisor).count(") is ready (") >= 2, TIMEOUT,
                f"the child to be replaced\n{chaos.log_tail()}")
     assert f"exited with code {LOST_EXIT}: it was declared lost" in log_of(supervisor)
-    assert_taken_over(chaos, pid, keys, held, running)
+    assert_taken_over(chaos, pid, keys, held, started)
     assert supervisor.stop() == 0, chaos.log_tail()

@@ -63,7 +63,10 @@ def test_terminate_ends_the_child_records_cancelled_and_hands_the_rest_back(site
     assert "blocker" not in chaos.runs()
     assert lookup(blocker.id).attempt == 1
     runs = chaos.runs()
-    assert all(runs[str(n)] == 1 for n in range(20)), runs
+    # -c 2 and the blocker on one thread: at most one other task was running (or had just
+    # finished, its ack not sent) in the ended child; only that one may run twice
+    assert all(runs[str(n)] >= 1 for n in range(20)), runs
+    assert sum(runs[str(n)] - 1 for n in range(20)) <= 1, runs
     # the ended child's other messages ran again without an attempt counted
     assert {lookup(message.id).attempt for message in others} == {1}
     assert list(FailedTask.objects.all()) == []
