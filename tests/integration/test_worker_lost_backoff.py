@@ -1,5 +1,5 @@
-"""A run that died with its worker is a failed attempt: its re-run waits the task's
-retry_backoff, whether a supervisor hands it back or a worker reclaims it."""
+"""A run that died with its child process is a failed attempt: handed back by the
+supervisor, its re-run waits the task's retry_backoff."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.store import keys
 from django_taskrunner.store.broker import get_broker
 from django_taskrunner.worker.handback import Started, hand_back
-from tests.worker_helpers import age_pending, wait_for, worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -55,27 +54,3 @@ def test_a_handed_back_running_attempt_waits_its_backoff_instead_of_going_to_a_s
     record = lookup(message.id)
     assert record is not None and record.status == "retrying"
     assert "SIGKILL" in (record.error or ""), record.error
-
-
-def test_a_reclaimed_message_whose_run_died_waits_its_backoff_before_running_again(r):
-    from tests.testapp.tasks import fails_then_retries_later  # max_retry=1, backoff 60 s
-
-    # Given a message reclaimed once already by a worker that died too (counter 2: one
-    # run surely died), idle past its reservation timeout
-    message = fails_then_retries_later.dispatch({"n": 2})
-    broker = get_broker()
-    [stream_id] = read_as(r, "dead-2.0")
-    r.xclaim(broker.stream("default"), broker.group, "dead-3.0", 0, [stream_id])
-    age_pending(r, broker.stream("default"), broker.group, 3600)
-    # When a live worker reclaims it
-    before = clock.now_ms()
-    with worker_thread(reservation_timeout=60):
-        wait_for(lambda: delayed(r), timeout=60)
-    # Then it was not run at once: its retry waits the backoff, counted as attempt 2
-    [(retried, due)] = delayed(r)
-    assert retried.id == message.id and retried.attempt == 2
-    assert due >= before + 59_000
-    record = lookup(message.id)
-    assert record is not None and record.status == "retrying"
-    assert "reclaimed" in (record.error or ""), record.error
-    assert pending_of(r, "dead-3.0") == []

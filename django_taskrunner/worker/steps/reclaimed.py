@@ -5,9 +5,6 @@ too often, and make sure it is still ours.
 one, and each reclaimed run since; all but the first surely died with their worker. Runs
 that died count as failed attempts, so a message that kills every worker running it
 stops after `max_retry + 1` sure deaths: recorded as failed (WorkerLost) and acked.
-Before that, a run that died is a failed attempt as any other: when the task's
-`retry_backoff` asks for a wait, the re-run is not started now but retried after it
-(the retry step: the delayed set), counted as attempt `died`.
 
 A reclaimed entry put back on its stream without being run (a hand-back with no live
 sibling, a worker stopping with it still buffered) becomes a new entry, delivered once:
@@ -23,7 +20,6 @@ from typing import TYPE_CHECKING
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.exceptions import InvalidTaskPayload, WorkerLost
-from django_taskrunner.worker.steps.retry import retry, retry_delay
 from django_taskrunner.worker.steps.run import Run
 
 if TYPE_CHECKING:
@@ -43,15 +39,7 @@ def check_reclaimed(executor: Executor, run: Run) -> bool:
                                 attempts=message.attempt - 1 + runs, event=locks.FAILED)
         return False
     lost = executor.broker.hold(run.shard, executor.consumer, [run.stream_id], runs=runs + 1)
-    if lost:
-        return False
-    if runs > 1 and retry_delay(task, died) > 0:  # a run died: wait its backoff first
-        run.message = replace(message, attempt=died)
-        run.error = WorkerLost(task.name, died, "its worker stopped: the message was "
-                               "reclaimed from it")
-        retry(executor, run)  # the retry step, as for any failed attempt: the delayed set
-        return False
-    return True
+    return not lost
 
 
 def carry_deaths(body: bytes | str, runs: int | None) -> bytes | str:
