@@ -162,6 +162,12 @@ def worker_key(prefix: str, consumer: str) -> str:
     return f"{prefix}:worker:{consumer}"
 
 
+def lost_mark_key(prefix: str, consumer: str) -> str:
+    """String written by the worker that declared `consumer` lost and took its messages
+    (the cause), with a TTL: a worker that comes back reads it and stops acking."""
+    return f"{prefix}:worker:{consumer}:lost"
+
+
 def long_queue_gate_key(prefix: str, queue: str) -> str:
     """Present while LONG_QUEUE_HOOK may not fire again for a queue (TTL = its cooldown)."""
     return f"{prefix}:{{{queue}}}:long-queue-gate"
