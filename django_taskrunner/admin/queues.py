@@ -78,7 +78,8 @@ from django_taskrunner.store.browse import (
     StreamBrowser,
     stream_id_key,
 )
-from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR
+from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR, REPLY_ERROR
+from django_taskrunner.store.fair import FairKey
 
 PURGE_PERMISSION = "django_taskrunner.purge_task"
 PAUSE_PERMISSION = "django_taskrunner.pause_queue"
@@ -87,6 +88,19 @@ WIDTH = 600
 HEIGHT = 140
 TOP = 22  # room for the scale label (16 px text)
 BOTTOM = 22  # room for the time labels
+
+# Keys shown per fair queue on the dashboard: those with the most waiting tasks.
+FAIR_TOP = 10
+
+
+def busiest_fair_keys(broker: Any, queue: str) -> list[FairKey]:
+    """A fair queue's keys with the most tasks waiting for their turn; none when its fair
+    keys hold something else (written by hand): the rest of the page still shows."""
+    try:
+        return broker.store.fair.top_keys_of_queue(
+            sharding.shards(queue), FAIR_TOP)
+    except REPLY_ERROR:
+        return []
 
 
 def shown_seconds(value: float | None) -> str:
@@ -167,6 +181,7 @@ class QueueAdmin(RedisPageAdmin):
             leader = health.get_leader(broker)
             queues = [health.get_health(name, broker=broker) for name in shown]
             delayed = {name: delayed_counts(broker, name) for name in shown}
+            fair_keys = {name: busiest_fair_keys(broker, name) for name in shown}
             paused, paused_error = paused_or_error()
         except REDIS_ERROR as exc:
             return self.render(request, "dashboard.html", {"redis_error": str(exc), **in_outbox})
@@ -175,7 +190,9 @@ class QueueAdmin(RedisPageAdmin):
             "leader": leader, "leader_left": shown_seconds(leader.lease_left),
             "queue_names": names, "chosen": chosen if chosen in names else "",
             "queues": [{**self._view_of(item, failed_url, paused),
-                        "delayed": delayed[item.queue]} for item in queues],
+                        "delayed": delayed[item.queue],
+                        "fair_keys": self._fair_rows(request, fair_keys[item.queue])}
+                       for item in queues],
             "paused_error": paused_error, "stats_window": get_settings().STATS_WINDOW,
             "can_pause": request.user.has_perm(PAUSE_PERMISSION),
             **in_outbox,
@@ -202,6 +219,16 @@ class QueueAdmin(RedisPageAdmin):
             "failed_url": f"{failed_url}&{urlencode({'queue': item.queue})}" if failed_url
             else None,
         }
+
+    def _fair_rows(self, request: HttpRequest, found: list[FairKey]
+                   ) -> list[tuple[FairKey, str]]:
+        """The keys with most tasks waiting for their turn, each with its Tasks list
+        (none for the tasks without a key, or without the Task view permission)."""
+        if not request.user.has_perm("django_taskrunner.view_task"):
+            return [(item, "") for item in found]
+        url = reverse(f"{self.admin_site.name}:django_taskrunner_task_changelist")
+        return [(item, f"{url}?{urlencode({'queue': item.queue, 'fair_key': item.key})}"
+                 if item.key else "") for item in found]
 
     def _failed_url(self, request: HttpRequest) -> str | None:
         """The failed-task list filtered to the last hour, for those who may open it."""

@@ -73,7 +73,7 @@ from django_taskrunner.store.browse import (
     StreamEntry,
     stream_id_key,
 )
-from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.store.errors import REDIS_DOWN, REPLY_ERROR
 from django_taskrunner.store.finished import FinishedIndex, FinishedRow
 
 REFRESH_SECONDS = 5
@@ -503,6 +503,20 @@ def running_page(browser: StreamBrowser, queue: str, *, after: str = "", query: 
                    previous_cursor="-" if after else "")
 
 
+def fair_page(browser: StreamBrowser, queue: str, fair_key: str, *, after: str = "",
+              size: int = PER_PAGE) -> RowPage:
+    """The tasks of one fair key waiting for their turn (not on the stream yet), the
+    next to run first; the cursor is an index in the key's list."""
+    start = int(after) if after.isdigit() else 0
+    try:
+        bodies = get_store().fair.waiting(queue, fair_key, start, size + 1)
+    except REPLY_ERROR:  # not a list (written by hand): no task waits there
+        bodies = []
+    rows = [TaskRow(queue, "", decode_body(body), body) for body in bodies[:size]]
+    return RowPage(rows, next_cursor=str(start + size) if len(bodies) > size else "",
+                   previous_cursor="0" if start else "")
+
+
 def _running(queue: str, item: Held) -> TaskRow:
     return TaskRow(queue, item.stream_id, decode_body(item.body), item.body, consumer=item.consumer,
                    idle_ms=item.idle_ms, deliveries=item.deliveries)
@@ -560,6 +574,11 @@ class FinishedList:
 def finished_index() -> FinishedIndex:
     """The finished indexes of the app's Redis and prefix."""
     return get_store().finished
+
+
+def fair_key_filter(request: HttpRequest) -> str:
+    """The `?fair_key=` of a Tasks list: only that key's tasks (docs/admin.md)."""
+    return request.GET.get("fair_key", "")[:256]
 
 
 def outcome_filter(value: str) -> str:
@@ -670,17 +689,20 @@ class TaskAdmin(RedisPageAdmin):
                     page: RowPage) -> dict[str, str]:
         """The list's filter and paging query strings, and its live view's URL."""
         consumer = request.GET.get("consumer", "")[:200] if status == "running" else ""
+        fair_key = fair_key_filter(request)
         filters = {"queue": stream, "status": status, "q": query,
-                   **({"consumer": consumer} if consumer else {})}
+                   **({"consumer": consumer} if consumer else {}),
+                   **({"fair_key": fair_key} if fair_key else {})}
         live = (f"{reverse(self.url_name('live'))}?{urlencode({'queue': stream})}"
-                if status == "running" and not (query or consumer or request.GET.get("after"))
+                if status == "running"
+                and not (query or consumer or fair_key or request.GET.get("after"))
                 else "")
         return {
-            "consumer": consumer, "filters": urlencode(filters),
+            "consumer": consumer, "fair_key": fair_key, "filters": urlencode(filters),
             "next_query": urlencode({**filters, "after": page.next_cursor})
             if page.next_cursor else "",
             "previous_query": urlencode({**filters, "before": page.previous_cursor})
-            if page.previous_cursor and status == "queued" else "",
+            if page.previous_cursor and status == "queued" and not fair_key else "",
             "first_query": urlencode(filters) if page.previous_cursor else "",
             "live_url": live,
         }
@@ -717,10 +739,20 @@ class TaskAdmin(RedisPageAdmin):
               request: HttpRequest) -> RowPage:
         after = request.GET.get("after", "")
         before = request.GET.get("before", "")
+        fair_key = fair_key_filter(request)
         if status == "running":
             consumer = request.GET.get("consumer", "")[:200]
-            return running_page(browser, stream, after=after, query=query,
-                                         consumer=consumer)
+            page = running_page(browser, stream, after=after, query=query,
+                                consumer=consumer)
+            if fair_key:
+                page.rows[:] = [row for row in page.rows
+                                if row.message and row.message.fair_key == fair_key]
+            return page
+        if fair_key:
+            page = fair_page(browser, stream, fair_key, after=after)
+            if query:
+                page.rows[:] = [row for row in page.rows if matches(row.message, "", query)]
+            return page
         if before and not STREAM_ID.match(before) and before != "+":
             before = ""
         return queued_page(browser, stream, after=after, before=before, query=query)

@@ -44,7 +44,7 @@ from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.outbox_rows import Row, failed_model, outbox_model
 from django_taskrunner.core.records import dispatch_record
 from django_taskrunner.core.registry import registry
-from django_taskrunner.core.sending import announce_queue
+from django_taskrunner.core.sending import announce_queue, fair_queue
 from django_taskrunner.core.unique import (
     TASK_ID_TTL_MS,
     LockSpec,
@@ -330,9 +330,10 @@ def _plan(row: Row, broker: Any) -> tuple[Outcome, Reservation, RecordWrite | No
     else:
         id_key = outcome.mark = keys.outbox_mark_key(prefix, shard, message.id)
         id_ttl_ms = MARK_TTL_MS
-    # A fair message goes through the delayed set, due now: its promotion puts it in its
-    # key's turn (store/fair.py), as a direct dispatch of it does (core/sending.py).
-    fair_due = None if message.fair_key is None else now_ms()
+    # A fair message (or any of a fair queue) goes through the delayed set, due now: its
+    # promotion puts it in its key's turn (store/fair.py), as a direct dispatch of it
+    # does (core/sending.py).
+    fair_due = None if message.fair_key is None and not fair_queue(broker, shard) else now_ms()
     if claim is None:
         reservation = Reservation(
             destination=broker.stream(shard) if fair_due is None else keys.delayed_key(

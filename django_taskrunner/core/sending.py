@@ -25,6 +25,7 @@ from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.connection import built_client
 from django_taskrunner.store.errors import REDIS_DOWN, unavailable
+from django_taskrunner.store.fair import UNKEYED
 from django_taskrunner.store.records import RecordWrite
 
 if TYPE_CHECKING:
@@ -60,6 +61,31 @@ def announce_queue(broker: Broker, queue: str) -> None:
     _announced[(broker.prefix, queue)] = now
 
 
+# (prefix, shard or level) -> (whether it is a fair queue, until when that holds, monotonic s).
+_fair_queues: dict[tuple[str, str], tuple[bool, float]] = {}
+# How long a look at a queue's fair mark holds: a plain queue pays one EXISTS per this.
+FAIR_LOOK_EVERY_S = 2.0
+
+
+@on_reset
+def _forget_fair_queues() -> None:
+    _fair_queues.clear()
+
+
+def fair_queue(broker: Broker, shard: str) -> bool:
+    """Whether `shard` (a level name) is a fair queue, whose tasks without a key wait as
+    one more turn (store/fair.py, UNKEYED); looked up at most every FAIR_LOOK_EVERY_S
+    per process, so a queue that another process made fair is seen within that time
+    (one this process made fair, at once)."""
+    now = clock.monotonic()
+    seen = _fair_queues.get((broker.prefix, shard))
+    if seen is not None and now < seen[1]:
+        return seen[0]
+    found = broker.store.fair.is_fair_queue(shard)
+    _fair_queues[(broker.prefix, shard)] = (found, now + FAIR_LOOK_EVERY_S)
+    return found
+
+
 def redis_down(task: Task, exc: Exception) -> RedisUnavailable:
     return unavailable(f"cannot dispatch {task.name!r}", exc, built_client())
 
@@ -74,12 +100,13 @@ def add_now(message: TaskMessage, body: str, claim: UniqueClaim | None, task: Ta
         if claim is None:
             shard = keys.level_name(sharding.next_shard(message.queue), message.priority)
             record = dispatch_record(message, task, shard)
-            if message.fair_key is None:
+            if message.fair_key is None and not fair_queue(broker, shard):
                 message.stream_id = broker.add(shard, body, record)
-            else:  # it waits for its key's turn (store/fair.py)
+            else:  # it waits for its key's turn (store/fair.py), or the unkeyed one
                 add_fair(broker, shard, [message], [body], [record] if record else [])
-        elif message.fair_key is not None:  # through the delayed set, due now: its
-            return add_delayed(message, clock.now_ms(), claim, task)  # promotion joins the turn
+        elif message.fair_key is not None or fair_queue(broker, claim_level(claim, message)):
+            # through the delayed set, due now: its promotion joins the turn
+            return add_delayed(message, clock.now_ms(), claim, task)
         else:
             reply = get_store().locks.add_reserved(
                 locks.reservation_for(claim, broker, message, body),
@@ -144,11 +171,12 @@ def add_plain(
     """XADD every body (and its record) in one round trip; a queue split into shards
     gets them round robin."""
     queue, priority = messages[0].queue, messages[0].priority
-    if any(message.fair_key is not None for message in messages):
-        return add_fair_batch(broker, task, messages, bodies)
     shards = sharding.spread(queue, len(bodies))
     if priority is not None:
         shards = [keys.level_name(shard, priority) for shard in shards]
+    if any(message.fair_key is not None for message in messages) or any(
+            fair_queue(broker, shard) for shard in set(shards)):
+        return add_fair_batch(broker, task, messages, bodies)
     records = [dispatch_record(message, task, shard)
                for message, shard in zip(messages, shards, strict=True)
                ] if keeps_records(task) else []
@@ -162,16 +190,19 @@ def add_fair(broker: Broker, shard: str, messages: list[TaskMessage], bodies: li
     """Messages of one fair key (and weight) into the key's list of `shard`, with their
     records, in one round trip; they reach the stream in the key's turns."""
     first = messages[0]
-    broker.store.fair.push(shard, first.fair_key or "", first.fair_weight or 1,
-                                            bodies, records)
+    broker.store.fair.push(shard, first.fair_key or UNKEYED,
+                                            first.fair_weight or 1, bodies, records)
+    if first.fair_key is not None:  # it marked the queue fair: no need to look
+        _fair_queues[(broker.prefix, shard)] = (True, clock.monotonic() + FAIR_LOOK_EVERY_S)
 
 
 def add_fair_batch(
     broker: Broker, task: Task, messages: list[TaskMessage], bodies: list[str],
 ) -> list[str]:
-    """`dispatch_many` of a task with fair keys: plain messages (no key) XADDed as
-    usual, the others into their keys' lists (one round trip per key); the stream ids
-    ('' for a message waiting for its turn)."""
+    """`dispatch_many` of a task with fair keys or on a fair queue: plain messages (no
+    key) XADDed as usual, or, on a fair queue, into the unkeyed turn's list; the others
+    into their keys' lists (one round trip per key); the stream ids ('' for a message
+    waiting for its turn)."""
     groups: dict[tuple[str, int, str | None], list[int]] = {}
     for index, message in enumerate(messages):
         shard = keys.level_name(sharding.next_shard(message.queue), message.priority)
@@ -181,7 +212,7 @@ def add_fair_batch(
         chosen = [messages[i] for i in indexes]
         records = [record for message in chosen
                    if (record := dispatch_record(message, task, shard)) is not None]
-        if fair_key is None:
+        if fair_key is None and not fair_queue(broker, shard):
             ids = broker.add_many(shard, [bodies[i] for i in indexes], records)
             for index, stream_id in zip(indexes, ids, strict=True):
                 stream_ids[index] = stream_id
@@ -195,7 +226,8 @@ def add_claimed(
 ) -> list[TaskMessage]:
     """One enqueue script per message, pipelined; the messages whose claim was free."""
     now = clock.now_ms()
-    due = [(now if message.fair_key is not None else None)  # a fair one: see add_now
+    due = [(now if message.fair_key is not None  # a fair one, or of a fair queue: see add_now
+            or fair_queue(broker, claim_level(claim, message)) else None)
            if (quiet_ms := debounce_ms(claim)) is None else now + quiet_ms
            for message, claim, _body in claimed]
     replies = get_store().locks.add_reserved_many(

@@ -25,9 +25,10 @@ from django.utils import timezone
 from django_taskrunner.core import clock, cron, sharding
 from django_taskrunner.core.prepare import new_message, resolve_queue
 from django_taskrunner.core.registry import registry
+from django_taskrunner.core.sending import fair_queue
 from django_taskrunner.exceptions import TaskRunnerError
 from django_taskrunner.models import PeriodicTask
-from django_taskrunner.store import get_store
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REPLY_ERROR, stalls_writes
 
@@ -173,10 +174,11 @@ class PeriodicRunner:
                               start_ms=occurrence_ms)
         occurrence_id = uuid.uuid5(_ID_NAMESPACE, f"{schedule.id}@{occurrence_ms}").hex
         message = replace(message, id=occurrence_id, dispatched_at_ms=now_ms)
+        fair = message.fair_key is not None or fair_queue(  # to its turn (store/fair.py)
+            self.broker, keys.level_name(schedule.shard(), message.priority))
         try:
             fired = self.store.fire_periodic(schedule.shard(), schedule.id, occurrence_ms,
-                                             message.to_json(),
-                                             fair=message.fair_key is not None)
+                                             message.to_json(), fair=fair)
         except REPLY_ERROR as exc:
             if stalls_writes(exc):
                 raise  # Redis refuses writes: the scheduler waits, as through an outage

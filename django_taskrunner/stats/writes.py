@@ -90,6 +90,11 @@ def flush_figures(stats: StatsStore, batch: Batch, heartbeat: WorkerReport, *, n
                         window=window, ttl=ttl)
 
 
+def add_figures(stats: StatsStore, batch: Batch, *, now_ms: int, window: int) -> None:
+    """Add `batch` alone, no heartbeat (a process that settled another's attempts)."""
+    stats.add_figures(queue_writes(batch), now_ms=now_ms, window=window)
+
+
 def worker_beat(heartbeat: WorkerReport, now_ms: int) -> WorkerBeat:
     """The heartbeat as the store writes it."""
     return WorkerBeat(consumer=heartbeat.consumer, queues=heartbeat.queues,

@@ -65,6 +65,7 @@ class Store:
             stream
         streams.claim(queue, consumer, claims)  XCLAIM entries idle for at least their own
             timeout, keeping their delivery counter
+        streams.clear_lost_mark(consumer)  A worker starting under `consumer`: drop an old mark
         streams.delete_idle_consumers(queue, min_idle_ms, keep)  Remove consumers holding
             nothing and idle for `min_idle_ms`
         streams.drop_consumer(queue, consumer)  Remove `consumer` from the group if it holds
@@ -84,6 +85,8 @@ class Store:
         streams.last_seen_ms(consumers)  When each worker last wrote its heartbeat
         streams.length(queue)  XLEN of the queue's stream
         streams.levels_in_use(shards)  Every stream of each shard, highest priority first
+        streams.lost_mark(consumer)  Why `consumer` was declared lost; None when it was not
+        streams.mark_lost(consumer, cause, ttl_s)  Say that `consumer` was declared lost
         streams.pending(queue)  Messages delivered to some worker and not yet acked
         streams.pending_idle(queue, min_idle_ms, start, count, consumer)  Pending entries idle
             for at least `min_idle_ms`, from `start` on
@@ -265,6 +268,7 @@ class Store:
         fair.count_shard(shard)  How many fair tasks of `shard` wait for their turn
         fair.feed(queue, count)  Move up to `count` waiting tasks of `queue` onto its stream, in
             turns across its keys
+        fair.is_fair_queue(queue)  Whether a keyed task used `queue` lately
         fair.purge(queue)  Delete every fair list, the ring and the turns of `queue`
         fair.purge_shard(shard)  `purge` of every level of `shard` that has fair tasks waiting
         fair.push(queue, fair_key, weight, bodies, records)  Append one key's messages to its list
@@ -272,6 +276,7 @@ class Store:
         fair.top_keys(queue, limit)  The keys of `queue` with the most waiting tasks
         fair.top_keys_of_queue(shards, limit)  The keys with most waiting tasks across `shards`
             and their levels, most first
+        fair.waiting(queue, fair_key, start, count)  Bodies of one key's tasks waiting
 
     steps: `StepsStore` (store/steps.py), the durable steps of a task (ctx.step)
         steps.holders(task_ids, ttl_seconds)  The ids that have kept steps, their TTL set
@@ -279,6 +284,7 @@ class Store:
         steps.load(task_id)  Every kept step of `task_id`: name -> JSON text
 
     stats: `StatsStore` (store/stats.py), worker figures and heartbeats, the long-queue gate
+        stats.add_figures(writes, now_ms, window)  Add figures with no heartbeat
         stats.open_gate(queue, holder, cooldown_ms)  SET NX PX `keys.long_queue_gate_key`: True
             when this call set it
         stats.remove_heartbeat(consumer, queues)  DEL `keys.worker_key` and ZREM the consumer

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import ResponseError
 
 from django_taskrunner.store import keys, scripts, server
+from django_taskrunner.store.fair import FAIR_QUEUE_TTL_S
 from django_taskrunner.store.limits import RENEW_SCRIPT, Limits, Slot
 from django_taskrunner.store.records import ADD_SCRIPTS, SCRIPTS, Records, RecordWrite
 from django_taskrunner.store.recovery import Entry, StreamRecovery, body_of
@@ -263,8 +264,10 @@ class Broker(StreamRecovery):
         reply = scripts.run(  # a due fair task joins its key's turn (store/fair.py)
             self.client, "promote_due",
             [keys.delayed_key(self.prefix, queue), self.stream(queue),
-             keys.fair_ring_key(self.prefix, queue), keys.fair_turns_key(self.prefix, queue)],
-            [str(now_ms), str(batch), keys.fair_list_space(self.prefix, queue)],
+             keys.fair_ring_key(self.prefix, queue), keys.fair_turns_key(self.prefix, queue),
+             keys.fair_queue_key(self.prefix, queue)],
+            [str(now_ms), str(batch), keys.fair_list_space(self.prefix, queue),
+             str(FAIR_QUEUE_TTL_S)],
         )
         self.records.set_stream_ids(Records.promoted_entries(reply[2:]))  # 1 round trip a batch
         return int(reply[0]), None if int(reply[1]) < 0 else int(reply[1])

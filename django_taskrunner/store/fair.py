@@ -18,6 +18,11 @@ from django_taskrunner.store.records import Records, RecordWrite
 from django_taskrunner.store.values import text
 
 PUSH_SCRIPTS = ("fair_push",)
+# Seconds a queue stays fair after its last keyed task: meanwhile its tasks without a
+# key wait as one more turn, the key "" (UNKEYED).
+FAIR_QUEUE_TTL_S = 86400
+# The ring member of the tasks without a key (a real key is never empty).
+UNKEYED = ""
 
 
 @dataclass(frozen=True)
@@ -32,8 +37,9 @@ class FairKey:
 class Fair:
     """Fair lists and rings on one client and key prefix.
 
-    Index: `push` (dispatch) · `rings_in_use`, `feed` (the worker's fetcher) ·
-    `top_keys`, `top_keys_of_queue`, `count_shard`
+    Index: `push`, `is_fair_queue` (dispatch) · `rings_in_use`, `feed` (the worker's
+    fetcher) ·
+    `top_keys`, `top_keys_of_queue`, `count_shard`, `waiting`
     (stats, admin) · `purge`, `purge_shard`.
     """
 
@@ -45,18 +51,26 @@ class Fair:
              records: Sequence[RecordWrite] = ()) -> None:
         """Append `bodies` (one key's messages, oldest first) to the key's list of
         `queue`, the key joining the ring if it was not in it; their `records` ("queued",
-        no stream entry yet) in the same pipelined round trip."""
+        no stream entry yet) in the same pipelined round trip. `fair_key` UNKEYED: the
+        turn of the queue's tasks without a key."""
         stored = Records(self.client, self.prefix)
         script_keys = [keys.fair_list_key(self.prefix, queue, fair_key),
                        keys.fair_ring_key(self.prefix, queue),
-                       keys.fair_turns_key(self.prefix, queue)]
+                       keys.fair_turns_key(self.prefix, queue),
+                       keys.fair_queue_key(self.prefix, queue)]
 
         def build(pipe: Any) -> None:  # safe to send twice: HSETs, then the one push
             for record in records:
                 stored.queue_new(pipe, record)
-            scripts.queue(pipe, "fair_push", script_keys, [fair_key, str(weight), *bodies])
+            scripts.queue(pipe, "fair_push", script_keys,
+                          [fair_key, str(weight), str(FAIR_QUEUE_TTL_S), *bodies])
 
         scripts.execute_loading(self.client, build, PUSH_SCRIPTS)
+
+    def is_fair_queue(self, queue: str) -> bool:
+        """Whether a keyed task used `queue` (a shard or level) within FAIR_QUEUE_TTL_S:
+        then its tasks without a key wait as one more turn."""
+        return bool(self.client.exists(keys.fair_queue_key(self.prefix, queue)))
 
     def rings_in_use(self, shard: str) -> list[str]:
         """The level names of `shard` (highest first) that have fair tasks waiting: one
@@ -91,8 +105,14 @@ class Fair:
         found = [FairKey(queue, key, int(n)) for key, n in zip(ring, counts, strict=True)]
         return sorted(found, key=lambda item: (-item.waiting, item.key))[:limit]
 
+    def waiting(self, queue: str, fair_key: str, start: int, count: int) -> list[bytes]:
+        """Bodies of `fair_key`'s tasks of `queue` (a level) waiting for their turn, the
+        next to run first, from index `start`: one LRANGE (the admin's Tasks page)."""
+        return list(self.client.lrange(keys.fair_list_key(self.prefix, queue, fair_key),
+                                       start, start + count - 1))
+
     def purge(self, queue: str) -> int:
-        """Delete every fair list, the ring and the turns of `queue` (admin purge); the
+        """Delete every fair list, the ring, turns and mark of `queue` (admin purge); the
         number of tasks dropped. The ring names every list that holds something."""
         ring_key = keys.fair_ring_key(self.prefix, queue)
         ring = [text(key) for key in self.client.lrange(ring_key, 0, -1)]
@@ -100,7 +120,8 @@ class Fair:
         pipe = self.client.pipeline(transaction=False)
         for name in lists:
             pipe.llen(name)
-        for name in [*lists, ring_key, keys.fair_turns_key(self.prefix, queue)]:
+        for name in [*lists, ring_key, keys.fair_turns_key(self.prefix, queue),
+                     keys.fair_queue_key(self.prefix, queue)]:
             pipe.delete(name)
         return sum(int(n) for n in pipe.execute()[:len(lists)])
 

@@ -162,6 +162,12 @@ def worker_key(prefix: str, consumer: str) -> str:
     return f"{prefix}:worker:{consumer}"
 
 
+def lost_mark_key(prefix: str, consumer: str) -> str:
+    """String written by the worker that declared `consumer` lost and took its messages
+    (the cause), with a TTL: a worker that comes back reads it and stops acking."""
+    return f"{prefix}:worker:{consumer}:lost"
+
+
 def long_queue_gate_key(prefix: str, queue: str) -> str:
     """Present while LONG_QUEUE_HOOK may not fire again for a queue (TTL = its cooldown)."""
     return f"{prefix}:{{{queue}}}:long-queue-gate"
@@ -334,6 +340,14 @@ def fair_turns_key(prefix: str, queue: str) -> str:
     the turns it used of its current round. `<prefix>:{<shard>}:fair-turns[!<p>]`."""
     base, mark, level = queue.partition(LEVEL_MARK)
     return f"{prefix}:{{{base}}}:fair-turns{mark}{level}"
+
+
+def fair_queue_key(prefix: str, queue: str) -> str:
+    """Mark of a fair queue (or level), kept a day past its last keyed task: while it is
+    there, the level's tasks without a key wait as one more turn, the key `""`.
+    `<prefix>:{<shard>}:fair-queue[!<p>]`."""
+    base, mark, level = queue.partition(LEVEL_MARK)
+    return f"{prefix}:{{{base}}}:fair-queue{mark}{level}"
 
 
 def fair_list_space(prefix: str, queue: str) -> str:

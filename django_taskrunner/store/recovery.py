@@ -126,6 +126,20 @@ class StreamRecovery:
         return {consumer: None if seen is None else int(seen)
                 for consumer, seen in zip(consumers, pipe.execute(), strict=True)}
 
+    def mark_lost(self, consumer: str, cause: str, ttl_s: int) -> None:
+        """Say that `consumer` was declared lost (`keys.lost_mark_key`), before its
+        messages are taken: if it comes back, it reads this and stops acking."""
+        self.client.set(keys.lost_mark_key(self.prefix, consumer), cause, ex=ttl_s)
+
+    def lost_mark(self, consumer: str) -> str | None:
+        """Why `consumer` was declared lost; None when it was not (or it started again)."""
+        cause = self.client.get(keys.lost_mark_key(self.prefix, consumer))
+        return None if cause is None else text(cause)
+
+    def clear_lost_mark(self, consumer: str) -> None:
+        """A worker starting under `consumer` holds nothing yet: an old mark is not its."""
+        self.client.delete(keys.lost_mark_key(self.prefix, consumer))
+
     def drop_consumer(self, queue: str, consumer: str) -> bool:
         """Remove `consumer` from the group if it holds nothing (`drop_consumer.lua`);
         False when it holds entries or the group does not exist."""

@@ -75,7 +75,7 @@ class Acker(threading.Thread):
 
     def __init__(
         self, broker: Broker, consumer: str, status: RedisStatus | None = None,
-        on_requeued: Callable[[], None] | None = None,
+        on_requeued: Callable[[], None] | None = None, confirm: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__(name="taskrunner-acker", daemon=True)
         self.broker = broker
@@ -94,6 +94,9 @@ class Acker(threading.Thread):
         self._in_flight: Batch | None = None  # the batch being sent
         self._cond = threading.Condition()
         self._stopping = False
+        # False once this worker is known to have been declared lost (worker/returning.py):
+        # its acks and records are dropped, only its (ownership-checked) requeues go out.
+        self.confirm: Callable[[], bool] = confirm or (lambda: True)
 
     def add(self, shard: str, stream_id: str) -> None:
         """Ack (and delete) `stream_id` of `shard`: the message is done."""
@@ -173,7 +176,9 @@ class Acker(threading.Thread):
 
     def run(self) -> None:
         while (batch := self._take()) is not None:
-            if not self._send(batch):
+            if not self.confirm():
+                batch = _abandoned(batch)
+            if batch.size and not self._send(batch):
                 with self._cond:
                     left = batch.size + self._batch.size
                 logger.error("giving up on %d acks at exit; those tasks will be delivered "
@@ -273,6 +278,18 @@ class Acker(threading.Thread):
             self._stopping = True
             self._cond.notify()
         self.join()
+
+
+def _abandoned(batch: Batch) -> Batch:
+    """What a worker declared lost still sends of a batch: its requeues, which move only
+    entries still its own (`requeue.lua`); no ack (an entry taken by another worker would
+    be acked under it), no task record and no concurrency slot (the task may be running
+    elsewhere now under the same holder: the slot expires)."""
+    if batch.acks or batch.records or batch.workflows:
+        logger.warning("this worker was declared lost: %d ack(s) and %d task record(s) not "
+                       "sent (those messages belong to other workers now)",
+                       sum(len(ids) for ids in batch.acks.values()), len(batch.records))
+    return Batch(requeues=batch.requeues, size=len(batch.requeues))
 
 
 def _requeued(body: str | bytes, reply: object) -> tuple[str, str, str] | None:

@@ -14,6 +14,9 @@ to the supervisor it says:
   SIGTERM, on which it drains as any worker does;
 - `stuck` for a sync task still running `TIME_LIMIT_GRACE` past its time limit: a
   thread cannot be killed, a process can; the supervisor ends this one.
+- `terminate` for a sync task cancelled with `cancel(id, terminate=True)`
+  (`Attempt.on_terminate`, called by `worker/terminate.py`): the supervisor ends this
+  process, records the task cancelled and hands the other messages back.
 
 The supervisor says one thing back: `adopt`, the messages of a dead sibling it moved to
 this child (fetched by the sibling, never started), which this child runs next.
@@ -42,6 +45,7 @@ from django_taskrunner.store.broker import Broker
 from django_taskrunner.worker.handback import take_adopted
 from django_taskrunner.worker.running import Attempt
 from django_taskrunner.worker.settings import WorkerSettings, worker_settings
+from django_taskrunner.worker.terminate import terminate
 from django_taskrunner.worker.worker import Worker
 
 logger = logging.getLogger(__name__)
@@ -98,7 +102,19 @@ class ParentLink:
         return True
 
     def _started(self, attempt: Attempt) -> None:
+        if not attempt.coroutine:  # a coroutine is cancelled by the cancel itself
+            attempt.on_terminate = lambda: self._terminate(attempt)
         self.send("s", attempt.shard, attempt.stream_id, repr(attempt.started))
+
+    def _terminate(self, attempt: Attempt) -> None:
+        """cancel(id, terminate=True): a thread blocked in C cannot be stopped, a process
+        can. With no supervisor left, the thread is interrupted as in a single worker."""
+        logger.warning("task=%s id=%s queue=%s: cancel(terminate=True); asking the "
+                       "supervisor to end this process", attempt.task.name,
+                       attempt.message.id, attempt.message.queue)
+        if not self.send("terminate", attempt.shard, attempt.stream_id, repr(attempt.started)):
+            attempt.on_terminate = None
+            terminate(attempt)
 
     def _settled(self, attempt: Attempt) -> None:
         self.send("e", attempt.shard, attempt.stream_id)

@@ -14,14 +14,19 @@ child end) calls `hand_back()` with what it knows of the attempts the consumer h
   delivery counter says (it was given to a sibling that died too), which go into its
   attempt (`steps/reclaimed.py`);
 - one it was running counts as a run that died (a failed attempt), whose error says how
-  the process ended. With retries left and a sibling to take it, it moves to the sibling
-  with its delivery counter raised, so that the sibling's reclaimed-run check
-  (`worker/steps/reclaimed.py`) counts the death and runs it next; past its retries it
-  is recorded as failed (`WorkerLost`, naming the signal or exit code) and acked, so a
-  task that kills its process stops after `max_retry + 1` runs, never in a crash loop.
-  Without a sibling (or for the attempt a child was ended for, stuck past its time
-  limit: `TimeLimitExceeded`), the executor's own outcome steps settle it: a retry after
-  its `retry_backoff` at the end of the queue, or a failed row.
+  the process ended. With retries left, a `retry_backoff` of 0 and a sibling to take it,
+  it moves to the sibling with its delivery counter raised, so that the sibling's
+  reclaimed-run check (`worker/steps/reclaimed.py`) counts the death and runs it next;
+  past its retries it is recorded as failed (`WorkerLost`, naming the signal or exit
+  code) and acked, so a task that kills its process stops after `max_retry + 1` runs,
+  never in a crash loop.
+  Without a sibling, with a backoff to wait, or for the attempt a child was ended for
+  (stuck past its time limit: `TimeLimitExceeded`), the executor's own outcome steps
+  settle it: a retry after its `retry_backoff`, or a failed row.
+
+Every running attempt settled here counts in the queue's figures (`get_stats`, the
+`taskrunner_stats` command) as a failed run, retried or failed for good, as the dead
+process would have counted it.
 
 Each requeue checks, atomically, that the entry is still the dead consumer's: an entry
 another worker reclaimed meanwhile is left to that worker. Safe to call twice. The dead
@@ -37,17 +42,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock, sharding
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.registry import registry
 from django_taskrunner.core.task import Task
 from django_taskrunner.exceptions import InvalidTaskPayload, WorkerLost
+from django_taskrunner.stats import writes as stats_writes
 from django_taskrunner.store.broker import Broker, Entry, Requeue
+from django_taskrunner.store.errors import REDIS_ERROR
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
 from django_taskrunner.worker.running import Attempt
+from django_taskrunner.worker.steps.observe import count_run
 from django_taskrunner.worker.steps.reclaimed import put_back
+from django_taskrunner.worker.steps.retry import retry_delay
 from django_taskrunner.worker.steps.run import Run
 
 logger = logging.getLogger(__name__)
@@ -89,7 +99,7 @@ def all_streams(broker: Broker, queues: Sequence[str]) -> list[str]:
 def hand_back(
     broker: Broker, consumer: str, queues: Sequence[str],
     started: Mapping[tuple[str, str], Started], cause: str, adopters: Sequence[str] = (), *,
-    rerun_started: bool = True,
+    rerun_started: bool = True, cancelled: bool = False,
 ) -> HandBack:
     """Settle every entry pending for `consumer` on the streams of `queues` (see above).
 
@@ -97,13 +107,17 @@ def hand_back(
     process ended ("killed by signal 9 (SIGKILL)"), for the failed attempts' error;
     `adopters`: live consumers that may take the rest, least busy first;
     `rerun_started`: False to settle the running ones through the executor even with
-    adopters (a task ended for its time limit). Redis errors pass through: the caller
-    tries again later (nothing is lost: what was not settled is still `consumer`'s).
+    adopters (a task ended for its time limit); `cancelled`: the running ones were
+    cancelled with `terminate=True` (settled as cancelled). Redis errors pass through:
+    the caller tries again later (nothing is lost: what was not settled is still
+    `consumer`'s).
     """
     settler = Settler(broker, consumer, started, cause, adopters, rerun_started)
+    settler.cancelled = cancelled
     for stream in all_streams(broker, queues):
         settler.settle_stream(stream)
         broker.drop_consumer(stream, consumer)  # gone from the consumer lists, if empty
+    settler.count()
     return settler.done
 
 
@@ -119,6 +133,20 @@ class Settler:
         self.executor = Executor(broker, consumer,
                                  lambda shard, stream_id: broker.ack(shard, [stream_id]))
         self._turn = 0  # the adopters take turns, one entry each
+        self.cancelled = False  # the started attempts were cancelled (terminate=True)
+
+    def count(self) -> None:
+        """Add the attempts settled here to the queues' figures (`get_stats`): the dead
+        process never flushed them. Lost if Redis fails now: figures, not tasks."""
+        batch = self.executor.stats.drain()
+        if not batch:
+            return
+        try:
+            stats_writes.add_figures(self.broker.store.stats, batch,
+                                     now_ms=clock.now_ms(), window=get_settings().STATS_WINDOW)
+        except REDIS_ERROR as exc:
+            logger.warning("could not count %d settled attempt(s) in the figures (%s)",
+                           self.done.failed_attempts, exc)
 
     def settle_stream(self, stream: str) -> None:
         cursor = "-"
@@ -177,8 +205,13 @@ class Settler:
         logger.warning("task=%s id=%s queue=%s attempt=%d was running when its worker process "
                        "ended (%s)", task.name, message.id, message.queue, died, self.cause)
         run = self._run(stream, stream_id, body, message, task, started, died)
-        if self.adopters and self.rerun_started:
+        # A run that died is a failed attempt: its re-run waits its retry_backoff as any
+        # retry does (through the executor's steps below), unless that backoff is 0.
+        waits = died < task.options.max_retry + 1 and retry_delay(task, died) > 0
+        if self.adopters and self.rerun_started and not waits:
+            count_run(self.executor, run)  # the executor's steps count it on the other path
             if died < task.options.max_retry + 1:
+                self.executor.stats.retried(message.queue, run.shown_name)
                 return raised
             assert run.error is not None
             self.executor.record_and_ack(run, run.error, attempts=died, event=locks.FAILED)
@@ -196,7 +229,7 @@ class Settler:
         started_ms = clock.now_ms() - int((clock.monotonic() - started.at) * 1000)
         attempt = Attempt(task, message, threading.current_thread(),
                           self.executor.reservation_timeout, stream, started=started.at,
-                          started_ms=started_ms)
+                          started_ms=started_ms, cancel_requested=self.cancelled)
         return Run(Delivery(stream, stream_id, body), message, task, attempt,
                    WorkerLost(task.name, died, self.cause))
 

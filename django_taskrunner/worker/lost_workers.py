@@ -13,9 +13,13 @@ What it was running is not known here (its supervisor, which knew, is gone too):
 message is taken by the leading worker itself, keeping its place and delivery counter,
 so it runs next (a reclaimed run: `steps/reclaimed.py` counts runs that died as a
 reclaim after `RESERVATION_TIMEOUT` would). Without a worker to take them, they go back
-to their queue unchanged. A worker that comes back after being declared lost finds its
-messages gone: its heartbeat no longer holds them, its acks touch nothing, and the
-copies run again elsewhere (at least once).
+to their queue unchanged.
+
+Before taking them, the watch writes a mark (`keys.lost_mark_key`) and reads the
+heartbeat again: a worker that came back meanwhile (it writes its heartbeat, then reads
+the mark: `worker/returning.py`) is left its messages, and leaves on its own. A worker
+that comes back later finds the mark: it acks nothing more and exits, so its process
+manager (or supervisor) starts it afresh.
 
 A thread beside the scheduler, in the worker that leads (one per site).
 """
@@ -30,9 +34,11 @@ from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
 from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_DOWN
-from django_taskrunner.worker.handback import Adopter, hand_back, all_streams, take_adopted
+from django_taskrunner.worker.handback import Adopter, all_streams, hand_back, take_adopted
 
 logger = logging.getLogger(__name__)
+
+LOST_MARK_TTL_S = 86400  # how long a lost worker's mark waits for it to come back
 
 
 class LostWorkerWatch(threading.Thread):
@@ -71,9 +77,18 @@ class LostWorkerWatch(threading.Thread):
         now = clock.now_ms()
         seen = self.broker.last_seen_ms(sorted(silent))
         lost = [name for name, at in seen.items() if at is None or now - at >= lost_ms]
+        if not lost:
+            return []
         adopters = [] if self.adopter is None else [self.adopter.consumer]
+        taken = f"taken by {adopters[0]}" if adopters else "put back on their queue"
+        cause = f"no heartbeat for {self.lost_after:g}s or more (WORKER_LOST_AFTER)"
+        for name in lost:
+            self.broker.mark_lost(name, f"{cause}; its messages were {taken}",
+                                  LOST_MARK_TTL_S)
+        seen = self.broker.last_seen_ms(lost)  # beaten since? It reads the mark and leaves
+        now = clock.now_ms()
+        lost = [name for name, at in seen.items() if at is None or now - at >= lost_ms]
         for consumer in lost:
-            cause = f"no heartbeat for {self.lost_after:g}s or more (WORKER_LOST_AFTER)"
             done = hand_back(self.broker, consumer, self.queues, {}, cause, adopters)
             logger.warning("worker %s is lost (%s): %s", consumer, cause, done.describe())
             for stream, pairs in done.adopted.get(adopters[0] if adopters else "", {}).items():

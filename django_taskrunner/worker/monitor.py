@@ -28,6 +28,7 @@ from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.worker.autoscale import decide
 from django_taskrunner.worker.outage import RedisStatus, redis_call
 from django_taskrunner.worker.pool import Pool
+from django_taskrunner.worker.returning import ReturnGuard
 from django_taskrunner.worker.running import Attempt
 from django_taskrunner.worker.settings import WorkerSettings
 
@@ -43,6 +44,7 @@ class Monitored(Protocol):
     pool: Pool
     stopping: threading.Event
     status: RedisStatus
+    returning: ReturnGuard
 
 
 class Monitor(threading.Thread):
@@ -114,6 +116,7 @@ class Monitor(threading.Thread):
         if written is None:
             self.recorder.restore(batch)
             return False
+        self.worker.returning.beaten()  # then read the lost mark, if this beat came late
         return True
 
     def _write(self, broker: Broker, batch: Batch, heartbeat: stats_writes.WorkerReport) -> bool:

@@ -12,6 +12,8 @@ endpoint of the whole `runtasks` (`--metrics-port`).
 - A child that dies is replaced at once, and the messages it held are handed back before
   its replacement is started (`handback.py`): fetched ones unchanged, the running ones
   as a failed attempt (`WorkerLost`, naming the signal or exit code).
+- A child that comes back after being declared lost (`returning.py`) exits with
+  `LOST_EXIT`: it is replaced as one that died, under a new consumer name.
 - A child that dies before it is ready `MAX_STARTUP_FAILURES` times in a row (an import
   error, a bad setting) stops the supervisor with an error, rather than a crash loop.
 - Recycling: a child past `MAX_TASKS_PER_CHILD` or `MAX_MEMORY_PER_CHILD` asks for a
@@ -19,6 +21,9 @@ endpoint of the whole `runtasks` (`--metrics-port`).
 - Hard time limit: a child with a sync task stuck `TIME_LIMIT_GRACE` past its
   `time_limit` is ended (SIGKILL); that attempt fails with `TimeLimitExceeded`, its
   other messages go back without an attempt.
+- `cancel(id, terminate=True)` of a sync task in a child: the child asks to be ended
+  (SIGKILL); that task is recorded cancelled (not retried, its lock freed), its other
+  messages go back without an attempt.
 - SIGTERM/SIGINT: every child drains (SIGTERM; a child that got one from a process
   manager signalling the whole group drains once all the same); a second signal tells
   them to stop waiting (SIGUSR1). The exit code is 0 only when every child drained.
@@ -46,6 +51,7 @@ from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.worker import child_boot
 from django_taskrunner.worker.child import decode_report, encode_report, resident_bytes
 from django_taskrunner.worker.handback import Started, hand_back
+from django_taskrunner.worker.returning import LOST_EXIT
 
 logger = logging.getLogger(__name__)
 
@@ -137,6 +143,7 @@ class Child:
     retiring: bool = False  # a replacement was started for it; SIGTERM once that is ready
     replaces: Child | None = None  # the retiring child it takes over from
     stuck: tuple[str, str] | None = None  # the attempt it was ended for (time limit)
+    cancelled: tuple[str, str] | None = None  # ...or for cancel(id, terminate=True)
     pid: int = 0
     born: float = field(default_factory=clock.monotonic)
     terminated: bool = False  # sent SIGTERM: it drains
@@ -156,6 +163,9 @@ def exit_cause(code: int | None) -> str:
         except ValueError:
             name = "unknown signal"
         return f"killed by signal {-code} ({name})"
+    if code == LOST_EXIT:
+        return (f"exited with code {code}: it was declared lost (WORKER_LOST_AFTER) and its "
+                f"messages were taken by other workers")
     return f"exited with code {code}"
 
 
@@ -281,6 +291,10 @@ class Supervisor:
             child.started[(fields[1], fields[2])] = Started(fields[1], fields[2],
                                                             float(fields[3]))
             self._end_stuck(child, (fields[1], fields[2]))
+        elif kind == "terminate":
+            child.started[(fields[1], fields[2])] = Started(fields[1], fields[2],
+                                                            float(fields[3]))
+            self._end_cancelled(child, (fields[1], fields[2]))
 
     def _ready(self, child: Child, resident: int) -> None:
         child.ready = True
@@ -309,6 +323,14 @@ class Supervisor:
                      attempt[1], attempt[0])
         self._signal(child, signal.SIGKILL)
 
+    def _end_cancelled(self, child: Child, attempt: tuple[str, str]) -> None:
+        if child.stuck is not None or child.cancelled is not None:
+            return  # ending already, for another attempt: that one is settled
+        child.cancelled = attempt
+        logger.warning("%s: cancel(terminate=True) of the task of message %s of %s; ending "
+                       "the process", child.describe(), attempt[1], attempt[0])
+        self._signal(child, signal.SIGKILL)
+
     # -- a child ended --------------------------------------------------------------
 
     def _ended(self, child: Child) -> None:
@@ -320,6 +342,8 @@ class Supervisor:
         cause = exit_cause(code)
         if child.aborted:
             logger.info("%s stopped before it was ready", child.describe())
+        elif child.cancelled is not None:
+            logger.info("%s ended for cancel(terminate=True) (%s)", child.describe(), cause)
         elif code != 0 or child.stuck is not None:
             logger.error("%s %s", child.describe(), cause)
         else:
@@ -353,12 +377,15 @@ class Supervisor:
 
     def _hand_back(self, child: Child, cause: str, code: int | None) -> None:
         """Its pending messages back on the queue; the running ones count an attempt,
-        unless it drained (exit 0). A child ended for a stuck task: only that one counts."""
-        if child.stuck is not None:
-            stuck = child.started.get(child.stuck)
-            child.started = {child.stuck: stuck} if stuck is not None else {}
-            cause = f"ended by its supervisor, {self.options.time_limit_grace:g}s past its " \
-                    f"time limit"
+        unless it drained (exit 0). A child ended for a stuck task: only that one counts;
+        for a cancel(terminate=True): that one is recorded cancelled, no attempt counts."""
+        ended_for = child.stuck or child.cancelled
+        if ended_for is not None:
+            kept = child.started.get(ended_for)
+            child.started = {ended_for: kept} if kept is not None else {}
+            cause = ("ended by its supervisor for cancel(id, terminate=True)"
+                     if child.cancelled else f"ended by its supervisor, "
+                     f"{self.options.time_limit_grace:g}s past its time limit")
         elif code == 0:
             child.started = {}
         started = clock.monotonic()
@@ -366,7 +393,8 @@ class Supervisor:
         try:
             done = hand_back(self.broker, child.consumer, self.options.queues, child.started,
                              cause, [adopter.consumer for adopter in adopters],
-                             rerun_started=child.stuck is None)
+                             rerun_started=ended_for is None,
+                             cancelled=child.cancelled is not None)
         except REDIS_DOWN as exc:
             logger.warning("cannot hand back the messages of %s yet (%s); retrying",
                            child.describe(), exc)

@@ -7,9 +7,10 @@
   in C (`time.sleep`, a socket read, a database query) only when it returns.
 - An `async def` task on the worker's event loop is cancelled already by the cancel
   itself (`Attempt.on_cancel`); nothing more is done here.
-- An attempt run in a child process (the process supervisor) sets `Attempt.on_terminate`:
-  it is called instead, and ends (and replaces) the process. This is the hook the
-  supervisor plugs into; nothing in this module sets it.
+- A sync attempt run in a child of `runtasks --processes` has `Attempt.on_terminate`
+  (set by `worker/child.py` as it starts): it is called instead, and asks the supervisor
+  to end (and replace) the process; the supervisor records the task cancelled and hands
+  the child's other messages back without an attempt (`handback.py`).
 
 An exception raised in a thread by another must never land outside the task: on the
 worker's own code, the pool loop or the next task. So it is only sent while the thread

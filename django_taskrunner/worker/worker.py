@@ -43,6 +43,7 @@ from django_taskrunner.worker.pauses import PauseWatch
 from django_taskrunner.worker.pool import Pool
 from django_taskrunner.worker.prefetch import Prefetch
 from django_taskrunner.worker.reclaim import Reclaimer, shortest_timeout
+from django_taskrunner.worker.returning import LOST_EXIT, ReturnGuard
 from django_taskrunner.worker.running import Attempt, RunningSet, describe
 from django_taskrunner.worker.settings import OWN_CONNECTIONS, WorkerSettings
 from django_taskrunner.worker.steps.reclaimed import put_back
@@ -86,7 +87,9 @@ class Worker:
         self.paused = threading.Event()  # fetch nothing more (a child past its limits)
         self.forced = threading.Event()
         self.status = RedisStatus()
-        self.acker = Acker(broker, self.consumer, on_requeued=self._work_appeared)
+        self.returning = ReturnGuard(broker, self.consumer, settings.lost_after, self._leave)
+        self.acker = Acker(broker, self.consumer, on_requeued=self._work_appeared,
+                           confirm=self.returning.confirm)
         # Writes statistics and the heartbeat; resizes the pool when it autoscales.
         self.monitor = Monitor(self, settings)
         self._build_guards(settings)
@@ -185,6 +188,8 @@ class Worker:
         return max(1, self.prefetch.size)
 
     def wait_for_room(self) -> int:
+        if not self.returning.confirm():
+            return 0  # declared lost: stopping
         with self._cond:
             self.prefetch.update(self.completed, clock.monotonic())
             # Afresh on each wake: another fetcher may shrink the read (and the limit);
@@ -239,7 +244,7 @@ class Worker:
         try:
             if self.pauses.sends_back(item):  # its queue was paused since the read
                 return
-            if self._still_ours(item):
+            if self.returning.confirm() and self._still_ours(item):
                 finished = self.executor.handle(item)  # False: it goes on on the event loop
         finally:
             if finished:
@@ -287,6 +292,16 @@ class Worker:
         """Begin a graceful stop (safe to call from a signal handler)."""
         self.stopping.set()
 
+    def _leave(self, cause: str) -> None:
+        """This worker came back after being declared lost: leave (`returning.py`)."""
+        with self._cond:
+            held = len(self._held)
+        logger.error("worker %s was declared lost while it was away (%s): it fetches and "
+                     "starts nothing more, does not ack the %d message(s) it held (other "
+                     "workers run them), and exits with code %d to be started again",
+                     self.consumer, cause, held, LOST_EXIT)
+        self.force_stop()
+
     def force_stop(self) -> None:
         """Stop waiting for running tasks (a second SIGINT)."""
         self.stopping.set()
@@ -297,6 +312,7 @@ class Worker:
         logger.info("worker %s started: queues=%s concurrency=%d batch=%d", self.consumer,
                     ",".join(self.queues), self.settings.concurrency, self.settings.batch_size)
         name_connections(self.broker.client, connection_name(self.consumer))  # before threads
+        self.returning.start()
         self.threads.watch([self.acker, self.monitor, self.heartbeat, self.cancels,
                             self.watchdog, self.coroutines.thread, self.coroutines.stall_watch,
                             self.pauses, *self.fetchers])  # the leader's: runner.py
@@ -322,6 +338,8 @@ class Worker:
                 break
             self.stopping.wait(0.02 if self.settings.burst else 0.5)
         code = self._shutdown()
+        if self.returning.cause is not None:
+            return LOST_EXIT
         return THREAD_DIED_EXIT if self.threads.died() else code
 
     def _register_queues(self) -> None:
@@ -372,7 +390,7 @@ class Worker:
         with self._cond:
             unfinished += self._leftovers
             self._leftovers = []
-        if not finished:
+        if not finished and self.returning.cause is None:
             self._log_given_up(self.settings.shutdown_timeout)
             for attempt in self.running.snapshot():  # their records say "queued" again
                 if (write := requeued_write(attempt)) is not None:

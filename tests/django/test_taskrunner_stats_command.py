@@ -105,3 +105,18 @@ def test_a_fair_queue_lists_the_keys_with_the_most_waiting_tasks():
                                                    ["default", "acct-small", "2"]]
     assert payload[0]["fair_keys"] == [{"key": "acct-big", "waiting": 5},
                                        {"key": "acct-small", "waiting": 2}]
+
+
+def test_a_fair_queues_tasks_without_a_key_are_listed_as_one_more_key():
+    noop.dispatch_many([{"n": n} for n in range(3)], fair_key="acct-big")
+    noop.dispatch_many([{"n": n} for n in range(2)])  # the queue is fair: one more turn
+
+    text = run("--queue", "default")
+    payload = json.loads(run("--queue", "default", "--json"))
+
+    fair = text.split("\n\n")[-2].splitlines()
+    rows = [(line.split(None, 1)[0], line.split(None, 1)[1].rsplit(None, 1)[0].strip(),
+             line.rsplit(None, 1)[1]) for line in fair[1:]]
+    assert rows == [("default", "acct-big", "3"), ("default", "(no key)", "2")]
+    assert payload[0]["fair_keys"] == [{"key": "acct-big", "waiting": 3},
+                                       {"key": "", "waiting": 2}]

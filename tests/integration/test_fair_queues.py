@@ -201,6 +201,20 @@ def test_an_outbox_fair_task_joins_its_keys_turn_after_the_commit(r, prefix):
         wait_for(lambda: started == ["O"], timeout=30)
 
 
+def test_an_outbox_task_without_a_key_joins_the_unkeyed_turn_of_a_fair_queue(r, prefix):
+    from django.db import transaction
+
+    dispatch(job, {"k": "B", "n": 0})
+    with transaction.atomic():
+        dispatch(plain, {"n": 0}, transactional=True)
+    wait_for(lambda: r.zcard(f"{prefix}:{{default}}:delayed") == 1)  # due now, to its turn
+    get_store().streams.promote_due("default", clock.now_ms(), 10)
+
+    assert r.lrange(fair_ring_key(prefix, "default"), 0, -1) == [b"B", b""]
+    with worker_thread(concurrency=1):
+        wait_for(lambda: sorted(started) == ["-", "B"], timeout=30)
+
+
 @task(name="tests.fair.limited", fair_key=lambda payload: payload["k"], rate_limit="1/m",
       rate_key=lambda payload: payload["k"])
 def limited(payload: dict) -> None:
@@ -241,6 +255,23 @@ def test_a_periodic_fair_task_joins_its_keys_turn(r, prefix):
         registry.unregister("tests.fair.periodic")
 
 
+def test_a_periodic_task_without_a_key_joins_the_unkeyed_turn_of_a_fair_queue(r, prefix):
+    @task(name="tests.fair.periodic_plain", schedule=60)
+    def periodic_plain(payload: Any) -> None:
+        _record({"k": "-"})
+
+    try:
+        dispatch(job, {"k": "B", "n": 0})
+        runner = PeriodicRunner(get_store().streams, with_rows=False)
+        runner.load(T0 + 5_000)
+        runner.run_due(T0 + 60_000)
+        assert r.zcard(f"{prefix}:{{default}}:delayed") == 1  # due at once, to its turn
+        get_store().streams.promote_due("default", T0 + 60_000, 10)
+        assert r.lrange(fair_ring_key(prefix, "default"), 0, -1) == [b"B", b""]
+    finally:
+        registry.unregister("tests.fair.periodic_plain")
+
+
 def test_a_server_that_lost_its_scripts_still_takes_and_feeds_fair_tasks(r, prefix):
     r.script_flush()  # a restarted server: the next calls load the scripts again
     dispatch_many(job, [{"k": "S", "n": n} for n in range(3)])
@@ -248,3 +279,147 @@ def test_a_server_that_lost_its_scripts_still_takes_and_feeds_fair_tasks(r, pref
 
     with worker_thread(concurrency=1):
         wait_for(lambda: started == ["S", "S", "S"], timeout=30)
+
+
+@task(name="tests.fair.plain")
+def plain(payload: dict) -> None:
+    _record({"k": "-"})
+
+
+def _held_behind(order: list[str], mine: str, other: str) -> list[int]:
+    """For each of `mine`'s starts, how many of `other` started before it."""
+    return [order[:at].count(other) for at, key in enumerate(order) if key == mine]
+
+
+def test_tasks_without_a_key_form_one_more_turn_beside_a_key(r, prefix):
+    dispatch(job, {"k": "B", "n": 0})  # a keyed task makes the queue fair
+    dispatch_many(plain, [{"n": n} for n in range(1_000)])
+    dispatch_many(job, [{"k": "B", "n": n} for n in range(1, 10)])
+
+    assert r.llen(f"{prefix}:{{default}}:fair:") == 1_000  # the unkeyed turn's list
+    assert not r.exists(stream_key(prefix, "default"))
+    with worker_thread(concurrency=1, batch_size=1):
+        wait_for(lambda: started.count("B") == 10, timeout=120)
+    with lock:
+        order = list(started)
+    assert max(behind - n for n, behind in enumerate(_held_behind(order, "B", "-"))) <= 1
+
+
+def test_a_burst_of_one_key_does_not_hold_back_tasks_without_a_key(r, prefix):
+    dispatch_many(job, [{"k": "B", "n": n} for n in range(1_000)])
+    dispatch_many(plain, [{"n": n} for n in range(10)])
+
+    assert not r.exists(stream_key(prefix, "default"))
+    with worker_thread(concurrency=1, batch_size=1):
+        wait_for(lambda: started.count("-") == 10, timeout=120)
+    with lock:
+        order = list(started)
+    assert max(behind - n for n, behind in enumerate(_held_behind(order, "-", "B"))) <= 1
+
+
+def test_a_queue_that_never_saw_a_key_sends_its_tasks_straight_to_the_stream(r, prefix):
+    dispatch_many(plain, [{"n": n} for n in range(5)])
+    dispatch(plain, {"n": 5})
+
+    assert r.xlen(stream_key(prefix, "default")) == 6
+    assert not r.keys(f"{prefix}:*fair*")
+
+
+def test_a_process_that_makes_a_queue_fair_sends_its_unkeyed_tasks_to_the_turn_at_once(
+        r, prefix):
+    dispatch(plain, {"n": 0})  # looked at the mark: not a fair queue (for 2 s)
+    dispatch(job, {"k": "B", "n": 0})
+    dispatch(plain, {"n": 1})
+
+    assert r.xlen(stream_key(prefix, "default")) == 1
+    assert r.llen(f"{prefix}:{{default}}:fair:") == 1
+
+
+@task(name="tests.fair.unique_plain", unique=True, unique_for=60,
+      unique_key=lambda payload: str(payload["n"]))
+def unique_plain(payload: dict) -> None:
+    _record({"k": "-"})
+
+
+def test_unique_tasks_without_a_key_join_the_unkeyed_turn_of_a_fair_queue(r, prefix):
+    dispatch(job, {"k": "B", "n": 0})
+    dispatch(unique_plain, {"n": 0})
+    dispatch_many(unique_plain, [{"n": n} for n in range(1, 4)])
+
+    assert not r.exists(stream_key(prefix, "default"))  # due at once, to their turn
+    get_store().streams.promote_due("default", clock.now_ms(), 10)
+    assert r.llen(f"{prefix}:{{default}}:fair:") == 4
+    with worker_thread(concurrency=1):
+        wait_for(lambda: sorted(started) == ["-"] * 4 + ["B"], timeout=30)
+
+
+def test_a_due_task_without_a_key_joins_the_unkeyed_turn_of_a_fair_queue(r, prefix):
+    dispatch(job, {"k": "B", "n": 0})
+    dispatch_delayed(plain, {"n": 0}, delay=0.05)
+    wait_for(lambda: r.zrangebyscore(f"{prefix}:{{default}}:delayed", 0, clock.now_ms()))
+    get_store().streams.promote_due("default", clock.now_ms(), 10)
+
+    assert r.lrange(fair_ring_key(prefix, "default"), 0, -1) == [b"B", b""]
+    assert r.llen(f"{prefix}:{{default}}:fair:") == 1
+
+
+failed_once: set[int] = set()
+
+
+@task(name="tests.fair.flaky", fair_key=lambda payload: payload["k"], max_retry=1,
+      retry_backoff=0)
+def flaky(payload: dict) -> None:
+    _record(payload)
+    with lock:
+        first = payload["n"] not in failed_once
+        failed_once.add(payload["n"])
+    if first:
+        raise RuntimeError("the first attempt fails")
+
+
+OTHERS = [f"o{n}" for n in range(20)]
+
+
+def _between_the_as(order: list[str]) -> set[str]:
+    """The keys that started between the first two starts of key A."""
+    first = order.index("A")
+    return set(order[first + 1:order.index("A", first + 1)])
+
+
+def test_a_retry_without_backoff_joins_the_end_of_its_keys_turn(r, prefix):
+    failed_once.clear()
+    dispatch(flaky, {"k": "A", "n": 0})
+    for key in OTHERS:
+        dispatch_many(job, [{"k": key, "n": n} for n in range(2)])
+
+    with worker_thread(concurrency=1, batch_size=1, prefetch_ms=0):
+        wait_for(lambda: len(started) == 42, timeout=60)
+    assert _between_the_as(started) == set(OTHERS)  # every other key's turn came first
+
+
+def test_a_workflow_member_joins_its_keys_turn(r, prefix):
+    if get_store().records.clustered:
+        pytest.skip("workflows need a single Redis server")
+    chain(job.s({"k": "A", "n": 0}), job.s({"k": "A", "n": 1})).dispatch()
+    for key in OTHERS:
+        dispatch_many(job, [{"k": key, "n": n} for n in range(2)])
+
+    with worker_thread(concurrency=1, batch_size=1, prefetch_ms=0):
+        wait_for(lambda: len(started) == 42, timeout=60)
+    assert _between_the_as(started) == set(OTHERS)  # every other key's turn came first
+
+
+@task(name="tests.fair.flaky_plain", max_retry=1, retry_backoff=0)
+def flaky_plain(payload: dict) -> None:
+    flaky({"k": "A", "n": payload["n"]})  # started as "A", fails its first attempt
+
+
+def test_a_retry_without_a_key_joins_the_unkeyed_turn_of_a_fair_queue(r, prefix):
+    failed_once.clear()
+    for key in OTHERS:
+        dispatch_many(job, [{"k": key, "n": n} for n in range(2)])
+    dispatch(flaky_plain, {"n": 0})
+
+    with worker_thread(concurrency=1, batch_size=1, prefetch_ms=0):
+        wait_for(lambda: len(started) == 42, timeout=60)
+    assert _between_the_as(started) == set(OTHERS)  # every other key's turn came first

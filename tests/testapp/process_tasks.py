@@ -53,3 +53,13 @@ def proc_stuck(payload: dict[str, Any]) -> None:
     """Blocks in C past its time limit: only ending its process stops it."""
     counter().hincrby(chaos_key("starts"), payload["n"], 1)
     time.sleep(600)
+
+
+@task(max_retry=3, retry_backoff=0)
+def proc_blocks(payload: dict[str, Any]) -> None:
+    """Blocks in C for long and never reads ctx.cancelled: only ending its process stops
+    it (cancel(id, terminate=True) in a child). Retries left: a cancel must not retry it."""
+    n, pid = payload["n"], os.getpid()
+    record(("starts", "started_by"), n, pid)
+    time.sleep(600)
+    record(("runs", "done_by"), n, pid)

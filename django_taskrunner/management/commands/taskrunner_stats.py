@@ -22,6 +22,7 @@ from django_taskrunner.stats.health import (
 )
 from django_taskrunner.stats.recorder import PICKUP_BUCKETS, PICKUP_LABELS
 from django_taskrunner.store import get_store
+from django_taskrunner.store.fair import FairKey
 
 QUEUE_COLUMNS = ("queue", "length", "waiting", "pending", "lag", "workers", "threads", "busy",
                  "tasks/s", "avg", "p95", "wait", "pickup-avg", "pickup-p95", "failed/1h",
@@ -35,12 +36,17 @@ FAIR_COLUMNS = ("queue", "fair key", "waiting for a turn")
 FAIR_TOP = 10
 
 
-def fair_rows(queue: str) -> list[tuple[str, ...]]:
+def fair_keys(queue: str) -> list[FairKey]:
     """The keys of a fair queue with the most tasks waiting for their turn (none for a
-    queue that never used a fair key: one EXISTS pipeline per shard)."""
+    queue that never used a fair key: one EXISTS pipeline per shard); the key "" is
+    the turn of the tasks without a key."""
     fair = get_store().fair
-    return [(queue, item.key, str(item.waiting))
-            for item in fair.top_keys_of_queue(sharding.shards(queue), FAIR_TOP)]
+    return fair.top_keys_of_queue(sharding.shards(queue), FAIR_TOP)
+
+
+def fair_rows(queue: str, found: list[FairKey]) -> list[tuple[str, ...]]:
+    """The table rows of `fair_keys`: the tasks without a key read "(no key)"."""
+    return [(queue, item.key or "(no key)", str(item.waiting)) for item in found]
 
 
 def seconds(value: float | None) -> str:
@@ -117,7 +123,7 @@ class Command(BaseCommand):
         try:
             queues = options["queues"] or dashboard_queues()
             figures = [get_health(queue) for queue in queues]
-            fair = {queue: fair_rows(queue) for queue in queues}
+            fair = {queue: fair_keys(queue) for queue in queues}
             leader = get_leader()
             paused = paused_queues()
         except Exception as exc:  # the connection error says what to fix
@@ -125,8 +131,8 @@ class Command(BaseCommand):
         if options["json"]:
             self.stdout.write(json.dumps(
                 [{**item.as_dict(), "paused": item.queue in paused, "leader": asdict(leader),
-                  "fair_keys": [{"key": row[1], "waiting": int(row[2])}
-                                for row in fair[item.queue]]} for item in figures], indent=2))
+                  "fair_keys": [{"key": key.key, "waiting": key.waiting}
+                                for key in fair[item.queue]]} for item in figures], indent=2))
             return
         self.stdout.write(table(QUEUE_COLUMNS, [queue_row(item, paused) for item in figures]))
         for header, rows in ((TASK_COLUMNS, [row for item in figures for row in task_rows(item)]),
@@ -134,7 +140,8 @@ class Command(BaseCommand):
                               [row for item in figures for row in pickup_rows(item)]),
                              (CONSUMER_COLUMNS,
                               [row for item in figures for row in consumer_rows(item)]),
-                             (FAIR_COLUMNS, [row for rows in fair.values() for row in rows])):
+                             (FAIR_COLUMNS, [row for queue, found in fair.items()
+                                             for row in fair_rows(queue, found)])):
             if rows:
                 self.stdout.write("")
                 self.stdout.write(table(header, rows))

@@ -16,6 +16,9 @@
 --         fair key ("fk") then joins the end of its key's list (and the key the ring, as
 --         fair_push.lua does) instead of the stream: it waits for its key's turn, and is
 --         left out of the reply (it has no stream entry yet)
+-- KEYS[5], ARGV[4] optional: the queue's fair mark (<prefix>:{<queue>}:fair-queue[!<p>])
+--         and how long it lasts (s): a keyed message renews it; while it is there, a
+--         message without a key joins the turn of the tasks without one, the key ''
 -- Returns {moved, next, moved entries...}: how many were moved, the due time (ms) of the
 -- earliest entry left (-1 when the set is empty), then for each moved message its id,
 -- its dispatch token ('' for an older body without one) and its new stream id, so the
@@ -25,15 +28,18 @@
 
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
 local reply = {#due, -1}
-local function join_turn(message, body)
-  local key = message['fk']
+local unkeyed_turn = KEYS[5] and redis.call('EXISTS', KEYS[5]) == 1
+local function join_turn(key, weight, body)
   local list = ARGV[3] .. key
   if redis.call('RPUSH', list, body) == 1 then
     redis.call('RPUSH', KEYS[3], key)
     redis.call('HDEL', KEYS[4], 'u:' .. key)
   end
-  local weight = tonumber(message['fw']) or 1
   redis.call('HSET', KEYS[4], 'w:' .. key, weight)
+  if key ~= '' and KEYS[5] then
+    redis.call('SET', KEYS[5], '1', 'EX', ARGV[4])
+    unkeyed_turn = true
+  end
 end
 
 for _, body in ipairs(due) do
@@ -43,7 +49,9 @@ for _, body in ipairs(due) do
   end
   local fk = message['fk']
   if ARGV[3] and type(fk) == 'string' and #fk > 0 then
-    join_turn(message, body)
+    join_turn(fk, tonumber(message['fw']) or 1, body)
+  elseif unkeyed_turn then
+    join_turn('', 1, body)
   else
     local sid = redis.call('XADD', KEYS[2], '*', 'm', body)
     local id, tok = '', ''

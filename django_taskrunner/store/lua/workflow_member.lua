@@ -20,7 +20,9 @@
 -- ARGV[1] member index     ARGV[2] its stage index   ARGV[3] 'succeeded' or 'failed'
 -- ARGV[4] the final TTL in seconds, when the workflow holds none
 -- ARGV[5] the stream entry's field   ARGV[6 + i] the wake channel of shard i
--- A body list entry is '<shard i>|<delay ms>|<message JSON>'.
+-- A body list entry is '<shard i>|<delay ms>|<message JSON>'. A message with a fair key
+-- ("fk") goes to the delayed set, due now, as a delayed one does: its promotion puts it
+-- in its key's turn (promote_due.lua), never straight onto the stream.
 -- Returns 'unknown', 'duplicate', 'counted', 'next', the final status, or 'corrupt: <why>'.
 --
 -- Before its first write it checks what it will read: each key's type, the stage's
@@ -164,11 +166,19 @@ end
 redis.call('HSET', w, 'stage', next_stage)
 redis.call('HINCRBY', w, 'pending', -count)
 redis.call('HINCRBY', w, 'running', count)
+local function keyed(body)  -- a fair key: it waits for its key's turn
+  if not string.find(body, '"fk"', 1, true) then
+    return false
+  end
+  local ok, message = pcall(cjson.decode, body)
+  return ok and type(message) == 'table' and type(message['fk']) == 'string'
+    and #message['fk'] > 0
+end
 local woken = {}
 local now = now_ms()
 for _, entry in ipairs(entries) do
   local shard, delay, body = parse(entry)
-  if delay > 0 then
+  if delay > 0 or keyed(body) then
     redis.call('ZADD', KEYS[6 + 2 * shard], now + delay, body)
     if not woken[shard] then
       redis.call('PUBLISH', ARGV[6 + shard], now + delay)

@@ -1,0 +1,146 @@
+"""A worker paused past WORKER_LOST_AFTER (SIGSTOP), declared lost, its messages taken by
+the leader, then resumed (SIGCONT): it starts and acks none of them, and exits to be
+started again (a child of `runtasks --processes` is replaced)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.chaos import scenarios
+from tests.chaos.harness import Chaos, WorkerProcess, wait_until
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.chaos]
+
+TIMEOUT = 120  # generous: the machine is shared and loaded
+LOST_EXIT = 75  # worker/returning.py
+SETTINGS = {"RESERVATION_TIMEOUT": 300, "WORKER_LOST_AFTER": 3, "LEADER_LEASE": 2}
+
+
+@pytest.fixture
+def site(tmp_path: Any, redis_url: str) -> Iterator[Callable[..., Chaos]]:
+    from django.db import connection
+
+    with contextlib.ExitStack() as stack:
+
+        def open_site(**overrides: Any) -> Chaos:
+            return stack.enter_context(scenarios.chaos_site(
+                tmp_path, redis_url, str(connection.settings_dict["NAME"]),
+                **{**SETTINGS, **overrides}))
+
+        yield open_site
+
+
+def log_of(worker: WorkerProcess) -> str:
+    return worker.log.read_text(errors="replace")
+
+
+def pending_count(chaos: Chaos) -> int:
+    from django_taskrunner.store import get_store
+
+    broker = get_store().streams
+    return int(broker.client.xpending(broker.stream("default"), broker.group)["pending"])
+
+
+def held_by(chaos: Chaos, consumer: str) -> set[str]:
+    import redis
+
+    try:
+        return chaos.held_by(consumer)
+    except redis.ResponseError:  # NOGROUP: no worker read the stream yet
+        return set()
+
+
+def stop_while_holding(chaos: Chaos, pid: int, consumer: str, keys: set[str]
+                       ) -> tuple[set[str], set[str]]:
+    """SIGSTOP `pid` once it runs some tasks and holds more; (held, started) then: what it
+    started may run again (one finished with its ack not sent yet, at least once)."""
+    wait_until(lambda: len(held_by(chaos, consumer)) >= 6
+               and sum(1 for key, by in chaos.started_by().items() if by == pid) >= 2,
+               TIMEOUT, f"{consumer} to run 2 tasks and hold more\n{chaos.log_tail()}")
+    os.kill(pid, signal.SIGSTOP)
+    held = chaos.held_by(consumer)
+    started = {key for key, by in chaos.started_by().items() if by == pid}
+    return held, started
+
+
+def assert_taken_over(chaos: Chaos, pid: int, keys: set[str], held: set[str],
+                      started: set[str]) -> None:
+    """What the paused process held and had not started ran once, elsewhere; only what
+    it had started may have run twice (a paused run goes on; a finished one may not
+    have been acked)."""
+    runs, starts, started_by = chaos.runs(), chaos.starts(), chaos.started_by()
+    assert all(runs.get(key, 0) >= 1 for key in keys), runs
+    waiting = held - started
+    assert waiting, "the paused worker held no message it had not started"
+    assert {key: starts.get(key) for key in waiting} == dict.fromkeys(waiting, 1)
+    assert all(started_by[key] != pid for key in waiting)
+    assert all(runs[key] == 1 for key in keys - started), runs
+    from django_taskrunner.models import FailedTask
+
+    assert list(FailedTask.objects.all()) == []
+
+
+def test_a_worker_back_after_being_declared_lost_runs_and_acks_nothing_and_exits(
+        site: Any) -> None:
+    from tests.testapp.process_tasks import proc_work
+
+    chaos = site()
+    paused = chaos.spawn("a", "--no-scheduler", "-c", "2", "--batch-size", "10",
+                         "--prefetch-ms", "0")
+    wait_until(lambda: "worker a started" in log_of(paused), TIMEOUT, chaos.log_tail())
+    proc_work.dispatch_many([{"n": n, "sleep": 1.5} for n in range(12)])
+    keys = {str(n) for n in range(12)}
+    held, started = stop_while_holding(chaos, paused.pid, "a", keys)
+    try:
+        leader = chaos.spawn("b", "-c", "8")  # leads: it declares "a" lost, takes its messages
+        wait_until(lambda: chaos.all_ran(keys - started) and pending_count(chaos) == 0,
+                   TIMEOUT, f"the paused worker's messages to run elsewhere\n"
+                   f"{chaos.log_tail()}")
+        assert "worker a is lost" in log_of(leader)
+    finally:
+        os.kill(paused.pid, signal.SIGCONT)
+    assert paused.proc.wait(TIMEOUT) == LOST_EXIT, chaos.log_tail()
+    assert "worker a was declared lost while it was away" in log_of(paused)
+    assert_taken_over(chaos, paused.pid, keys, held, started)
+    assert pending_count(chaos) == 0
+
+    # started again under the same name, it runs tasks as any worker (its mark cleared)
+    again = chaos.spawn("a", "--no-scheduler", "-c", "2")
+    assert leader.stop() == 0, chaos.log_tail()
+    proc_work.dispatch_many([{"n": n} for n in range(100, 104)])
+    wait_until(lambda: chaos.all_ran({str(n) for n in range(100, 104)}), TIMEOUT,
+               chaos.log_tail())
+    assert again.stop() == 0, chaos.log_tail()
+    assert log_of(again).count("was declared lost while it was away") == 1
+
+
+def test_a_child_back_after_being_declared_lost_is_replaced(site: Any) -> None:
+    from tests.testapp.process_tasks import proc_work
+
+    chaos = site()
+    supervisor = chaos.spawn("sup", "--processes", "1", "--max-tasks-per-child", "1000",
+                             "--no-scheduler", "-c", "2", "--batch-size", "10",
+                             "--prefetch-ms", "0")
+    wait_until(lambda: ") is ready (" in log_of(supervisor), TIMEOUT, chaos.log_tail())
+    pid = int(log_of(supervisor).split("started child 0 (pid ")[1].split(",")[0])
+    proc_work.dispatch_many([{"n": n, "sleep": 1.5} for n in range(12)])
+    keys = {str(n) for n in range(12)}
+    held, started = stop_while_holding(chaos, pid, "sup-0.0", keys)
+    try:
+        chaos.spawn("b", "-c", "8")
+        wait_until(lambda: chaos.all_ran(keys - started) and pending_count(chaos) == 0,
+                   TIMEOUT, f"the paused child's messages to run elsewhere\n"
+                   f"{chaos.log_tail()}")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_until(lambda: log_of(supervisor).count(") is ready (") >= 2, TIMEOUT,
+               f"the child to be replaced\n{chaos.log_tail()}")
+    assert f"exited with code {LOST_EXIT}: it was declared lost" in log_of(supervisor)
+    assert_taken_over(chaos, pid, keys, held, started)
+    assert supervisor.stop() == 0, chaos.log_tail()
