@@ -10,6 +10,7 @@ for every task started meanwhile in one round trip, and its progress with the he
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import TYPE_CHECKING
 
@@ -74,21 +75,23 @@ def write_outcome(
     """Hand the record of an outcome to the acker: succeeded (with the result), failed,
     expired, cancelled (final) or retrying (the next attempt's, not final)."""
     message = run.message
-    ttl = record_ttl(executor, run)
+    attempt = run.attempt  # one begun by the executor knows this run's record_ttl
+    ttl = attempt.record_ttl if attempt is not None and attempt.record_ttl > 0 else (
+        record_ttl(executor, run))
     if message is None or ttl <= 0 or not message.task_name:
         if message is not None and message.workflow is not None:
             note_outcome(executor, run, status)
         return
-    attempt = run.attempt
     final = status != "retrying"
+    now_ms = clock.now_ms()
     fields = [("s", status), ("t", message.task_name), ("q", message.queue),
               ("a", str(message.attempt + (0 if final else 1))), ("w", executor.consumer)]
     # A final record keeps the dispatch's 'd', needs no 'ttl' any more, and gets its end.
-    fields += ([("f", str(clock.now_ms()))] if final
+    fields += ([("f", str(now_ms))] if final
                else [("d", str(message.dispatched_at_ms)), ("ttl", str(ttl))])
     if attempt is not None:  # its start, and its trace (the task page's timeline)
         fields += [("st", str(attempt.started_ms)),
-                   attempt_trace(executor, message.attempt, attempt, status, error)]
+                   attempt_trace(executor, message.attempt, attempt, status, error, now_ms)]
     if message.dispatch_token is not None:  # a later dispatch of its task_id is not ours
         fields.append(("h", locks.holder_value(message)))
     if status == "succeeded" and attempt is not None:
@@ -110,14 +113,24 @@ def write_outcome(
 
 
 def attempt_trace(executor: Executor, number: int, attempt: Attempt, status: str,
-                  error: BaseException | None) -> tuple[str, str]:
+                  error: BaseException | None, ended_ms: int | None = None) -> tuple[str, str]:
     """The record field `x:<attempt>` of an ended attempt (`core.records.AttemptTrace`):
-    [ready ms (its stream entry's id), started, ended, worker, outcome, error]."""
+    [ready ms (its stream entry's id), started, ended (`ended_ms`, by default now),
+    worker, outcome, error]: the text `json.dumps` gives that list, put together here
+    (one per task: json's encoder costs more than the rest of the record)."""
     ready, _sep, _seq = (attempt.stream_id or "").partition("-")
-    why = "" if error is None else f"{type(error).__name__}: {error}"[:TRACE_ERROR_CHARS]
-    return (f"x:{number}", json.dumps([int(ready) if ready.isdigit() else None,
-                                       attempt.started_ms, clock.now_ms(), executor.consumer,
-                                       status, why]))
+    why = '""' if error is None else json.dumps(
+        f"{type(error).__name__}: {error}"[:TRACE_ERROR_CHARS])
+    ended = clock.now_ms() if ended_ms is None else ended_ms
+    return (f"x:{number}", f"[{int(ready) if ready.isdigit() else 'null'}, "
+                           f"{int(attempt.started_ms)}, {int(ended)}, "
+                           f"{_json_text(executor.consumer)}, {_json_text(status)}, {why}]")
+
+
+@functools.lru_cache(maxsize=64)
+def _json_text(value: str) -> str:
+    """`json.dumps` of a string a worker writes again and again (its name, an outcome)."""
+    return json.dumps(value)
 
 
 def started_write(attempt: Attempt, consumer: str) -> RecordWrite:
