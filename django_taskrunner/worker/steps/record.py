@@ -60,7 +60,10 @@ def stop_cancelled(executor: Executor, run: Run) -> bool:
 
 
 def record_ttl(executor: Executor, run: Run) -> int:
-    """Seconds the finished record of this run is kept (0: its task keeps none)."""
+    """Seconds the finished record of this run is kept (0: its task keeps none); an
+    attempt begun by the executor knows it already (one a hand-back built does not)."""
+    if run.attempt is not None and run.attempt.record_ttl > 0:
+        return run.attempt.record_ttl
     task = run.task
     own = None if task is None else task.options.result_ttl
     if run.message is not None:  # a Django Tasks backend's own RESULT_TTL
@@ -74,10 +77,8 @@ def write_outcome(
 ) -> None:
     """Hand the record of an outcome to the acker: succeeded (with the result), failed,
     expired, cancelled (final) or retrying (the next attempt's, not final)."""
-    message = run.message
-    attempt = run.attempt  # one begun by the executor knows this run's record_ttl
-    ttl = attempt.record_ttl if attempt is not None and attempt.record_ttl > 0 else (
-        record_ttl(executor, run))
+    message, attempt = run.message, run.attempt
+    ttl = record_ttl(executor, run)
     if message is None or ttl <= 0 or not message.task_name:
         if message is not None and message.workflow is not None:
             note_outcome(executor, run, status)
