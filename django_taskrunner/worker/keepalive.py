@@ -7,21 +7,23 @@ or fetched and waiting in its buffer (XCLAIM ... JUSTID by its own consumer, thr
 queues in one pipelined round trip (`Broker.hold_and_sync`), `BEATS_PER_TIMEOUT` times
 per shortest timeout.
 
-Each attempt's "running" record is written by this thread `START_LINGER_S` to twice
-that after the attempt starts, not with the next beat: the attempt's thread only hands
-it over (a list append; it wakes this thread only when its next wake-up is planned later
-than needed), and this thread, which looks at most once per `START_LINGER_S`, writes
-those that have run that long and still run, in one round trip. A task that ended by
-then needs none (its outcome's record says all): a worker draining short tasks writes
-no start at all, and wakes this thread at most once per `START_LINGER_S` rather than
-once or twice per batch of starts. The beat's round
-trip carries the rest of the task records of the running attempts: "running" for one
-whose start write failed, the progress each gave since the last beat, the read of their
-cancel flags, and the read of the cancelled sets of the streams whose fetched messages wait in the
-buffer (so a message cancelled after its fetch is skipped when it comes out of the
-buffer, even when no fetch follows). So while a task runs, the worker beats at least
-every `CANCEL_CHECK_S`, and a `cancel(id)` reaches `ctx.cancelled` within a second; an
-idle worker beats no more often than before.
+Each attempt's "running" record is written by this thread `START_LINGER_S` (2 ms) after
+the attempt starts, not with the next beat: the attempt's thread only hands it over (a
+list append; it wakes this thread only when its next wake-up is planned later than
+needed), and this thread writes those that have run that long and still run, in one
+round trip. It looks at most once per `START_LOOK_EVERY_S` (10 ms), so while tasks keep
+starting a write lands up to 12 ms after its start. A task that ended by then needs
+none (its outcome's record says all): a worker draining short tasks writes no start at
+all, and wakes this thread at most 100 times a second, not once or twice per batch of
+starts (each wake-up of a thread costs its CPU far more than the Python it runs).
+
+The beat's round trip carries the rest of the task records of the running attempts:
+"running" for one whose start write failed, the progress each gave since the last beat,
+the read of their cancel flags, and the read of the cancelled sets of the streams whose
+fetched messages wait in the buffer (so a message cancelled after its fetch is skipped
+when it comes out of the buffer, even when no fetch follows). So while a task runs, the
+worker beats at least every `CANCEL_CHECK_S`, and a `cancel(id)` reaches `ctx.cancelled`
+within a second; an idle worker beats no more often than before.
 
 The shortest timeout is the smallest of RESERVATION_TIMEOUT, the per-task timeouts of
 the tasks registered for the worker's queues (what a buffered message may have), and
@@ -52,8 +54,10 @@ MIN_INTERVAL = 0.05
 MAX_INTERVAL = 10.0
 # Longest time between beats while some attempt runs: how soon it sees a cancel.
 CANCEL_CHECK_S = 0.5
-# How long the first attempt to start waits for others to share its "running" write.
+# How long an attempt runs before its "running" write is due (one that ended by then
+# needs none), and how often at most this thread looks for such writes.
 START_LINGER_S = 0.002
+START_LOOK_EVERY_S = 0.010
 
 
 def heartbeat_interval(reservation_timeout: float) -> float:
@@ -96,7 +100,7 @@ class Heartbeat(threading.Thread):
         self._lost: set[tuple[str, str]] = set()
         self._starts: list[Attempt] = []  # started, their "running" not written yet
         self._starts_since = 0.0  # when the first of them started
-        self._starts_checked = 0.0  # when write_starts last looked: at most one look a linger
+        self._starts_checked = -START_LOOK_EVERY_S  # write_starts' last look (monotonic)
         # When the thread's current wait ends (monotonic): a start that needs it sooner
         # wakes it; one it will see in time by then does not.
         self._wake_at = 0.0
@@ -119,8 +123,8 @@ class Heartbeat(threading.Thread):
                 now = clock.monotonic()
                 wake_at = self._last_beat + interval
                 if self._starts:
-                    wake_at = min(wake_at, START_LINGER_S
-                                  + max(self._starts_since, self._starts_checked))
+                    wake_at = min(wake_at, max(self._starts_since + START_LINGER_S,
+                                               self._starts_checked + START_LOOK_EVERY_S))
                 if wake_at <= now:
                     self._wake_at = now  # busy: a start meanwhile is seen without a wake-up
                     return True
@@ -141,7 +145,8 @@ class Heartbeat(threading.Thread):
                 if not self._starts:
                     self._starts_since = started
                 self._starts.append(attempt)
-                need = min(need, max(started, self._starts_checked) + START_LINGER_S)
+                need = min(need, max(started + START_LINGER_S,
+                                     self._starts_checked + START_LOOK_EVERY_S))
             if need < self._wake_at:
                 self._wake_at = need  # it plans again at once: no second wake-up meanwhile
                 self._cond.notify()
