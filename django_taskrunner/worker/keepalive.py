@@ -11,11 +11,13 @@ Each attempt's "running" record is written by this thread `START_LINGER_S` (2 ms
 the attempt starts, not with the next beat: the attempt's thread only hands it over (a
 list append; it wakes this thread only when its next wake-up is planned later than
 needed), and this thread writes those that have run that long and still run, in one
-round trip. It looks at most once per `START_LOOK_EVERY_S` (5 ms), so while tasks keep
-starting a write lands up to 7 ms after its start. A task that ended by then needs
-none (its outcome's record says all): a worker draining short tasks writes no start at
-all, and wakes this thread at most 200 times a second, not once or twice per batch of
-starts (each wake-up of a thread costs its CPU far more than the Python it runs).
+round trip. A task that ended by then needs none (its outcome's record says all), and
+a look that finds only such tasks makes the next come later: twice the time after it,
+up to `START_LOOK_MAX_S` (20 ms); one that writes a start brings back the 2 ms. So a
+worker draining short tasks writes no start at all and wakes this thread at most 50
+times a second, not once or twice per batch of starts (each wake-up of a thread costs
+its CPU far more than the Python it runs), while among them a long task's start write
+lands up to 22 ms after its start.
 
 The beat's round trip carries the rest of the task records of the running attempts:
 "running" for one whose start write failed, the progress each gave since the last beat,
@@ -57,7 +59,8 @@ CANCEL_CHECK_S = 0.5
 # How long an attempt runs before its "running" write is due (one that ended by then
 # needs none), and how often at most this thread looks for such writes.
 START_LINGER_S = 0.002
-START_LOOK_EVERY_S = 0.005
+# Looks that find only ended tasks come less and less often, down to this.
+START_LOOK_MAX_S = 0.020
 
 
 def heartbeat_interval(reservation_timeout: float) -> float:
@@ -100,7 +103,8 @@ class Heartbeat(threading.Thread):
         self._lost: set[tuple[str, str]] = set()
         self._starts: list[Attempt] = []  # started, their "running" not written yet
         self._starts_since = 0.0  # when the first of them started
-        self._starts_checked = -START_LOOK_EVERY_S  # write_starts' last look (monotonic)
+        self._starts_checked = -START_LOOK_MAX_S  # write_starts' last look (monotonic)
+        self._look_every = START_LINGER_S  # the least time from that look to the next
         # When the thread's current wait ends (monotonic): a start that needs it sooner
         # wakes it; one it will see in time by then does not.
         self._wake_at = 0.0
@@ -124,7 +128,7 @@ class Heartbeat(threading.Thread):
                 wake_at = self._last_beat + interval
                 if self._starts:
                     wake_at = min(wake_at, max(self._starts_since + START_LINGER_S,
-                                               self._starts_checked + START_LOOK_EVERY_S))
+                                               self._starts_checked + self._look_every))
                 if wake_at <= now:
                     self._wake_at = now  # busy: a start meanwhile is seen without a wake-up
                     return True
@@ -146,7 +150,7 @@ class Heartbeat(threading.Thread):
                     self._starts_since = started
                 self._starts.append(attempt)
                 need = min(need, max(started + START_LINGER_S,
-                                     self._starts_checked + START_LOOK_EVERY_S))
+                                     self._starts_checked + self._look_every))
             if need < self._wake_at:
                 self._wake_at = need  # it plans again at once: no second wake-up meanwhile
                 self._cond.notify()
@@ -167,6 +171,9 @@ class Heartbeat(threading.Thread):
                                      default=0.0)
         attempts = [attempt for attempt in started
                     if not attempt.start_recorded and self.running.holds(attempt)]
+        with self._cond:  # all ended: short tasks, which need no look soon
+            self._look_every = (START_LINGER_S if attempts
+                                else min(2 * self._look_every, START_LOOK_MAX_S))
         if not attempts:
             return
         try:
