@@ -119,8 +119,9 @@ class Heartbeat(threading.Thread):
 
     def _wait_for_next_beat(self) -> bool:
         """Sleep until one interval after the last beat (shortened by any attempt that
-        starts meanwhile), or until `START_LINGER_S` after the first attempt whose start
-        is not written yet; False once stopping."""
+        starts meanwhile), or until the next look for due start writes: `START_LINGER_S`
+        after the first start not written yet, and no sooner than `_look_every` after
+        the last look; False once stopping."""
         with self._cond:
             while not self._stopping:
                 self._planned_interval = interval = self.interval()
