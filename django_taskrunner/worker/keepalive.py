@@ -7,18 +7,25 @@ or fetched and waiting in its buffer (XCLAIM ... JUSTID by its own consumer, thr
 queues in one pipelined round trip (`Broker.hold_and_sync`), `BEATS_PER_TIMEOUT` times
 per shortest timeout.
 
-Each attempt's "running" record is written by this thread as soon as the attempt
-starts, not with the next beat: the attempt's thread only hands it over (a list append;
-it wakes this thread if the list was empty), and this thread, after `START_LINGER_S` to
-gather the others starting meanwhile, writes those still running in one round trip (a
-task that ended by then needs none: its outcome's record says all). The beat's round
-trip carries the rest of the task records of the running attempts: "running" for one
-whose start write failed, the progress each gave since the last beat, the read of their
-cancel flags, and the read of the cancelled sets of the streams whose fetched messages wait in the
-buffer (so a message cancelled after its fetch is skipped when it comes out of the
-buffer, even when no fetch follows). So while a task runs, the worker beats at least
-every `CANCEL_CHECK_S`, and a `cancel(id)` reaches `ctx.cancelled` within a second; an
-idle worker beats no more often than before.
+Each attempt's "running" record is written by this thread `START_LINGER_S` (2 ms) after
+the attempt starts, not with the next beat: the attempt's thread only hands it over (a
+list append; it wakes this thread only when its next wake-up is planned later than
+needed), and this thread writes those that have run that long and still run, in one
+round trip. A task that ended by then needs none (its outcome's record says all), and
+a look that finds only such tasks makes the next come later: twice the time after it,
+up to `START_LOOK_MAX_S` (20 ms); one that writes a start brings back the 2 ms. So a
+worker draining short tasks writes no start at all and wakes this thread at most 50
+times a second, not once or twice per batch of starts (each wake-up of a thread costs
+its CPU far more than the Python it runs), while among them a long task's start write
+lands up to 22 ms after its start.
+
+The beat's round trip carries the rest of the task records of the running attempts:
+"running" for one whose start write failed, the progress each gave since the last beat,
+the read of their cancel flags, and the read of the cancelled sets of the streams whose
+fetched messages wait in the buffer (so a message cancelled after its fetch is skipped
+when it comes out of the buffer, even when no fetch follows). So while a task runs, the
+worker beats at least every `CANCEL_CHECK_S`, and a `cancel(id)` reaches `ctx.cancelled`
+within a second; an idle worker beats no more often than before.
 
 The shortest timeout is the smallest of RESERVATION_TIMEOUT, the per-task timeouts of
 the tasks registered for the worker's queues (what a buffered message may have), and
@@ -49,8 +56,11 @@ MIN_INTERVAL = 0.05
 MAX_INTERVAL = 10.0
 # Longest time between beats while some attempt runs: how soon it sees a cancel.
 CANCEL_CHECK_S = 0.5
-# How long the first attempt to start waits for others to share its "running" write.
+# How long an attempt runs before its "running" write is due (one that ended by then
+# needs none), and how often at most this thread looks for such writes.
 START_LINGER_S = 0.002
+# Looks that find only ended tasks come less and less often, down to this.
+START_LOOK_MAX_S = 0.020
 
 
 def heartbeat_interval(reservation_timeout: float) -> float:
@@ -88,12 +98,16 @@ class Heartbeat(threading.Thread):
         self.cancelled = cancelled
         self._cond = threading.Condition()
         self._stopping = False
-        self._planned_for = self.floor  # the timeout the current wait was computed from
         self._planned_interval = heartbeat_interval(self.floor)
         self._last_beat = clock.monotonic()
         self._lost: set[tuple[str, str]] = set()
         self._starts: list[Attempt] = []  # started, their "running" not written yet
         self._starts_since = 0.0  # when the first of them started
+        self._starts_checked = -START_LOOK_MAX_S  # write_starts' last look (monotonic)
+        self._look_every = START_LINGER_S  # the least time from that look to the next
+        # When the thread's current wait ends (monotonic): a start that needs it sooner
+        # wakes it; one it will see in time by then does not.
+        self._wake_at = 0.0
         running.on_start(self._attempt_started)
 
     def run(self) -> None:
@@ -105,45 +119,62 @@ class Heartbeat(threading.Thread):
 
     def _wait_for_next_beat(self) -> bool:
         """Sleep until one interval after the last beat (shortened by any attempt that
-        starts meanwhile), or until `START_LINGER_S` after the first attempt whose start
-        is not written yet; False once stopping."""
+        starts meanwhile), or until the next look for due start writes: `START_LINGER_S`
+        after the first start not written yet, and no sooner than `_look_every` after
+        the last look; False once stopping."""
         with self._cond:
             while not self._stopping:
-                shortest = self.shortest_timeout()
-                self._planned_for = shortest
                 self._planned_interval = interval = self.interval()
                 now = clock.monotonic()
-                left = self._last_beat + interval - now
+                wake_at = self._last_beat + interval
                 if self._starts:
-                    left = min(left, self._starts_since + START_LINGER_S - now)
-                if left <= 0:
+                    wake_at = min(wake_at, max(self._starts_since + START_LINGER_S,
+                                               self._starts_checked + self._look_every))
+                if wake_at <= now:
+                    self._wake_at = now  # busy: a start meanwhile is seen without a wake-up
                     return True
-                self._cond.wait(left)
+                self._wake_at = wake_at
+                self._cond.wait(wake_at - now)
             return False
 
     def _attempt_started(self, attempt: Attempt) -> None:
-        """Hand the attempt's "running" write to this thread, and wake it for the first
-        of a batch or if the attempt needs beats sooner than planned (called on the
-        starting thread for every attempt: one uncontended lock, and a wake-up at most
-        once per batch of starts)."""
+        """Hand the attempt's "running" write to this thread, and wake it only if its
+        wait ends later than the attempt needs it: its start write `START_LINGER_S` after
+        the start, its beats (sooner for a short timeout) and, while it runs, a look at
+        its cancel flag every `CANCEL_CHECK_S` (called on the starting thread for every
+        attempt: one uncontended lock; while tasks keep starting, no wake-up at all)."""
+        started = attempt.started
+        need = started + min(heartbeat_interval(attempt.reservation_timeout), CANCEL_CHECK_S)
         with self._cond:
-            wake = (attempt.reservation_timeout < self._planned_for
-                    or self._planned_interval > CANCEL_CHECK_S)
             if attempt.record_ttl > 0:
                 if not self._starts:
-                    self._starts_since = clock.monotonic()
-                    wake = True
+                    self._starts_since = started
                 self._starts.append(attempt)
-            if wake:
+                need = min(need, max(started + START_LINGER_S,
+                                     self._starts_checked + self._look_every))
+            if need < self._wake_at:
+                self._wake_at = need  # it plans again at once: no second wake-up meanwhile
                 self._cond.notify()
 
     def write_starts(self) -> None:
-        """Write "running" for the attempts handed over that still run, one round trip;
-        never raises (a failed write is the next beat's to do)."""
+        """Write "running" for the attempts handed over that have run `START_LINGER_S`
+        and still run, one round trip (the younger ones wait for their turn); never
+        raises (a failed write is the next beat's to do)."""
+        now = clock.monotonic()
+        until = now - START_LINGER_S  # started by then: due now
         with self._cond:
-            started, self._starts = self._starts, []
+            self._starts_checked = now
+            if not self._starts or self._starts_since > until:
+                return
+            started = [attempt for attempt in self._starts if attempt.started <= until]
+            self._starts = [attempt for attempt in self._starts if attempt.started > until]
+            self._starts_since = min((attempt.started for attempt in self._starts),
+                                     default=0.0)
         attempts = [attempt for attempt in started
                     if not attempt.start_recorded and self.running.holds(attempt)]
+        with self._cond:  # all ended: short tasks, which need no look soon
+            self._look_every = (START_LINGER_S if attempts
+                                else min(2 * self._look_every, START_LOOK_MAX_S))
         if not attempts:
             return
         try:

@@ -10,6 +10,7 @@ for every task started meanwhile in one round trip, and its progress with the he
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import TYPE_CHECKING
 
@@ -61,7 +62,10 @@ def stop_cancelled(executor: Executor, run: Run) -> bool:
 
 
 def record_ttl(executor: Executor, run: Run) -> int:
-    """Seconds the finished record of this run is kept (0: its task keeps none)."""
+    """Seconds the finished record of this run is kept (0: its task keeps none); an
+    attempt begun by the executor knows it already (one a hand-back built does not)."""
+    if run.attempt is not None and run.attempt.record_ttl > 0:
+        return run.attempt.record_ttl
     task = run.task
     own = None if task is None else task.options.result_ttl
     if run.message is not None:  # a Django Tasks backend's own RESULT_TTL
@@ -75,21 +79,21 @@ def write_outcome(
 ) -> None:
     """Hand the record of an outcome to the acker: succeeded (with the result), failed,
     expired, cancelled (final) or retrying (the next attempt's, not final)."""
-    message = run.message
+    message, attempt = run.message, run.attempt
     ttl = record_ttl(executor, run)
     if message is None or ttl <= 0 or not message.task_name:
         if message is not None and message.workflow is not None:
             note_outcome(executor, run, status)
         return
-    attempt = run.attempt
     final = status != "retrying"
+    now_ms = clock.now_ms()
     fields = [("s", status), ("t", message.task_name), ("q", message.queue),
               ("a", str(message.attempt + (0 if final else 1))), ("w", executor.consumer)]
-    fields += (end_fields(message) if final
+    fields += (end_fields(message, now_ms) if final
                else [("d", str(message.dispatched_at_ms)), ("ttl", str(ttl))])
     if attempt is not None:  # its start, and its trace (the task page's timeline)
         fields += [("st", str(attempt.started_ms)),
-                   attempt_trace(executor, message.attempt, attempt, status, error)]
+                   attempt_trace(executor, message.attempt, attempt, status, error, now_ms)]
     if message.dispatch_token is not None:  # a later dispatch of its task_id is not ours
         fields.append(("h", locks.holder_value(message)))
     if status == "succeeded" and attempt is not None:
@@ -110,11 +114,11 @@ def write_outcome(
         note_outcome(executor, run, status)
 
 
-def end_fields(message: TaskMessage) -> list[tuple[str, str]]:
+def end_fields(message: TaskMessage, now_ms: int) -> list[tuple[str, str]]:
     """A final record keeps the dispatch's 'd', needs no 'ttl' any more, and gets its end
-    and the payload it ran with (its message leaves Redis with this ack: the task page
-    shows it from here; one too large or not JSON is left out)."""
-    fields = [("f", str(clock.now_ms()))]
+    (`now_ms`) and the payload it ran with (its message leaves Redis with this ack: the
+    task page shows it from here; one too large or not JSON is left out)."""
+    fields = [("f", str(now_ms))]
     payload, _why = encode_value(message.payload, "payload")
     if payload is not None:
         fields.append(("pl", payload))
@@ -134,14 +138,24 @@ def may_have_steps(run: Run) -> bool:
 
 
 def attempt_trace(executor: Executor, number: int, attempt: Attempt, status: str,
-                  error: BaseException | None) -> tuple[str, str]:
+                  error: BaseException | None, ended_ms: int | None = None) -> tuple[str, str]:
     """The record field `x:<attempt>` of an ended attempt (`core.records.AttemptTrace`):
-    [ready ms (its stream entry's id), started, ended, worker, outcome, error]."""
+    [ready ms (its stream entry's id), started, ended (`ended_ms`, by default now),
+    worker, outcome, error]: the text `json.dumps` gives that list, put together here
+    (one per task: json's encoder costs more than the rest of the record)."""
     ready, _sep, _seq = (attempt.stream_id or "").partition("-")
-    why = "" if error is None else f"{type(error).__name__}: {error}"[:TRACE_ERROR_CHARS]
-    return (f"x:{number}", json.dumps([int(ready) if ready.isdigit() else None,
-                                       attempt.started_ms, clock.now_ms(), executor.consumer,
-                                       status, why]))
+    why = '""' if error is None else json.dumps(
+        f"{type(error).__name__}: {error}"[:TRACE_ERROR_CHARS])
+    ended = clock.now_ms() if ended_ms is None else ended_ms
+    return (f"x:{number}", f"[{int(ready) if ready.isdigit() else 'null'}, "
+                           f"{int(attempt.started_ms)}, {int(ended)}, "
+                           f"{_json_text(executor.consumer)}, {_json_text(status)}, {why}]")
+
+
+@functools.lru_cache(maxsize=64)
+def _json_text(value: str) -> str:
+    """`json.dumps` of a string a worker writes again and again (its name, an outcome)."""
+    return json.dumps(value)
 
 
 def started_write(attempt: Attempt, consumer: str) -> RecordWrite:
