@@ -1,4 +1,5 @@
-"""Side-by-side benchmark: django-taskrunner against Celery, RQ, Dramatiq and Huey.
+"""Side-by-side benchmark: django-taskrunner against Celery, RQ, Dramatiq, Huey, Taskiq
+and streaQ.
 
     python bench/peers.py --jobs 20000     # the full run (under 10 minutes), updates docs
     python bench/peers.py --smoke          # small N; checks every task ran exactly once
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> report.Results:
                               latency_jobs=args.latency_jobs, idle_jobs=args.idle_jobs,
                               smoke=args.smoke, timeout=timeout, workdir=workdir,
                               drain_budget=args.drain_budget, drain_only=args.drain_only)
-        chosen = [s for s in SYSTEMS if s.key in args.systems.split(",")]
+        chosen = chosen_systems(args)
         results: report.Results = {}
         for rep in range(1, args.reps + 1):
             blocks = [("raw", lambda: measure.raw_block(ctx))]
@@ -97,6 +98,10 @@ def run(args: argparse.Namespace) -> report.Results:
     return results
 
 
+def chosen_systems(args: argparse.Namespace) -> list[System]:
+    return [s for s in SYSTEMS if s.key in args.systems.split(",")]
+
+
 def against_block(ctx: measure.Context, system: System, checkout: str) -> dict[str, float]:
     """`system`'s block with `checkout`'s package and bench/ in its children."""
     os.environ["BENCH_AGAINST"] = checkout
@@ -112,7 +117,7 @@ def versions() -> str:
     server = next((w.split("=")[1] for w in redis_version if w.startswith("v=")), "?")
     commit = commit_of(os.environ.get("BENCH_CHECKOUT") or str(procs.ROOT))
     names = ["django-taskrunner", "Django", "redis", "hiredis", "celery", "kombu", "rq",
-             "dramatiq", "huey"]
+             "dramatiq", "huey", "taskiq", "taskiq-redis", "streaq", "coredis"]
     parts = [f"Python {platform.python_version()}", f"redis-server {server}"]
     parts += [f"{name} {version(name)}" + (f" ({commit})" if name == "django-taskrunner" else "")
               for name in names]
@@ -149,7 +154,8 @@ def section(args: argparse.Namespace, results: report.Results, argv: list[str]) 
         "drain) or by the bare loop (CPU, latency); a dispatch ratio is the producer's own: "
         "it alternates chunks of 1,000 tasks with as many raw XADDs (pipelined by 100 for "
         "batches) and divides the two times, so a load swing hits both. `÷ best peer` "
-        "divides by the best of Celery, RQ, Dramatiq and Huey. Rates: higher is better; CPU "
+        "divides by the best of the peers (Celery, RQ, Dramatiq, Huey, Taskiq, streaQ) "
+        "in the table. Rates: higher is better; CPU "
         "and latency: lower is better.", "",
         report.table(results), "",
         "Targets of the performance issue (its second round), from the same run:", "",
@@ -163,10 +169,10 @@ def section(args: argparse.Namespace, results: report.Results, argv: list[str]) 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    missing = missing_packages()
+    missing = missing_packages(chosen_systems(args))
     if missing:
         print(f"missing packages: {', '.join(missing)}; install them with "
-              "`pip install -e '.[bench]'`", file=sys.stderr)
+              "`pip install -e . --group bench` (pip 25.1+)", file=sys.stderr)
         return 2
     # SIGTERM unwinds like Ctrl+C, so every worker and the Redis server are killed.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))

@@ -7,17 +7,20 @@ batch call), `latency` (N tasks at R per second, each carrying its dispatch time
 and for the system `raw`: `xadd`, `xadd-pipe`, `read` (XREADGROUP COUNT 100 + XACK).
 With `--paired`, plain and batch dispatch alternate with raw redis-py XADD in chunks of
 1,000 tasks and also print `raw_seconds`, the time of the raw XADDs: a ratio measured
-in one place.
+in one place. Taskiq and streaQ are async: their producer runs in one event loop and
+awaits each call in turn, as an async caller would (`ASYNC_SENDERS`).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import redis
@@ -27,6 +30,7 @@ BATCH = 100
 CHUNK = 1000  # tasks per turn when the system and raw XADD alternate
 Send = Callable[[Any], None]
 SendMany = Callable[[list[Any]], None]
+AsyncSend = Callable[[Any], Awaitable[object]]
 
 
 def url() -> str:
@@ -95,6 +99,33 @@ def tasksdb_senders(name: str = "orm") -> tuple[Send, None]:
     return getattr(tasksdb_tasks, name).enqueue, None
 
 
+@contextlib.asynccontextmanager
+async def taskiq_senders() -> AsyncIterator[AsyncSend]:
+    """Taskiq's client: `broker.startup()` first (it also creates the consumer group, so
+    the worker started later reads what was queued before it), then `kiq`."""
+    from benchlib.peer_apps import taskiq_tasks
+
+    await taskiq_tasks.broker.startup()
+    try:
+        yield taskiq_tasks.job.kiq
+    finally:
+        await taskiq_tasks.broker.shutdown()
+
+
+@contextlib.asynccontextmanager
+async def streaq_senders() -> AsyncIterator[AsyncSend]:
+    """streaQ's client: enqueue inside the worker's async context manager."""
+    from benchlib.peer_apps import streaq_tasks
+
+    async def send(payload: Any) -> object:
+        return await streaq_tasks.job.enqueue(payload)
+
+    async with streaq_tasks.worker:
+        yield send
+
+
+ASYNC_SENDERS = {"taskiq": taskiq_senders, "streaq": streaq_senders}
+
 SENDERS = {
     "bare": bare_senders, "taskrunner": taskrunner_senders, "celery": celery_senders,
     "rq": rq_senders, "dramatiq": dramatiq_senders, "huey": huey_senders,
@@ -147,6 +178,55 @@ def paired(timed: Callable[[list[Any]], float], raw_mode: str, items: list[Any]
     return system_s, raw_s
 
 
+async def async_timed_plain(send: AsyncSend, items: list[Any]) -> float:
+    start = time.perf_counter()
+    for payload in items:
+        await send(payload)
+    return time.perf_counter() - start
+
+
+async def async_paired(send: AsyncSend, items: list[Any]) -> tuple[float, float]:
+    """`paired` for an async library: its chunks awaited call by call in this loop, the
+    raw XADDs the same blocking redis-py calls as for everyone."""
+    from benchlib import raw
+
+    client, raw_call = redis.Redis.from_url(url()), raw.MODES["xadd"]
+    system_s = raw_s = 0.0
+    for number, first in enumerate(range(0, len(items), CHUNK)):
+        chunk = items[first:first + CHUNK]
+        if number % 2:
+            system_s += await async_timed_plain(send, chunk)
+            raw_s += raw_call(client, len(chunk))
+        else:
+            raw_s += raw_call(client, len(chunk))
+            system_s += await async_timed_plain(send, chunk)
+    return system_s, raw_s
+
+
+async def async_timed_latency(send: AsyncSend, n: int, rate: float) -> float:
+    """`timed_latency` in an event loop: it sleeps with `asyncio.sleep`."""
+    start = time.perf_counter()
+    for i in range(n):
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await send({"t": time.time()})
+    return time.perf_counter() - start
+
+
+async def run_async(system: str, args: argparse.Namespace) -> tuple[float, float | None]:
+    """(seconds, raw seconds or None) of an async library's producer."""
+    async with ASYNC_SENDERS[system]() as send:
+        items = list(payloads(args.n, args.smoke))
+        if args.mode == "plain" and args.paired:
+            return await async_paired(send, items)
+        if args.mode == "plain":
+            return await async_timed_plain(send, items), None
+        if args.mode == "latency":
+            return await async_timed_latency(send, args.n, args.rate), None
+        raise SystemExit(f"{system} has no mode {args.mode!r} (no batch dispatch)")
+
+
 def timed_latency(send: Send, n: int, rate: float) -> float:
     """Offer `n` tasks at `rate` per second on a fixed schedule (no coordinated omission)."""
     start = time.perf_counter()
@@ -178,6 +258,10 @@ def main(argv: list[str]) -> None:
     raw_seconds = None
     if args.system == "raw":
         seconds = run_raw(args.mode, args.n)
+    elif args.system in ASYNC_SENDERS:
+        if args.job != "job":
+            raise SystemExit(f"{args.system}: only the no-op job")
+        seconds, raw_seconds = asyncio.run(run_async(args.system, args))
     else:
         send, send_many = (SENDERS[args.system]() if args.job == "job"
                            else SENDERS[args.system](args.job))
