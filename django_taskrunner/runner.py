@@ -24,7 +24,7 @@ from django_taskrunner.scheduling.election import LeaderElection
 from django_taskrunner.scheduling.outbox_flush import OutboxFlusher, flush_waiting
 from django_taskrunner.scheduling.periodic import PeriodicRunner
 from django_taskrunner.scheduling.scheduler import Scheduler, promote_all_due, register_queues
-from django_taskrunner.store.broker import Broker
+from django_taskrunner.store.streams import Broker
 from django_taskrunner.worker.failures import FailedRowsFlusher
 from django_taskrunner.worker.handback import Adopter
 from django_taskrunner.worker.lost_workers import LostWorkerWatch

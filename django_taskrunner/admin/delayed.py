@@ -51,8 +51,8 @@ from django_taskrunner.core.wire import MAX_EPOCH_MS
 from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.stats.health import dashboard_queues
 from django_taskrunner.store import get_store, values
-from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_ERROR
+from django_taskrunner.store.streams import Broker
 
 logger = logging.getLogger(__name__)
 

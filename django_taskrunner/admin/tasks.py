@@ -74,7 +74,7 @@ from django_taskrunner.store.browse import (
     stream_id_key,
 )
 from django_taskrunner.store.errors import REDIS_DOWN, REPLY_ERROR
-from django_taskrunner.store.finished import FinishedIndex, FinishedRow
+from django_taskrunner.store.records import FinishedIndex, FinishedRow
 
 REFRESH_SECONDS = 5
 CANCEL_PERMISSION = "django_taskrunner.cancel_task"

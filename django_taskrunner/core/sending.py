@@ -22,11 +22,11 @@ from django_taskrunner.core.records import dispatch_record, keeps_records
 from django_taskrunner.core.unique import UniqueClaim
 from django_taskrunner.exceptions import RedisUnavailable, TaskAlreadyDispatched
 from django_taskrunner.store import get_store, keys
-from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.connection import built_client
 from django_taskrunner.store.errors import REDIS_DOWN, unavailable
 from django_taskrunner.store.fair import UNKEYED
 from django_taskrunner.store.records import RecordWrite
+from django_taskrunner.store.streams import Broker
 
 if TYPE_CHECKING:
     from django_taskrunner.core.task import Task

@@ -51,7 +51,7 @@ from django_taskrunner.store.values import text
 
 if TYPE_CHECKING:
     from django_taskrunner.core.task import Task
-    from django_taskrunner.store.broker import Broker
+    from django_taskrunner.store.streams import Broker
 
 logger = logging.getLogger(__name__)
 

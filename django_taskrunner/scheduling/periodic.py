@@ -29,8 +29,8 @@ from django_taskrunner.core.sending import fair_queue
 from django_taskrunner.exceptions import TaskRunnerError
 from django_taskrunner.models import PeriodicTask
 from django_taskrunner.store import get_store, keys
-from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REPLY_ERROR, stalls_writes
+from django_taskrunner.store.streams import Broker
 
 logger = logging.getLogger(__name__)
 

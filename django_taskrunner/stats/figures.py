@@ -31,8 +31,8 @@ from django_taskrunner.core.registry import registry
 from django_taskrunner.stats.recorder import BUCKET_LABELS, PICKUP_BUCKETS, PICKUP_LABELS
 from django_taskrunner.stats.writes import COUNTERS
 from django_taskrunner.store import get_store
-from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.inspect import GroupInfo, Inspector
+from django_taskrunner.store.streams import Broker
 
 
 @dataclass(frozen=True)

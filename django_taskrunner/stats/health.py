@@ -19,7 +19,7 @@ from django_taskrunner.stats.figures import (
     minute_counts,
 )
 from django_taskrunner.store import get_store
-from django_taskrunner.store.broker import Broker
+from django_taskrunner.store.streams import Broker
 
 MAX_CONSUMERS = 20  # shown per queue: the live ones first, then the most recently active
 HOUR_MINUTES = 60

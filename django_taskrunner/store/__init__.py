@@ -13,12 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from django_taskrunner.conf import get_settings, on_reset
-from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.browse import StreamBrowser
 from django_taskrunner.store.connection import get_redis
 from django_taskrunner.store.failed_rows import FailedRows
 from django_taskrunner.store.fair import Fair
-from django_taskrunner.store.finished import FinishedIndex, FinishedLimits
 from django_taskrunner.store.inspect import Inspector
 from django_taskrunner.store.keys import leader_key
 from django_taskrunner.store.leases import Lease
@@ -26,12 +24,13 @@ from django_taskrunner.store.limits import Limits
 from django_taskrunner.store.locks import UniqueLocks
 from django_taskrunner.store.outbox import OutboxMarks
 from django_taskrunner.store.pauses import Pauses
-from django_taskrunner.store.records import Records
+from django_taskrunner.store.records import FinishedIndex, FinishedLimits, Records
 from django_taskrunner.store.results import Results
 from django_taskrunner.store.schedule import ScheduleStore
 from django_taskrunner.store.server import RedisServer
 from django_taskrunner.store.stats import StatsStore
 from django_taskrunner.store.steps import StepsStore
+from django_taskrunner.store.streams import Broker
 from django_taskrunner.store.workers import WorkerDirectory
 from django_taskrunner.store.workflows import WorkflowStore
 
@@ -51,7 +50,7 @@ class Store:
     Every public method, as `attribute.method(args)  what it does` (kept in step with the
     classes by tests/unit/test_store_index.py):
 
-    streams: `Broker` (store/broker.py), the queues' streams and delayed sets under one consumer
+    streams: `Broker` (store/streams.py), the queues' streams and delayed sets under one consumer
     group: add, read, ack, requeue, recover
         streams.ack(queue, stream_ids, pipe)  XACK (and XDEL when DELETE_ON_ACK) the given
             entries
@@ -216,7 +215,7 @@ class Store:
         locks.scan_nodes()  How many servers a key scan walks: 1, or the primaries of a Redis
             Cluster
 
-    finished: `FinishedIndex` (store/finished.py), each queue's index of finished tasks (the
+    finished: `FinishedIndex` (store/records.py), each queue's index of finished tasks (the
     admin's Tasks list)
         finished.count(queue)  ZCARD of `queue`'s finished index
         finished.list_task(queue, task_id, finished_ms, ttl_s)  `record_index.lua`: list a task

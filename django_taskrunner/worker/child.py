@@ -41,7 +41,7 @@ from types import FrameType
 from typing import Any
 
 from django_taskrunner.store import get_store
-from django_taskrunner.store.broker import Broker
+from django_taskrunner.store.streams import Broker
 from django_taskrunner.worker.handback import take_adopted
 from django_taskrunner.worker.running import Attempt
 from django_taskrunner.worker.settings import WorkerSettings, worker_settings

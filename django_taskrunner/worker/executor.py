@@ -35,9 +35,9 @@ from django_taskrunner.core.records import PENDING_TTL_S, encode_value
 from django_taskrunner.core.steps import first_run, stored_steps
 from django_taskrunner.exceptions import TaskExpired, TaskRunnerError
 from django_taskrunner.stats.recorder import StatsRecorder
-from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.limits import Slot
 from django_taskrunner.store.records import RecordWrite
+from django_taskrunner.store.streams import Broker
 from django_taskrunner.store.workflows import MemberDone
 from django_taskrunner.worker.cancels import CancelBook
 from django_taskrunner.worker.connections import check_connections

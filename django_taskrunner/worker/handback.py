@@ -50,8 +50,8 @@ from django_taskrunner.core.registry import registry
 from django_taskrunner.core.task import Task
 from django_taskrunner.exceptions import InvalidTaskPayload, WorkerLost
 from django_taskrunner.stats import writes as stats_writes
-from django_taskrunner.store.broker import Broker, Entry, Requeue
 from django_taskrunner.store.errors import REDIS_ERROR
+from django_taskrunner.store.streams import Broker, Entry, Requeue
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
 from django_taskrunner.worker.running import Attempt

@@ -23,8 +23,8 @@ from django_taskrunner.stats import writes as stats_writes
 from django_taskrunner.stats.figures import QueueStats, get_stats
 from django_taskrunner.stats.long_queue import LongQueueHook
 from django_taskrunner.stats.recorder import Batch, StatsRecorder
-from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.store.streams import Broker
 from django_taskrunner.worker.autoscale import decide
 from django_taskrunner.worker.outage import RedisStatus, redis_call
 from django_taskrunner.worker.pool import Pool

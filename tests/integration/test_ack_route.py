@@ -4,7 +4,7 @@ batch sent twice (a reply lost in an outage) neither doubles nor loses a retry."
 from __future__ import annotations
 
 from django_taskrunner.store import get_store
-from django_taskrunner.store.broker import Requeue
+from django_taskrunner.store.streams import Requeue
 
 
 def read_all(broker, queue="default"):

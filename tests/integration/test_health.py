@@ -16,7 +16,7 @@ from django_taskrunner.scheduling.election import LeaderElection
 from django_taskrunner.stats import health
 from django_taskrunner.stats.writes import WorkerReport, write
 from django_taskrunner.store import Store, get_store, keys, server
-from django_taskrunner.store.broker import Broker
+from django_taskrunner.store.streams import Broker
 from tests.conftest import start_private_redis
 from tests.testapp.tasks import always_fails, noop
 

@@ -14,7 +14,7 @@ from django_taskrunner.core.registry import registry
 from django_taskrunner.models import PeriodicTask
 from django_taskrunner.scheduling.periodic import PeriodicRunner
 from django_taskrunner.store import get_store, keys
-from django_taskrunner.store.broker import Broker
+from django_taskrunner.store.streams import Broker
 from tests.integration.scheduling_helpers import leads, running_worker, wait_for
 from tests.testapp.tasks import runs_key
 

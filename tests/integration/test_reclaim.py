@@ -11,7 +11,7 @@ import pytest
 from django_taskrunner import dispatch
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import get_store
-from django_taskrunner.store.recovery import Entry
+from django_taskrunner.store.streams import Entry
 from django_taskrunner.worker.outage import RedisStatus
 from django_taskrunner.worker.reclaim import Reclaimer, reclaim_interval, shortest_timeout
 from tests.testapp.tasks import noop, patient, runs_key, sleeper

@@ -12,7 +12,7 @@ from django_taskrunner.core import clock
 from django_taskrunner.core.prepare import new_message
 from django_taskrunner.scheduling.scheduler import Scheduler, promote_all_due
 from django_taskrunner.store import Store, get_store, keys
-from django_taskrunner.store.broker import Broker
+from django_taskrunner.store.streams import Broker
 from tests.integration.scheduling_helpers import wait_for
 from tests.testapp.tasks import noop, runs_key
 

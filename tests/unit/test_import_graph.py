@@ -40,11 +40,7 @@ ALLOWED_TYPE_ONLY_IMPORTS = {
        "workflows")},
     # A broker is built by its `Store` (store/__init__.py) and names it to reach the
     # store's other parts (records, workflows) from the ack batch.
-    ("store.broker", "store"),
-    # A finished-index entry is made from a record write; the ack batch (settle) is
-    # handed the broker whose batch it sends.
-    ("store.finished", "store.records"),
-    ("store.settle", "store.broker"),
+    ("store.streams", "store"),
 }
 
 # Imports that must wait until a function runs, and why.
@@ -263,7 +259,7 @@ def test_the_store_imports_nothing_above_it_but_settings_and_errors():
 
 def test_the_store_checks_see_redis_imports():
     # Guards the two tests above: the store itself does import redis-py.
-    assert "redis" in set(_third_party_imports(f"{STORE}.broker"))
+    assert "redis" in set(_third_party_imports(f"{STORE}.streams"))
 
 
 def _store_classes() -> set[str]:

@@ -33,9 +33,9 @@ from django_taskrunner.shim import quiet_framework_logs
 from django_taskrunner.stats.figures import declared_queues
 from django_taskrunner.stats.metrics import serve_metrics
 from django_taskrunner.store import get_store
-from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.store.server import ServerUnsupported
+from django_taskrunner.store.streams import Broker
 from django_taskrunner.worker.outage import RedisStatus, redis_call
 from django_taskrunner.worker.settings import (
     PoolSizeConflict,
