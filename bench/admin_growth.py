@@ -107,13 +107,13 @@ def run(args: argparse.Namespace) -> dict[str, dict[int, float]]:
     from django.test import Client
     from django.test.utils import setup_test_environment
 
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
 
     setup_test_environment()
     call_command("migrate", verbosity=0)
     fill_database(1000)
     queued = fill_queued(1000)
-    broker = get_broker()
+    broker = get_store().streams
     broker.ensure_group("default")
     for consumer in ("web-1-1234-ab12", "web-2-5678-cd34"):
         broker.read("default", consumer, 5, None)

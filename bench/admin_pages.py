@@ -72,9 +72,9 @@ def fill_queued(queued: int) -> None:
 def task_pages(queued: int) -> list[tuple[str, str]]:
     """The Tasks pages to time: list pages from the front, the middle and the end of the
     stream, a search, the running list and its JSON, a task by stream id and by id."""
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
 
-    broker = get_broker()
+    broker = get_store().streams
     client = broker.client
     stream = broker.stream("default")
     [(middle, middle_fields)] = client.xrange(stream, "-", "+", count=queued // 2)[-1:]
@@ -105,10 +105,9 @@ def fill_redis(rows: int) -> None:
     from django_taskrunner import TaskMessage
     from django_taskrunner.core import clock
     from django_taskrunner.core.dispatch import dispatch_many
-    from django_taskrunner.store import keys
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store, keys
 
-    broker = get_broker()
+    broker = get_store().streams
     pipe = broker.client.pipeline(transaction=False)
     due = clock.now_ms() + 3_600_000
     for n in range(rows):
@@ -146,26 +145,26 @@ def write_an_hour_of_statistics(broker) -> None:  # type: ignore[no-untyped-def]
         heartbeat = WorkerReport("web-1-1234-ab12", ["default"], threads=8, busy=3,
                               min_workers=None, max_workers=8, started_ms=now - 3_600_000)
         pipe = broker.client.pipeline(transaction=False)
-        write(pipe, broker.prefix, recorder.drain(), heartbeat, now_ms=at, window=200, ttl=600)
+        write(pipe, broker.store.stats, recorder.drain(), heartbeat, now_ms=at, window=200, ttl=600)
         pipe.execute()
 
 
 def fill_workers(count: int) -> None:
     """`count` worker heartbeats, each with 5 running tasks, as their monitors write them."""
     from django_taskrunner.core import clock
-    from django_taskrunner.stats.store import Heartbeat, write
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.stats.writes import WorkerReport, write
+    from django_taskrunner.store import get_store
 
-    broker = get_broker()
+    broker = get_store().streams
     now = clock.now_ms()
     pipe = broker.client.pipeline(transaction=False)
     for n in range(count):
         running = json.dumps([[f"w{n}-t{k}", "bench.admin_site.tasks.send_receipt", "default",
                                now - 1000 * k] for k in range(5)])
-        heartbeat = Heartbeat(f"host-{n % 50}-{1000 + n}-{n:04x}", ["default", "mail"],
-                              threads=8, busy=5, min_workers=2, max_workers=8,
-                              started_ms=now - 3_600_000, running=running)
-        write(pipe, broker.prefix, {}, heartbeat, now_ms=now - n, window=200, ttl=600)
+        heartbeat = WorkerReport(f"host-{n % 50}-{1000 + n}-{n:04x}", ["default", "mail"],
+                                 threads=8, busy=5, min_workers=2, max_workers=8,
+                                 started_ms=now - 3_600_000, running=running)
+        write(pipe, broker.store.stats, {}, heartbeat, now_ms=now - n, window=200, ttl=600)
     pipe.execute()
 
 
@@ -176,7 +175,7 @@ def fill_attempts(attempts: int) -> str:
 
     from django_taskrunner.core import clock
     from django_taskrunner.models import FailedTask
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
     from django_taskrunner.store.records import RecordWrite
 
     now = clock.now_ms()
@@ -189,7 +188,7 @@ def fill_attempts(attempts: int) -> str:
     fields = (("s", "failed"), ("t", "bench.admin_site.tasks.send_receipt"), ("q", "default"),
               ("a", str(attempts)), ("w", "web-1-1234"), ("d", str(start - 1000)),
               ("st", str(now - 500)), ("f", str(now - 100)), ("e", "ValueError: no"), *traces)
-    get_broker().records.write([RecordWrite("retried-20", fields, 3600, final=True)])
+    get_store().records.write([RecordWrite("retried-20", fields, 3600, final=True)])
     FailedTask.objects.create(task_name="bench.admin_site.tasks.send_receipt", queue="default",
                               message_id="retried-20", payload="{}", error="ValueError: no",
                               attempts=attempts, failed_at=timezone.now())

@@ -74,18 +74,18 @@ def setup_django(url: str, workdir: str) -> dict[str, str]:
 def drain(env: dict[str, str], jobs: int, pool_args: list[str]) -> tuple[float, list[str]]:
     """Dispatch `jobs` tasks, run a burst worker; (seconds to drain, autoscale log lines)."""
     from django_taskrunner import dispatch_many
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
 
     for start in range(0, jobs, 500):
         dispatch_many(TASK, [{"n": n} for n in range(start, min(jobs, start + 500))])
-    assert get_broker().length("default") == jobs
+    assert get_store().streams.length("default") == jobs
     started = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "django", "runtasks", "--burst", "--queue", "default",
          "--log-level", "INFO", *pool_args],
         cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     elapsed = time.monotonic() - started
-    assert get_broker().length("default") == 0, "the queue was not drained"
+    assert get_store().streams.length("default") == 0, "the queue was not drained"
     lines = [line for line in (result.stdout + result.stderr).splitlines() if "autoscale:" in line]
     return elapsed, lines
 

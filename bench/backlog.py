@@ -58,11 +58,11 @@ class Run:
         django.setup()
         from django.core.management import call_command
 
-        from django_taskrunner.store.broker import get_broker
+        from django_taskrunner.store import get_store
 
         call_command("migrate", verbosity=0)
         self.args, self.url, self.workdir = args, url, workdir
-        self.broker = get_broker()
+        self.broker = get_store().streams
         self.client = self.broker.client
 
     def load(self, count: int, due_ms: int) -> float:

@@ -135,15 +135,15 @@ def drained(client: Any, streams: list[str], group: str) -> bool:
 def throughput(site: Site, shards: int, jobs: int) -> dict[str, Any]:
     """Dispatch `jobs` tasks to a queue split into `shards`, drained by 2 x shards workers."""
     from django_taskrunner import dispatch_many
+    from django_taskrunner.core.sharding import shards as shard_names
     from django_taskrunner.stats.figures import get_stats
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
     from django_taskrunner.store.connection import get_redis
-    from django_taskrunner.store.sharding import shards as shard_names
 
     queue = f"bench{shards}"
     env = site.configure(f"bench-{uuid.uuid4().hex[:8]}", {"SHARDS": {queue: shards}})
     site.start_workers(env, queue, 2 * shards)
-    client, broker = get_redis(), get_broker()
+    client, broker = get_redis(), get_store().streams
     streams = [broker.stream(name) for name in shard_names(queue)]
     site.signal_workers(signal.SIGSTOP)  # so that the clock starts with a full queue
     started = time.monotonic()

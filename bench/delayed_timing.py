@@ -84,10 +84,10 @@ class Bench:
         import django
 
         django.setup()
-        from django_taskrunner.store.broker import get_broker
+        from django_taskrunner.store import get_store
 
         self.args = args
-        self.broker = get_broker()
+        self.broker = get_store().streams
         self.client = self.broker.client
         self.redis_url = redis_url
 

@@ -85,10 +85,9 @@ def best_us(fn: Callable[[], Any], number: int) -> float:
 def python_only(job: Any, client: Any, number: int) -> None:
     from django_taskrunner.core import records
     from django_taskrunner.core.prepare import prepare
-    from django_taskrunner.store import scripts
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store, scripts
 
-    broker = get_broker()
+    broker = get_store().streams
     message, _claim = prepare(job, {})
     body = message.to_json()
     record = records.dispatch_record(message, job, message.queue)

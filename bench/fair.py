@@ -70,14 +70,14 @@ def dispatch(n: int, keys: int) -> None:
 
 def drain(n: int, keys: int) -> tuple[float, float]:
     """(wall, CPU) seconds to drain `n` tasks over `keys` keys; checks exactly once."""
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
     from django_taskrunner.store.connection import get_redis
     from django_taskrunner.worker.settings import worker_settings
     from django_taskrunner.worker.worker import Worker
 
     dispatch(n, keys)
     RAN.clear()
-    worker = Worker(get_broker(), worker_settings(("default",), concurrency=4, batch_size=10,
+    worker = Worker(get_store().streams, worker_settings(("default",), concurrency=4, batch_size=10,
                                                   burst=True))
     began, cpu = time.perf_counter(), time.process_time()
     worker.run()

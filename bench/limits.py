@@ -85,13 +85,13 @@ def commands(client: Any) -> int:
 
 def one_drain(client: Any, declared: Any, jobs: int, threads: int) -> dict[str, float]:
     from django_taskrunner.runner import build_worker
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
     from django_taskrunner.worker.settings import worker_settings
 
     client.flushall()
     for start in range(0, jobs, 1000):
         declared.dispatch_many([{"k": n % 10} for n in range(start, min(jobs, start + 1000))])
-    worker = build_worker(get_broker(), worker_settings(
+    worker = build_worker(get_store().streams, worker_settings(
         [QUEUE], concurrency=threads, burst=True, scheduler=False, batch_size=100))
     client.config_resetstat()
     trips, cpu, wall = RoundTrips.count, time.process_time(), time.perf_counter()
@@ -99,7 +99,7 @@ def one_drain(client: Any, declared: Any, jobs: int, threads: int) -> dict[str, 
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     trips = RoundTrips.count - trips
     done = commands(client) - 1  # the INFO itself
-    left = client.xlen(get_broker().stream(QUEUE)) + client.zcard(f"bench:{{{QUEUE}}}:delayed")
+    left = client.xlen(get_store().streams.stream(QUEUE)) + client.zcard(f"bench:{{{QUEUE}}}:delayed")
     if left:
         raise SystemExit(f"{declared.name}: {left} tasks not drained")
     return {"trips": trips / jobs, "commands": done / jobs, "cpu_us": 1e6 * cpu / jobs,

@@ -62,7 +62,7 @@ def trace(args: argparse.Namespace) -> int:
     from django.core.management import call_command
     from djsite.benchapp import tasks
 
-    from django_taskrunner.store.broker import Broker
+    from django_taskrunner.store.streams import Broker
     from django_taskrunner.worker.executor import Executor
     from django_taskrunner.worker.worker import Worker
 

@@ -54,7 +54,7 @@ def child(n: int) -> dict[str, Any]:
     django.setup()
     logging.getLogger("django_taskrunner").setLevel(logging.WARNING)
     from django_taskrunner import task
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
     from django_taskrunner.store.connection import get_redis
     from django_taskrunner.worker.settings import worker_settings
     from django_taskrunner.worker.worker import Worker
@@ -75,7 +75,7 @@ def child(n: int) -> dict[str, Any]:
         plain_noop.dispatch({"i": i})
     dispatched = commands(client)
     client.config_resetstat()
-    worker = Worker(get_broker(), worker_settings(("default",), concurrency=4, batch_size=10,
+    worker = Worker(get_store().streams, worker_settings(("default",), concurrency=4, batch_size=10,
                                                   burst=True))
     began, cpu = time.perf_counter(), time.process_time()
     worker.run()

@@ -56,10 +56,10 @@ def drain(jobs: int, concurrency: int, prefetch_ms: int) -> tuple[float, int]:
     from djsite.benchapp import tasks
 
     from django_taskrunner.runner import build_worker
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
     from django_taskrunner.worker.settings import worker_settings
 
-    broker = get_broker()
+    broker = get_store().streams
     broker.client.flushall()
     tasks.counted_runs.clear()
     tasks.counted.dispatch_many([{"i": i} for i in range(jobs)])

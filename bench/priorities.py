@@ -50,7 +50,7 @@ def noop() -> Any:
 def drain(n: int, levels: tuple[int | None, ...]) -> tuple[float, float]:
     """(wall, CPU) seconds to drain `n` tasks spread over `levels`."""
     from django_taskrunner.runner import build_worker
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
     from django_taskrunner.worker.settings import worker_settings
 
     task = noop()
@@ -59,7 +59,7 @@ def drain(n: int, levels: tuple[int | None, ...]) -> tuple[float, float]:
         for index, level in enumerate(levels):
             share = size // len(levels) + (1 if index < size % len(levels) else 0)
             task.dispatch_many([{"i": i} for i in range(share)], priority=level)
-    worker = build_worker(get_broker(), worker_settings(("default",), concurrency=4, batch_size=10,
+    worker = build_worker(get_store().streams, worker_settings(("default",), concurrency=4, batch_size=10,
                                                   burst=True))
     began, cpu = time.perf_counter(), time.process_time()
     worker.run()

@@ -81,10 +81,9 @@ def cpu_run(url: str, run: str, count: int, loops: int, *args: str) -> float:
 def drain_run(url: str, count: int, name: str, *args: str) -> float:
     """Seconds from the dispatch of `count` no-ops to an empty stream."""
     from django_taskrunner import dispatch_many
-    from django_taskrunner.store import keys
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store, keys
 
-    broker = get_broker()
+    broker = get_store().streams
     broker.ensure_group("default")
     expected = 2 if "--processes" in args else 1
     proc = worker(url, "--concurrency", "8", "--queue", "default", "--consumer-name", name,

@@ -67,14 +67,14 @@ def measure(index_size: int, batches: int, batch: int, smoke: bool) -> tuple[flo
 
     from django_taskrunner.conf import reset
     from django_taskrunner.core.prepare import new_message_ids
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
     from django_taskrunner.store.records import RecordWrite
 
     with override_settings(TASKRUNNER={**settings.TASKRUNNER,
                                        "FINISHED_LIST_SIZE": index_size}):
         reset()
-        client = get_broker().client
-        store = get_broker().records
+        client = get_store().client
+        store = get_store().records
         client.flushall()
         now_ms = int(time.time() * 1000)
 

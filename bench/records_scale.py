@@ -93,10 +93,10 @@ def fill_records(count: int, start: int = 0) -> list[str]:
     """Finished records `start`..`count` - 1, written 5,000 a pipelined round trip; their
     ids (the same for the same numbers, so a caller can grow a set of them)."""
     from django_taskrunner.core import clock
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
     from django_taskrunner.store.records import RecordWrite
 
-    broker = get_broker()
+    broker = get_store().streams
     store = broker.records
     now = clock.now_ms()
     ids = []
@@ -125,10 +125,9 @@ def fill_finished_index(ids: list[str], finished_ms: int) -> None:
     """The default queue's finished index as the workers' final writes leave it: the
     newest `FINISHED_LIST_SIZE` ids (10,000), a millisecond apart."""
     from django_taskrunner.conf import get_settings
-    from django_taskrunner.store import keys
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store, keys
 
-    broker = get_broker()
+    broker = get_store().streams
     kept = ids[-int(get_settings().FINISHED_LIST_SIZE):]
     index = keys.finished_key(broker.prefix, "default")
     for start in range(0, len(kept), 5000):
@@ -146,10 +145,11 @@ def moved_tasks() -> tuple[str, str, str]:
     from django_taskrunner.core import clock
     from django_taskrunner.core.dispatch import dispatch, dispatch_delayed
     from django_taskrunner.core.message import TaskMessage
-    from django_taskrunner.store.broker import Requeue, get_broker
+    from django_taskrunner.store.streams import Requeue
+    from django_taskrunner.store import get_store
     from django_taskrunner.store.records import RecordWrite
 
-    broker = get_broker()
+    broker = get_store().streams
     delayed = dispatch_delayed(TASK, {"order": -1}, delay=1)
     retried = dispatch(TASK, {"order": -2})
     broker.ensure_group("default")
@@ -164,9 +164,9 @@ def moved_tasks() -> tuple[str, str, str]:
 def promote_moved() -> None:
     """Promote what is due (the two moved tasks), as the scheduler does."""
     from django_taskrunner.core import clock
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
 
-    get_broker().promote_due("default", clock.now_ms() + 2000, 500)
+    get_store().streams.promote_due("default", clock.now_ms() + 2000, 500)
 
 
 def finished_cursor() -> str:
@@ -203,10 +203,9 @@ def moved_rows(client, base: str, moved: tuple[str, str, str],  # type: ignore[n
     """The task pages of the promoted delayed task and the retried one: with the stream
     id their records learnt when promoted, then as before (a delayed record without one,
     a retry's record naming its first, gone entry: the stream searched)."""
-    from django_taskrunner.store import keys
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store, keys
 
-    broker = get_broker()
+    broker = get_store().streams
     delayed_id, retried_id, first_entry = moved
     lines = []
     for when in ("after", "before"):
@@ -254,8 +253,7 @@ def main() -> None:
         from django.test.utils import setup_test_environment
 
         from django_taskrunner import lookup
-        from django_taskrunner.store import keys
-        from django_taskrunner.store.broker import get_broker
+        from django_taskrunner.store import get_store, keys
 
         setup_test_environment()
         call_command("migrate", verbosity=0)
@@ -266,7 +264,7 @@ def main() -> None:
         promote_moved()
         filled_queued = time.perf_counter() - started
         finished = fill_records(options.records)
-        broker = get_broker()
+        broker = get_store().streams
         broker.ensure_group("default")
         for consumer in ("web-1-1234-ab12", "web-2-5678-cd34"):
             broker.read("default", consumer, 5, None)

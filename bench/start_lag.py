@@ -142,11 +142,10 @@ def drain(args: argparse.Namespace, probe_task: Any, load_task: Any
     import multiprocessing
 
     from django_taskrunner.runner import build_worker
-    from django_taskrunner.store import keys
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store, keys
     from django_taskrunner.worker.settings import worker_settings
 
-    broker = get_broker()
+    broker = get_store().streams
     broker.client.flushall()
     SEEN.clear()
     ids = []

@@ -58,9 +58,9 @@ def plain_dispatch(members: int) -> None:
 
 def plain_wait(client: Any, count: int, timeout: float) -> tuple[float, int]:
     """Until the stream is empty and nothing is pending (acked and deleted)."""
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
 
-    broker = get_broker()
+    broker = get_store().streams
     deadline = time.monotonic() + timeout
     while broker.length("default") or broker.pending("default"):
         if time.monotonic() > deadline:

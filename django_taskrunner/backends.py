@@ -44,7 +44,7 @@ from django_taskrunner.compat import (
     task_backends,
     task_enqueued,
 )
-from django_taskrunner.core import clock, due
+from django_taskrunner.core import clock, due, sharding
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.options import DEFAULT_PRIORITY
 from django_taskrunner.core.prepare import new_message
@@ -53,11 +53,9 @@ from django_taskrunner.core.registry import registry
 from django_taskrunner.core.sending import add_delayed, add_fair, announce_queue
 from django_taskrunner.exceptions import InvalidTaskArguments, InvalidTaskPayload
 from django_taskrunner.shim import SHIM_TASK, TASK_PATH
-from django_taskrunner.store import keys, sharding
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.connection import built_client
 from django_taskrunner.store.errors import REDIS_DOWN, unavailable
-from django_taskrunner.store.results import get_results
 
 DEFAULT_RESULT_TTL = 24 * 3600
 # The record field holding the framework's own part of a result (JSON).
@@ -139,7 +137,7 @@ class TaskRunnerBackend(BaseTaskBackend):
             return self._enqueue_without_records(task, record, payload, due_ms,
                                                 message.fair_key)
         try:
-            broker = get_broker()
+            broker = get_store().streams
             fields = (*write.fields, (FRAMEWORK_FIELD, framework_part(record)))
             if due_ms is None and message.fair_key is not None:  # waits for its turn
                 add_fair(broker, shard, [message], [body], [replace(write, fields=fields)])
@@ -169,7 +167,7 @@ class TaskRunnerBackend(BaseTaskBackend):
         try:
             if due_ms is None:
                 self._write_now(result_id, record, message, body)
-                announce_queue(get_broker(), message.queue)
+                announce_queue(get_store().streams, message.queue)
             else:
                 save_record(result_id, record, self.result_ttl + _seconds_until(due_ms))
                 add_delayed(message, due_ms)
@@ -184,7 +182,8 @@ class TaskRunnerBackend(BaseTaskBackend):
                    body: str) -> None:
         """The record and the stream message in one round trip, the record first."""
         shard = keys.level_name(sharding.next_shard(message.queue), message.priority)
-        get_results().save_and_add(result_id, json.dumps(record), self.result_ttl, shard, body)
+        get_store().results.save_and_add(result_id, json.dumps(record), self.result_ttl, shard,
+                                          body)
 
     def get_result(self, result_id: str) -> TaskResult:
         """The result from the task's record, or from a result record of the previous
@@ -295,7 +294,7 @@ def load_record(result_id: str) -> dict[str, Any] | None:
     fields = records().load(result_id)
     if fields is not None and FRAMEWORK_FIELD in fields:
         return from_task_record(from_fields(result_id, fields), fields)
-    raw = get_results().load(result_id)
+    raw = get_store().results.load(result_id)
     return json.loads(raw) if raw is not None else None
 
 
@@ -327,7 +326,7 @@ def from_task_record(task_record: TaskRecord, fields: dict[str, str]) -> dict[st
 
 
 def save_record(result_id: str, record: dict[str, Any], ttl: int) -> None:
-    get_results().save(result_id, json.dumps(record), ttl)
+    get_store().results.save(result_id, json.dumps(record), ttl)
 
 
 def to_task_result(result_id: str, record: dict[str, Any], task: Task) -> TaskResult:

@@ -24,8 +24,7 @@ from django_taskrunner.scheduling.election import LeaderElection
 from django_taskrunner.scheduling.outbox_flush import OutboxFlusher, flush_waiting
 from django_taskrunner.scheduling.periodic import PeriodicRunner
 from django_taskrunner.scheduling.scheduler import Scheduler, promote_all_due, register_queues
-from django_taskrunner.store.broker import Broker
-from django_taskrunner.store.leases import leader_lease
+from django_taskrunner.store.streams import Broker
 from django_taskrunner.worker.failures import FailedRowsFlusher
 from django_taskrunner.worker.handback import Adopter
 from django_taskrunner.worker.lost_workers import LostWorkerWatch
@@ -70,7 +69,7 @@ class LeaderScheduler:
         self.adopter = adopter  # the worker that takes lost workers' messages
         self.queues = set(queues)
         self.election = LeaderElection(
-            None, "", store=leader_lease(broker), lease=lease,
+            None, "", store=broker.store.leader, lease=lease,
             identity=identity, on_promote=self._start_scheduler, on_demote=self._stop_scheduler,
         )
         self.scheduler: Scheduler | None = None

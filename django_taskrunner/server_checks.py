@@ -13,17 +13,16 @@ from typing import Any
 from django.core.checks import CheckMessage, Error, register
 from django.core.checks import Warning as CheckWarning
 
-from django_taskrunner.conf import get_settings
-from django_taskrunner.store.connection import get_redis
+from django_taskrunner.store import get_store
 from django_taskrunner.store.errors import REDIS_DOWN
-from django_taskrunner.store.server import ServerUnsupported, check_server
+from django_taskrunner.store.server import ServerUnsupported
 
 
 @register("taskrunner_server", deploy=True)
 def check_taskrunner_server(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Error when the server is too old or lacks streams or EVALSHA; warn when unreachable."""
     try:
-        check_server(get_redis(), get_settings().PREFIX)
+        get_store().server.check()
     except ServerUnsupported as exc:
         return [Error(str(exc), obj="settings.TASKRUNNER", id="taskrunner.E020")]
     except REDIS_DOWN as exc:

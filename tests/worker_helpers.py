@@ -10,7 +10,7 @@ from typing import Any
 
 from django_taskrunner.core import clock
 from django_taskrunner.runner import build_worker
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from django_taskrunner.worker.settings import worker_settings
 from django_taskrunner.worker.worker import Worker
 
@@ -71,7 +71,7 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, step: float = 
 def worker_thread(queues: tuple[str, ...] = ("default",), **options: Any) -> Iterator[Worker]:
     """A `Worker` running in a background thread until the block ends (graceful stop)."""
     settings = {"concurrency": 2, "batch_size": 10, "block_ms": 100, "shutdown_timeout": 5}
-    worker = build_worker(get_broker(), worker_settings(queues, **{**settings, **options}))
+    worker = build_worker(get_store().streams, worker_settings(queues, **{**settings, **options}))
     thread = threading.Thread(target=worker.run, name="test-worker", daemon=True)
     thread.start()
     try:

@@ -44,17 +44,15 @@ from django_taskrunner.admin.shared import RedisPageAdmin, page_path
 from django_taskrunner.admin.timeline import moment
 from django_taskrunner.bounds import QUEUE_NAME
 from django_taskrunner.conf import get_settings
+from django_taskrunner.core import sharding
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.wire import MAX_EPOCH_MS
 from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.stats.health import dashboard_queues
-from django_taskrunner.store import sharding, values
-from django_taskrunner.store.broker import Broker, get_broker
+from django_taskrunner.store import get_store, values
 from django_taskrunner.store.errors import REDIS_ERROR
-from django_taskrunner.store.locks import for_broker as lock_store
-from django_taskrunner.store.schedule import for_broker
-from django_taskrunner.store.workflows import for_client as workflow_store
+from django_taskrunner.store.streams import Broker
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +122,7 @@ def with_limit_waits(broker: Broker, entries: list[DelayedEntry]) -> list[Delaye
     """The entries, those waiting on a rate or concurrency limit marked so: their record
     says "delayed" until this due time, with the limit in `lw` (one round trip)."""
     known = [entry for entry in entries if entry.message is not None]
-    rows = workflow_store(broker.client, broker.prefix).record_fields(
+    rows = broker.store.workflows.record_fields(
         [entry.message.id for entry in known if entry.message], ("s", "lw", "due"))
     waits = {id(entry): lw for entry, (status, lw, due) in zip(known, rows, strict=True)
              if status == "delayed" and lw and due == str(entry.due_ms)}
@@ -159,7 +157,7 @@ class DelayedCounts:
 def delayed_counts(broker: Broker, queue: str) -> DelayedCounts:
     """The counts of `queue`'s delayed tasks: ZCARD of each set, then the records of its
     first COUNT_SCAN entries (those waiting on a limit are due soon: they come first)."""
-    store = for_broker(broker)
+    store = broker.store.schedule
     shards = delayed_sets_of(broker, queue)
     sizes = store.count_delayed(shards)
     heads = store.delayed_heads([s for s, n in zip(shards, sizes, strict=True) if n],
@@ -188,7 +186,7 @@ class DelayedSet:
 
     def __init__(self, broker: Broker, queue: str) -> None:
         self.broker = broker
-        self.store = for_broker(broker)
+        self.store = broker.store.schedule
         self.queue = queue
         self.shards = delayed_sets_of(broker, queue)
 
@@ -233,7 +231,7 @@ def search(broker: Broker, queue: str, text: str, limit: int = SEARCH_LIMIT) -> 
     pattern = f'*"task":"*{_glob_escape(literal)}*'
     needle = text.lower()
     found: list[DelayedEntry] = []
-    store = for_broker(broker)
+    store = broker.store.schedule
     for shard in delayed_sets_of(broker, queue):
         for body, score in store.scan_delayed(shard, pattern):
             entry = _entry(queue, body, score)
@@ -259,7 +257,7 @@ def find(broker: Broker, queue: str, ref: str) -> DelayedEntry | None:
     if parsed is None:
         return None
     due_ms, message_id = parsed
-    store = for_broker(broker)
+    store = broker.store.schedule
     for shard in delayed_sets_of(broker, queue):
         for body, score in store.delayed_at(shard, due_ms):
             entry = _entry(queue, body, score)
@@ -274,7 +272,7 @@ def take(broker: Broker, queue: str, ref: str, *, run: bool) -> TaskMessage | No
     if parsed is None:
         return None
     due_ms, message_id = parsed
-    store = for_broker(broker)
+    store = broker.store.schedule
     for shard in delayed_sets_of(broker, queue):
         body = store.take_delayed(shard, due_ms, message_id, run)
         if body is None:
@@ -305,7 +303,7 @@ def release_unique_lock_on_cancel(broker: Broker, message: TaskMessage) -> None:
     if not (message.lock_key or message.has_task_id):
         return
     try:
-        locks.release_with(lock_store(broker), message, locks.CANCELLED)
+        locks.release_with(broker.store.locks, message, locks.CANCELLED)
     except Exception:
         logger.exception("task=%s id=%s: cancelled, but its unique lock or task id could "
                          "not be freed; it frees at its TTL", message.task_name, message.id)
@@ -316,7 +314,7 @@ def queues_with_counts(broker: Broker, queues: list[str]) -> list[tuple[str, int
     found = broker.levels_in_use(sharding.all_shards(queues))
     shards = [[stream for shard in sharding.shards(queue) for stream in found[shard]]
               for queue in queues]
-    counts = iter(for_broker(broker).count_delayed(list(itertools.chain.from_iterable(shards))))
+    counts = iter(broker.store.schedule.count_delayed(list(itertools.chain.from_iterable(shards))))
     return [(queue, sum(next(counts) for _ in names))
             for queue, names in zip(queues, shards, strict=True)]
 
@@ -334,7 +332,7 @@ class DelayedTaskAdmin(RedisPageAdmin):
         """One page of one queue's delayed set, or the matches of a task-name search."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        broker = get_broker()
+        broker = get_store().streams
         try:
             queues = queues_with_counts(
                 broker, dashboard_queues(broker))
@@ -372,7 +370,7 @@ class DelayedTaskAdmin(RedisPageAdmin):
         if not refs:
             self.message_user(request, "Select at least one delayed task.", messages.WARNING)
             return HttpResponseRedirect(back)
-        broker = get_broker()
+        broker = get_store().streams
         if request.POST.get("confirm") != "yes":
             found = [entry for ref in refs if (entry := find(broker, queue, ref))]
             return self.render(request, "confirm.html", {

@@ -23,11 +23,9 @@ from django_taskrunner.bounds import QUEUE_NAME
 from django_taskrunner.core import clock
 from django_taskrunner.core.limits import parse_rate
 from django_taskrunner.core.registry import registry
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.errors import REDIS_ERROR
 from django_taskrunner.store.limits import Limits
-from django_taskrunner.store.locks import for_broker as lock_store
 
 # The window counted for the log of a rate-limited task not registered here.
 UNKNOWN_WINDOW_MS = 3_600_000
@@ -82,7 +80,7 @@ def declared(kind: str, task_name: str) -> tuple[str, int | None]:
 def scan_limits(store: Limits, at: Position) -> tuple[list[LimitRow], Position | None]:
     """At most PAGE_SIZE limit keys from `at` on (at most MAX_SCAN_CALLS SCANs), read in
     one pipelined round trip; the position of the next page, or None."""
-    found, following, _calls = scan_keys_page(lock_store(get_broker()), at,
+    found, following, _calls = scan_keys_page(get_store().locks, at,
                                               keys.limit_pattern(store.prefix), PAGE_SIZE)
     return read_limits(store, found), following
 
@@ -111,9 +109,8 @@ class LimitAdmin(RedisPageAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied
         at = Position.parse(request.GET.get("at"))
-        broker = get_broker()
         try:
-            rows, following = scan_limits(Limits(broker.client, broker.prefix), at)
+            rows, following = scan_limits(get_store().limits, at)
         except REDIS_ERROR as exc:
             return self.render(request, "change_list.html", {"redis_error": str(exc)})
         return self.render(request, "change_list.html", {

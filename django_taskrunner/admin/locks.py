@@ -44,11 +44,9 @@ from django_taskrunner.bounds import QUEUE_NAME
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.registry import registry
 from django_taskrunner.stats.health import dashboard_queues
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import Store, get_store, keys
 from django_taskrunner.store.errors import REDIS_ERROR
 from django_taskrunner.store.locks import UniqueLocks
-from django_taskrunner.store.locks import for_broker as lock_store
 
 RELEASE_PERMISSION = "django_taskrunner.release_uniquelock"
 MAX_SELECTED = 500
@@ -129,10 +127,10 @@ def pattern(prefix: str, queue: str = "", text: str = "") -> str:
     return f"{base}{keys.glob_escape(text)}*" if text else base
 
 
-def scan_page(client: Any, prefix: str, at: Position | None = None, *, queue: str = "",
+def scan_page(store: Store, at: Position | None = None, *, queue: str = "",
               text: str = "", size: int = PAGE_SIZE) -> LockPage:
-    """`scan_locks` on the locks of `client` (only handed to the store) and `prefix`."""
-    return scan_locks(UniqueLocks(client, prefix), at, queue=queue, text=text, size=size)
+    """`scan_locks` on the locks of `store`."""
+    return scan_locks(store.locks, at, queue=queue, text=text, size=size)
 
 
 def scan_locks(store: UniqueLocks, at: Position | None = None, *, queue: str = "",
@@ -231,9 +229,9 @@ class UniqueLockAdmin(RedisPageAdmin):
         queue = queue if QUEUE_NAME.match(queue) else ""
         text = request.GET.get("q", "").strip()[:200]
         at = Position.parse(request.GET.get("at"))
-        broker = get_broker()
+        broker = get_store().streams
         try:
-            page = scan_locks(lock_store(broker), at, queue=queue, text=text,
+            page = scan_locks(broker.store.locks, at, queue=queue, text=text,
                               scan_count=self.scan_count)
             queues = dashboard_queues(broker)
         except REDIS_ERROR as exc:
@@ -263,14 +261,14 @@ class UniqueLockAdmin(RedisPageAdmin):
         if not parsed:
             self.message_user(request, "Select at least one lock.", messages.WARNING)
             return HttpResponseRedirect(back)
-        broker = get_broker()
+        broker = get_store().streams
         if any(parse_key(broker.prefix, key) is None for key, _ in parsed):
             return HttpResponseBadRequest("not a unique lock of this site")
         if request.POST.get("confirm") != "yes":
             return self._confirm(request, parsed, back, back_query)
         counts = {outcome: 0 for outcome in OUTCOMES}
         for key, holder in parsed:
-            counts[release_lock(lock_store(broker), key, holder)] += 1
+            counts[release_lock(broker.store.locks, key, holder)] += 1
         for outcome, count in counts.items():
             if count:
                 text, level = OUTCOMES[outcome]
@@ -279,9 +277,9 @@ class UniqueLockAdmin(RedisPageAdmin):
 
     def _confirm(self, request: HttpRequest, parsed: list[tuple[str, str]], back: str,
                  back_query: str) -> HttpResponse:
-        broker = get_broker()
+        broker = get_store().streams
         now = {lock.key: lock for lock in read_locks(
-            lock_store(broker), [key for key, _ in parsed])}
+            broker.store.locks, [key for key, _ in parsed])}
         rows = []
         for key, holder in parsed:
             current = now.get(key)

@@ -63,7 +63,7 @@ from django_taskrunner.admin.shared import (
     valid_stream,
 )
 from django_taskrunner.conf import get_settings
-from django_taskrunner.core import outbox_rows
+from django_taskrunner.core import outbox_rows, sharding
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.pauses import pause_queue, paused_queues, resume_queue
@@ -71,17 +71,15 @@ from django_taskrunner.exceptions import InvalidTaskPayload, UnreadableData
 from django_taskrunner.stats import health
 from django_taskrunner.stats.figures import MinuteCounts, QueueStats
 from django_taskrunner.stats.recorder import PICKUP_BUCKETS, PICKUP_LABELS
-from django_taskrunner.store import keys, sharding
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.browse import (
     PurgeItem,
     Release,
     StreamBrowser,
-    get_browser,
     stream_id_key,
 )
 from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR, REPLY_ERROR
-from django_taskrunner.store.fair import Fair, FairKey
+from django_taskrunner.store.fair import FairKey
 
 PURGE_PERMISSION = "django_taskrunner.purge_task"
 PAUSE_PERMISSION = "django_taskrunner.pause_queue"
@@ -99,7 +97,7 @@ def busiest_fair_keys(broker: Any, queue: str) -> list[FairKey]:
     """A fair queue's keys with the most tasks waiting for their turn; none when its fair
     keys hold something else (written by hand): the rest of the page still shows."""
     try:
-        return Fair(broker.client, broker.prefix).top_keys_of_queue(
+        return broker.store.fair.top_keys_of_queue(
             sharding.shards(queue), FAIR_TOP)
     except REPLY_ERROR:
         return []
@@ -176,7 +174,7 @@ class QueueAdmin(RedisPageAdmin):
             raise PermissionDenied
         in_outbox = outbox_context(request, self.admin_site.name)  # Redis down too
         try:
-            broker = get_broker()
+            broker = get_store().streams
             names = health.dashboard_queues(broker)
             chosen = request.GET.get("queue", "")
             shown = [chosen] if chosen in names else names
@@ -282,7 +280,7 @@ class QueueAdmin(RedisPageAdmin):
             return HttpResponseNotAllowed(["POST"])
         if not request.user.has_perm(PURGE_PERMISSION):
             raise PermissionDenied
-        browser = get_browser()
+        browser = get_store().browse
         queue = request.POST.get("queue", "")
         try:
             known = health.dashboard_queues()
@@ -452,7 +450,7 @@ def purge_queue(browser: StreamBrowser, queue: str) -> PurgeCount:
     for shard in browser.streams(sharding.shards(queue)):  # and its priority levels
         waiting += purge_waiting(browser, shard)
         delayed += purge_delayed(browser, shard, browser.delayed_count(shard))
-    fair = Fair(browser.client, browser.prefix)  # fair queues: tasks waiting for a turn
+    fair = get_store().fair  # fair queues: tasks waiting for a turn
     waiting += sum(fair.purge_shard(shard) for shard in sharding.shards(queue))
     return PurgeCount(waiting, delayed)
 
@@ -465,6 +463,6 @@ def counts(browser: StreamBrowser, queue: str) -> tuple[int, int, int]:
         waiting += state.waiting
         running += state.pending
         delayed += browser.delayed_count(shard)
-    fair = Fair(browser.client, browser.prefix)  # fair queues: tasks waiting for a turn
+    fair = get_store().fair  # fair queues: tasks waiting for a turn
     waiting += sum(fair.count_shard(shard) for shard in sharding.shards(queue))
     return waiting, running, delayed

@@ -40,9 +40,10 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 
 from django_taskrunner.bounds import QUEUE_NAME
+from django_taskrunner.core import sharding
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.exceptions import InvalidTaskPayload, RedisUnavailable, UnreadableData
-from django_taskrunner.store import keys, sharding
+from django_taskrunner.store import keys
 from django_taskrunner.store.browse import StreamBrowser
 from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR
 from django_taskrunner.store.locks import UniqueLocks

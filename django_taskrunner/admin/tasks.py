@@ -56,28 +56,25 @@ from django_taskrunner.admin.shared import (
 )
 from django_taskrunner.admin.timeline import duration as timeline_duration
 from django_taskrunner.admin.timeline import moment, timeline
-from django_taskrunner.core import clock
+from django_taskrunner.core import clock, sharding
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.core.records import TaskRecord, cancel, lookup, records
+from django_taskrunner.core.records import TaskRecord, cancel, lookup
+from django_taskrunner.core.steps import shown as shown_steps
 from django_taskrunner.core.wire import MAX_EPOCH_MS
 from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.models import FailedTask
-from django_taskrunner.core.steps import shown as shown_steps
 from django_taskrunner.stats.health import dashboard_queues
-from django_taskrunner.store import keys, sharding
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.browse import (
     STREAM_ID,
     Held,
     StreamBrowser,
     StreamEntry,
-    get_browser,
     stream_id_key,
 )
-from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.errors import REDIS_DOWN, REPLY_ERROR
-from django_taskrunner.store.fair import Fair
-from django_taskrunner.store.finished import FinishedIndex, FinishedRow
+from django_taskrunner.store.records import FinishedIndex, FinishedRow
 
 REFRESH_SECONDS = 5
 CANCEL_PERMISSION = "django_taskrunner.cancel_task"
@@ -512,7 +509,7 @@ def fair_page(browser: StreamBrowser, queue: str, fair_key: str, *, after: str =
     next to run first; the cursor is an index in the key's list."""
     start = int(after) if after.isdigit() else 0
     try:
-        bodies = Fair(browser.client, browser.prefix).waiting(queue, fair_key, start, size + 1)
+        bodies = get_store().fair.waiting(queue, fair_key, start, size + 1)
     except REPLY_ERROR:  # not a list (written by hand): no task waits there
         bodies = []
     rows = [TaskRow(queue, "", decode_body(body), body) for body in bodies[:size]]
@@ -576,8 +573,7 @@ class FinishedList:
 
 def finished_index() -> FinishedIndex:
     """The finished indexes of the app's Redis and prefix."""
-    store = records()
-    return FinishedIndex(store.client, store.prefix)
+    return get_store().finished
 
 
 def fair_key_filter(request: HttpRequest) -> str:
@@ -630,7 +626,7 @@ class TaskAdmin(RedisPageAdmin):
         """One page of one stream's queued or running tasks."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        browser = get_browser()
+        browser = get_store().browse
         try:
             queues = dashboard_queues()
             streams = stream_names(queues, browser)
@@ -648,7 +644,7 @@ class TaskAdmin(RedisPageAdmin):
             query = request.GET.get("q", "").strip()[:200]
             page = self._page(browser, stream, status, query, request)
             state = browser.group_state(stream)
-            delayed = delayed_counts(get_broker(), keys.queue_of(stream))
+            delayed = delayed_counts(get_store().streams, keys.queue_of(stream))
         except REDIS_DOWN as exc:
             return self.render(request, "change_list.html", {"redis_error": str(exc)})
         return self.render(request, "change_list.html", {
@@ -671,7 +667,7 @@ class TaskAdmin(RedisPageAdmin):
         rows, next_cursor = merged_page(browser, streams,
                                         [state.last_delivered for state in states], status,
                                         request.GET.get("after", ""), PER_PAGE, row_of)
-        counts = [delayed_counts(get_broker(), queue) for queue in queues[:ALL_STREAMS]]
+        counts = [delayed_counts(get_store().streams, queue) for queue in queues[:ALL_STREAMS]]
         filters = {"status": status}
         return self.render(request, "change_list.html", {
             "streams": streams, "queue": "", "all_queues": True, "status": status,
@@ -721,8 +717,8 @@ class TaskAdmin(RedisPageAdmin):
             page = finished_page(queue, cursor=request.GET.get("after", ""),
                                           outcome=outcome)
             count = finished_count(queue)
-            state = get_browser().group_state(stream)
-            delayed = delayed_counts(get_broker(), queue)
+            state = get_store().browse.group_state(stream)
+            delayed = delayed_counts(get_store().streams, queue)
         except REDIS_DOWN as exc:
             return self.render(request, "change_list.html", {"redis_error": str(exc)})
         filters = {"queue": stream, "status": "finished",
@@ -769,7 +765,7 @@ class TaskAdmin(RedisPageAdmin):
         stream_id = request.GET.get("stream", "")
         message_id = request.GET.get("id", "")[:255]
         hint = request.GET.get("from", "")
-        browser = get_browser()
+        browser = get_store().browse
         try:
             facts = self._gather(browser, stream, stream_id, message_id, hint)
         except REDIS_DOWN as exc:
@@ -861,7 +857,7 @@ class TaskAdmin(RedisPageAdmin):
             links["failed"] = [(row, reverse(f"{site}:django_taskrunner_failedtask_change",
                                              args=[row.pk]), moment(row.failed_at))
                                for row in facts.failed_rows]
-        search = lock_search(facts.message, get_browser().prefix, facts.queue)
+        search = lock_search(facts.message, get_store().browse.prefix, facts.queue)
         if search and user.has_perm("django_taskrunner.view_uniquelock"):
             links["lock"] = (f"{reverse(f'{site}:django_taskrunner_uniquelock_changelist')}?"
                              f"{urlencode({'queue': facts.queue, 'q': search})}")
@@ -880,7 +876,7 @@ class TaskAdmin(RedisPageAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied
         stream = request.GET.get("queue", "")
-        browser = get_browser()
+        browser = get_store().browse
         try:
             if not valid_stream(stream, dashboard_queues()):
                 raise Http404("no such queue")

@@ -26,8 +26,8 @@ from django.utils.http import urlencode
 
 from django_taskrunner.admin.shared import RedisPageAdmin, age
 from django_taskrunner.core import clock
-from django_taskrunner.store.broker import get_broker
-from django_taskrunner.store.workers import WorkerDirectory, WorkerEntry
+from django_taskrunner.store import get_store
+from django_taskrunner.store.workers import WorkerEntry
 
 PAGE = 100
 
@@ -119,8 +119,7 @@ class WorkerAdmin(RedisPageAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied
         start = _number(request.GET.get("start", "")[:9]) or 0
-        broker = get_broker()
-        entries, total = WorkerDirectory(broker.client, broker.prefix).page(start, PAGE)
+        entries, total = get_store().workers.page(start, PAGE)
         task_page = ""
         if request.user.has_perm("django_taskrunner.view_task"):
             task_page = reverse(f"{self.admin_site.name}:django_taskrunner_task_detail")

@@ -36,7 +36,7 @@ from django_taskrunner.core.sending import (
 )
 from django_taskrunner.core.unique import KeySource
 from django_taskrunner.exceptions import TaskAlreadyDispatched, TaskIdConflict
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from django_taskrunner.store.errors import REDIS_DOWN
 
 if TYPE_CHECKING:
@@ -213,12 +213,12 @@ def _dispatch_many_plain(
                                                strict=True)]
     bodies = batch_bodies(messages)
     try:
-        stream_ids = add_plain(get_broker(), task, messages, bodies)
+        stream_ids = add_plain(get_store().streams, task, messages, bodies)
     except REDIS_DOWN as exc:
         raise redis_down(task, exc) from exc
     for message, stream_id in zip(messages, stream_ids, strict=True):
         message.stream_id = stream_id or None
-    announce_queue(get_broker(), first.queue)
+    announce_queue(get_store().streams, first.queue)
     return messages
 
 

@@ -38,6 +38,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from django_taskrunner.conf import get_settings, on_reset
+from django_taskrunner.core import sharding
 from django_taskrunner.core.clock import now_ms
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.outbox_rows import Row, failed_model, outbox_model
@@ -59,12 +60,9 @@ from django_taskrunner.exceptions import (
     TaskIdConflict,
     TaskNotFound,
 )
-from django_taskrunner.store import keys, sharding
-from django_taskrunner.store.broker import get_broker
-from django_taskrunner.store.connection import get_redis
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.errors import REDIS_DOWN
-from django_taskrunner.store.locks import Reservation, get_locks
-from django_taskrunner.store.outbox import OutboxMarks
+from django_taskrunner.store.locks import Reservation
 from django_taskrunner.store.records import RecordWrite
 from django_taskrunner.store.values import text
 
@@ -176,7 +174,7 @@ def settle(outcomes: Sequence[Outcome], using: str = DEFAULT_DB_ALIAS) -> None:
 def _announce_sent(outcomes: Sequence[Outcome]) -> None:
     queues = {outcome.message.queue for outcome in outcomes
               if outcome.status == SENT and outcome.message is not None}
-    broker = get_broker()
+    broker = get_store().streams
     for queue in queues:
         announce_queue(broker, queue)
 
@@ -356,7 +354,7 @@ def move(rows: Sequence[Row]) -> list[Outcome]:
     Redis outage errors pass through: then nothing is known of what was queued, and the
     rows stay for the next move, whose marks tell.
     """
-    broker = get_broker()
+    broker = get_store().streams
     outcomes: list[Outcome] = []
     planned: list[tuple[Outcome, Reservation, RecordWrite | None]] = []
     for row in rows:
@@ -367,7 +365,7 @@ def move(rows: Sequence[Row]) -> list[Outcome]:
     if planned:
         spent = _take_spent()
         try:
-            replies = get_locks().add_reserved_many([plan[1] for plan in planned],
+            replies = get_store().locks.add_reserved_many([plan[1] for plan in planned],
                                                     [plan[2] for plan in planned], spent)
         except REDIS_DOWN:
             with _spent_lock:
@@ -416,7 +414,7 @@ def spend(marks: Sequence[str]) -> None:
         batch = _spent[:]
         _spent.clear()
     try:
-        OutboxMarks(get_redis()).clear(batch)
+        get_store().outbox.clear(batch)
     except REDIS_DOWN:
         pass  # they expire at their TTL
 
@@ -437,7 +435,7 @@ def clear_marks(outcomes: Sequence[Outcome]) -> None:
     """Delete the marks of rows now gone; an outage leaves them to their TTL."""
     marks = [outcome.mark for outcome in outcomes if outcome.mark]
     try:
-        OutboxMarks(get_redis()).clear(marks)
+        get_store().outbox.clear(marks)
     except REDIS_DOWN:
         pass
 

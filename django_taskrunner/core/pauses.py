@@ -13,15 +13,14 @@ from __future__ import annotations
 from django_taskrunner.checks import QUEUE_NAME
 from django_taskrunner.core import clock
 from django_taskrunner.exceptions import InvalidTaskOptions, UnreadableData
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from django_taskrunner.store.connection import built_client
 from django_taskrunner.store.errors import REDIS_DOWN, REPLY_ERROR, unavailable
 from django_taskrunner.store.pauses import Pauses
 
 
 def _pauses() -> Pauses:
-    broker = get_broker()
-    return Pauses(broker.client, broker.prefix)
+    return get_store().pauses
 
 
 def _checked(queue: str) -> str:

@@ -26,11 +26,9 @@ from django_taskrunner.core import clock, outbox_rows
 from django_taskrunner.core.eager import eager_records
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.steps import kept_steps
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.connection import bounded, built_client, get_redis
 from django_taskrunner.store.errors import REDIS_DOWN, unavailable, unreadable
-from django_taskrunner.store.finished import FinishedIndex
 from django_taskrunner.store.records import (
     CANCELLED_TTL_S,
     FINAL_STATUSES,
@@ -231,7 +229,7 @@ def dispatch_record(
 
 def records() -> Records:
     """The records under the current settings' client and prefix."""
-    return Records(get_redis(), get_settings().PREFIX)
+    return get_store().records
 
 
 def _checked_id(task_id: Any) -> str | None:
@@ -320,12 +318,13 @@ def wait(task_id: str, timeout: float) -> TaskRecord | None:
 def _wait(task_id: str, timeout: float, deadline: float) -> TaskRecord | None:
     """`wait()`'s loop: read the record, block on its done list until final or
     `deadline`; every command bounded by the time left (and `WAIT_MARGIN_S`)."""
-    prefix = get_settings().PREFIX
+    # The client first, its build bounded by the wait (get_store() then finds it built).
     client = get_redis(within=timeout + WAIT_MARGIN_S)
-    key = keys.record_key(prefix, task_id)
+    store = get_store()
+    key = keys.record_key(store.prefix, task_id)
     while True:
         with bounded(client, _left(deadline) + WAIT_MARGIN_S, key) as near:
-            fields = Records(near, prefix).watch(task_id)
+            fields = store.on_client(near).records.watch(task_id)
         if fields is None:
             return None
         record = from_fields(task_id, fields)
@@ -336,7 +335,7 @@ def _wait(task_id: str, timeout: float, deadline: float) -> TaskRecord | None:
             raise TimeoutError(f"task {task_id!r} is still {record.status} after {timeout:g}s")
         block = max(0.01, min(left, WAIT_SLICE_S))
         with bounded(client, block + WAIT_MARGIN_S, key) as near:
-            Records(near, prefix).wait_done(task_id, block)
+            store.on_client(near).records.wait_done(task_id, block)
 
 
 def _left(deadline: float) -> float:
@@ -385,10 +384,10 @@ def _cancel_entry(store: Records, task_id: str, reply: CancelReply,
     reply_key = keys.cancel_reply_key(store.prefix, task_id, secrets.token_hex(8))
     notice = "\n".join((reply_key, reply.shard, reply.stream_id, holder, task_id,
                         *((TERMINATE_NOTICE,) if terminate else ())))
-    done = store.cancel_entry(get_broker().group, reply.shard, reply.stream_id, holder,
+    done = store.cancel_entry(get_store().group, reply.shard, reply.stream_id, holder,
                               reply.status == "running", releases, notice, CANCELLED_TTL_S)
     if done.outcome == "removed":  # no worker will see it: listed as finished here
-        FinishedIndex(store.client, store.prefix).list_task(
+        get_store().finished.list_task(
             keys.queue_of(reply.shard), task_id, clock.now_ms(),
             int(get_settings().RESULT_TTL) or 1)
     if done.outcome != "held" or done.idle_ms > HOLDER_SILENT_MS:

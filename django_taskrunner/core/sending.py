@@ -14,21 +14,19 @@ import logging
 from typing import TYPE_CHECKING
 
 from django_taskrunner.conf import on_reset
-from django_taskrunner.core import clock
+from django_taskrunner.core import clock, sharding
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.prepare import claim_level, debounce_ms
 from django_taskrunner.core.records import dispatch_record, keeps_records
 from django_taskrunner.core.unique import UniqueClaim
 from django_taskrunner.exceptions import RedisUnavailable, TaskAlreadyDispatched
-from django_taskrunner.store import keys, sharding
-from django_taskrunner.store.broker import Broker, get_broker
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.connection import built_client
 from django_taskrunner.store.errors import REDIS_DOWN, unavailable
-from django_taskrunner.store.fair import UNKEYED, Fair
-from django_taskrunner.store.locks import get_locks
+from django_taskrunner.store.fair import UNKEYED
 from django_taskrunner.store.records import RecordWrite
-from django_taskrunner.store.schedule import for_broker as schedule_store
+from django_taskrunner.store.streams import Broker
 
 if TYPE_CHECKING:
     from django_taskrunner.core.task import Task
@@ -57,7 +55,7 @@ def announce_queue(broker: Broker, queue: str) -> None:
     if last is not None and now - last < ANNOUNCE_EVERY_S:
         return
     try:
-        schedule_store(broker).add_known_queues([queue], clock.now_ms(), used=True)
+        broker.store.schedule.add_known_queues([queue], clock.now_ms(), used=True)
     except REDIS_DOWN:
         return  # the next dispatch tries again
     _announced[(broker.prefix, queue)] = now
@@ -83,7 +81,7 @@ def fair_queue(broker: Broker, shard: str) -> bool:
     seen = _fair_queues.get((broker.prefix, shard))
     if seen is not None and now < seen[1]:
         return seen[0]
-    found = Fair(broker.client, broker.prefix).is_fair_queue(shard)
+    found = broker.store.fair.is_fair_queue(shard)
     _fair_queues[(broker.prefix, shard)] = (found, now + FAIR_LOOK_EVERY_S)
     return found
 
@@ -98,7 +96,7 @@ def add_now(message: TaskMessage, body: str, claim: UniqueClaim | None, task: Ta
     Returns the message the dispatch gives back (the holder's, under on_conflict
     "return")."""
     try:
-        broker = get_broker()
+        broker = get_store().streams
         if claim is None:
             shard = keys.level_name(sharding.next_shard(message.queue), message.priority)
             record = dispatch_record(message, task, shard)
@@ -110,7 +108,7 @@ def add_now(message: TaskMessage, body: str, claim: UniqueClaim | None, task: Ta
             # through the delayed set, due now: its promotion joins the turn
             return add_delayed(message, clock.now_ms(), claim, task)
         else:
-            reply = get_locks().add_reserved(
+            reply = get_store().locks.add_reserved(
                 locks.reservation_for(claim, broker, message, body),
                 dispatch_record(message, task, claim_level(claim, message), claim=claim))
             message = claim.settle(reply, message)
@@ -129,7 +127,7 @@ def add_delayed(
     message the dispatch gives back (the holder's, under on_conflict "return")."""
     body = message.to_json()
     try:
-        broker = get_broker()
+        broker = get_store().streams
         if claim is None:
             shard = keys.level_name(sharding.next_shard(message.queue), message.priority)
             record = None if task is None else dispatch_record(message, task, shard, due_ms)
@@ -138,7 +136,7 @@ def add_delayed(
             reservation = locks.reservation_for(claim, broker, message, body, due_ms)
             record = None if task is None else dispatch_record(
                 message, task, claim_level(claim, message), due_ms, claim)
-            message = claim.settle(get_locks().add_reserved(reservation, record), message)
+            message = claim.settle(get_store().locks.add_reserved(reservation, record), message)
     except REDIS_DOWN as exc:
         raise unavailable(f"cannot dispatch {message.task_name!r}", exc,
                           built_client()) from exc
@@ -156,7 +154,7 @@ def add_batch(
     claimed = [(message, claim, body)
                for (message, claim), body in zip(prepared, bodies, strict=True) if claim]
     try:
-        broker = get_broker()
+        broker = get_store().streams
         if claimed:
             return add_claimed(broker, task, claimed)
         stream_ids = add_plain(broker, task, [message for message, _ in prepared], bodies)
@@ -192,7 +190,7 @@ def add_fair(broker: Broker, shard: str, messages: list[TaskMessage], bodies: li
     """Messages of one fair key (and weight) into the key's list of `shard`, with their
     records, in one round trip; they reach the stream in the key's turns."""
     first = messages[0]
-    Fair(broker.client, broker.prefix).push(shard, first.fair_key or UNKEYED,
+    broker.store.fair.push(shard, first.fair_key or UNKEYED,
                                             first.fair_weight or 1, bodies, records)
     if first.fair_key is not None:  # it marked the queue fair: no need to look
         _fair_queues[(broker.prefix, shard)] = (True, clock.monotonic() + FAIR_LOOK_EVERY_S)
@@ -232,7 +230,7 @@ def add_claimed(
             or fair_queue(broker, claim_level(claim, message)) else None)
            if (quiet_ms := debounce_ms(claim)) is None else now + quiet_ms
            for message, claim, _body in claimed]
-    replies = get_locks().add_reserved_many(
+    replies = get_store().locks.add_reserved_many(
         [locks.reservation_for(claim, broker, message, body, due_ms)
          for (message, claim, body), due_ms in zip(claimed, due, strict=True)],
         [dispatch_record(message, task, claim_level(claim, message), due_ms, claim=claim)

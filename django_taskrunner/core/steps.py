@@ -20,11 +20,9 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from django_taskrunner.conf import get_settings
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.exceptions import DuplicateStep, InvalidTaskPayload
-from django_taskrunner.store.connection import get_redis
-from django_taskrunner.store.steps import StepsStore
+from django_taskrunner.store import Store, get_store
 
 NAME_MAX = 200  # characters of a step name
 
@@ -103,15 +101,14 @@ def decode_kept(kept: dict[str, str]) -> dict[str, dict[str, Any]]:
     return {name: json.loads(value) for name, value in kept.items()}
 
 
-def stored_steps(client: Any, prefix: str, task_id: str, task_name: str,
-                 ttl_s: int, *, first_run: bool = False,
-                 on_keep: Callable[[], None] | None = None) -> Steps:
+def stored_steps(store: Store, task_id: str, task_name: str, ttl_s: int, *,
+                 first_run: bool = False, on_keep: Callable[[], None] | None = None) -> Steps:
     """The steps of a worker's attempt, kept in Redis for `ttl_s` after each step (the
     running record's TTL); built per attempt: cheap, no I/O. `first_run`: see there;
     `on_keep`: called after each step kept."""
-    store = StepsStore(client, prefix)
-    return Steps(task_id, task_name, partial(store.load, task_id),
-                 partial(store.keep, task_id, ttl_seconds=ttl_s), first_run, on_keep)
+    steps = store.steps
+    return Steps(task_id, task_name, partial(steps.load, task_id),
+                 partial(steps.keep, task_id, ttl_seconds=ttl_s), first_run, on_keep)
 
 
 def first_run(message: TaskMessage, runs: int | None) -> bool:
@@ -133,7 +130,7 @@ def shown(steps: dict[str, dict[str, Any]]) -> list[tuple[str, str, datetime]]:
 
 def kept_steps(task_id: str) -> dict[str, dict[str, Any]]:
     """The kept steps of `task_id` under the current settings (for `lookup(id).steps`)."""
-    return decode_kept(StepsStore(get_redis(), get_settings().PREFIX).load(task_id))
+    return decode_kept(get_store().steps.load(task_id))
 
 
 def with_kept_steps(task_ids: list[str], ttl_s: int) -> set[str]:
@@ -142,7 +139,7 @@ def with_kept_steps(task_ids: list[str], ttl_s: int) -> set[str]:
     under the same id, so the steps hold."""
     if not task_ids:
         return set()
-    return StepsStore(get_redis(), get_settings().PREFIX).holders(task_ids, ttl_s)
+    return get_store().steps.holders(task_ids, ttl_s)
 
 
 _eager: dict[str, dict[str, str]] = {}

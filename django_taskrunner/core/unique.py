@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from django_taskrunner.core import clock
+from django_taskrunner.core import clock, sharding
 from django_taskrunner.core.message import TaskMessage, check_payload, holder_parts
 from django_taskrunner.core.options import UNIQUE_MODES, check_on_conflict, check_unique_for
 from django_taskrunner.core.wire import DISPATCH_TOKEN
@@ -44,14 +44,14 @@ from django_taskrunner.exceptions import (
     TaskIdConflict,
     UniqueForRequired,
 )
-from django_taskrunner.store import keys, sharding
+from django_taskrunner.store import Store, keys
 from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.store.locks import Reservation, UniqueLocks
 from django_taskrunner.store.values import text
 
 if TYPE_CHECKING:
     from django_taskrunner.core.task import Task
-    from django_taskrunner.store.broker import Broker
+    from django_taskrunner.store.streams import Broker
 
 logger = logging.getLogger(__name__)
 
@@ -372,21 +372,19 @@ def claim_for(
 
 
 def enqueue(
-    client: Any, claim: UniqueClaim, destination: str, body: str, due_ms: int | None = None,
+    store: Store, claim: UniqueClaim, destination: str, body: str, due_ms: int | None = None,
     wake_channel: str = "",
 ) -> str:
     """Take the claim and add the message in one script: one round trip, all or nothing.
 
     `destination` is the queue's stream (`due_ms=None`: XADD now, returns the stream id)
-    or its delayed set (ZADD at `due_ms`, returns "delayed"). `client` is only handed to
-    the store (`UniqueLocks`). Raises `TaskIdConflict` / `TaskAlreadyDispatched` (with the
-    holder's id) on contention. For a claim under on_conflict "raise" only (its
-    `reservation` refuses the others): dispatch goes through `reservation_for` and
-    `UniqueClaim.settle`.
+    or its delayed set (ZADD at `due_ms`, returns "delayed"), by `store.locks`. Raises
+    `TaskIdConflict` / `TaskAlreadyDispatched` (with the holder's id) on contention. For
+    a claim under on_conflict "raise" only (its `reservation` refuses the others):
+    dispatch goes through `reservation_for` and `UniqueClaim.settle`.
     """
-    store = UniqueLocks(client, "")
-    return claim.read_reply(store.add_reserved(claim.reservation(destination, body, due_ms,
-                                                                 wake_channel)))
+    return claim.read_reply(store.locks.add_reserved(
+        claim.reservation(destination, body, due_ms, wake_channel)))
 
 
 # A held lock under on_conflict "return" or "replace" (and a debounce): the script reads
@@ -458,9 +456,9 @@ def _actions(prefix: str, message: TaskMessage, event: str) -> list[tuple[str, s
     return actions
 
 
-def release(client: Any, prefix: str, message: TaskMessage, event: str) -> None:
-    """`release_with` on the locks of `client` (only handed to the store) and `prefix`."""
-    release_with(UniqueLocks(client, prefix), message, event)
+def release(store: Store, message: TaskMessage, event: str) -> None:
+    """`release_with` on the locks of `store`."""
+    release_with(store.locks, message, event)
 
 
 def release_with(store: UniqueLocks, message: TaskMessage, event: str) -> None:
@@ -512,9 +510,9 @@ def _mode_key(prefix: str, message: TaskMessage) -> str | None:
         return None
 
 
-def release_held(client: Any, prefix: str, queue: str, lock_key: str, holder: str) -> int | str:
+def release_held(store: Store, queue: str, lock_key: str, holder: str) -> int | str:
     """Free `lock_key` (and its mode record) only while it still holds the value `holder`.
 
     Returns 1 when freed, 0 when it was already gone, else the value it holds now.
     """
-    return UniqueLocks(client, prefix).release_lock(queue, lock_key, holder)
+    return store.locks.release_lock(queue, lock_key, holder)

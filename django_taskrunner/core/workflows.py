@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from django_taskrunner.conf import Settings, get_settings
-from django_taskrunner.core import clock, due
+from django_taskrunner.core import clock, due, sharding
 from django_taskrunner.core import prepare as preparing
 from django_taskrunner.core.awaitables import run_to_end
 from django_taskrunner.core.context import TaskContext
@@ -55,11 +55,9 @@ from django_taskrunner.exceptions import (
     TaskIdConflict,
     UnreadableData,
 )
-from django_taskrunner.store import keys, sharding
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.connection import built_client
 from django_taskrunner.store.errors import REDIS_DOWN, REPLY_ERROR, unavailable
-from django_taskrunner.store.locks import get_locks
 from django_taskrunner.store.records import RecordWrite
 from django_taskrunner.store.workflows import FirstMessage, MemberDone, WorkflowStore
 
@@ -420,7 +418,7 @@ def _sent(built: list[list[_Member]], stream_ids: list[str]) -> None:
     for member in built[0]:
         if member.claim is None:
             member.message.stream_id = next(plain)
-    broker = get_broker()
+    broker = get_store().streams
     _note_stream_ids(broker, [member.message for member in built[0]
                               if member.claim is None and member.due_ms is None])
     for queue in dict.fromkeys(member.message.queue for row in built for member in row):
@@ -521,7 +519,7 @@ def _add_claimed(workflows: WorkflowStore, members: list[_Member]) -> None:
     pipelined; a member whose lock is held is counted as failed (the group goes on)."""
     if not members:
         return
-    broker = get_broker()
+    broker = get_store().streams
     reservations, records = [], []
     for member in members:
         assert member.claim is not None
@@ -534,7 +532,7 @@ def _add_claimed(workflows: WorkflowStore, members: list[_Member]) -> None:
                 wake_channel=keys.wake_channel(broker.prefix, member.shard)))
         records.append(dispatch_record(member.message, member.signature.task, member.shard,
                                        member.due_ms, member.claim))
-    replies = get_locks().add_reserved_many(reservations, records)
+    replies = get_store().locks.add_reserved_many(reservations, records)
     for member, reply in zip(members, replies, strict=True):
         assert member.claim is not None
         try:
@@ -599,8 +597,7 @@ class WorkflowRecord:
 
 
 def store() -> WorkflowStore:
-    broker = get_broker()
-    return WorkflowStore(broker.client, broker.prefix)
+    return get_store().workflows
 
 
 def _int(fields: Mapping[str, str], name: str, default: int = 0) -> int:

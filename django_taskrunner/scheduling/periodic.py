@@ -22,16 +22,15 @@ from typing import Any
 from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
-from django_taskrunner.core import clock, cron
+from django_taskrunner.core import clock, cron, sharding
 from django_taskrunner.core.prepare import new_message, resolve_queue
 from django_taskrunner.core.registry import registry
 from django_taskrunner.core.sending import fair_queue
 from django_taskrunner.exceptions import TaskRunnerError
 from django_taskrunner.models import PeriodicTask
-from django_taskrunner.store import keys, sharding
-from django_taskrunner.store.broker import Broker, get_broker
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.errors import REPLY_ERROR, stalls_writes
-from django_taskrunner.store.schedule import for_broker
+from django_taskrunner.store.streams import Broker
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +110,7 @@ class PeriodicRunner:
 
     def __init__(self, broker: Broker, *, with_rows: bool = True) -> None:
         self.broker = broker
-        self.store = for_broker(broker)
+        self.store = broker.store.schedule
         self.with_rows = with_rows
         self._next: dict[str, tuple[Schedule, int]] = {}
         self._spoiled: set[str] = set()  # schedules whose keys are spoiled (logged)
@@ -215,7 +214,7 @@ def _iso(ms: int) -> str:
 def announce_change(**kwargs: Any) -> None:
     """Signal receiver: tell the leader's scheduler to reload the database schedules."""
     try:
-        for_broker(get_broker()).announce_periodic_change(clock.now_ms())
+        get_store().schedule.announce_periodic_change(clock.now_ms())
     except Exception as exc:  # Redis down must not break an admin save
         logger.warning("could not announce a periodic task change (%s); the scheduler "
                        "rereads the table within %d seconds", exc, RELOAD_SECONDS)

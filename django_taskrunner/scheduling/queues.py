@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 
 from django_taskrunner.conf import get_settings
-from django_taskrunner.store import sharding
+from django_taskrunner.core import sharding
 from django_taskrunner.store.schedule import ScheduleStore
 
 logger = logging.getLogger(__name__)

@@ -25,13 +25,12 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 
-from django_taskrunner.core import clock
+from django_taskrunner.core import clock, sharding
 from django_taskrunner.scheduling.periodic import RELOAD_SECONDS, PeriodicRunner
 from django_taskrunner.scheduling.queues import CHECK_EVERY_MS, forget_idle_queues
-from django_taskrunner.store import keys, sharding
-from django_taskrunner.store.broker import Broker
+from django_taskrunner.store import keys
 from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR
-from django_taskrunner.store.schedule import for_broker
+from django_taskrunner.store.streams import Broker
 from django_taskrunner.store.subscription import WakeSubscription
 
 logger = logging.getLogger(__name__)
@@ -70,7 +69,7 @@ def promote_all_due(broker: Broker, queues: Iterable[str], now_ms: int,
 
 def register_queues(broker: Broker, queues: Iterable[str]) -> None:
     """Record the queues a worker consumes, so the leader promotes their delayed sets."""
-    for_broker(broker).add_known_queues(list(queues), clock.now_ms())
+    broker.store.schedule.add_known_queues(list(queues), clock.now_ms())
 
 
 def _app_now_ms() -> int:
@@ -86,7 +85,7 @@ class Scheduler(threading.Thread):
     ) -> None:
         super().__init__(name="taskrunner-scheduler", daemon=True)
         self.broker = broker
-        self.store = for_broker(broker)
+        self.store = broker.store.schedule
         self.queues = set(queues)
         self.own_queues = frozenset(self.queues)  # never dropped by `forget_idle_queues`
         self._forget_at = 0

@@ -26,13 +26,13 @@ from typing import Any
 from django.conf import settings
 
 from django_taskrunner.conf import get_settings
-from django_taskrunner.core import clock
+from django_taskrunner.core import clock, sharding
 from django_taskrunner.core.registry import registry
 from django_taskrunner.stats.recorder import BUCKET_LABELS, PICKUP_BUCKETS, PICKUP_LABELS
 from django_taskrunner.stats.writes import COUNTERS
-from django_taskrunner.store import sharding
-from django_taskrunner.store.broker import Broker, get_broker
-from django_taskrunner.store.inspect import GroupInfo, Inspector, inspector_for
+from django_taskrunner.store import get_store
+from django_taskrunner.store.inspect import GroupInfo, Inspector
+from django_taskrunner.store.streams import Broker
 
 
 @dataclass(frozen=True)
@@ -143,8 +143,8 @@ def get_stats(queue: str, *, tasks: bool = True, broker: Broker | None = None,
 
     `tasks=False` skips the per-task figures (what the autoscaler reads each interval).
     """
-    broker = broker or get_broker()
-    inspector = inspector_for(broker)
+    broker = broker or get_store().streams
+    inspector = broker.store.inspect
     now_ms = clock.now_ms() if now_ms is None else now_ms
     first = inspector.read_queue(queue, sharding.shards(queue), now_ms)
     if first.levels:  # priorities in use: read their streams too
@@ -298,10 +298,10 @@ def minute_counts(queue: str, minutes: int = 60, *, broker: Broker | None = None
                   now_ms: int | None = None) -> list[MinuteCounts]:
     """Outcomes per minute over the last `minutes` minutes, oldest first (kept 2 hours);
     one round trip (`Inspector.minute_hashes`)."""
-    broker = broker or get_broker()
+    broker = broker or get_store().streams
     current = (clock.now_ms() if now_ms is None else now_ms) // 60_000
     starts = list(range(current - minutes + 1, current + 1))
-    hashes = inspector_for(broker).minute_hashes(queue, starts)
+    hashes = broker.store.inspect.minute_hashes(queue, starts)
     return [
         MinuteCounts(start_ms=minute * 60_000, succeeded=_int(counts, "succeeded"),
                      failed=_int(counts, "failed"), retried=_int(counts, "retried"))

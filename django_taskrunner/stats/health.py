@@ -18,8 +18,8 @@ from django_taskrunner.stats.figures import (
     get_stats,
     minute_counts,
 )
-from django_taskrunner.store.broker import Broker, get_broker
-from django_taskrunner.store.inspect import inspector_for
+from django_taskrunner.store import get_store
+from django_taskrunner.store.streams import Broker
 
 MAX_CONSUMERS = 20  # shown per queue: the live ones first, then the most recently active
 HOUR_MINUTES = 60
@@ -75,8 +75,8 @@ class QueueHealth:
 
 def get_leader(broker: Broker | None = None) -> LeaderInfo:
     """The holder of the group's leader lease (`keys.leader_key`) and its time left."""
-    broker = broker or get_broker()
-    holder, ttl_ms = inspector_for(broker).leader()
+    broker = broker or get_store().streams
+    holder, ttl_ms = broker.store.inspect.leader()
     return LeaderInfo(group=broker.group, holder=holder,
                       lease_left=ttl_ms / 1000 if holder is not None and ttl_ms >= 0
                       else None)
@@ -85,7 +85,7 @@ def get_leader(broker: Broker | None = None) -> LeaderInfo:
 def get_health(queue: str, *, broker: Broker | None = None,
                now_ms: int | None = None) -> QueueHealth:
     """The dashboard's figures of `queue`, in five pipelined round trips."""
-    broker = broker or get_broker()
+    broker = broker or get_store().streams
     now_ms = clock.now_ms() if now_ms is None else now_ms
     stats = get_stats(queue, broker=broker, now_ms=now_ms)
     minutes = minute_counts(queue, HOUR_MINUTES, broker=broker, now_ms=now_ms)
@@ -99,20 +99,20 @@ def get_health(queue: str, *, broker: Broker | None = None,
 
 def dashboard_queues(broker: Broker | None = None) -> list[str]:
     """Queues workers consume, queues registered tasks name, and DEFAULT_QUEUE."""
-    return queues_of(broker or get_broker(), [get_settings().DEFAULT_QUEUE])
+    return queues_of(broker or get_store().streams, [get_settings().DEFAULT_QUEUE])
 
 
 def queues_of(broker: Broker, extra: Any = ()) -> list[str]:
     """Queues workers consume and dispatches used (until the leader forgets them),
     queues declared in code and settings (the Tasks backend's QUEUES too), and `extra`,
     sorted."""
-    recorded = inspector_for(broker).recorded_queues()
+    recorded = broker.store.inspect.recorded_queues()
     return sorted(recorded | declared_queues() | set(extra))
 
 
 def _consumers(broker: Broker, queue: str, now_ms: int) -> tuple[tuple[ConsumerInfo, ...], int]:
     """The group's consumers, live ones first, then by idle time; and how many there are."""
-    inspector = inspector_for(broker)
+    inspector = broker.store.inspect
     listed, live = inspector.consumers(queue, now_ms)
     live_names = set(live)
     rows = sorted(listed, key=lambda row: (row.name not in live_names, row.idle_ms))

@@ -28,9 +28,8 @@ from django_taskrunner.core import outbox_rows
 from django_taskrunner.stats.figures import QueueStats, TaskStats, get_stats
 from django_taskrunner.stats.health import dashboard_queues
 from django_taskrunner.stats.recorder import BUCKET_LABELS, PICKUP_LABELS
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from django_taskrunner.store.errors import REDIS_DOWN
-from django_taskrunner.store.inspect import inspector_for
 
 INSTALL_HINT = 'install the "prometheus" extra: pip install "django-taskrunner[prometheus]"'
 
@@ -148,7 +147,7 @@ def _cumulative_counts(labels: tuple[str, ...], counts: tuple[int, ...]
 
 def _leader_metric(core: Any) -> Any:
     settings = get_settings()
-    holder = inspector_for(get_broker()).leader_holder()
+    holder = get_store().inspect.leader_holder()
     family = core.GaugeMetricFamily(
         "taskrunner_leader", "1 while a worker holds the group's leader lease (holder label).",
         labels=["group", "holder"])

@@ -32,7 +32,7 @@ from django_taskrunner.store import keys
 from django_taskrunner.store.stats import QueueWrite, StatsStore, WorkerBeat
 
 __all__ = ["COUNTERS", "WorkerReport", "flush_figures", "heartbeat_ttl", "queue_writes",
-           "remove_heartbeat", "worker_beat", "write"]
+           "worker_beat", "write"]
 COUNTERS = ("runs", "errors", "succeeded", "retried", "failed", "run_us", "pickups",
             "pickup_us")
 
@@ -72,13 +72,13 @@ class WorkerReport:
 
 
 def write(
-    pipe: Any, prefix: str, batch: Batch, heartbeat: WorkerReport, *, now_ms: int, window: int,
-    ttl: float,
+    pipe: Any, stats: StatsStore, batch: Batch, heartbeat: WorkerReport, *, now_ms: int,
+    window: int, ttl: float,
 ) -> None:
     """Queue on `pipe` the commands that add `batch` and refresh `heartbeat`
     (`StatsStore.write_figures`); the caller executes the pipeline."""
-    # The pipeline is the caller's: the store only queues commands on it, no client needed.
-    StatsStore(None, prefix).write_figures(
+    # The pipeline is the caller's: the store only queues commands on it.
+    stats.write_figures(
         queue_writes(batch), worker_beat(heartbeat, now_ms), now_ms=now_ms, window=window,
         ttl=ttl, pipe=pipe)
 
@@ -136,7 +136,3 @@ def _counters(field_prefix: str, figures: TaskFigures) -> list[tuple[str, int]]:
     return [(field_prefix + name, getattr(figures, name)) for name in COUNTERS
             if getattr(figures, name)]
 
-
-def remove_heartbeat(client: Any, prefix: str, consumer: str, queues: Sequence[str]) -> None:
-    """A worker that stops cleanly stops counting at once (no wait for the TTL)."""
-    StatsStore(client, prefix).remove_heartbeat(consumer, queues)

@@ -23,9 +23,8 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from django_taskrunner.conf import on_reset
 from django_taskrunner.store import keys, scripts
-from django_taskrunner.store.broker import get_broker, levels_in_use
+from django_taskrunner.store.streams import levels_in_use
 from django_taskrunner.store.values import text
 
 STREAM_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
@@ -100,6 +99,7 @@ class StreamBrowser:
         return [stream for shard in shards for stream in found[shard]]
 
     def stream(self, queue: str) -> str:
+        """The stream key of a queue, shard or priority level."""
         return keys.stream_key(self.prefix, queue)
 
     def group_state(self, queue: str) -> GroupState:
@@ -252,22 +252,3 @@ def _entry(row: Any) -> StreamEntry:
     if fields and body is None:
         body = repr(fields).encode()
     return StreamEntry(text(stream_id), body)
-
-
-_browser: StreamBrowser | None = None
-
-
-def get_browser() -> StreamBrowser:
-    """The browser for the current settings (the broker's client, prefix and group)."""
-    global _browser
-    browser = _browser
-    if browser is None:
-        broker = get_broker()
-        browser = _browser = StreamBrowser(broker.client, broker.prefix, broker.group)
-    return browser
-
-
-@on_reset
-def reset() -> None:
-    global _browser
-    _browser = None

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_taskrunner.store import keys
-from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.values import text
 
 
@@ -199,11 +198,6 @@ class Inspector:
         pipe.smembers(keys.known_queues_key(self.prefix))
         seen, legacy = pipe.execute()
         return {text(name) for name in (*seen, *legacy)}
-
-
-def inspector_for(broker: Broker) -> Inspector:
-    """The inspector over the broker's client, prefix and group."""
-    return Inspector(broker.client, broker.prefix, broker.group)
 
 
 def _hash(raw: dict[Any, Any]) -> dict[str, str]:

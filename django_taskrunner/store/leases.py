@@ -9,13 +9,10 @@ Redis outage errors (`errors.REDIS_DOWN`) pass through unchanged.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from django_taskrunner.store import keys, scripts
+from django_taskrunner.store import scripts
 from django_taskrunner.store.values import text
-
-if TYPE_CHECKING:
-    from django_taskrunner.store.broker import Broker
 
 
 class Lease:
@@ -50,8 +47,3 @@ class Lease:
     def ttl_ms(self) -> int:
         """PTTL: milliseconds the lease has left; negative when gone (-2) or without TTL."""
         return int(self.client.pttl(self.key))
-
-
-def leader_lease(broker: Broker) -> Lease:
-    """The scheduler's leader lease of a broker's consumer group (`keys.leader_key`)."""
-    return Lease(broker.client, keys.leader_key(broker.prefix, broker.group))

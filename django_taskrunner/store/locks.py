@@ -13,16 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from django_taskrunner.conf import on_reset
 from django_taskrunner.store import keys, scripts
-from django_taskrunner.store.broker import get_broker
 from django_taskrunner.store.records import Records, RecordWrite
 from django_taskrunner.store.values import text
-
-if TYPE_CHECKING:
-    from django_taskrunner.store.broker import Broker
 
 
 @dataclass(frozen=True)
@@ -238,26 +233,3 @@ def _script_call(
 
 def _add_reply(reply: Any) -> AddReply:
     return tuple("" if part is None or part is False else text(part) for part in reply)
-
-
-def for_broker(broker: Broker) -> UniqueLocks:
-    """The locks on a broker's client and prefix."""
-    return UniqueLocks(broker.client, broker.prefix)
-
-
-_locks: UniqueLocks | None = None
-
-
-def get_locks() -> UniqueLocks:
-    """The locks under the current settings' client and prefix (rebuilt after a reset)."""
-    global _locks
-    found = _locks
-    if found is None:
-        found = _locks = for_broker(get_broker())
-    return found
-
-
-@on_reset
-def reset() -> None:
-    global _locks
-    _locks = None

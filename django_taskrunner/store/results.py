@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_taskrunner.conf import get_settings
 from django_taskrunner.store import keys
-from django_taskrunner.store.connection import get_redis
 from django_taskrunner.store.values import text
 
 
@@ -39,8 +37,3 @@ class Results:
         pipe.set(keys.result_key(self.prefix, result_id), record, ex=ttl_seconds)
         pipe.xadd(keys.stream_key(self.prefix, queue), {keys.ENTRY_FIELD: body})
         pipe.execute()
-
-
-def get_results() -> Results:
-    """The results under the current settings' client and prefix (cheap: no caching)."""
-    return Results(get_redis(), get_settings().PREFIX)

@@ -3,7 +3,7 @@ sets as the admin reads and edits them. The Redis side of `scheduling/` and of
 `admin/delayed_sets.py`.
 
 The moves themselves (due delayed messages onto the stream) stay `Broker.promote_due`,
-one script call per batch. Every name is a queue or one shard of one (see sharding.py);
+one script call per batch. Every name is a queue or one shard of one (see core/sharding.py);
 bodies are the opaque message JSON, returned as redis-py gives them (bytes). Redis outage
 errors (`errors.REDIS_DOWN`) pass through every method unchanged.
 """
@@ -11,16 +11,13 @@ errors (`errors.REDIS_DOWN`) pass through every method unchanged.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django_taskrunner.store import keys, scripts
 from django_taskrunner.store.errors import stalls_writes
 from django_taskrunner.store.records import Records
 from django_taskrunner.store.subscription import WakeSubscription
 from django_taskrunner.store.values import text
-
-if TYPE_CHECKING:
-    from django_taskrunner.store.broker import Broker
 
 # A delayed entry as read: (body, score = due time in ms).
 DelayedRow = tuple[bytes, float]
@@ -193,11 +190,6 @@ class ScheduleStore:
             Records(self.client, self.prefix).set_stream_ids(
                 [(message_id, "", text(stream_id))])
         return body
-
-
-def for_broker(broker: Broker) -> ScheduleStore:
-    """The scheduling keys on a broker's client and prefix."""
-    return ScheduleStore(broker.client, broker.prefix)
 
 
 def _mark(reply: Any) -> int | None:

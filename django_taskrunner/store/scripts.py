@@ -1,7 +1,11 @@
 """Loads the Lua scripts in `lua/` once and runs them by EVALSHA.
 
-Each script gets every key through KEYS (never builds one) and touches one queue's
-keys only, so it runs unchanged on Redis Cluster.
+Each script's first line says whether it is cluster-safe (`-- Cluster-safe: yes`: every
+key it touches comes through KEYS, all in one hash slot) and why, or when it is not
+(`no`: a single server only, and what the store does instead on a cluster).
+
+A piece two scripts share has one source: a part in `lua/parts/`, put in where a script
+says `-- include: <part>.lua` when the script is loaded (`source`).
 
 On a cluster, redis-py's `Script` sends EVALSHA to the node owning the keys' slot and, on
 NOSCRIPT (a node that never saw it, such as a replica promoted by a failover), loads it
@@ -14,6 +18,7 @@ hundred bytes, and nothing to be missing.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,12 +29,21 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 SCRIPT_DIR = Path(__file__).with_name("lua")
+PART_DIR = SCRIPT_DIR / "parts"
+INCLUDE = re.compile(r"^-- include: ([\w-]+\.lua)$", re.MULTILINE)
 
 
 @functools.cache
 def source(name: str) -> str:
-    """The text of `lua/<name>.lua`."""
-    return (SCRIPT_DIR / f"{name}.lua").read_text(encoding="utf-8")
+    """The text of `lua/<name>.lua`, each `-- include: <part>.lua` line replaced by the
+    text of `lua/parts/<part>.lua`."""
+    text = (SCRIPT_DIR / f"{name}.lua").read_text(encoding="utf-8")
+    return INCLUDE.sub(lambda found: part(found.group(1)).rstrip("\n"), text)
+
+
+def part(file_name: str) -> str:
+    """The text of the shared part `lua/parts/<file_name>`."""
+    return (PART_DIR / file_name).read_text(encoding="utf-8")
 
 
 @functools.cache

@@ -178,3 +178,25 @@ def features(client: Any) -> Features:
 def set_features(client: Any, found: Features) -> None:
     """Decide the features of `client` instead of asking the server (tests, benchmarks)."""
     setattr(client, _FEATURES_ATTRIBUTE, found)
+
+
+class RedisServer:
+    """The server under one client (`Store.server`): whether it can run the app, what
+    it is, and which optional commands it offers."""
+
+    def __init__(self, client: Any, prefix: str) -> None:
+        self.client = client
+        self.prefix = prefix
+
+    def check(self) -> ServerInfo | None:
+        """`check_server`: raise ServerUnsupported when the server cannot run the app."""
+        return check_server(self.client, self.prefix)
+
+    def info(self) -> ServerInfo | None:
+        """`INFO server` (one node of a cluster); None when INFO is refused."""
+        return read_info(self.client)
+
+    def features(self) -> Features:
+        """The optional commands the server has, asked once per client."""
+        return features(self.client)
+

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_taskrunner.store import keys
-from django_taskrunner.store.broker import Broker
 
 STATS_TTL_SECONDS = 7 * 24 * 3600  # totals of a queue nobody used for a week go away
 MINUTE_TTL_SECONDS = 2 * 3600
@@ -144,8 +143,3 @@ class StatsStore:
         fire), False while it is held (fired less than a cooldown ago). One round trip."""
         return bool(self.client.set(keys.long_queue_gate_key(self.prefix, queue), holder,
                                     nx=True, px=cooldown_ms))
-
-
-def stats_store_for(broker: Broker) -> StatsStore:
-    """The statistics store over the broker's client and prefix."""
-    return StatsStore(broker.client, broker.prefix)

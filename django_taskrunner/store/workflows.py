@@ -190,11 +190,6 @@ class WorkflowStore:
                 for row in pipe.execute()]
 
 
-def for_client(client: Any, prefix: str) -> WorkflowStore:
-    """The workflows on a client (a broker's) and prefix: no state, cheap to build."""
-    return WorkflowStore(client, prefix)
-
-
 def _first_ids(first: Sequence[FirstMessage], replies: Sequence[Any]) -> list[str]:
     """The stream id of each first-stage message ("delayed" for a delayed one, whose
     ZADD and PUBLISH are two replies), from the pipeline's replies after the writes."""

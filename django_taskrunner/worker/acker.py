@@ -16,7 +16,7 @@ The acker never ends but at the exit. A batch Redis cannot take (unreachable, or
 refusing writes: OOM, READONLY...) is kept and sent again with backoff; meanwhile
 `blocked` stops the worker fetching and starting tasks, and `unsent()` keeps the
 waiting messages reserved by the heartbeat. One item whose own key is corrupt is left
-out of its batch, logged with its key (store/settle.py), and the rest goes through.
+out of its batch, logged with its key (store/streams.py), and the rest goes through.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from django_taskrunner.store.broker import Broker, Requeue
 from django_taskrunner.store.errors import REDIS_ERROR, stalls_writes
 from django_taskrunner.store.limits import Slot
 from django_taskrunner.store.records import RecordWrite, holder_of
+from django_taskrunner.store.streams import Broker, Requeue
 from django_taskrunner.store.values import text
 from django_taskrunner.store.workflows import MemberDone
 from django_taskrunner.worker.outage import RedisStatus, backoff
@@ -248,7 +248,8 @@ class Acker(threading.Thread):
         An item Redis could not apply because of its own key (`Unsettled`) is logged
         with its key; the rest of the batch went through, the item's entry acked."""
         settled = self.broker.settle(self.consumer, batch.acks, batch.requeues,
-                                     batch.records, batch.releases, workflows=batch.workflows)
+                                     batch.records, batch.releases,
+                                     members_done=batch.workflows)
         for item in settled.unsettled:
             logger.error("could not apply the %s %s while acking finished tasks (%s); it "
                          "is left as it is, the rest of the batch went through", item.what,

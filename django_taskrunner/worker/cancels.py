@@ -26,8 +26,8 @@ from django_taskrunner.core import clock
 from django_taskrunner.core.records import TERMINATE_NOTICE
 from django_taskrunner.core.unique import holder_value
 from django_taskrunner.store import keys
-from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.store.streams import Broker
 from django_taskrunner.worker.terminate import terminate as stop_attempt
 
 if TYPE_CHECKING:

@@ -40,7 +40,8 @@ from multiprocessing.connection import Connection
 from types import FrameType
 from typing import Any
 
-from django_taskrunner.store.broker import Broker, get_broker
+from django_taskrunner.store import get_store
+from django_taskrunner.store.streams import Broker
 from django_taskrunner.worker.handback import take_adopted
 from django_taskrunner.worker.running import Attempt
 from django_taskrunner.worker.settings import WorkerSettings, worker_settings
@@ -205,7 +206,7 @@ def run_child(spec: dict[str, Any], conn: Connection, stop_at_once: list[int],
     `stop_at_once` not empty: a SIGTERM came while it started (it then fetches nothing)."""
     apply_logging(spec["log"])
     settings = worker_settings(spec["queues"], consumer=spec["consumer"], **spec["worker"])
-    worker = build(get_broker(), settings)
+    worker = build(get_store().streams, settings)
     install_signal_handlers(worker)
     if stop_at_once:
         return 0

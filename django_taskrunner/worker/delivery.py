@@ -16,7 +16,7 @@ from django_taskrunner.store import keys
 class Delivery:
     """An entry read (or reclaimed) from one stream, not yet finished."""
 
-    shard: str  # the stream: a queue, or one shard of it ("emails#2", see sharding.py)
+    shard: str  # the stream: a queue, or one shard of it ("emails#2", see core/sharding.py)
     stream_id: str
     body: bytes | None  # None: deleted from the stream while pending
     runs: int | None = None  # delivery counter of a reclaimed entry; None when fresh

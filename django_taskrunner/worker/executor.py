@@ -31,14 +31,14 @@ from django.db import close_old_connections
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core.awaitables import returned_awaitable, run_to_end
 from django_taskrunner.core.context import TaskContext
-from django_taskrunner.core.steps import first_run, stored_steps
 from django_taskrunner.core.records import PENDING_TTL_S, encode_value
+from django_taskrunner.core.steps import first_run, stored_steps
 from django_taskrunner.exceptions import TaskExpired, TaskRunnerError
 from django_taskrunner.stats.recorder import StatsRecorder
-from django_taskrunner.store.broker import Broker
-from django_taskrunner.store.limits import Limits, Slot
+from django_taskrunner.store.limits import Slot
 from django_taskrunner.store.records import RecordWrite
-from django_taskrunner.store.workflows import MemberDone, WorkflowStore
+from django_taskrunner.store.streams import Broker
+from django_taskrunner.store.workflows import MemberDone
 from django_taskrunner.worker.cancels import CancelBook
 from django_taskrunner.worker.connections import check_connections
 from django_taskrunner.worker.delivery import Delivery
@@ -177,10 +177,10 @@ class Executor:
         self.broker.records.write([write])
 
     def _workflow_now(self, done: MemberDone) -> None:
-        WorkflowStore(self.broker.client, self.broker.prefix).member_done(done)
+        self.broker.store.workflows.member_done(done)
 
     def _free_slots_now(self, slots: tuple[Slot, ...]) -> None:
-        Limits(self.broker.client, self.broker.prefix).release(slots)
+        self.broker.store.limits.release(slots)
 
     def begin(self, run: Run) -> Attempt:
         """Register the attempt about to run (on this thread, or on the event loop)."""
@@ -252,9 +252,9 @@ class Executor:
             attempt=message.attempt, _heartbeat=heartbeat, _cancel=attempt.cancel,
             _progress=lambda value: set_progress(attempt, value),
             _parent=parent_reader(self, message),
-            _steps=stored_steps(self.broker.client, self.broker.prefix, message.id,
-                                message.task_name, PENDING_TTL_S,
-                                first_run=attempt.first_run, on_keep=attempt.steps_kept),
+            _steps=stored_steps(self.broker.store, message.id, message.task_name,
+                                PENDING_TTL_S, first_run=attempt.first_run,
+                                on_keep=attempt.steps_kept),
         )
 
     def _requeue_now(self, shard: str, stream_id: str, body: str, due_ms: int) -> None:

@@ -41,7 +41,7 @@ from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.exceptions import TaskExecutionError
 from django_taskrunner.models import FailedTask
 from django_taskrunner.shim import shown_name
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.store.failed_rows import FailedRows
 
@@ -147,8 +147,7 @@ def keep_row(message: TaskMessage, fields: dict[str, Any], error: BaseException)
 
 
 def failed_rows() -> FailedRows:
-    broker = get_broker()
-    return FailedRows(broker.client, broker.prefix)
+    return get_store().failed_rows
 
 
 def flush_failed_rows(batch: int = 100) -> int:

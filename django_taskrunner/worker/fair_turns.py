@@ -9,7 +9,6 @@ reader starts and every `LOOK_EVERY` seconds after, as priority levels are found
 
 from __future__ import annotations
 
-from typing import Any
 
 from django_taskrunner.core import clock
 from django_taskrunner.store.fair import Fair
@@ -21,8 +20,8 @@ LOOK_EVERY = 2.0
 class FairTurns:
     """The fair rings of one shard (a queue or one of its shards), fed before reads."""
 
-    def __init__(self, client: Any, prefix: str, shard: str) -> None:
-        self.fair = Fair(client, prefix)
+    def __init__(self, fair: Fair, shard: str) -> None:
+        self.fair = fair
         self.shard = shard
         self.rings: list[str] = []
         self._look_at = 0.0

@@ -42,7 +42,7 @@ class Fetcher(threading.Thread):
         self.queue = queue
         self.streams = [queue]
         self.queue_name = keys.queue_of(queue)
-        self.fair = FairTurns(worker.broker.client, worker.broker.prefix, queue)
+        self.fair = FairTurns(worker.broker.store.fair, queue)
         self._levels_at = 0.0
         # Burst mode: the worker's generation seen when a read found the stream empty.
         self.idle_at: tuple[int, int, int] | None = None

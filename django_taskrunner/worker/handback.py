@@ -43,17 +43,15 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from django_taskrunner.conf import get_settings
-from django_taskrunner.core import clock
+from django_taskrunner.core import clock, sharding
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.registry import registry
 from django_taskrunner.core.task import Task
 from django_taskrunner.exceptions import InvalidTaskPayload, WorkerLost
 from django_taskrunner.stats import writes as stats_writes
-from django_taskrunner.store import sharding
-from django_taskrunner.store.broker import Broker, Entry, Requeue
 from django_taskrunner.store.errors import REDIS_ERROR
-from django_taskrunner.store.stats import stats_store_for
+from django_taskrunner.store.streams import Broker, Entry, Requeue
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
 from django_taskrunner.worker.running import Attempt
@@ -144,7 +142,7 @@ class Settler:
         if not batch:
             return
         try:
-            stats_writes.add_figures(stats_store_for(self.broker), batch,
+            stats_writes.add_figures(self.broker.store.stats, batch,
                                      now_ms=clock.now_ms(), window=get_settings().STATS_WINDOW)
         except REDIS_ERROR as exc:
             logger.warning("could not count %d settled attempt(s) in the figures (%s)",

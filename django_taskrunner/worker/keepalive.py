@@ -43,8 +43,8 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from django_taskrunner.core import clock
-from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.store.streams import Broker
 from django_taskrunner.worker.outage import RedisStatus
 from django_taskrunner.worker.running import Attempt, RunningSet
 from django_taskrunner.worker.steps.record import progress_write, started_write

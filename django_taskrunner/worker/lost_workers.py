@@ -32,9 +32,9 @@ from collections.abc import Iterable
 
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
-from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_DOWN
-from django_taskrunner.worker.handback import Adopter, hand_back, all_streams, take_adopted
+from django_taskrunner.store.streams import Broker
+from django_taskrunner.worker.handback import Adopter, all_streams, hand_back, take_adopted
 
 logger = logging.getLogger(__name__)
 

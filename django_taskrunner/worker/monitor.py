@@ -23,9 +23,8 @@ from django_taskrunner.stats import writes as stats_writes
 from django_taskrunner.stats.figures import QueueStats, get_stats
 from django_taskrunner.stats.long_queue import LongQueueHook
 from django_taskrunner.stats.recorder import Batch, StatsRecorder
-from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_DOWN
-from django_taskrunner.store.stats import stats_store_for
+from django_taskrunner.store.streams import Broker
 from django_taskrunner.worker.autoscale import decide
 from django_taskrunner.worker.outage import RedisStatus, redis_call
 from django_taskrunner.worker.pool import Pool
@@ -67,7 +66,7 @@ class Monitor(threading.Thread):
         self.max_workers = worker_settings.max_workers
         self.long_queue = LongQueueHook(
             settings.LONG_QUEUE_HOOK, threshold=settings.LONG_QUEUE_THRESHOLD,
-            cooldown=settings.LONG_QUEUE_COOLDOWN, gates=stats_store_for(worker.broker),
+            cooldown=settings.LONG_QUEUE_COOLDOWN, gates=worker.broker.store.stats,
             holder=worker.consumer,
         ) if settings.LONG_QUEUE_HOOK else None
         self.last_change: float | None = None
@@ -122,7 +121,7 @@ class Monitor(threading.Thread):
 
     def _write(self, broker: Broker, batch: Batch, heartbeat: stats_writes.WorkerReport) -> bool:
         """The figures and the heartbeat in one pipelined round trip."""
-        stats_writes.flush_figures(stats_store_for(broker), batch, heartbeat, now_ms=clock.now_ms(),
+        stats_writes.flush_figures(broker.store.stats, batch, heartbeat, now_ms=clock.now_ms(),
                           window=self.window, ttl=self.ttl)
         return True
 
@@ -156,7 +155,7 @@ class Monitor(threading.Thread):
         broker = self.worker.broker
         try:
             self.flush()
-            stats_store_for(broker).remove_heartbeat(self.worker.consumer, self.worker.queues)
+            broker.store.stats.remove_heartbeat(self.worker.consumer, self.worker.queues)
         except REDIS_DOWN as exc:
             logger.warning("monitor: could not write the last statistics (%s)", exc)
         except Exception:  # statistics must never turn a clean stop into a crash

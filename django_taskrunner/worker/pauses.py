@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from django_taskrunner.store import keys
 from django_taskrunner.store.errors import REDIS_DOWN, REPLY_ERROR
-from django_taskrunner.store.pauses import Pauses
 
 if TYPE_CHECKING:
     from django_taskrunner.worker.delivery import Delivery
@@ -33,7 +32,7 @@ class PauseWatch(threading.Thread):
     def __init__(self, worker: Worker) -> None:
         super().__init__(name="taskrunner-pauses", daemon=True)
         self.worker = worker
-        self.store = Pauses(worker.broker.client, worker.broker.prefix)
+        self.store = worker.broker.store.pauses
         self.paused: frozenset[str] = frozenset()
         self._unreadable_logged = False
 

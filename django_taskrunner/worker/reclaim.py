@@ -39,9 +39,8 @@ from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.store import keys
-from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_DOWN
-from django_taskrunner.store.recovery import Claim, Entry, Pending
+from django_taskrunner.store.streams import Broker, Claim, Entry, Pending
 from django_taskrunner.worker.outage import RedisStatus
 
 logger = logging.getLogger(__name__)

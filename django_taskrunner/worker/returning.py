@@ -28,8 +28,8 @@ import threading
 from collections.abc import Callable
 
 from django_taskrunner.core import clock
-from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.store.streams import Broker
 
 logger = logging.getLogger(__name__)
 

@@ -46,8 +46,8 @@ from types import FrameType
 from typing import Any
 
 from django_taskrunner.core import clock
-from django_taskrunner.store.broker import Broker
 from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.store.streams import Broker
 from django_taskrunner.worker import child_boot
 from django_taskrunner.worker.child import decode_report, encode_report, resident_bytes
 from django_taskrunner.worker.handback import Started, hand_back

@@ -23,14 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from django_taskrunner.core import clock
-from django_taskrunner.store import keys, sharding
-from django_taskrunner.store.broker import Broker
+from django_taskrunner.core import clock, sharding
+from django_taskrunner.store import keys
 from django_taskrunner.store.clients import connection_name, name_connections
 from django_taskrunner.store.connection import make_room
 from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR
-from django_taskrunner.store.recovery import Entry
-from django_taskrunner.store.workers import WorkerDirectory
+from django_taskrunner.store.streams import Broker, Entry
 from django_taskrunner.worker.acker import Acker
 from django_taskrunner.worker.async_runner import AsyncRunner
 from django_taskrunner.worker.cancels import CancelListener
@@ -413,7 +411,7 @@ class Worker:
     def _leave_groups(self) -> None:
         """Remove this consumer from each group it read, where it holds nothing: a
         stopped worker is not listed as "no heartbeat" until a sweep removes it."""
-        directory = WorkerDirectory(self.broker.client, self.broker.prefix)
+        directory = self.broker.store.workers
         for stream in [stream for fetcher in self.fetchers for stream in fetcher.streams]:
             try:
                 directory.forget_consumer(stream, self.broker.group, self.consumer)

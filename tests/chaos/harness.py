@@ -205,9 +205,9 @@ class Chaos:
 
     def held_by(self, consumer: str, queue: str = "default") -> set[str]:
         """Keys of the tasks whose messages `consumer` holds (pending, un-acked)."""
-        from django_taskrunner.store.broker import get_broker
+        from django_taskrunner.store import get_store
 
-        broker = get_broker()
+        broker = get_store().streams
         client = redis.Redis.from_url(self.broker.url)
         try:
             rows = client.xpending_range(broker.stream(queue), broker.group, "-", "+", 10_000,

@@ -91,9 +91,9 @@ def all_ran(chaos: Chaos, keys: set[str]) -> Callable[[], bool]:
 
 
 def queue_is_empty() -> bool:
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
 
-    broker = get_broker()
+    broker = get_store().streams
     return broker.length("default") == 0 and broker.pending("default") == 0
 
 
@@ -143,9 +143,9 @@ def kill_workers(chaos: Chaos, *, tasks: int = 5000, kills: int = 3, sleep: floa
 
 
 def dead_consumers_removed(chaos: Chaos, kills: int) -> int:
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
 
-    broker = get_broker()
+    broker = get_store().streams
     client = redis.Redis.from_url(chaos.broker.url)
     try:
         names = {c["name"].decode() for c in client.xinfo_consumers(broker.stream("default"),
@@ -296,12 +296,12 @@ def garbage_entries() -> list[dict[str, bytes]]:
 
 def garbage(chaos: Chaos, *, good: int = 1000) -> Result:
     """`good` tasks with 20 garbage entries spread among them; one worker, never restarted."""
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
 
     result, keys = Result("garbage", good), {str(n) for n in range(good)}
     entries = garbage_entries()
     client = redis.Redis.from_url(chaos.broker.url)
-    stream = get_broker().stream("default")
+    stream = get_store().streams.stream("default")
     step = good // len(entries)
     for index, entry in enumerate(entries):
         dispatch_work(step, start=index * step)

@@ -98,9 +98,9 @@ def malformed_entries(prefix: str) -> list[dict[str, bytes]]:
 
 def held_by(chaos: Chaos, consumer: str) -> set[str]:
     """Keys of the good tasks whose messages `consumer` holds (garbage is skipped)."""
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
 
-    broker = get_broker()
+    broker = get_store().streams
     client = redis.Redis.from_url(chaos.broker.url)
     try:
         rows = client.xpending_range(broker.stream("default"), broker.group, "-", "+", 10_000,
@@ -118,9 +118,9 @@ def held_by(chaos: Chaos, consumer: str) -> set[str]:
 
 
 def pending_ids(chaos: Chaos) -> set[str]:
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
 
-    broker = get_broker()
+    broker = get_store().streams
     rows = broker.client.xpending_range(broker.stream("default"), broker.group, "-", "+", 10_000)
     return {row["message_id"].decode() for row in rows}
 
@@ -131,9 +131,9 @@ def queue_entries(chaos: Chaos) -> list[str]:
     The first 60 entries (50 good, 10 malformed) are read by a consumer that never acks,
     a worker dead from the start: reclaim must take its good messages past the bad ones.
     """
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
 
-    broker = get_broker()
+    broker = get_store().streams
     stream = broker.stream("default")
     bad = malformed_entries(chaos.prefix)
     bad_ids, n = [], 0
@@ -196,9 +196,9 @@ def test_malformed_entries_among_good_tasks_with_a_worker_killed_lose_and_stall_
     assert not [key for key in runs if key.startswith("bad-")]
     # nothing pending or left in the stream; reclaim and the executor never failed
     assert pending_ids(chaos) == set()
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
 
-    assert get_broker().length("default") == 0
+    assert get_store().streams.length("default") == 0
     assert "error while reclaiming" not in logs
     assert "stays pending" not in logs
     assert set(codes.values()) == {0}, codes

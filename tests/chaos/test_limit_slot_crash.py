@@ -10,9 +10,7 @@ import signal
 import pytest
 
 from django_taskrunner.core import clock
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
-from django_taskrunner.store.limits import Limits
+from django_taskrunner.store import get_store, keys
 from tests.integration.scheduling_helpers import leads, running_worker, wait_for
 from tests.testapp.limit_tasks import holds_its_slot, limit_runs_key, spans_key
 
@@ -32,7 +30,7 @@ def runs(r, n: int) -> int:
 
 
 def test_the_slot_of_a_killed_worker_frees_within_the_reservation_timeout(r, spawn_worker):
-    store = Limits(r, get_broker().prefix)
+    store = get_store().limits
     key = keys.limit_key(store.prefix, QUEUE, "concurrency", holds_its_slot.name, "")
     # Given a worker process whose task holds the key's only slot
     doomed = spawn_worker("--queue", QUEUE, "--concurrency", "2", "--no-scheduler",

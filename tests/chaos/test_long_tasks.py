@@ -39,9 +39,9 @@ def dispatch_long_tasks() -> None:
 
 
 def queue_is_empty() -> bool:
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
 
-    broker = get_broker()
+    broker = get_store().streams
     return broker.length(QUEUE) == 0 and broker.pending(QUEUE) == 0
 
 

@@ -41,9 +41,9 @@ def log_of(worker: WorkerProcess) -> str:
 
 
 def pending_count(chaos: Chaos) -> int:
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
 
-    broker = get_broker()
+    broker = get_store().streams
     return int(broker.client.xpending(broker.stream("default"), broker.group)["pending"])
 
 

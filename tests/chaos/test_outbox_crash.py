@@ -12,8 +12,7 @@ import textwrap
 import pytest
 
 from django_taskrunner.models import OutboxMessage
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from tests.conftest import ROOT, worker_env
 from tests.testapp.models import Note
 from tests.testapp.tasks import runs_key
@@ -51,7 +50,7 @@ def test_a_web_process_killed_after_commit_before_the_callback_loses_nothing(
 
     assert Note.objects.filter(text="saved by the web process").count() == 1
     assert sorted(OutboxMessage.objects.values_list("message_id", flat=True)) == sorted(ids)
-    client = get_broker().client
+    client = get_store().client
     assert client.xlen(keys.stream_key(prefix, "default")) == 0  # nothing reached Redis
 
     with worker_thread():  # its leader flushes the outbox; the worker runs the tasks

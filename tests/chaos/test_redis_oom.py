@@ -61,9 +61,9 @@ class Filler:
 
 
 def queue_settled() -> bool:
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
 
-    broker = get_broker()
+    broker = get_store().streams
     return broker.length("default") == 0 and broker.pending("default") == 0
 
 

@@ -90,7 +90,7 @@ def test_a_group_callback_runs_once_when_a_worker_is_killed_mid_run(chaos: Chaos
 
 
 def scenarios_queue_is_empty() -> bool:
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
 
-    broker = get_broker()
+    broker = get_store().streams
     return broker.length("default") == 0 and broker.pending("default") == 0

@@ -18,7 +18,7 @@ from django_taskrunner import (
     dispatch_many,
 )
 from django_taskrunner.core import clock
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from django_taskrunner.store.connection import get_redis
 from django_taskrunner.store.keys import stream_key, unique_key
 from tests.conftest import delete_prefix
@@ -37,7 +37,7 @@ def master_of(r: RedisCluster, key: str) -> str:
 def test_cluster_nodes_select_redis_clusters_client(r):
     assert isinstance(get_redis(), RedisCluster)
     message = dispatch("tests.testapp.tasks.noop", {"n": 1})
-    assert r.xlen(get_broker().stream("default")) == 1
+    assert r.xlen(get_store().streams.stream("default")) == 1
     assert message.stream_id
 
 
@@ -64,7 +64,7 @@ def test_a_redis_url_naming_one_node_finds_the_whole_cluster(r, redis_cluster,
     queues = ["default", "other", "q-a", "q-b", "q-c", "q-d"]
     for n, queue in enumerate(queues):
         dispatch("tests.testapp.tasks.noop", {"n": n}, queue=queue)
-    masters = {master_of(r, stream_key(get_broker().prefix, queue)) for queue in queues}
+    masters = {master_of(r, stream_key(get_store().prefix, queue)) for queue in queues}
     run_burst(*[arg for queue in queues for arg in ("--queue", queue)])
 
     # Then each ran once, whichever master held it
@@ -85,7 +85,7 @@ def test_the_shards_of_a_split_queue_live_on_different_masters(r, taskrunner_set
     taskrunner_settings(SHARDS={"hot": 4})
     for n in range(8):
         dispatch("tests.testapp.tasks.noop", {"n": n}, queue="hot")
-    streams = [stream_key(get_broker().prefix, f"hot#{i}") for i in range(4)]
+    streams = [stream_key(get_store().prefix, f"hot#{i}") for i in range(4)]
 
     assert [r.xlen(stream) for stream in streams] == [2, 2, 2, 2]
     assert len({r.keyslot(stream) for stream in streams}) == 4
@@ -94,7 +94,7 @@ def test_the_shards_of_a_split_queue_live_on_different_masters(r, taskrunner_set
 
 def test_a_unique_lock_shares_the_slot_of_its_message(r, taskrunner_settings):
     taskrunner_settings(SHARDS={"hot": 4})
-    prefix = get_broker().prefix
+    prefix = get_store().prefix
     for n in range(20):
         message = dispatch("tests.testapp.tasks.unique_order", {"order": f"k{n}"}, queue="hot")
         shard = message.lock_key.split("{", 1)[1].split("}", 1)[0]
@@ -150,7 +150,7 @@ def test_scripts_run_on_masters_that_never_saw_them(r, taskrunner_settings):
                            [{"order": f"s{n}"} for n in range(4, 12)], queue="hot")
 
     assert [m.payload["order"] for m in queued] == [f"s{n}" for n in range(8, 12)]
-    lengths = [r.xlen(stream_key(get_broker().prefix, f"hot#{i}")) for i in range(4)]
+    lengths = [r.xlen(stream_key(get_store().prefix, f"hot#{i}")) for i in range(4)]
     assert sum(lengths) == 1 + 8 + 4
 
 

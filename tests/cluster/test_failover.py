@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from django_taskrunner import RedisUnavailable, dispatch
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from django_taskrunner.store.keys import stream_key
 from tests.cluster.local_cluster import LocalCluster, find_binaries
 from tests.conftest import RedisTarget
@@ -82,7 +82,7 @@ def test_killing_a_master_mid_run_workers_and_dispatch_recover_by_themselves(
     workers = [spawn_worker("--queue", "hot", "--concurrency", "4", **env) for _ in range(2)]
     dispatcher = Dispatcher()
     dispatcher.start()
-    prefix = get_broker().prefix
+    prefix = get_store().prefix
     # The victim holds one shard's stream but not the hash the tasks count their runs in.
     victim = next(port for port in (own_cluster.master_serving(stream_key(prefix, f"hot#{i}"))
                                     for i in range(3))

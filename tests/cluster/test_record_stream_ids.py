@@ -21,9 +21,7 @@ from django_taskrunner.core import outbox
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.records import records
 from django_taskrunner.models import OutboxMessage, Task
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
-from django_taskrunner.store.browse import get_browser
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.records import RecordWrite
 from tests.django.admin_helpers import logged_in, page_module
 from tests.testapp import framework_tasks, tasks
@@ -39,12 +37,12 @@ def assert_found_without_a_search(message: TaskMessage, stream: str = "default")
     record = lookup(message.id)
     assert record is not None and record.status == "queued"
     assert (record.stream_id, record.shard) == (message.stream_id, stream)
-    facts = page_module(Task).gather(get_browser(), stream, message_id=message.id)
+    facts = page_module(Task).gather(get_store().browse, stream, message_id=message.id)
     assert (facts.status, facts.stream_id, facts.searched) == ("queued", message.stream_id, 0)
 
 
 def test_the_client_is_a_cluster_one():
-    assert get_broker().records.clustered
+    assert get_store().records.clustered
 
 
 def test_every_dispatch_route_gives_the_record_its_stream_id(taskrunner_settings):
@@ -82,7 +80,7 @@ def test_a_task_moved_from_the_outbox_has_its_stream_id(r, prefix):
         [(stream_id, fields)] = r.xrange(keys.stream_key(prefix, "default"), record.stream_id,
                                          record.stream_id)
         assert json.loads(fields[keys.ENTRY_FIELD])["id"] == message_id
-        facts = page_module(Task).gather(get_browser(), "default", message_id=message_id)
+        facts = page_module(Task).gather(get_store().browse, "default", message_id=message_id)
         assert (facts.status, facts.searched) == ("queued", 0)
 
 
@@ -90,7 +88,7 @@ def test_a_tasks_backend_task_has_its_stream_id():
     result = framework_tasks.add.enqueue(2, 3)
     record = lookup(result.id)
     assert record.stream_id
-    facts = page_module(Task).gather(get_browser(), "default", message_id=result.id)
+    facts = page_module(Task).gather(get_store().browse, "default", message_id=result.id)
     assert (facts.status, facts.stream_id, facts.searched) == ("queued", record.stream_id, 0)
 
 

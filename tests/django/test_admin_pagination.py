@@ -14,8 +14,7 @@ from django.utils import timezone
 
 from django_taskrunner import TaskMessage
 from django_taskrunner.models import FailedTask, UniqueLock
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import Store, get_store, keys
 from tests.django.admin_helpers import page_module
 
 pytestmark = pytest.mark.django_db
@@ -53,7 +52,7 @@ def test_ten_thousand_failed_rows_page_by_100(root, django_assert_max_num_querie
 
 
 def test_ten_thousand_delayed_tasks_page_by_50(root, r):
-    broker = get_broker()
+    broker = get_store().streams
     key = keys.delayed_key(broker.prefix, "default")
     due = 4_000_000_000_000
     pipe = r.pipeline(transaction=False)
@@ -75,7 +74,7 @@ def test_ten_thousand_delayed_tasks_page_by_50(root, r):
 
 
 def test_ten_thousand_locks_page_by_100_through_scan(root, r):
-    prefix = get_broker().prefix
+    prefix = get_store().prefix
     pipe = r.pipeline(transaction=False)
     for n in range(N):
         pipe.set(keys.unique_key(prefix, "default", "tests.testapp.tasks.unique_order",
@@ -90,7 +89,7 @@ def test_ten_thousand_locks_page_by_100_through_scan(root, r):
     seen, at = set(), None
     unique_locks = page_module(UniqueLock)
     while True:  # the same walk the "next page" links make
-        page = unique_locks.scan_page(r, prefix, at)
+        page = unique_locks.scan_page(Store(r, prefix), at)
         assert len(page.locks) <= unique_locks.PAGE_SIZE
         seen.update(lock.key for lock in page.locks)
         if page.next is None:

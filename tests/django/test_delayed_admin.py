@@ -9,8 +9,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from tests.django.admin_helpers import make_user
 from tests.testapp.tasks import noop, stamp
 
@@ -28,11 +27,11 @@ def admin_client_() -> Client:
 
 
 def delayed_len(r, queue: str = "default") -> int:
-    return r.zcard(keys.delayed_key(get_broker().prefix, queue))
+    return r.zcard(keys.delayed_key(get_store().prefix, queue))
 
 
 def ref_of(message, r) -> str:
-    score = r.zscore(keys.delayed_key(get_broker().prefix, message.queue), message.to_json())
+    score = r.zscore(keys.delayed_key(get_store().prefix, message.queue), message.to_json())
     return f"{int(score)}:{message.id}"
 
 
@@ -84,9 +83,9 @@ def test_run_now_asks_for_confirmation_then_moves_the_task_to_the_stream(admin_c
 
     assert done.status_code == 302
     assert delayed_len(r) == 1
-    ((_, fields),) = r.xrange(get_broker().stream("default"))
+    ((_, fields),) = r.xrange(get_store().streams.stream("default"))
     assert message.id in fields[b"m"].decode()
-    assert r.zscore(keys.delayed_key(get_broker().prefix, "default"), other.to_json())
+    assert r.zscore(keys.delayed_key(get_store().prefix, "default"), other.to_json())
 
 
 def test_cancel_removes_the_task_without_running_it(admin_client_, r):
@@ -96,7 +95,7 @@ def test_cancel_removes_the_task_without_running_it(admin_client_, r):
                                     "selected": [ref_of(message, r)]})
 
     assert delayed_len(r) == 0
-    assert r.xlen(get_broker().stream("default")) == 0
+    assert r.xlen(get_store().streams.stream("default")) == 0
 
 
 @pytest.mark.parametrize("mode", ["until_finished", "while_locked"])
@@ -118,13 +117,13 @@ def test_cancel_frees_the_unique_lock_of_the_cancelled_task(admin_client_, r, mo
 def test_an_action_on_a_task_already_gone_does_nothing(admin_client_, r):
     message = noop.dispatch_delayed({"n": 1}, delay=600)
     ref = ref_of(message, r)
-    r.delete(keys.delayed_key(get_broker().prefix, "default"))
+    r.delete(keys.delayed_key(get_store().prefix, "default"))
 
     response = admin_client_.post(ACTION_URL, {"action": "run", "queue": "default",
                                                "confirm": "yes", "selected": [ref]})
 
     assert response.status_code == 302
-    assert r.xlen(get_broker().stream("default")) == 0
+    assert r.xlen(get_store().streams.stream("default")) == 0
 
 
 def test_actions_refuse_get(admin_client_, r):
@@ -232,7 +231,7 @@ def test_the_periodic_task_admin_validates_with_clean(admin_client_):
 
 
 def add_delayed_raw(r, body: bytes, score: float) -> None:
-    r.zadd(keys.delayed_key(get_broker().prefix, "default"), {body: score})
+    r.zadd(keys.delayed_key(get_store().prefix, "default"), {body: score})
 
 
 MALFORMED_DELAYED = [
@@ -266,7 +265,7 @@ def test_an_action_on_an_entry_that_cannot_be_decoded_takes_it_without_failing(
 ):
     # An entry valid enough for the script to find by id, but not a usable message: one
     # with an overflowing attempt, one whose lock names the stream (WRONGTYPE on release)
-    stream = get_broker().stream("default")
+    stream = get_store().streams.stream("default")
     r.xadd(stream, {"other": "entry"})
     bodies = [MALFORMED_DELAYED[0],
               b'{"v": 1, "id": "wrongtype", "task": "tests.testapp.tasks.noop", '

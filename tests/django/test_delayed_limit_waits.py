@@ -32,8 +32,7 @@ def test_limit_waits_and_scheduled_tasks_read_differently(r):
 def test_the_dashboard_and_the_tasks_page_count_limit_waits_the_same_way(r):
     import re
 
-    from django_taskrunner.store import keys
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store, keys
 
     root = logged_in(User.objects.create_superuser("root", password="pw"))  # noqa: S106
     noop.dispatch_delayed({"n": 1}, delay=timedelta(hours=1), queue=LIMITS_QUEUE)
@@ -42,7 +41,7 @@ def test_the_dashboard_and_the_tasks_page_count_limit_waits_the_same_way(r):
         wait_for(lambda: sum(lookup(task.id).status == "delayed" for task in tasks) >= 3)
     # The worker stopped: nothing moves now. The delayed set holds the noop (scheduled)
     # and the tasks refused by the rate limit.
-    total = r.zcard(keys.delayed_key(get_broker().prefix, LIMITS_QUEUE))
+    total = r.zcard(keys.delayed_key(get_store().prefix, LIMITS_QUEUE))
     assert total >= 4
 
     dashboard = root.get("/admin/django_taskrunner/queue/", {"queue": LIMITS_QUEUE})

@@ -20,14 +20,13 @@ from django_taskrunner import (
 )
 from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import InvalidTaskOptions
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from tests.testapp.models import Note
 from tests.testapp.tasks import noop, on_other_queue
 
 
 def stream_messages(queue: str = "default") -> list[TaskMessage]:
-    broker = get_broker()
+    broker = get_store().streams
     entries = broker.client.xrange(broker.stream(queue))
     return [TaskMessage.from_json(fields[b"m"]) for _id, fields in entries]
 
@@ -193,7 +192,7 @@ def test_a_payload_past_the_limits_raises_invalid_task_payload_naming_the_task(p
             call()
         assert caught.value.task_name is not None, name
     assert stream_messages() == []
-    assert get_broker().client.zcard(keys.delayed_key(get_broker().prefix, "default")) == 0
+    assert get_store().client.zcard(keys.delayed_key(get_store().prefix, "default")) == 0
 
 
 @pytest.mark.parametrize("payload", ["\udcff", {"k": "\udcff"}, deep_list(995)])

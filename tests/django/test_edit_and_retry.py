@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from django_taskrunner import TaskMessage
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from tests.django.admin_helpers import logged_in, make_user
 
 pytestmark = pytest.mark.django_db
@@ -30,7 +30,7 @@ def url(row: FailedTask) -> str:
 
 
 def queued(r) -> list[TaskMessage]:
-    broker = get_broker()
+    broker = get_store().streams
     return [TaskMessage.from_json(fields[b"m"])
             for _id, fields in r.xrange(broker.stream("default"))]
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from django_taskrunner.exceptions import TaskExpired
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from django_taskrunner.worker.failures import describe_error
 
 pytestmark = pytest.mark.django_db
@@ -64,4 +64,4 @@ def test_a_row_naming_a_moved_class_can_be_retried(staff_client):
         "action": "retry_selected", "_selected_action": [row.pk], "confirm": "yes"})
     assert response.status_code == 302
     assert not FailedTask.objects.filter(pk=row.pk).exists()
-    assert get_broker().length("default") == 1
+    assert get_store().streams.length("default") == 1

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from django_taskrunner import TaskMessage
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 
 pytestmark = pytest.mark.django_db
 
@@ -48,7 +48,7 @@ def test_the_changelist_shows_rows_and_escapes_payloads(staff_client):
 
 
 def queued_payloads() -> list:
-    broker = get_broker()
+    broker = get_store().streams
     return [TaskMessage.from_json(f[b"m"]).payload for _i, f in
             broker.client.xrange(broker.stream("default"))]
 
@@ -71,7 +71,7 @@ def test_retry_selected_dispatches_again_and_deletes_the_rows(staff_client):
         "confirm": "yes",
     })
     assert response.status_code == 302
-    broker = get_broker()
+    broker = get_store().streams
     queued = [TaskMessage.from_json(f[b"m"]) for _i, f in
               broker.client.xrange(broker.stream("default"))]
     assert sorted(m.payload["n"] for m in queued) == [0, 1]

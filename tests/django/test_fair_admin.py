@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from django_taskrunner import dispatch_many
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from tests.django.admin_helpers import logged_in, make_user
 from tests.testapp.tasks import noop
 
@@ -91,7 +91,7 @@ def test_a_staff_user_without_the_task_permission_sees_keys_without_links():
 
 def test_fair_keys_of_the_wrong_type_leave_both_pages_working(root):
     dispatch_many(noop, [{"n": n} for n in range(2)], fair_key="acct-1")
-    broker = get_broker()
+    broker = get_store().streams
     broker.client.set(f"{broker.prefix}:{{default}}:fair:acct-1", "not a list")
 
     assert root.get(QUEUES).status_code == 200

@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from django_taskrunner import dispatch_many
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from tests.django.admin_helpers import logged_in
 from tests.testapp.tasks import noop
 
@@ -27,5 +27,5 @@ def test_a_purge_counts_and_removes_the_tasks_waiting_for_a_turn():
 
     assert "7 waiting messages" in confirm
     assert "removed 7 waiting message(s)" in done.content.decode()
-    broker = get_broker()
+    broker = get_store().streams
     assert not broker.client.keys(f"{broker.prefix}:*fair*")

@@ -7,7 +7,7 @@ import pytest
 
 from django_taskrunner.backends import TaskRunnerBackend
 from django_taskrunner.compat import TaskResultStatus
-from django_taskrunner.store.fair import Fair
+from django_taskrunner.store import Store
 from tests.testapp import framework_tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -23,7 +23,7 @@ def test_a_framework_task_waits_for_its_fair_keys_turn_and_runs(run_burst, r, pr
 
     results = [backend.enqueue(framework_tasks.add, (n % 2, 3), {}) for n in range(4)]
 
-    top = Fair(r, prefix).top_keys(framework_tasks.add.queue_name)
+    top = Store(r, prefix).fair.top_keys(framework_tasks.add.queue_name)
     assert [(item.key, item.waiting) for item in top] == [("acct-0", 2), ("acct-1", 2)]
     run_burst()
     for result in results:

@@ -14,8 +14,7 @@ from django.test import Client
 from django_taskrunner import cancel, dispatch, lookup
 from django_taskrunner.core import clock
 from django_taskrunner.core.records import records
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.records import RecordWrite
 from tests.testapp import tasks
 
@@ -45,7 +44,7 @@ def finish(task_id: str, status: str, finished_ms: int, *, queue: str = "default
 
 
 def index_ids(queue: str = "default") -> list[str]:
-    broker = get_broker()
+    broker = get_store().streams
     return [member.decode() for member in
             broker.client.zrevrange(keys.finished_key(broker.prefix, queue), 0, -1)]
 
@@ -124,7 +123,7 @@ def test_an_expired_record_is_skipped_and_dropped_from_the_index(root):
     now = clock.now_ms()
     for n in range(3):
         finish(f"t-{n}", "succeeded", now + n)
-    broker = get_broker()
+    broker = get_store().streams
     broker.client.delete(keys.record_key(broker.prefix, "t-1"))  # as its TTL would
 
     html = root.get(TASKS, {"queue": "default", "status": "finished"}).content.decode()
@@ -182,7 +181,7 @@ def test_a_crafted_cursor_or_outcome_shows_the_first_page(root):
 
 
 def test_the_index_expires_with_its_longest_record_and_is_never_shortened():
-    broker = get_broker()
+    broker = get_store().streams
     index = keys.finished_key(broker.prefix, "default")
     finish("short", "succeeded", clock.now_ms(), ttl_s=30)
     assert 0 < broker.client.ttl(index) <= 30

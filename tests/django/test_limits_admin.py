@@ -11,8 +11,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.limits import Limits
 from tests.django.admin_helpers import logged_in
 from tests.testapp.limit_tasks import (
@@ -28,12 +27,12 @@ LIST_URL = "/admin/django_taskrunner/limit/"
 
 
 def store() -> Limits:
-    broker = get_broker()
-    return Limits(broker.client, broker.prefix)
+    broker = get_store().streams
+    return broker.store.limits
 
 
 def key(kind: str, task, part: str = "") -> str:
-    return keys.limit_key(get_broker().prefix, LIMITS_QUEUE, kind, task.name, part)
+    return keys.limit_key(get_store().prefix, LIMITS_QUEUE, kind, task.name, part)
 
 
 def rows(html: str) -> list[str]:

@@ -11,8 +11,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from django_taskrunner.stats.figures import get_stats
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from tests.testapp.tasks import noop, unique_order
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,7 +43,7 @@ def test_the_tasks_page_lists_a_level_and_opens_its_task(root):
 
 
 def test_a_purge_removes_the_messages_of_every_level_and_frees_their_locks(root):
-    broker = get_broker()
+    broker = get_store().streams
     noop.dispatch({"n": 1})
     noop.dispatch({"n": 2}, priority=0)
     locked = unique_order.dispatch({"order": "p-1"}, priority=8)
@@ -72,7 +71,7 @@ DELAYED_ACTION = "/admin/django_taskrunner/delayedtask/action/"
 
 
 def test_the_delayed_page_lists_a_levels_entries_and_runs_one_on_its_level(root):
-    broker = get_broker()
+    broker = get_store().streams
     plain = noop.dispatch_delayed({"n": 1}, delay=600)
     urgent = noop.dispatch_delayed({"n": 2}, delay=900, priority=9)
 

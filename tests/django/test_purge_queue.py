@@ -12,8 +12,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from django_taskrunner.core import unique as locks
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from tests.django.admin_helpers import logged_in, make_user
 from tests.testapp.tasks import noop, on_other_queue, unique_order
 
@@ -32,7 +31,7 @@ def root() -> Client:
 def full_queue():
     """Default queue: one running unique task, three waiting (one unique, one with a
     task_id), two delayed (one unique); and a message on another queue."""
-    broker = get_broker()
+    broker = get_store().streams
     running = unique_order.dispatch({"order": "run-1"})
     broker.ensure_group("default")
     [(running_sid, _body)] = broker.read("default", "web-1-ab12", 1, None)
@@ -52,11 +51,11 @@ def test_the_confirmation_counts_what_a_purge_would_remove(root, full_queue):
     assert response.status_code == 200
     assert "3 waiting messages" in html and "2 delayed tasks" in html
     assert "1 running (pending) task stays" in html
-    assert get_broker().length("default") == 4  # nothing removed yet
+    assert get_store().streams.length("default") == 4  # nothing removed yet
 
 
 def test_a_purge_removes_waiting_and_delayed_and_frees_their_locks(root, full_queue):
-    broker = get_broker()
+    broker = get_store().streams
     client = broker.client
 
     response = root.post(PURGE, {"queue": "default", "confirm": "yes"}, follow=True)
@@ -79,7 +78,7 @@ def test_a_purge_removes_waiting_and_delayed_and_frees_their_locks(root, full_qu
 
 
 def test_a_purge_leaves_a_lock_a_newer_task_holds(root):
-    broker = get_broker()
+    broker = get_store().streams
     message = unique_order.dispatch({"order": "x"})
     broker.client.set(message.lock_key, "newer#abcdef0123456789")
 
@@ -95,7 +94,7 @@ def test_a_purge_of_many_messages_goes_in_batches(root):
     response = root.post(PURGE, {"queue": "default", "confirm": "yes"}, follow=True)
 
     assert "removed 1234 waiting message(s)" in response.content.decode()
-    assert get_broker().length("default") == 0
+    assert get_store().streams.length("default") == 0
 
 
 def test_a_purge_needs_post_csrf_and_the_permission(full_queue):
@@ -106,13 +105,13 @@ def test_a_purge_needs_post_csrf_and_the_permission(full_queue):
     assert viewer.get(PURGE, {"queue": "default"}).status_code == 405
     assert viewer.post(PURGE, {"queue": "default", "confirm": "yes"}).status_code == 403
     assert purger.post(PURGE, {"queue": "default", "confirm": "yes"}).status_code == 403  # CSRF
-    assert get_broker().length("default") == 4
+    assert get_store().streams.length("default") == 4
 
 
 def test_an_unknown_or_crafted_queue_answers_404(root, full_queue):
     for queue in ("nope", "default}:stream", "", "other#1"):
         assert root.post(PURGE, {"queue": queue, "confirm": "yes"}).status_code == 404
-    assert get_broker().length("default") == 4
+    assert get_store().streams.length("default") == 4
 
 
 def test_the_dashboard_offers_purge_only_with_the_permission(full_queue):
@@ -138,7 +137,7 @@ def test_the_dashboard_json_needs_the_view_permission():
 
 def test_a_split_queue_is_purged_shard_by_shard_and_listed_per_shard(root, taskrunner_settings):
     taskrunner_settings(SHARDS={"default": 2})
-    broker = get_broker()
+    broker = get_store().streams
     noop.dispatch_many([{"n": n} for n in range(10)])
     noop.dispatch_delayed({"n": 99}, delay=timedelta(hours=1))
     assert broker.length("default#0") + broker.length("default#1") == 10
@@ -154,7 +153,7 @@ def test_a_split_queue_is_purged_shard_by_shard_and_listed_per_shard(root, taskr
 
 
 def test_undecodable_messages_are_purged_too_and_free_nothing(root):
-    broker = get_broker()
+    broker = get_store().streams
     broker.add("default", "<not json>")
     broker.add_delayed("default", "{\"lock\": \"elsewhere\"}", 10**12)
     decoy = broker.prefix + ":{other}:unique:x"

@@ -13,8 +13,7 @@ from django.urls import reverse
 from django_taskrunner.core import clock
 from django_taskrunner.scheduling.election import LeaderElection
 from django_taskrunner.stats.writes import WorkerReport, write
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from tests.django.admin_helpers import logged_in, make_user
 from tests.testapp.tasks import always_fails, noop, sleep_20ms
 
@@ -45,15 +44,16 @@ def busy_queue(run_burst, r, prefix):
     always_fails.dispatch({"n": "x"})
     run_burst("--queue", "default", "--consumer-name", "web-1-ab12", "--concurrency", "2")
     noop.dispatch_many({"n": n} for n in range(3))
-    broker = get_broker()  # the burst worker left its group as it stopped: a live one is in it
+    # the burst worker left its group as it stopped: a live one is in it
+    broker = get_store().streams
     r.xgroup_createconsumer(broker.stream("default"), broker.group, "web-1-ab12")
     now = clock.now_ms()
     pipe = r.pipeline()
-    write(pipe, prefix, {}, WorkerReport("web-1-ab12", ["default"], threads=2, busy=0,
+    write(pipe, broker.store.stats, {}, WorkerReport("web-1-ab12", ["default"], threads=2, busy=0,
                                       min_workers=None, max_workers=2, started_ms=now),
           now_ms=now, window=200, ttl=30)
     pipe.execute()
-    LeaderElection(r, keys.leader_key(prefix, get_broker().group), lease=30,
+    LeaderElection(r, keys.leader_key(prefix, get_store().group), lease=30,
                    identity="web-1-ab12:77aa").try_acquire()
 
 
@@ -145,7 +145,7 @@ def test_one_queue_only(root, busy_queue):
 
 def test_task_and_consumer_names_are_escaped(root, r, prefix):
     r.hset(keys.stats_key(prefix, "default"), "task:<script>alert(1)</script>:runs", 1)
-    broker = get_broker()
+    broker = get_store().streams
     broker.ensure_group("default")
     broker.add("default", "{}")
     broker.read("default", "<img src=x onerror=alert(2)>", 1, None)

@@ -124,11 +124,10 @@ def test_a_task_page_by_id_reads_the_entry_its_record_names_without_searching(ro
 
 
 def test_a_record_without_its_stream_id_is_found_by_a_search_from_its_dispatch_time(root):
-    from django_taskrunner.store import keys
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store, keys
 
     message = dispatch("tests.testapp.tasks.noop", {"n": 1})
-    broker = get_broker()
+    broker = get_store().streams
     broker.client.hdel(keys.record_key(broker.prefix, message.id), "sid")  # an older record
 
     facts = page_facts(root, message.id)
@@ -137,18 +136,18 @@ def test_a_record_without_its_stream_id_is_found_by_a_search_from_its_dispatch_t
 
 
 def _last_entry(stream: str) -> str:
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
 
-    ((stream_id, _),) = get_broker().client.xrevrange(stream, count=1)
+    ((stream_id, _),) = get_store().client.xrevrange(stream, count=1)
     return stream_id.decode()
 
 
 def test_a_promoted_delayed_tasks_page_reads_its_new_entry_without_searching(root):
     from django_taskrunner import dispatch_delayed
     from django_taskrunner.core import clock
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
 
-    broker = get_broker()
+    broker = get_store().streams
     message = dispatch_delayed("tests.testapp.tasks.noop", {"n": 1}, delay=3600)
     assert lookup(message.id).stream_id is None
     moved, _ = broker.promote_due("default", clock.now_ms() + 3_601_000, 100)
@@ -165,9 +164,9 @@ def test_a_promoted_delayed_tasks_page_reads_its_new_entry_without_searching(roo
 
 def test_a_retried_tasks_page_reads_its_new_entry_without_searching(root):
     from django_taskrunner.core import clock
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
 
-    broker = get_broker()
+    broker = get_store().streams
     message = tasks.fails_then_retries_later.dispatch({"n": 1})
     call_command("runtasks", "--burst")  # the first attempt fails: retried in 60 s
     assert lookup(message.id).status == "retrying"
@@ -182,11 +181,12 @@ def test_a_retried_tasks_page_reads_its_new_entry_without_searching(root):
 
 
 def test_a_message_requeued_onto_its_stream_gives_its_record_the_new_entry(root):
-    from django_taskrunner.store.broker import Requeue, get_broker
+    from django_taskrunner.store.streams import Requeue
+    from django_taskrunner.store import get_store
     from django_taskrunner.worker.acker import Acker, Batch
     from django_taskrunner.worker.outage import RedisStatus
 
-    broker = get_broker()
+    broker = get_store().streams
     message = dispatch("tests.testapp.tasks.noop", {"n": 1})
     broker.ensure_group("default")
     ((stream_id, body),) = broker.read("default", "someone", 1, None)
@@ -202,13 +202,12 @@ def test_a_message_requeued_onto_its_stream_gives_its_record_the_new_entry(root)
 
 def test_a_delayed_entry_run_now_gives_its_record_the_new_entry():
     from django_taskrunner import dispatch_delayed
-    from django_taskrunner.store import schedule
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
 
-    broker = get_broker()
+    broker = get_store().streams
     message = dispatch_delayed("tests.testapp.tasks.noop", {"n": 1}, delay=3600)
     due_ms = int(lookup(message.id).due_at.timestamp() * 1000)
-    store = schedule.for_broker(broker)
+    store = broker.store.schedule
     assert store.take_delayed("default", due_ms, message.id, run=True) is not None
     record = lookup(message.id)
     assert (record.status, record.stream_id) == ("queued", _last_entry(broker.stream("default")))

@@ -58,14 +58,13 @@ def test_a_bad_queue_name_is_refused():
 
 def test_the_table_shows_lag_failures_consumers_and_the_leader(run_burst, r, prefix):
     from django_taskrunner.scheduling.election import LeaderElection
-    from django_taskrunner.store import keys
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store, keys
     from tests.testapp.tasks import always_fails
 
     always_fails.dispatch({"n": 1})
     run_burst("--queue", "default", "--consumer-name", "ops-7")
     noop.dispatch_many({"n": n} for n in range(2))
-    LeaderElection(r, keys.leader_key(prefix, get_broker().group), lease=30,
+    LeaderElection(r, keys.leader_key(prefix, get_store().group), lease=30,
                    identity="ops-7:beef").try_acquire()
 
     text = run("-Q", "default")

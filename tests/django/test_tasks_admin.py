@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from tests.django.admin_helpers import logged_in, make_user
 from tests.testapp.tasks import noop, unique_order
 
@@ -32,7 +32,7 @@ def root() -> Client:
 
 
 def stream_id_of(message_id: str, queue: str = "default") -> str:
-    broker = get_broker()
+    broker = get_store().streams
     for stream_id, fields in broker.client.xrange(broker.stream(queue)):
         if json.loads(fields[b"m"])["id"] == message_id:
             return stream_id.decode()
@@ -87,7 +87,7 @@ def test_a_search_finds_a_task_by_name_or_id(root):
 def test_running_tasks_show_their_worker_idle_time_and_deliveries(root):
     held = noop.dispatch({"n": 1, "note": SCRIPT})
     noop.dispatch({"n": 2})
-    broker = get_broker()
+    broker = get_store().streams
     broker.ensure_group("default")
     broker.read("default", "web-1-<b>evil</b>", 1, None)
 
@@ -101,7 +101,7 @@ def test_running_tasks_show_their_worker_idle_time_and_deliveries(root):
 
 def test_the_running_list_json_holds_the_rows_as_plain_values(root):
     held = noop.dispatch({"note": SCRIPT})
-    broker = get_broker()
+    broker = get_store().streams
     broker.ensure_group("default")
     broker.read("default", "web-1-ab12", 1, None)
 
@@ -134,7 +134,7 @@ def test_a_queued_tasks_page_shows_what_the_stream_holds_with_its_links(root):
 
 def test_a_task_is_found_by_its_message_id_running_or_delayed(root):
     running = noop.dispatch({"n": 1})
-    broker = get_broker()
+    broker = get_store().streams
     broker.ensure_group("default")
     broker.read("default", "web-1-ab12", 1, None)
     delayed = noop.dispatch_delayed({"n": 2}, delay=timedelta(hours=1))
@@ -232,7 +232,7 @@ def test_a_task_far_down_a_long_stream_is_found_by_its_id(root):
 
 def test_the_running_list_shows_one_workers_tasks(root):
     noop.dispatch_many([{"n": n} for n in range(3)])
-    broker = get_broker()
+    broker = get_store().streams
     broker.ensure_group("default")
     broker.read("default", "web-1-ab12", 1, None)
     broker.read("default", "web-2-cd34", 2, None)

@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from django_taskrunner.admin.tasks import PER_PAGE
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from tests.django.admin_helpers import logged_in
 from tests.testapp.tasks import noop, on_other_queue
 
@@ -23,7 +23,7 @@ def test_pages_through_every_queue_oldest_first_each_task_once(r):
     # millisecond across the queues), more than two pages of them
     ids = {m.id for m in noop.dispatch_many({"n": n} for n in range(PER_PAGE + 10))}
     ids |= {m.id for m in on_other_queue.dispatch_many({"n": n} for n in range(PER_PAGE))}
-    broker = get_broker()
+    broker = get_store().streams
     broker.ensure_group("default")
     broker.read("default", "web-1", 3, None)  # 3 of them run: not queued any more
 

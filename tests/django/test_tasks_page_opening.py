@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from django_taskrunner import dispatch
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from tests.django.admin_helpers import logged_in
 from tests.testapp.tasks import noop, on_other_queue
 
@@ -38,7 +38,7 @@ def test_it_opens_on_the_queued_tasks_of_every_queue(root):
 def test_it_opens_on_running_tasks_when_some_run(root):
     dispatch(on_other_queue, {"n": 1})
     running = dispatch(noop, {"n": 2}, queue="third")
-    broker = get_broker()
+    broker = get_store().streams
     broker.ensure_group("third")
     broker.read("third", "web-1", 1, None)  # it runs there
     response = root.get(LIST)

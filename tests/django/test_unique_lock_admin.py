@@ -15,8 +15,7 @@ from django.urls import reverse
 from django_taskrunner import TaskAlreadyDispatched
 from django_taskrunner.core.unique import holder_value
 from django_taskrunner.models import UniqueLock
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from tests.django.admin_helpers import logged_in, make_user, page_of
 from tests.testapp.tasks import unique_order, unique_whole
 
@@ -62,7 +61,7 @@ def test_the_page_shows_each_lock_with_its_task_key_holder_mode_and_time_left(ro
 
 def test_a_lock_without_a_mode_record_shows_the_declared_mode(root, r):
     message = unique_order.dispatch({"order": "old"})
-    r.delete(keys.unique_mode_key(get_broker().prefix, "default", message.lock_key))
+    r.delete(keys.unique_mode_key(get_store().prefix, "default", message.lock_key))
 
     text = root.get(LIST_URL).content.decode()
 
@@ -82,7 +81,7 @@ def test_filter_by_queue_and_by_text(root):
 
 
 def test_pages_follow_the_scan_cursor_and_show_every_lock_once(root, r, monkeypatch):
-    prefix = get_broker().prefix
+    prefix = get_store().prefix
     pipe = r.pipeline(transaction=False)
     for n in range(250):
         pipe.set(keys.unique_key(prefix, "default", "tests.testapp.tasks.unique_order", f"k{n}"),
@@ -161,7 +160,7 @@ def test_release_needs_the_csrf_token(r):
 
 
 def test_release_refuses_keys_that_are_not_locks_and_malformed_refs(root, r):
-    prefix = get_broker().prefix
+    prefix = get_store().prefix
     stream = keys.stream_key(prefix, "default")
     r.set(f"{prefix}:{{default}}:id:x", "holder")
     for bad in (json.dumps([stream, "holder"]), json.dumps([f"{prefix}:{{default}}:id:x",
@@ -230,7 +229,7 @@ def test_each_lock_shows_its_holders_conflict_policy(root, r):
     replaced = unique_order.dispatch({"order": "P-1"}, on_conflict="replace")
     raised = unique_order.dispatch({"order": "P-2"})
     older = unique_order.dispatch({"order": "P-3"})
-    r.set(keys.unique_mode_key(get_broker().prefix, "default", older.lock_key), "until_finished")
+    r.set(keys.unique_mode_key(get_store().prefix, "default", older.lock_key), "until_finished")
 
     text = root.get(LIST_URL).content.decode()
 

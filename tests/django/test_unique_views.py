@@ -7,7 +7,7 @@ import json
 import pytest
 from django.urls import reverse
 
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from django_taskrunner.views import dispatch_response
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,7 +29,7 @@ def test_a_duplicate_unique_dispatch_answers_409_with_the_holder_id(client, r):
     assert second.json()["holder_id"] == holder
     assert "order-123" in second.json()["error"]
     assert other.status_code == 202
-    assert get_broker().length("default") == 2
+    assert get_store().streams.length("default") == 2
 
 
 def test_a_taken_task_id_answers_409_with_that_id(client, r):
@@ -39,7 +39,7 @@ def test_a_taken_task_id_answers_409_with_that_id(client, r):
 
     assert again.status_code == 409
     assert again.json()["holder_id"] == "nightly-report"
-    assert get_broker().length("default") == 1
+    assert get_store().streams.length("default") == 1
 
 
 def test_bad_unique_options_answer_400(r):

@@ -12,8 +12,7 @@ from django.test import Client
 
 from django_taskrunner import dispatch
 from django_taskrunner.core import clock
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from tests.django.admin_helpers import logged_in, make_user
 from tests.testapp.tasks import marked_sleeper, runs_key
 from tests.worker_helpers import wait_for, worker_thread
@@ -41,7 +40,7 @@ def test_a_running_worker_is_listed_with_its_running_task_and_leaves_when_stoppe
         assert socket.gethostname() in page and str(os.getpid()) in page
         assert ">live<" in page and "tests.testapp.tasks.marked_sleeper" in page
     assert worker.consumer not in root.get(PAGE).content.decode()
-    broker = get_broker()
+    broker = get_store().streams
     consumers = r.xinfo_consumers(broker.stream("default"), broker.group)
     assert worker.consumer not in {c["name"].decode() for c in consumers}
 

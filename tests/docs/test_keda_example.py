@@ -14,8 +14,7 @@ from django.core.management import call_command
 
 from django_taskrunner import dispatch_many
 from django_taskrunner.defaults import DEFAULTS
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from tests.docs.markdown_blocks import parse_blocks
 from tests.testapp.tasks import noop
 
@@ -41,7 +40,7 @@ def test_the_scaled_object_reads_the_lag_taskrunner_stats_prints(r) -> None:
     assert meta["consumerGroup"] == DEFAULTS["CONSUMER_GROUP"].default
     # Given 7 messages, 2 of them delivered to a worker and not acked
     dispatch_many(noop, [{"n": n} for n in range(7)])
-    broker = get_broker()
+    broker = get_store().streams
     broker.ensure_group("default")
     broker.read("default", "a-worker", 2, None)
     # Then the lag KEDA reads on the test's stream is what taskrunner_stats prints

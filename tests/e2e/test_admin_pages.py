@@ -12,8 +12,7 @@ from selenium.webdriver.common.by import By
 from django_taskrunner import TaskMessage
 from django_taskrunner.core import unique as locks
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from tests.e2e.conftest import click_and_wait
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -47,7 +46,7 @@ def test_an_operator_retries_a_failed_task_from_its_page(admin_browser, screensh
 
     assert "Dispatched 1 task(s) again" in browser.page_source
     assert not FailedTask.objects.filter(pk=row.pk).exists()
-    broker = get_broker()
+    broker = get_store().streams
     [(_id, fields)] = broker.client.xrange(broker.stream("default"))
     assert TaskMessage.from_json(fields[b"m"]).payload["n"] == 1
 
@@ -85,7 +84,7 @@ def test_an_operator_cancels_a_delayed_task(admin_browser, screenshot_dir):
 
     assert "Cancelled: 1 delayed task(s)." in browser.page_source
     assert doomed.id not in browser.page_source and kept.id in browser.page_source
-    broker = get_broker()
+    broker = get_store().streams
     bodies = broker.client.zrange(keys.delayed_key(broker.prefix, "default"), 0, -1)
     waiting = [TaskMessage.from_json(body).id for body in bodies]
     assert len(waiting) == 2 and kept.id in waiting and doomed.id not in waiting
@@ -114,7 +113,7 @@ def test_an_operator_releases_a_unique_lock(admin_browser, screenshot_dir):
     click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "input[type=submit]"))
 
     assert "Released 1 lock(s)." in browser.page_source
-    broker = get_broker()
+    broker = get_store().streams
     assert not broker.client.exists(stuck.lock_key)
     assert broker.client.get(other.lock_key) == locks.holder_value(other).encode()
 
@@ -122,7 +121,7 @@ def test_an_operator_releases_a_unique_lock(admin_browser, screenshot_dir):
 def test_an_operator_reads_the_queues_dashboard(admin_browser, screenshot_dir, run_burst):
     from tests.testapp.tasks import always_fails, noop, sleep_20ms
 
-    broker = get_broker()
+    broker = get_store().streams
     write_an_hour_of_history(broker)
     sleep_20ms.dispatch_many({"n": n} for n in range(6))
     always_fails.dispatch({"order": 7})
@@ -166,7 +165,7 @@ def write_an_hour_of_history(broker) -> None:  # type: ignore[no-untyped-def]
             (recorder.failed if failed else recorder.succeeded)(
                 "default", "tests.testapp.tasks.stamp")
         pipe = broker.client.pipeline(transaction=False)
-        write(pipe, broker.prefix, recorder.drain(),
+        write(pipe, broker.store.stats, recorder.drain(),
               WorkerReport("web-1-1234-4e2f", ["default"], threads=8, busy=2, min_workers=None,
                         max_workers=8, started_ms=now - 3_600_000),
               now_ms=now - minute * 60_000, window=200, ttl=600)

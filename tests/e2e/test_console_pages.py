@@ -13,8 +13,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from django_taskrunner.models import FailedTask, PeriodicTask
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from tests.e2e.conftest import click_and_wait
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -129,7 +128,7 @@ def test_an_operator_opens_a_queued_task_from_the_list(console, screenshot_dir):
 def test_the_running_list_refreshes_itself(console, screenshot_dir):
     from tests.testapp.tasks import noop
 
-    broker = get_broker()
+    broker = get_store().streams
     noop.dispatch_many({"n": n} for n in range(3))
     broker.ensure_group("default")
     broker.read("default", "web-1-1234-4e2f", 1, None)
@@ -149,7 +148,7 @@ def test_the_running_list_refreshes_itself(console, screenshot_dir):
 def test_the_dashboard_refreshes_itself_and_purges_a_queue(console, screenshot_dir):
     from tests.testapp.tasks import noop, unique_order
 
-    broker = get_broker()
+    broker = get_store().streams
     noop.dispatch_many({"n": n} for n in range(5))
     browser = console
 

@@ -3,7 +3,8 @@ batch sent twice (a reply lost in an outage) neither doubles nor loses a retry."
 
 from __future__ import annotations
 
-from django_taskrunner.store.broker import Requeue, get_broker
+from django_taskrunner.store import get_store
+from django_taskrunner.store.streams import Requeue
 
 
 def read_all(broker, queue="default"):
@@ -12,7 +13,7 @@ def read_all(broker, queue="default"):
 
 def test_one_settle_acks_some_entries_and_requeues_another(r):
     # Given three entries this consumer holds
-    broker = get_broker()
+    broker = get_store().streams
     broker.ensure_group("default")
     done, dropped, retried = (broker.add("default", body) for body in ("a", "b", "c"))
     assert [sid for sid, _ in read_all(broker)] == [done, dropped, retried]
@@ -27,7 +28,7 @@ def test_one_settle_acks_some_entries_and_requeues_another(r):
 
 def test_a_batch_sent_again_neither_doubles_nor_loses_the_retry(r):
     # Given an entry to retry and an entry to ack, sent once already
-    broker = get_broker()
+    broker = get_store().streams
     broker.ensure_group("default")
     done, retried = broker.add("default", "a"), broker.add("default", "b")
     read_all(broker)
@@ -44,7 +45,7 @@ def test_a_batch_sent_again_neither_doubles_nor_loses_the_retry(r):
 
 def test_a_requeue_of_an_entry_another_worker_took_over_moves_nothing(r):
     # Given an entry that another consumer claimed meanwhile
-    broker = get_broker()
+    broker = get_store().streams
     broker.ensure_group("default")
     stream_id = broker.add("default", "a")
     read_all(broker)

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from tests.integration.test_shutdown import wait_until_started
 from tests.testapp.async_tasks import async_always_fails, async_ping
 from tests.testapp.tasks import runs_key
@@ -32,7 +32,7 @@ def test_an_async_task_runs_its_body_and_is_not_just_counted_a_success(r, run_bu
 
     # Then the body ran (it was awaited, not dropped as a never-awaited coroutine)
     assert count(r, "async_ping:1") == 1
-    assert get_broker().pending("default") == 0
+    assert get_store().streams.pending("default") == 0
 
 
 def test_an_async_task_that_raises_leaves_a_failed_row(r, run_burst):
@@ -75,7 +75,7 @@ def test_two_hundred_half_second_tasks_drain_side_by_side_on_one_thread(r, run_b
     # the point is not-serial, not a speed)
     assert all(count(r, f"async_sleeper:{n}") == 1 for n in range(200))
     assert took < 30, took
-    assert get_broker().pending("default") == 0
+    assert get_store().streams.pending("default") == 0
 
 
 def test_an_async_task_is_retried_like_a_plain_one(r, run_burst):
@@ -123,7 +123,7 @@ def test_a_coroutine_that_swallows_its_cancellation_is_given_up_on(r, taskrunner
     assert row.error_class == "django_taskrunner.exceptions.TimeLimitExceeded"
     assert count(r, "async_ignores_cancel:swallowed:1") >= 1
     assert FailedTask.objects.count() == 1 and behind.id != message.id
-    assert get_broker().pending("default") == 0
+    assert get_store().streams.pending("default") == 0
 
 
 def test_an_async_task_takes_its_context(r, run_burst):
@@ -152,7 +152,7 @@ def test_the_worker_holds_no_more_than_its_async_slots_and_one_batch(r, taskrunn
         # Then it runs 5 and holds at most its thread plus one batch more
         assert worker.coroutines.active == 5
         assert len(worker.running.snapshot()) == 5
-        assert get_broker().pending("default") <= 5 + 1 + 3
+        assert get_store().streams.pending("default") <= 5 + 1 + 3
 
 
 def test_an_event_loop_blocked_by_a_sync_call_is_logged(r, run_burst, caplog):
@@ -189,7 +189,7 @@ def test_sigterm_waits_for_running_coroutines_and_puts_back_the_rest(r, spawn_wo
     assert len(finished) == 3, output
     assert "waiting up to 10s for 3 running task(s)" in output, output
     # and nothing is lost: the others are back on the stream and run later, once each
-    assert get_broker().pending("default") == 0
+    assert get_store().streams.pending("default") == 0
     run_burst("--queue", "default")
     assert all(count(r, f"async_sleeper:{n}") == 1 for n in range(6))
     assert all(count(r, f"async_sleeper:start:{n}") == 1 for n in range(6))
@@ -242,7 +242,7 @@ def test_an_awaited_task_three_times_longer_than_the_timeout_runs_once_between_t
     from tests.testapp.async_tasks import async_sleeper
 
     taskrunner_settings(RESERVATION_TIMEOUT=1)
-    broker = get_broker()
+    broker = get_store().streams
     async_sleeper.dispatch({"n": "long", "seconds": 3})
     longest_idle = 0
     with worker_thread(consumer="worker-a"), worker_thread(consumer="worker-b"):

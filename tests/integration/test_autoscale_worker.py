@@ -15,7 +15,7 @@ from django.core.management import CommandError, call_command
 
 from django_taskrunner.runner import build_worker
 from django_taskrunner.stats.figures import get_stats
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from django_taskrunner.worker.autoscale import ScalingPolicy
 from django_taskrunner.worker.settings import worker_settings
 from tests.testapp.tasks import sleep_20ms
@@ -36,7 +36,7 @@ def test_a_burst_grows_the_pool_and_an_idle_queue_shrinks_it_back_to_one(
     caplog.set_level(logging.INFO, logger="django_taskrunner")
     taskrunner_settings(STATS_INTERVAL=0.1)
     sleep_20ms.dispatch_many({"n": n} for n in range(300))  # 6 s of work for one thread
-    broker = get_broker()
+    broker = get_store().streams
     policy = ScalingPolicy(min_workers=1, max_workers=8, desired_wait=0.2, tolerance=0.1,
                            cooldown=0.3)
     worker = build_worker(broker, worker_settings(
@@ -119,7 +119,7 @@ def test_the_monitor_changes_the_pool_at_most_once_per_cooldown_on_its_clock():
     now = [1000.0]
     policy = ScalingPolicy(min_workers=1, max_workers=8, desired_wait=1.0, tolerance=0.5,
                            cooldown=30.0)
-    worker = build_worker(get_broker(), worker_settings(
+    worker = build_worker(get_store().streams, worker_settings(
         ["default"], concurrency=1, batch_size=10, block_ms=100, shutdown_timeout=1,
         scaling=policy))
     worker.monitor.now = lambda: now[0]

@@ -12,19 +12,18 @@ import pytest
 from django_taskrunner.core import clock
 from django_taskrunner.core.dispatch import new_message
 from django_taskrunner.scheduling.scheduler import Scheduler
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from tests.testapp.tasks import noop
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def put_due(r, queue: str, body: str) -> None:
-    r.zadd(keys.delayed_key(get_broker().prefix, queue), {body: clock.now_ms() - 1000})
+    r.zadd(keys.delayed_key(get_store().prefix, queue), {body: clock.now_ms() - 1000})
 
 
 def test_a_delayed_set_of_the_wrong_type_does_not_stop_other_queues(r, caplog):
-    broker = get_broker()
+    broker = get_store().streams
     # Given queue "aaa"'s delayed set is a string, and "bbb" has a due task
     bad = keys.delayed_key(broker.prefix, "aaa")
     r.set(bad, "not a sorted set")
@@ -49,7 +48,7 @@ def test_a_delayed_set_of_the_wrong_type_does_not_stop_other_queues(r, caplog):
 
 
 def test_a_body_that_is_not_a_message_is_moved_with_the_others(r):
-    broker = get_broker()
+    broker = get_store().streams
     # Given a due set holding a broken body between two good ones
     put_due(r, "bbb", new_message(noop, {"n": 1}, queue="bbb").to_json())
     put_due(r, "bbb", "{not json")
@@ -66,7 +65,7 @@ def test_a_body_that_is_not_a_message_is_moved_with_the_others(r):
 
 
 def test_a_known_queues_key_of_the_wrong_type_does_not_stop_promotion(r, caplog):
-    broker = get_broker()
+    broker = get_store().streams
     # Given the known queues' sorted set holds a string, and "bbb" has a due task
     seen = keys.queues_seen_key(broker.prefix)
     r.set(seen, "not a sorted set")

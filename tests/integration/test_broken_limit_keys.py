@@ -10,8 +10,7 @@ import pytest
 
 from django_taskrunner import lookup
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from tests.integration.scheduling_helpers import leads, running_worker, wait_for
 from tests.testapp.limit_tasks import LIMITS_QUEUE, five_a_second, limit_runs_key, one_per_key
 
@@ -19,7 +18,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def limit_key(kind: str, task_name: str, key: str) -> str:
-    return keys.limit_key(get_broker().prefix, LIMITS_QUEUE, kind, task_name, key)
+    return keys.limit_key(get_store().prefix, LIMITS_QUEUE, kind, task_name, key)
 
 
 def test_a_concurrency_key_of_the_wrong_type_makes_its_tasks_wait_not_fail(r, caplog):

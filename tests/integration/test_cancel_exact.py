@@ -17,8 +17,7 @@ import pytest
 from django_taskrunner import cancel, lookup
 from django_taskrunner.core import records as core_records
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.records import Records
 from tests.testapp import cancel_tasks, tasks
 from tests.worker_helpers import age_pending, wait_for, worker_thread
@@ -41,7 +40,7 @@ def subscribed(worker) -> None:
 
 def needs_one_server() -> None:
     """The test kills a connection on its one server."""
-    if get_broker().records.clustered:
+    if get_store().records.clustered:
         pytest.skip("kills the connection on a single server")
 
 
@@ -53,7 +52,7 @@ def _fresh_notes():
 
 
 def test_a_message_no_worker_fetched_is_deleted_with_its_lock_in_one_step(r, run_burst):
-    broker = get_broker()
+    broker = get_store().streams
     broker.ensure_group("default")  # a worker read the queue before: the group exists
     first = tasks.unique_records.dispatch({"n": 1})
 
@@ -72,7 +71,7 @@ def test_a_message_no_worker_fetched_is_deleted_with_its_lock_in_one_step(r, run
 def test_a_fetched_message_keeps_its_lock_until_its_worker_skips_it(r):
     blocker = tasks.gated_report.dispatch({"k": "held"})
     buffered = tasks.unique_records.dispatch({"n": 7})
-    broker = get_broker()
+    broker = get_store().streams
     with worker_thread(concurrency=1, batch_size=1) as worker:
         subscribed(worker)
         wait_for(lambda: r.hget(tasks.runs_key(), "gated_report:held") == b"1"
@@ -102,7 +101,7 @@ def test_a_message_a_dead_worker_fetched_is_skipped_by_the_worker_that_reclaims_
     # A holder silent past its heartbeats is not waited for (it would never answer).
     monkeypatch.setattr(core_records, "CANCEL_ANSWER_S", 30.0)
     message = tasks.unique_records.dispatch({"n": 3})
-    broker = get_broker()
+    broker = get_store().streams
     broker.ensure_group("default")
     assert r.xreadgroup(broker.group, "dead-worker", {broker.stream("default"): ">"}, count=1)
     assert age_pending(r, broker.stream("default"), broker.group, 60) == 1
@@ -149,7 +148,7 @@ def test_a_cancel_waits_no_longer_than_its_answer_time_for_a_silent_holder(r, mo
     """Its holder fetched it a moment ago and then died: no answer comes."""
     monkeypatch.setattr(core_records, "CANCEL_ANSWER_S", 0.2)
     message = tasks.unique_records.dispatch({"n": 4})
-    broker = get_broker()
+    broker = get_store().streams
     broker.ensure_group("default")
     assert r.xreadgroup(broker.group, "dead-worker", {broker.stream("default"): ">"}, count=1)
     assert cancel(message.id) is True
@@ -164,7 +163,7 @@ def test_the_wait_for_an_answer_stays_under_the_socket_timeout(
     taskrunner_settings(SOCKET_TIMEOUT=0.5, BLOCK_MS=100)
     monkeypatch.setattr(core_records, "CANCEL_ANSWER_S", 30.0)
     message = tasks.unique_records.dispatch({"n": 5})
-    broker = get_broker()
+    broker = get_store().streams
     broker.ensure_group("default")
     assert r.xreadgroup(broker.group, "dead-worker", {broker.stream("default"): ">"}, count=1)
     began = time.monotonic()
@@ -190,7 +189,7 @@ def test_a_running_task_still_sees_the_cancel_when_the_notice_is_lost(r, monkeyp
 
 
 def test_the_listener_subscribes_again_after_its_connection_drops(r):
-    channel = keys.cancel_channel(get_broker().prefix)
+    channel = keys.cancel_channel(get_store().prefix)
     with worker_thread(concurrency=1) as worker:
         subscribed(worker)
         needs_one_server()
@@ -226,7 +225,7 @@ def test_racing_cancels_never_start_a_cancelled_task_nor_a_unique_task_twice(r, 
     in the stream) draining 40 short unique tasks once the gate opens, while another
     thread cancels them in a random order: a message whose cancel() returned True never
     starts afterwards, and no unique key runs twice at once. Five rounds."""
-    broker = get_broker()
+    broker = get_store().streams
     outcomes: list[str] = []
     entry_cancel = Records.cancel_entry
 

@@ -10,9 +10,7 @@ import pytest
 from django_taskrunner import lookup
 from django_taskrunner.core import clock
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
-from django_taskrunner.store.limits import Limits
+from django_taskrunner.store import get_store, keys
 from tests.integration.scheduling_helpers import leads, running_worker, wait_for
 from tests.testapp.limit_tasks import (
     LIMITS_QUEUE,
@@ -60,13 +58,13 @@ def test_one_key_runs_one_at_a_time_on_two_workers_while_other_keys_run_in_paral
     # each ran once, on its first attempt, and no slot is left held
     assert {int(v) for v in r.hgetall(limit_runs_key()).values()} == {1}
     assert {lookup(m.id).attempt for m in messages} == {1}
-    store = Limits(r, get_broker().prefix)
+    store = get_store().limits
     key = keys.limit_key(store.prefix, LIMITS_QUEUE, "concurrency", one_per_key.name, "a")
     assert store.slot_holders(key, clock.now_ms()) == []
 
 
 def test_a_slot_is_a_lease_held_while_running_and_freed_with_the_ack(r):
-    store = Limits(r, get_broker().prefix)
+    store = get_store().limits
     key = keys.limit_key(store.prefix, LIMITS_QUEUE, "concurrency", one_per_key.name, "z")
     with running_worker(LIMITS_QUEUE) as worker:
         wait_for(lambda: leads(worker), 10)
@@ -96,6 +94,6 @@ def test_async_tasks_on_the_event_loop_hold_and_free_their_slots_too(r):
         async_one_at_a_time.dispatch_many([{"n": n} for n in range(4)])
         wait_for(lambda: len(spans(r)) == 4, 30)
     assert most_at_once([(s, e) for _k, s, e in spans(r)]) == 1
-    store = Limits(r, get_broker().prefix)
+    store = get_store().limits
     key = keys.limit_key(store.prefix, LIMITS_QUEUE, "concurrency", async_one_at_a_time.name, "")
     assert store.slot_holders(key, clock.now_ms()) == []

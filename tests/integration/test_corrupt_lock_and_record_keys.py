@@ -9,8 +9,7 @@ import logging
 import pytest
 
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from tests.integration.scheduling_helpers import running_worker, wait_for
 from tests.testapp.tasks import noop, runs_key, unique_order
 
@@ -18,7 +17,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def pending(r) -> int:
-    broker = get_broker()
+    broker = get_store().streams
     return r.xpending(broker.stream("default"), broker.group)["pending"]
 
 
@@ -42,7 +41,7 @@ def test_a_unique_lock_of_the_wrong_type_does_not_stop_its_task(r, caplog):
 def test_a_record_of_the_wrong_type_does_not_stop_its_task(r):
     # Given a task queued, whose record key then holds a string
     message = noop.dispatch({"n": "rec"})
-    record = keys.record_key(get_broker().prefix, message.id)
+    record = keys.record_key(get_store().prefix, message.id)
     r.delete(record)
     r.set(record, "not a record")
     noop.dispatch_many([{"n": n} for n in range(5)])

@@ -12,8 +12,7 @@ import pytest
 
 from django_taskrunner import dispatch, lookup, task
 from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.connection import get_redis
 from tests.testapp.tasks import runs_key
 from tests.worker_helpers import MovableClock, wait_for, worker_thread
@@ -38,12 +37,12 @@ def runs(name: str) -> list[Any]:
 
 
 def waiting(r: Any) -> list[tuple[TaskMessage, int]]:
-    members = r.zrange(keys.delayed_key(get_broker().prefix, "default"), 0, -1, withscores=True)
+    members = r.zrange(keys.delayed_key(get_store().prefix, "default"), 0, -1, withscores=True)
     return [(TaskMessage.from_json(body), int(score)) for body, score in members]
 
 
 def stream_length(r: Any) -> int:
-    return r.xlen(keys.stream_key(get_broker().prefix, "default"))
+    return r.xlen(keys.stream_key(get_store().prefix, "default"))
 
 
 def test_a_burst_leaves_one_waiting_task_with_the_last_payload(r, run_burst, monkeypatch):
@@ -85,7 +84,7 @@ def test_once_the_period_is_over_a_dispatch_opens_a_new_one(r, monkeypatch):
     moved = MovableClock.install(monkeypatch)
     first = reindex.dispatch({"product": 2, "n": 0})
     moved.advance(61)
-    get_broker().promote_due("default", moved.now_ms(), 100)  # the leader moved it
+    get_store().streams.promote_due("default", moved.now_ms(), 100)  # the leader moved it
 
     second = reindex.dispatch({"product": 2, "n": 1})
 

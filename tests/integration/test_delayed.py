@@ -19,8 +19,7 @@ from django_taskrunner import (
     schedule_for,
 )
 from django_taskrunner.core import clock
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from tests.integration.scheduling_helpers import leads, running_worker, wait_for
 from tests.testapp.tasks import fails_once_with_backoff, noop, runs_key, stamp, stamps_key
 from tests.worker_helpers import MovableClock
@@ -35,7 +34,7 @@ def starts(r, n) -> list[int]:
 
 
 def delayed_count(r, queue: str = "default") -> int:
-    return r.zcard(keys.delayed_key(get_broker().prefix, queue))
+    return r.zcard(keys.delayed_key(get_store().prefix, queue))
 
 
 def test_delays_of_0_02_and_2_seconds_and_a_past_when_run_once_on_time(r):
@@ -63,7 +62,7 @@ def test_delays_of_0_02_and_2_seconds_and_a_past_when_run_once_on_time(r):
 
 
 def test_a_delay_of_zero_or_a_past_time_is_a_plain_dispatch(r):
-    stream = get_broker().stream("default")
+    stream = get_store().streams.stream("default")
 
     stamp.dispatch_delayed({"n": 1}, delay=0)
     stamp.dispatch_delayed({"n": 2}, delay=-5)
@@ -76,14 +75,14 @@ def test_a_delay_of_zero_or_a_past_time_is_a_plain_dispatch(r):
 def test_a_delayed_task_waits_in_the_delayed_set_until_due(r):
     message = stamp.dispatch_delayed({"n": 1}, delay=30, expires=10)
 
-    ((body, score),) = r.zrange(keys.delayed_key(get_broker().prefix, "default"), 0, -1,
+    ((body, score),) = r.zrange(keys.delayed_key(get_store().prefix, "default"), 0, -1,
                                 withscores=True)
     assert message.id in body.decode()
     due = int(score)
     assert abs(due - (clock.now_ms() + 30_000)) < 1000
     # expires counts from the due time, not from the dispatch
     assert message.expires_at_ms == due + 10_000
-    assert r.xlen(get_broker().stream("default")) == 0
+    assert r.xlen(get_store().streams.stream("default")) == 0
 
 
 def test_burst_mode_runs_what_is_due_and_leaves_what_is_not(r, run_burst, monkeypatch):
@@ -106,7 +105,7 @@ def test_a_retried_task_waits_its_backoff_in_the_delayed_set(r):
 
         # The failed first attempt puts attempt 2 in the delayed set, not on the stream
         wait_for(lambda: delayed_count(r) == 1, 5)
-        ((body, score),) = r.zrange(keys.delayed_key(get_broker().prefix, "default"), 0, -1,
+        ((body, score),) = r.zrange(keys.delayed_key(get_store().prefix, "default"), 0, -1,
                                     withscores=True)
         assert b'"attempt":2' in body
 
@@ -124,7 +123,7 @@ def test_an_earlier_task_wakes_a_scheduler_sleeping_until_a_later_one(r):
         wait_for(lambda: leads(worker), 5)
         # Given a scheduler that knows only of a task due in a minute
         stamp.dispatch_delayed({"n": "late"}, delay=60)
-        [(_body, late_due)] = r.zrange(keys.delayed_key(get_broker().prefix, "default"), 0, -1,
+        [(_body, late_due)] = r.zrange(keys.delayed_key(get_store().prefix, "default"), 0, -1,
                                        withscores=True)
         wait_for(lambda: worker.scheduling.scheduler._next_due.get("default") == late_due, 5)
 
@@ -156,7 +155,7 @@ def test_a_worker_started_with_no_scheduler_never_leads(r):
         time.sleep(0.5)
         assert worker.scheduling is None
         assert starts(r, 1) == []
-        assert r.get(keys.leader_key(get_broker().prefix, get_broker().group)) is None
+        assert r.get(keys.leader_key(get_store().prefix, get_store().group)) is None
     assert delayed_count(r) == 1
 
 
@@ -189,14 +188,14 @@ def test_a_unique_delayed_dispatch_takes_its_lock_now_and_runs_once_when_due(
     r, run_burst, monkeypatch
 ):
     from django_taskrunner import TaskAlreadyDispatched
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
     from tests.testapp.tasks import unique_order
 
     first = unique_order.dispatch_delayed({"order": "late-1"}, delay=0.3)
     with pytest.raises(TaskAlreadyDispatched) as excinfo:
         unique_order.dispatch({"order": "late-1"})
     assert excinfo.value.holder_id == first.id
-    broker = get_broker()
+    broker = get_store().streams
     assert broker.client.zcard(f"{broker.prefix}:{{default}}:delayed") == 1
 
     MovableClock.install(monkeypatch).advance(0.4)

@@ -14,8 +14,7 @@ from redis.retry import Retry
 
 from django_taskrunner.core import clock
 from django_taskrunner.scheduling.election import LeaderElection
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from tests.integration.scheduling_helpers import wait_for
 from tests.testapp.tasks import stamp, stamps_key
 
@@ -158,7 +157,7 @@ def test_a_leader_thread_that_dies_takes_the_worker_down_non_zero(r, monkeypatch
         raise RuntimeError("a bug in the election")
 
     monkeypatch.setattr(LeaderElection, "step", broken)
-    worker = build_worker(get_broker(), worker_settings(("default",), concurrency=1,
+    worker = build_worker(get_store().streams, worker_settings(("default",), concurrency=1,
                                                         block_ms=100, shutdown_timeout=5))
     codes: list[int] = []
     thread = threading.Thread(target=lambda: codes.append(worker.run()), daemon=True)
@@ -175,7 +174,7 @@ def test_a_leader_thread_that_dies_takes_the_worker_down_non_zero(r, monkeypatch
 
 @pytest.mark.django_db(transaction=True)
 def test_killing_the_leader_hands_the_lease_over_and_delayed_tasks_still_run(r, spawn_worker):
-    broker = get_broker()
+    broker = get_store().streams
     lease_key = keys.leader_key(broker.prefix, broker.group)
     lease = {"TASKRUNNER_TEST_SETTINGS": '{"LEADER_LEASE": 1}'}
     leader = spawn_worker("--consumer-name", "worker-a", "--concurrency", "2", **lease)

@@ -10,8 +10,7 @@ import tempfile
 import pytest
 
 from django_taskrunner import conf
-from django_taskrunner.store import embedded
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import embedded, get_store
 from django_taskrunner.store.connection import get_redis
 from tests.conftest import ROOT, worker_env
 from tests.testapp.tasks import noop, runs_key
@@ -60,6 +59,6 @@ def test_a_dispatched_task_survives_a_restart_of_the_embedded_redis(embedded_dir
     assert embedded.stop_server(embedded_dir)
     conf.reset()
 
-    assert get_broker().length("default") == 1  # the server is started again on demand
+    assert get_store().streams.length("default") == 1  # the server is started again on demand
     run_worker_process(prefix, embedded_dir)
     assert get_redis().hget(runs_key(), "noop:kept") == b"1"

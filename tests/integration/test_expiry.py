@@ -7,7 +7,7 @@ import pytest
 
 from django_taskrunner import dispatch
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from tests.testapp.tasks import expiring, noop, runs_key
 from tests.worker_helpers import MovableClock
 
@@ -19,7 +19,7 @@ def ran(r, field: str) -> bool:
 
 
 def assert_queue_empty() -> None:
-    broker = get_broker()
+    broker = get_store().streams
     assert broker.length("default") == 0
     assert broker.pending("default") == 0
 

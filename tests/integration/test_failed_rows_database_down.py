@@ -20,8 +20,7 @@ import pytest
 
 from django_taskrunner import lookup
 from django_taskrunner.compat import TaskResultStatus
-from django_taskrunner.store.broker import get_broker
-from django_taskrunner.store.failed_rows import FailedRows
+from django_taskrunner.store import get_store
 from tests import private_postgres
 from tests.conftest import ROOT, worker_env
 from tests.testapp import framework_tasks
@@ -66,7 +65,7 @@ def rows_written(server, ids: list[str]) -> int:
 
 
 def pending(r) -> int:
-    broker = get_broker()
+    broker = get_store().streams
     return sum(r.xpending(broker.stream(queue), broker.group)["pending"]
                for queue in ("default", "framework"))
 
@@ -105,7 +104,7 @@ def test_a_failure_while_the_database_is_down_is_finished_and_written_later(
         wait_for(lambda: pending(r) == 0, 30)
         assert r.hget(runs_key(), "always_fails:down") == b"3"  # its 3 attempts, no more
         # and their rows wait in Redis
-        kept = FailedRows(r, get_broker().prefix)
+        kept = get_store().failed_rows
         assert kept.count() == 2
 
         # When the database answers again, the leader writes each row once

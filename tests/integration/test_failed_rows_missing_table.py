@@ -11,8 +11,7 @@ from django.db import connection
 from django_taskrunner import lookup
 from django_taskrunner.compat import TaskResultStatus
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store.broker import get_broker
-from django_taskrunner.store.failed_rows import FailedRows
+from django_taskrunner.store import get_store
 from tests.integration.scheduling_helpers import leads, running_worker, wait_for
 from tests.testapp import framework_tasks
 from tests.testapp.tasks import always_fails, runs_key
@@ -28,8 +27,8 @@ def rename(old: str, new: str) -> None:
 
 
 def test_a_failure_without_its_table_is_finished_and_its_row_written_later(r):
-    broker = get_broker()
-    kept = FailedRows(r, broker.prefix)
+    broker = get_store().streams
+    kept = broker.store.failed_rows
     with running_worker("default") as worker:
         wait_for(lambda: leads(worker), 10)
         # Given the database lacks the FailedTask table

@@ -11,7 +11,7 @@ import pytest
 from django_taskrunner import TaskExecutionError, TaskMessage, dispatch
 from django_taskrunner.exceptions import TimeLimitExceeded
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from django_taskrunner.worker.failures import record_failure
 from tests.testapp.tasks import always_fails, expiring, stops_when_cancelled
 from tests.worker_helpers import MovableClock
@@ -149,7 +149,7 @@ def test_a_reused_task_id_that_fails_for_good_again_is_recorded_again(
     page = admin_client.get(changelist).content.decode()
     assert all(f"{changelist}{row.pk}/change/" in page for row in rows)
     admin_client.post(f"{changelist}{rows[1].pk}/retry/", {"confirm": "yes"})
-    broker = get_broker()
+    broker = get_store().streams
     [(_stream_id, fields)] = broker.client.xrange(broker.stream("default"))
     assert TaskMessage.from_json(fields[b"m"]).payload == {"n": 2}
     assert list(FailedTask.objects.values_list("pk", flat=True)) == [rows[0].pk]

@@ -24,8 +24,7 @@ from django_taskrunner import (
 from django_taskrunner.core import clock
 from django_taskrunner.core.registry import registry
 from django_taskrunner.scheduling.periodic import PeriodicRunner
-from django_taskrunner.store.broker import get_broker
-from django_taskrunner.store.fair import Fair
+from django_taskrunner.store import Store, get_store
 from django_taskrunner.store.keys import fair_ring_key, stream_key
 from tests.worker_helpers import wait_for, worker_thread
 
@@ -143,7 +142,7 @@ def test_a_waiting_fair_task_is_queued_and_can_be_cancelled(r, prefix):
 def test_a_worker_dying_after_taking_a_turn_loses_nothing(r, prefix):
     dispatch_many(job, [{"k": f"k{n % 3}", "n": n} for n in range(30)])
     # A worker took turns (the tasks moved onto the stream) and died before reading them.
-    assert Fair(r, prefix).feed("default", 10) == 10
+    assert Store(r, prefix).fair.feed("default", 10) == 10
 
     with worker_thread(concurrency=2):
         wait_for(lambda: len(started) == 30)
@@ -154,14 +153,14 @@ def test_top_keys_lists_the_keys_with_most_waiting(r, prefix):
     dispatch_many(job, [{"k": "big", "n": n} for n in range(5)])
     dispatch_many(job, [{"k": "small", "n": n} for n in range(2)])
 
-    top = Fair(r, prefix).top_keys("default")
+    top = Store(r, prefix).fair.top_keys("default")
     assert [(item.key, item.waiting) for item in top] == [("big", 5), ("small", 2)]
 
 
 def test_purge_clears_fair_lists_and_ring(r, prefix):
     dispatch_many(job, [{"k": f"p{n % 4}", "n": n} for n in range(12)])
 
-    assert Fair(r, prefix).purge("default") == 12
+    assert Store(r, prefix).fair.purge("default") == 12
     assert not r.keys(f"{prefix}:*fair*")
 
 
@@ -183,7 +182,7 @@ def test_a_fair_key_callable_that_raises_fails_the_dispatch(r, prefix):
 
 
 def test_a_workflow_of_fair_tasks_runs_each_once(r, prefix):
-    if get_broker().records.clustered:
+    if get_store().records.clustered:
         pytest.skip("workflows need a single Redis server")
     chain(job.s({"k": "W", "n": 0}), job.s({"k": "W", "n": 1}, fair_key="other")).dispatch()
 
@@ -209,7 +208,7 @@ def test_an_outbox_task_without_a_key_joins_the_unkeyed_turn_of_a_fair_queue(r, 
     with transaction.atomic():
         dispatch(plain, {"n": 0}, transactional=True)
     wait_for(lambda: r.zcard(f"{prefix}:{{default}}:delayed") == 1)  # due now, to its turn
-    get_broker().promote_due("default", clock.now_ms(), 10)
+    get_store().streams.promote_due("default", clock.now_ms(), 10)
 
     assert r.lrange(fair_ring_key(prefix, "default"), 0, -1) == [b"B", b""]
     with worker_thread(concurrency=1):
@@ -233,7 +232,7 @@ def test_a_rate_limited_key_yields_its_turn_and_its_due_tasks_rejoin_its_list(r,
     # When they are due, they join their key's list, not the stream head.
     r.zadd(f"{prefix}:{{default}}:delayed",
            {member: 0 for member in r.zrange(f"{prefix}:{{default}}:delayed", 0, -1)})
-    get_broker().promote_due("default", clock.now_ms(), 10)
+    get_store().streams.promote_due("default", clock.now_ms(), 10)
     assert r.llen(f"{prefix}:{{default}}:fair:slow") == 2
     assert r.lrange(fair_ring_key(prefix, "default"), 0, -1) == [b"slow"]
 
@@ -244,11 +243,11 @@ def test_a_periodic_fair_task_joins_its_keys_turn(r, prefix):
         _record({"k": "tick"})
 
     try:
-        runner = PeriodicRunner(get_broker(), with_rows=False)
+        runner = PeriodicRunner(get_store().streams, with_rows=False)
         runner.load(T0 + 5_000)
         runner.run_due(T0 + 60_000)
         assert r.zcard(f"{prefix}:{{default}}:delayed") == 1  # due at once, to its turn
-        get_broker().promote_due("default", T0 + 60_000, 10)
+        get_store().streams.promote_due("default", T0 + 60_000, 10)
         assert r.lrange(fair_ring_key(prefix, "default"), 0, -1) == [b"tick"]
         with worker_thread(concurrency=1):
             wait_for(lambda: started == ["tick"], timeout=30)
@@ -263,11 +262,11 @@ def test_a_periodic_task_without_a_key_joins_the_unkeyed_turn_of_a_fair_queue(r,
 
     try:
         dispatch(job, {"k": "B", "n": 0})
-        runner = PeriodicRunner(get_broker(), with_rows=False)
+        runner = PeriodicRunner(get_store().streams, with_rows=False)
         runner.load(T0 + 5_000)
         runner.run_due(T0 + 60_000)
         assert r.zcard(f"{prefix}:{{default}}:delayed") == 1  # due at once, to its turn
-        get_broker().promote_due("default", T0 + 60_000, 10)
+        get_store().streams.promote_due("default", T0 + 60_000, 10)
         assert r.lrange(fair_ring_key(prefix, "default"), 0, -1) == [b"B", b""]
     finally:
         registry.unregister("tests.fair.periodic_plain")
@@ -348,7 +347,7 @@ def test_unique_tasks_without_a_key_join_the_unkeyed_turn_of_a_fair_queue(r, pre
     dispatch_many(unique_plain, [{"n": n} for n in range(1, 4)])
 
     assert not r.exists(stream_key(prefix, "default"))  # due at once, to their turn
-    get_broker().promote_due("default", clock.now_ms(), 10)
+    get_store().streams.promote_due("default", clock.now_ms(), 10)
     assert r.llen(f"{prefix}:{{default}}:fair:") == 4
     with worker_thread(concurrency=1):
         wait_for(lambda: sorted(started) == ["-"] * 4 + ["B"], timeout=30)
@@ -358,7 +357,7 @@ def test_a_due_task_without_a_key_joins_the_unkeyed_turn_of_a_fair_queue(r, pref
     dispatch(job, {"k": "B", "n": 0})
     dispatch_delayed(plain, {"n": 0}, delay=0.05)
     wait_for(lambda: r.zrangebyscore(f"{prefix}:{{default}}:delayed", 0, clock.now_ms()))
-    get_broker().promote_due("default", clock.now_ms(), 10)
+    get_store().streams.promote_due("default", clock.now_ms(), 10)
 
     assert r.lrange(fair_ring_key(prefix, "default"), 0, -1) == [b"B", b""]
     assert r.llen(f"{prefix}:{{default}}:fair:") == 1
@@ -399,7 +398,7 @@ def test_a_retry_without_backoff_joins_the_end_of_its_keys_turn(r, prefix):
 
 
 def test_a_workflow_member_joins_its_keys_turn(r, prefix):
-    if get_broker().records.clustered:
+    if get_store().records.clustered:
         pytest.skip("workflows need a single Redis server")
     chain(job.s({"k": "A", "n": 0}), job.s({"k": "A", "n": 1})).dispatch()
     for key in OTHERS:

@@ -9,24 +9,23 @@ import pytest
 
 from django_taskrunner.core import clock
 from django_taskrunner.models import FailedTask
-from django_taskrunner.worker.lost_workers import LostWorkerWatch
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.worker.handback import Started, hand_back
+from django_taskrunner.worker.lost_workers import LostWorkerWatch
 from tests.testapp.tasks import noop
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def read_as(r, consumer: str, count: int = 100) -> list[str]:
-    broker = get_broker()
+    broker = get_store().streams
     broker.ensure_group("default")
     reply = r.xreadgroup(broker.group, consumer, {broker.stream("default"): ">"}, count=count)
     return [stream_id.decode() for stream_id, _fields in reply[0][1]] if reply else []
 
 
 def pending_of(r, consumer: str) -> list[dict]:
-    broker = get_broker()
+    broker = get_store().streams
     return r.xpending_range(broker.stream("default"), broker.group, "-", "+", 100,
                             consumername=consumer)
 
@@ -38,7 +37,7 @@ def test_fetched_messages_go_to_a_sibling_keeping_their_place_and_the_running_on
     ids = read_as(r, "dead-1.0")
     running = {("default", ids[0]): Started("default", ids[0], clock.monotonic() - 1)}
     # When its messages are handed back, with a live sibling
-    done = hand_back(get_broker(), "dead-1.0", ["default"], running,
+    done = hand_back(get_store().streams, "dead-1.0", ["default"], running,
                      "killed by signal 11 (SIGSEGV)", ["alive-0.0"])
     # Then the two it had not started belong to the sibling, delivered once still
     assert done.adopted == {"alive-0.0": {"default": [(ids[1], 1), (ids[2], 1)]}}
@@ -46,7 +45,8 @@ def test_fetched_messages_go_to_a_sibling_keeping_their_place_and_the_running_on
             for row in pending_of(r, "alive-0.0")] == [(ids[1], 1), (ids[2], 1)]
     assert pending_of(r, "dead-1.0") == []
     consumers = [row["name"].decode()
-                 for row in r.xinfo_consumers(get_broker().stream("default"), get_broker().group)]
+                 for row in r.xinfo_consumers(get_store().streams.stream("default"),
+                                                    get_store().group)]
     assert "dead-1.0" not in consumers and "alive-0.0" in consumers
     # and the running one (max_retry=0) failed for good, naming the signal
     [row] = FailedTask.objects.all()
@@ -58,16 +58,16 @@ def test_without_a_sibling_fetched_messages_go_back_to_the_end_of_the_queue(r):
     for n in range(2):
         noop.dispatch({"n": n})
     ids = read_as(r, "dead-1.0")
-    done = hand_back(get_broker(), "dead-1.0", ["default"], {}, "exited with code 1")
+    done = hand_back(get_store().streams, "dead-1.0", ["default"], {}, "exited with code 1")
     assert done.requeued == 2 and pending_of(r, "dead-1.0") == []
-    entries = r.xrange(get_broker().stream("default"))
+    entries = r.xrange(get_store().streams.stream("default"))
     assert len(entries) == 2 and all(entry[0].decode() > ids[-1] for entry in entries)
     # a second hand-back finds nothing left to do
-    assert hand_back(get_broker(), "dead-1.0", ["default"], {}, "again").requeued == 0
+    assert hand_back(get_store().streams, "dead-1.0", ["default"], {}, "again").requeued == 0
 
 
 def test_the_leader_hands_back_a_silent_worker_without_heartbeat_not_a_beating_one(r):
-    broker = get_broker()
+    broker = get_store().streams
     noop.dispatch({"n": 1})
     noop.dispatch({"n": 2})
     read_as(r, "ghost", count=1)
@@ -91,7 +91,7 @@ def test_a_running_message_with_retries_left_goes_to_a_sibling_counted_as_a_deat
     always_fails.dispatch({"n": 1})
     [stream_id] = read_as(r, "dead-1.0")
     running = {("default", stream_id): Started("default", stream_id, clock.monotonic())}
-    done = hand_back(get_broker(), "dead-1.0", ["default"], running,
+    done = hand_back(get_store().streams, "dead-1.0", ["default"], running,
                      "killed by signal 9 (SIGKILL)", ["alive-0.0"])
     # its counter says one run died: the sibling's reclaimed-run check counts it
     assert done.adopted == {"alive-0.0": {"default": [(stream_id, 2)]}}
@@ -110,9 +110,10 @@ def test_a_message_whose_runs_died_goes_back_to_its_queue_with_them_counted(r):
     always_fails.dispatch({"n": 1})
     [stream_id] = read_as(r, "dead-0.0")
     running = {("default", stream_id): Started("default", stream_id, clock.monotonic())}
-    hand_back(get_broker(), "dead-0.0", ["default"], running, "killed by signal 11 (SIGSEGV)",
-              ["dead-1.0"])
-    done = hand_back(get_broker(), "dead-1.0", ["default"], {}, "killed by signal 9 (SIGKILL)")
+    hand_back(get_store().streams, "dead-0.0", ["default"], running,
+              "killed by signal 11 (SIGSEGV)", ["dead-1.0"])
+    done = hand_back(get_store().streams, "dead-1.0", ["default"], {},
+                     "killed by signal 9 (SIGKILL)")
     assert done.requeued == 1 and pending_of(r, "dead-1.0") == []
-    [(_new_id, fields)] = r.xrange(get_broker().stream("default"))
+    [(_new_id, fields)] = r.xrange(get_store().streams.stream("default"))
     assert TaskMessage.from_json(fields[b"m"]).attempt == 2

@@ -7,14 +7,14 @@ import pytest
 
 from django_taskrunner import get_stats
 from django_taskrunner.core import clock
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from django_taskrunner.worker.handback import Started, hand_back
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def read_as(r, consumer: str) -> list[str]:
-    broker = get_broker()
+    broker = get_store().streams
     broker.ensure_group("default")
     reply = r.xreadgroup(broker.group, consumer, {broker.stream("default"): ">"}, count=10)
     return [stream_id.decode() for stream_id, _fields in reply[0][1]] if reply else []
@@ -25,7 +25,7 @@ def died_running(r, task, consumer: str, adopters: list[str]) -> None:
     task.dispatch({"n": 1})
     [stream_id] = read_as(r, consumer)
     running = {("default", stream_id): Started("default", stream_id, clock.monotonic() - 0.5)}
-    done = hand_back(get_broker(), consumer, ["default"], running,
+    done = hand_back(get_store().streams, consumer, ["default"], running,
                      "killed by signal 9 (SIGKILL)", adopters)
     assert done.failed_attempts == 1
 

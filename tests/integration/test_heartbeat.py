@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.store.broker import Broker, get_broker
+from django_taskrunner.store import Store, get_store
 from django_taskrunner.worker.keepalive import Heartbeat, heartbeat_interval
 from django_taskrunner.worker.outage import RedisStatus
 from django_taskrunner.worker.running import RunningSet
@@ -24,7 +24,7 @@ def test_a_task_three_times_longer_than_the_timeout_runs_once_between_two_worker
 ):
     # Given a 1-second reservation timeout and two live workers
     taskrunner_settings(RESERVATION_TIMEOUT=1)
-    broker = get_broker()
+    broker = get_store().streams
     sleeper.dispatch({"n": "long", "seconds": 3})
     longest_idle = 0
     with worker_thread(consumer="worker-a"), worker_thread(consumer="worker-b"):
@@ -49,7 +49,7 @@ def test_a_task_with_its_own_short_timeout_runs_once_between_two_idle_workers(
     # Given two idle workers with the default 300-second reservation timeout, and a task
     # whose own timeout is 2 seconds and which runs for 6 without calling ctx.heartbeat()
     taskrunner_settings(RESERVATION_TIMEOUT=300)
-    broker = get_broker()
+    broker = get_store().streams
     with worker_thread(("short-lease",), consumer="worker-a", concurrency=1), \
             worker_thread(("short-lease",), consumer="worker-b", concurrency=1):
         time.sleep(0.3)  # both idle, blocked in their reads
@@ -67,7 +67,7 @@ def test_messages_waiting_in_a_busy_workers_buffer_are_not_taken_over(r, taskrun
     # Given worker A, one thread, running a 5-second task with its buffer holding two more
     # of those 2-second-timeout tasks, and an idle worker B
     taskrunner_settings(RESERVATION_TIMEOUT=300)
-    broker = get_broker()
+    broker = get_store().streams
     short_lease.dispatch({"n": "long", "seconds": 5})
     short_lease.dispatch_many({"n": n, "seconds": 0.01} for n in range(2))
     with worker_thread(("short-lease",), consumer="worker-a", concurrency=1, batch_size=3):
@@ -92,7 +92,7 @@ def test_messages_waiting_in_a_busy_workers_buffer_are_not_taken_over(r, taskrun
 
 def test_an_attempt_with_a_shorter_timeout_than_planned_wakes_the_heartbeat(r):
     # Given a heartbeat planned for a 300-second timeout (an idle worker beats every 10 s)
-    broker = get_broker()
+    broker = get_store().streams
     noop.dispatch({"n": 1})
     broker.ensure_group("default")
     [(_stream, entries)] = r.xreadgroup(broker.group, "me", {broker.stream("default"): ">"},
@@ -120,7 +120,7 @@ def test_an_attempt_with_a_shorter_timeout_than_planned_wakes_the_heartbeat(r):
 
 def test_a_heartbeat_also_holds_messages_waiting_in_the_buffer(r):
     # Given a message fetched into the buffer but not started
-    broker = get_broker()
+    broker = get_store().streams
     noop.dispatch({"n": 1})
     broker.ensure_group("default")
     [(_stream, entries)] = r.xreadgroup(broker.group, "me", {broker.stream("default"): ">"},
@@ -140,7 +140,7 @@ def test_a_heartbeat_also_holds_messages_waiting_in_the_buffer(r):
 
 def test_a_heartbeat_never_takes_back_a_message_another_worker_reclaimed(r):
     # Given a message reclaimed by worker B from worker A
-    broker = get_broker()
+    broker = get_store().streams
     noop.dispatch({"n": 1})
     broker.ensure_group("default")
     [(stream, entries)] = r.xreadgroup(broker.group, "worker-a",
@@ -175,13 +175,13 @@ def test_a_heartbeat_against_a_dead_redis_marks_it_down_and_does_not_raise(
     taskrunner_settings,
 ):
     # Given a running attempt and a Redis that cannot be reached
-    broker = get_broker()
+    broker = get_store().streams
     dead = redis.Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.2)
     running = RunningSet()
     running.start(sleeper, TaskMessage(id="x", task_name=sleeper.name, queue="default",
                                        payload=None, stream_id="1-0"), 1.0)
     status = RedisStatus()
-    beat = Heartbeat(Broker(dead, broker.prefix, broker.group), "me", running, 1.0, status)
+    beat = Heartbeat(Store(dead, broker.prefix, broker.group).streams, "me", running, 1.0, status)
 
     # When heartbeats are sent, they fail quietly, and the outage is noted
     beat.beat()

@@ -11,7 +11,7 @@ import pytest
 
 from django_taskrunner import TaskAlreadyDispatched, TaskIdConflict, TaskMessage, dispatch
 from django_taskrunner.core import unique as locks
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
 from tests.testapp.tasks import runs_key
@@ -93,7 +93,7 @@ def test_a_stale_run_of_a_reused_task_id_frees_nothing_of_the_newer_dispatch(
 def test_each_dispatch_of_a_task_id_holds_it_with_its_own_token_kept_across_retries(
         r, prefix):
     first = dispatch(NOOP, {"n": 1}, task_id="job-1")
-    [(_stream_id, fields)] = r.xrange(get_broker().stream("default"))
+    [(_stream_id, fields)] = r.xrange(get_store().streams.stream("default"))
     queued = TaskMessage.from_json(fields[b"m"])
 
     assert queued.dispatch_token == first.dispatch_token and first.dispatch_token
@@ -104,7 +104,7 @@ def test_each_dispatch_of_a_task_id_holds_it_with_its_own_token_kept_across_retr
 
 def test_a_message_queued_without_a_token_still_frees_its_lock_and_task_id(r, prefix):
     # Given a message as an earlier version queued it: its lock and id hold the id alone
-    broker = get_broker()
+    broker = get_store().streams
     message = TaskMessage(id="legacy-1", task_name=GATED, queue="default",
                           payload={"k": "report"}, lock_key=lock_key(prefix),
                           unique_mode="until_finished", has_task_id=True)

@@ -8,6 +8,7 @@ from django.contrib.auth.models import User
 
 from django_taskrunner import dispatch, dispatch_delayed
 from django_taskrunner.stats.health import dashboard_queues
+from django_taskrunner.store import Store
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -52,10 +53,9 @@ def test_without_redis_the_default_queues_are_the_configured_ones(r, prefix, cap
     import redis
 
     from django_taskrunner.management.commands.runtasks import Command
-    from django_taskrunner.store.broker import Broker
 
     dispatch("tests.testapp.tasks.noop", {"n": 1}, queue="dispatch-only")
-    gone = Broker(redis.Redis(port=1, socket_connect_timeout=1), prefix, "workers")
+    gone = Store(redis.Redis(port=1, socket_connect_timeout=1), prefix, "workers").streams
     with caplog.at_level("WARNING", logger="django_taskrunner"):
         queues = Command._default_queues("default", gone)  # nothing listens on port 1
     assert "default" in queues and "dispatch-only" not in queues
@@ -63,10 +63,9 @@ def test_without_redis_the_default_queues_are_the_configured_ones(r, prefix, cap
 
 
 def _store():
-    from django_taskrunner.store.broker import get_broker
-    from django_taskrunner.store.schedule import for_broker
+    from django_taskrunner.store import get_store
 
-    return for_broker(get_broker())
+    return get_store().schedule
 
 
 def test_the_tasks_backend_queues_are_known(r):
@@ -77,13 +76,13 @@ def test_a_mistyped_queue_a_worker_consumed_is_listed_then_forgotten_once_idle_a
     from django_taskrunner.core import clock
     from django_taskrunner.management.commands.runtasks import Command
     from django_taskrunner.scheduling.queues import forget_after_ms, forget_idle_queues
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
     from tests.worker_helpers import wait_for, worker_thread
 
     with worker_thread(queues=("emials",)):  # its heartbeat makes the queue seen
         wait_for(lambda: "emials" in dashboard_queues())
     # A worker started without -Q does not consume it: no dispatch ever used it.
-    assert "emials" not in Command._default_queues("default", get_broker())
+    assert "emials" not in Command._default_queues("default", get_store().streams)
 
     now = clock.now_ms()
     assert forget_idle_queues(_store(), now) == []  # seen just now: kept
@@ -117,13 +116,13 @@ def test_runtasks_without_queues_consumes_queues_dispatched_to_recently_only(r):
     from django_taskrunner.core import clock
     from django_taskrunner.management.commands.runtasks import Command
     from django_taskrunner.scheduling.queues import forget_after_ms
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
 
     store = _store()
     store.add_known_queues(["used-lately"], clock.now_ms(), used=True)
     store.add_known_queues(["used-long-ago"], clock.now_ms() - forget_after_ms() - 1000, used=True)
     store.add_known_queues(["consumed-only"], clock.now_ms())
-    queues = Command._default_queues("default", get_broker())
+    queues = Command._default_queues("default", get_store().streams)
     assert "used-lately" in queues and "framework" in queues
     assert "used-long-ago" not in queues and "consumed-only" not in queues
 
@@ -131,23 +130,22 @@ def test_runtasks_without_queues_consumes_queues_dispatched_to_recently_only(r):
 def test_the_older_plain_set_of_known_queues_is_still_read_and_folded_in(r, prefix):
     from django_taskrunner.core import clock
     from django_taskrunner.scheduling.queues import forget_after_ms, forget_idle_queues
-    from django_taskrunner.store import keys
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store, keys
 
-    r.sadd(keys.known_queues_key(get_broker().prefix), "from-before")
+    r.sadd(keys.known_queues_key(get_store().prefix), "from-before")
     assert "from-before" in dashboard_queues()
     store = _store()
     assert forget_idle_queues(store, clock.now_ms()) == []  # folded in, seen now
-    assert not r.exists(keys.known_queues_key(get_broker().prefix))
+    assert not r.exists(keys.known_queues_key(get_store().prefix))
     assert "from-before" in store.queue_sightings()
     assert "from-before" in forget_idle_queues(store, clock.now_ms() + forget_after_ms() + 1000)
 
 
 def _scheduler_thread(moved_clock):  # type: ignore[no-untyped-def]
     from django_taskrunner.scheduling.scheduler import Scheduler
-    from django_taskrunner.store.broker import get_broker
+    from django_taskrunner.store import get_store
 
-    scheduler = Scheduler(get_broker(), ["default"], now_ms=moved_clock.now_ms)
+    scheduler = Scheduler(get_store().streams, ["default"], now_ms=moved_clock.now_ms)
     scheduler.start()
     return scheduler
 

@@ -9,15 +9,14 @@ import pytest
 from django_taskrunner import TaskAlreadyDispatched
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import Store, get_store, keys
 from tests.testapp.tasks import unique_order
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def mode_key_of(message: TaskMessage) -> str:
-    return keys.unique_mode_key(get_broker().prefix, message.queue, message.lock_key)
+    return keys.unique_mode_key(get_store().prefix, message.queue, message.lock_key)
 
 
 def recorded_mode(r, message: TaskMessage) -> bytes | None:
@@ -67,7 +66,7 @@ def test_an_older_holders_release_leaves_the_newer_holders_record(r):
     r.delete(old.lock_key, mode_key_of(old))  # as if its TTL ran out
     new = unique_order.dispatch({"order": "m-6"}, unique_mode="while_locked")
 
-    locks.release(r, get_broker().prefix, old, locks.SUCCEEDED)
+    locks.release(get_store(), old, locks.SUCCEEDED)
 
     assert r.get(new.lock_key) == locks.holder_value(new).encode()
     assert recorded_mode(r, new) == b"while_locked"
@@ -75,14 +74,15 @@ def test_an_older_holders_release_leaves_the_newer_holders_record(r):
 
 def test_release_held_frees_only_the_holder_shown(r):
     message = unique_order.dispatch({"order": "m-7"})
-    prefix = get_broker().prefix
+    prefix = get_store().prefix
 
     holder = locks.holder_value(message)
 
-    assert locks.release_held(r, prefix, "default", message.lock_key, "someone-else") == holder
+    store = Store(r, prefix)
+    assert locks.release_held(store, "default", message.lock_key, "someone-else") == holder
     # The id alone is not the holder: another dispatch of the same id could have it
-    assert locks.release_held(r, prefix, "default", message.lock_key, message.id) == holder
+    assert locks.release_held(store, "default", message.lock_key, message.id) == holder
     assert r.exists(message.lock_key) and r.exists(mode_key_of(message))
-    assert locks.release_held(r, prefix, "default", message.lock_key, holder) == 1
+    assert locks.release_held(store, "default", message.lock_key, holder) == 1
     assert not r.exists(message.lock_key) and not r.exists(mode_key_of(message))
-    assert locks.release_held(r, prefix, "default", message.lock_key, holder) == 0
+    assert locks.release_held(store, "default", message.lock_key, holder) == 0

@@ -12,9 +12,7 @@ import pytest
 from django_taskrunner.runner import build_worker
 from django_taskrunner.stats.figures import QueueStats
 from django_taskrunner.stats.long_queue import LongQueueHook
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
-from django_taskrunner.store.stats import stats_store_for
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.worker.settings import worker_settings
 from tests.testapp.tasks import runs_key, sleep_50ms
 
@@ -33,9 +31,9 @@ def figures(queue: str = "default", wait: float | None = 120.0) -> QueueStats:
 
 
 def hook(path: str = RECORD, *, cooldown: float = 60.0, holder: str = "w1") -> LongQueueHook:
-    broker = get_broker()
+    broker = get_store().streams
     return LongQueueHook(path, threshold=60.0, cooldown=cooldown,
-                         gates=stats_store_for(broker), holder=holder)
+                         gates=broker.store.stats, holder=holder)
 
 
 def calls(r, queue: str = "default", name: str = "hook") -> int:
@@ -49,7 +47,7 @@ def check(long_queue: LongQueueHook, *stats: QueueStats) -> None:
 
 def test_the_hook_fires_once_per_cooldown_however_often_it_is_checked(r):
     long_queue = hook(cooldown=60)
-    gate = keys.long_queue_gate_key(get_broker().prefix, "default")
+    gate = keys.long_queue_gate_key(get_store().prefix, "default")
 
     for _ in range(10):
         check(long_queue, figures())
@@ -105,7 +103,7 @@ def test_a_worker_with_a_long_queue_calls_the_hook_once_and_keeps_working(
     taskrunner_settings(STATS_INTERVAL=0.1, LONG_QUEUE_HOOK=RAISING, LONG_QUEUE_THRESHOLD=0.5,
                         LONG_QUEUE_COOLDOWN=60)
     sleep_50ms.dispatch_many({"n": n} for n in range(20))
-    worker = build_worker(get_broker(), worker_settings(
+    worker = build_worker(get_store().streams, worker_settings(
         ["default"], concurrency=1, batch_size=5, block_ms=100, shutdown_timeout=10, burst=True))
 
     # When it runs them all (its hook raising every time it is called)
@@ -116,4 +114,4 @@ def test_a_worker_with_a_long_queue_calls_the_hook_once_and_keeps_working(
     # Then the hook fired once (the cooldown outlasts the run) and every task ran
     assert not thread.is_alive()
     assert calls(r, name="raising-hook") == 1
-    assert get_broker().length("default") == 0
+    assert get_store().streams.length("default") == 0

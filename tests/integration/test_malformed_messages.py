@@ -9,8 +9,7 @@ import logging
 import pytest
 
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from tests.testapp.tasks import noop, runs_key, unique_order
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -38,12 +37,12 @@ def body(**fields) -> bytes:
 
 
 def add(r, raw: bytes) -> str:
-    broker = get_broker()
+    broker = get_store().streams
     return r.xadd(broker.stream("default"), {"m": raw}).decode()
 
 
 def assert_nothing_left() -> None:
-    broker = get_broker()
+    broker = get_store().streams
     assert broker.pending("default") == 0
     assert broker.length("default") == 0
 
@@ -98,7 +97,7 @@ def test_a_lock_field_that_is_not_a_string_is_a_failed_row_and_the_task_does_not
 def test_a_lock_naming_a_key_outside_the_queues_lock_space_is_a_failed_row(
     r, run_burst, lock_of
 ):
-    prefix = get_broker().prefix
+    prefix = get_store().prefix
     lock = {"stream": keys.stream_key(prefix, "default"),
             "other queue": keys.unique_key(prefix, "other", NOOP, "k"),
             "delayed": keys.delayed_key(prefix, "default"),

@@ -16,8 +16,7 @@ import pytest
 
 from django_taskrunner import TaskAlreadyDispatched, TaskMessage, dispatch, task
 from django_taskrunner.core.message import TaskMessage as Message
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.connection import get_redis
 from tests.testapp.tasks import runs_key
 
@@ -41,13 +40,13 @@ def runs(name: str) -> list[Any]:
 
 
 def stream_messages(r: Any, queue: str = "default") -> list[Message]:
-    entries = r.xrange(keys.stream_key(get_broker().prefix, queue))
+    entries = r.xrange(keys.stream_key(get_store().prefix, queue))
     return [Message.from_json(fields[b"m"], stream_id=entry_id.decode())
             for entry_id, fields in entries]
 
 
 def delayed_messages(r: Any, queue: str = "default") -> list[tuple[Message, float]]:
-    members = r.zrange(keys.delayed_key(get_broker().prefix, queue), 0, -1, withscores=True)
+    members = r.zrange(keys.delayed_key(get_store().prefix, queue), 0, -1, withscores=True)
     return [(Message.from_json(body), score) for body, score in members]
 
 
@@ -126,7 +125,7 @@ def test_replace_swaps_a_delayed_holders_payload_and_keeps_its_due_time(r):
 
 def test_replace_of_a_started_holder_raises(r):
     first = replacing.dispatch({"k": 7, "v": "a"})
-    broker = get_broker()
+    broker = get_store().streams
     broker.ensure_group("default")
     assert len(broker.read("default", "someone", 10, None)) == 1  # a worker took it
 
@@ -196,8 +195,8 @@ def test_fifty_racing_replaces_leave_one_message_with_the_last_payload(r, run_bu
 def test_the_mode_record_names_the_holders_policy(r):
     first = replacing.dispatch({"k": 12})
     plain = keyed.dispatch({"k": 12})
-    mode_key = keys.unique_mode_key(get_broker().prefix, "default", first.lock_key)
-    plain_key = keys.unique_mode_key(get_broker().prefix, "default", plain.lock_key)
+    mode_key = keys.unique_mode_key(get_store().prefix, "default", first.lock_key)
+    plain_key = keys.unique_mode_key(get_store().prefix, "default", plain.lock_key)
 
     assert r.get(mode_key).split(b"\n")[:2] == [b"until_finished", b"replace"]
     assert r.get(plain_key).split(b"\n")[:2] == [b"until_finished", b"raise"]

@@ -28,8 +28,7 @@ from django_taskrunner import (
 from django_taskrunner.core import outbox
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.models import FailedTask, OutboxMessage
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.errors import REDIS_DOWN
 from tests.conftest import start_private_redis
 from tests.testapp.models import Note
@@ -161,7 +160,7 @@ def test_with_redis_down_a_thousand_saves_commit_and_run_exactly_once_when_it_is
     start()
     assert outbox.flush_all() == 1000
     assert not OutboxMessage.objects.exists()
-    client = get_broker().client
+    client = get_store().client
     with worker_thread(concurrency=4):
         wait_for(lambda: sum(runs(client).values()) >= 1000, timeout=60)
     counts = runs(client)
@@ -180,7 +179,7 @@ def test_the_fast_path_failing_leaves_the_row_and_the_leader_flushes_it(own_redi
     assert row.attempts == 1 and "Redis unreachable" in row.last_error
 
     start()
-    client = get_broker().client
+    client = get_store().client
     with worker_thread():  # the leader's flusher moves it, the worker runs it
         wait_for(lambda: runs(client).get("noop:late") == 1, timeout=30)
     assert not OutboxMessage.objects.exists()
@@ -389,6 +388,6 @@ def test_a_queue_used_only_through_the_outbox_is_consumed_by_runtasks_by_default
 
     with transaction.atomic():
         dispatch_on_commit(noop, {"n": 1}, queue="outbox-only")
-    assert [message.queue for message in queued(r, get_broker().prefix, "outbox-only")] == [
+    assert [message.queue for message in queued(r, get_store().prefix, "outbox-only")] == [
         "outbox-only"]
-    assert "outbox-only" in Command._default_queues("default", get_broker())
+    assert "outbox-only" in Command._default_queues("default", get_store().streams)

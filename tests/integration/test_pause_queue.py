@@ -14,7 +14,7 @@ from django_taskrunner import (
     paused_queues,
     resume_queue,
 )
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from tests.testapp.tasks import marked_sleeper, noop, on_other_queue, runs_key
 from tests.worker_helpers import wait_for, worker_thread
 
@@ -26,7 +26,7 @@ def runs(r, name: str, n: int) -> int:
 
 
 def pending(r) -> int:
-    broker = get_broker()
+    broker = get_store().streams
     return r.xpending(broker.stream("default"), broker.group)["pending"]
 
 

@@ -13,8 +13,8 @@ from django_taskrunner import InvalidTaskOptions, task
 from django_taskrunner.core.registry import registry
 from django_taskrunner.models import PeriodicTask
 from django_taskrunner.scheduling.periodic import PeriodicRunner
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import Broker, get_broker
+from django_taskrunner.store import get_store, keys
+from django_taskrunner.store.streams import Broker
 from tests.integration.scheduling_helpers import leads, running_worker, wait_for
 from tests.testapp.tasks import runs_key
 
@@ -49,7 +49,7 @@ def fired(r, broker: Broker, queue: str = "default") -> list[dict]:
 
 def test_an_interval_task_fires_once_per_occurrence(r, temporary_task):
     temporary_task("tests.every_minute", schedule=60)
-    broker = get_broker()
+    broker = get_store().streams
     runner = PeriodicRunner(broker, with_rows=False)
 
     runner.load(T0 + 5_000)  # first seen: nothing from before fires
@@ -67,7 +67,7 @@ def test_an_interval_task_fires_once_per_occurrence(r, temporary_task):
 
 def test_missed_occurrences_fire_once_at_start_up_not_once_each(r, temporary_task):
     temporary_task("tests.every_minute", schedule=60)
-    broker = get_broker()
+    broker = get_store().streams
     PeriodicRunner(broker, with_rows=False).load(T0)  # a worker saw it at T0, then all stopped
 
     # Ten minutes later a worker starts again
@@ -83,7 +83,7 @@ def test_missed_occurrences_fire_once_at_start_up_not_once_each(r, temporary_tas
 
 def test_two_leaders_at_once_fire_an_occurrence_once(r, temporary_task):
     temporary_task("tests.every_minute", schedule=60)
-    broker = get_broker()
+    broker = get_store().streams
     first, second = PeriodicRunner(broker, with_rows=False), PeriodicRunner(broker, with_rows=False)
     first.load(T0)
     second.load(T0)
@@ -99,7 +99,7 @@ def test_two_leaders_at_once_fire_an_occurrence_once(r, temporary_task):
 def test_a_cron_task_fires_on_its_times_in_the_site_time_zone(r, temporary_task, settings):
     settings.TIME_ZONE = "Asia/Kolkata"  # +05:30: a UTC-based parser would be off by 30 min
     temporary_task("tests.at_nine", cron="0 9 * * *", queue="other")
-    broker = get_broker()
+    broker = get_store().streams
     start = int(datetime(2030, 1, 1, 0, 0, tzinfo=UTC).timestamp() * 1000)
     nine_ist = int(datetime(2030, 1, 1, 3, 30, tzinfo=UTC).timestamp() * 1000)
     runner = PeriodicRunner(broker, with_rows=False)
@@ -182,7 +182,7 @@ def test_a_spoiled_key_skips_its_own_schedule_and_the_others_fire(r, temporary_t
                                                                    caplog):
     temporary_task("tests.every_minute", schedule=60)  # queue default
     temporary_task("tests.spoiled_every_minute", schedule=60, queue="other")
-    broker = get_broker()
+    broker = get_store().streams
     marks = keys.periodic_key(broker.prefix, "other")
     if spoil == "marks of another type":
         r.set(marks, "not a hash")
@@ -207,7 +207,7 @@ def test_a_spoiled_periodic_key_does_not_stop_delayed_tasks(r, temporary_task):
     from tests.testapp.tasks import count_by_id
 
     temporary_task("tests.spoiled_every_minute", schedule=60, queue="other")
-    r.set(keys.periodic_key(get_broker().prefix, "other"), "not a hash")
+    r.set(keys.periodic_key(get_store().prefix, "other"), "not a hash")
     message = dispatch_delayed(count_by_id, {"n": 1}, delay=0.2)
     with running_worker("default", "other", lease=1):
         wait_for(lambda: r.hget(runs_key(), f"count_by_id:{message.id}") == b"1", 20)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from django_taskrunner.core import clock
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from django_taskrunner.store.connection import get_redis
 from django_taskrunner.worker.prefetch import PREFETCH_MAX
 from tests.testapp.tasks import noop, runs_key
@@ -25,7 +25,7 @@ def drain(**options: int) -> int:
         grown = worker.prefetch.size
     runs = get_redis().hgetall(runs_key())
     assert len(runs) == TASKS and set(runs.values()) == {b"1"}  # each exactly once
-    assert get_broker().pending("default") == 0
+    assert get_store().streams.pending("default") == 0
     return grown
 
 
@@ -46,7 +46,8 @@ def test_a_fetcher_waiting_for_room_sees_the_read_shrink_under_it():
     from django_taskrunner.runner import build_worker
     from django_taskrunner.worker.settings import worker_settings
 
-    worker = build_worker(get_broker(), worker_settings(["default"], concurrency=4, batch_size=10))
+    worker = build_worker(get_store().streams,
+                          worker_settings(["default"], concurrency=4, batch_size=10))
     prefetch, start = worker.prefetch, clock.monotonic()
     prefetch.update(0, start - 1.0)
     worker.completed = 10_000

@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from django_taskrunner import dispatch, dispatch_delayed, dispatch_many, task
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from django_taskrunner.store.keys import delayed_key, stream_key
 from django_taskrunner.worker import fetcher
 from tests.worker_helpers import MovableClock, age_pending, wait_for, worker_thread
@@ -140,7 +140,7 @@ def test_a_unique_lock_is_met_across_levels(r, prefix):
 
 def test_a_dead_workers_message_on_a_level_is_reclaimed(r, prefix):
     dispatch(step, {"n": "orphan"}, priority=9)
-    broker = get_broker()
+    broker = get_store().streams
     broker.ensure_group("default!9")
     stream = broker.stream("default!9")
     assert r.xreadgroup(broker.group, "dead-one", {stream: ">"}, count=10)

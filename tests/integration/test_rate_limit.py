@@ -14,9 +14,7 @@ import pytest
 
 from django_taskrunner import lookup
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
-from django_taskrunner.store.limits import Limits
+from django_taskrunner.store import get_store, keys
 from tests.integration.scheduling_helpers import leads, running_worker, wait_for
 from tests.testapp.limit_tasks import (
     LIMITS_QUEUE,
@@ -54,12 +52,12 @@ def test_twenty_tasks_under_five_a_second_on_two_workers_run_once_never_six_a_se
     assert len(starts) == 20
     for first, sixth in zip(starts, starts[5:], strict=False):
         assert sixth - first > 1.0 - SLACK_S, (first, sixth)
-    assert r.zcard(keys.delayed_key(get_broker().prefix, LIMITS_QUEUE)) == 0
+    assert r.zcard(keys.delayed_key(get_store().prefix, LIMITS_QUEUE)) == 0
 
 
 def test_the_store_never_admits_more_than_the_limit_in_any_window(r):
     # Given 8 threads taking starts of one limit, 3 per 300 ms, as fast as they can
-    store = Limits(r, get_broker().prefix)
+    store = get_store().limits
     key = keys.limit_key(store.prefix, "default", "rate", "t", "")
     admitted: list[int] = []
     lock = threading.Lock()
@@ -91,20 +89,20 @@ def test_a_task_over_the_limit_waits_unchanged_as_delayed_without_spending_an_at
         messages = [once_an_hour.dispatch({"n": 1}), once_an_hour.dispatch({"n": 2})]
 
         # When one ran and the other met the limit (whichever a thread took first)
-        wait_for(lambda: r.zcard(keys.delayed_key(get_broker().prefix, LIMITS_QUEUE)), 10)
+        wait_for(lambda: r.zcard(keys.delayed_key(get_store().prefix, LIMITS_QUEUE)), 10)
         wait_for(lambda: any(lookup(m.id).status == "succeeded" for m in messages), 10)
 
     # Then the other waits in the delayed set, its message unchanged (attempt 1), due
     # when the window frees, and its record says it is delayed by the rate limit
     assert sum(runs(r, "once_an_hour").values()) == 1
     (second,) = [m for m in messages if lookup(m.id).status != "succeeded"]
-    ((body, due),) = r.zrange(keys.delayed_key(get_broker().prefix, LIMITS_QUEUE), 0, -1,
+    ((body, due),) = r.zrange(keys.delayed_key(get_store().prefix, LIMITS_QUEUE), 0, -1,
                               withscores=True)
     assert body.decode() == second.to_json()
     record = lookup(second.id)
     assert record.status == "delayed" and record.attempt == 1
-    assert r.hget(keys.record_key(get_broker().prefix, second.id), "lw") == b"rate 1/h"
-    store = Limits(r, get_broker().prefix)
+    assert r.hget(keys.record_key(get_store().prefix, second.id), "lw") == b"rate 1/h"
+    store = get_store().limits
     key = keys.limit_key(store.prefix, LIMITS_QUEUE, "rate", once_an_hour.name, "")
     (state,) = store.inspect_many([(key, 3_600_000)], int(due) - 3_600_000 + 1000)
     assert state.waiting == 1
@@ -117,7 +115,7 @@ def test_a_rate_key_limits_each_key_on_its_own(r):
             [{"account": a, "n": n} for a in ("x", "y") for n in range(3)])
         wait_for(lambda: len(runs(r, "per_account")) == 6, 20)
     assert set(runs(r, "per_account").values()) == {1}
-    prefix = get_broker().prefix
+    prefix = get_store().prefix
     for account in ("x", "y"):
         assert r.exists(keys.limit_key(prefix, LIMITS_QUEUE, "rate",
                                        two_a_second_per_account.name, account))

@@ -10,8 +10,8 @@ import pytest
 
 from django_taskrunner import dispatch
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store.broker import get_broker
-from django_taskrunner.store.recovery import Entry
+from django_taskrunner.store import get_store
+from django_taskrunner.store.streams import Entry
 from django_taskrunner.worker.outage import RedisStatus
 from django_taskrunner.worker.reclaim import Reclaimer, reclaim_interval, shortest_timeout
 from tests.testapp.tasks import noop, patient, runs_key, sleeper
@@ -28,7 +28,7 @@ def runs(r, name: str) -> dict[str, int]:
 
 def read_as(r, consumer: str, count: int = 100, queue: str = "default") -> list[str]:
     """Deliver messages to `consumer`, a worker that then dies without acking them."""
-    broker = get_broker()
+    broker = get_store().streams
     broker.ensure_group(queue)
     reply = r.xreadgroup(broker.group, consumer, {broker.stream(queue): ">"}, count=count)
     return [stream_id.decode() for stream_id, _fields in reply[0][1]] if reply else []
@@ -37,12 +37,12 @@ def read_as(r, consumer: str, count: int = 100, queue: str = "default") -> list[
 def age(r, seconds: float, queue: str = "default", holder: str | None = None) -> None:
     """The pending entries of `queue` (of `holder`, if given) have been idle `seconds`: their
     holder died that long ago."""
-    broker = get_broker()
+    broker = get_store().streams
     assert age_pending(r, broker.stream(queue), broker.group, seconds, holder)
 
 
 def pending_rows(r, queue: str = "default") -> list[dict]:
-    broker = get_broker()
+    broker = get_store().streams
     return r.xpending_range(broker.stream(queue), broker.group, "-", "+", 100)
 
 
@@ -61,8 +61,9 @@ class FakeBuffer:
 
 def reclaimer(buffer: FakeBuffer, *, timeout: float, consumer: str = "me",
               dead_after: float = 3600) -> Reclaimer:
-    return Reclaimer(get_broker(), consumer, ["default"], buffer, reservation_timeout=timeout,
-                     dead_consumer_timeout=dead_after, status=RedisStatus())
+    return Reclaimer(get_store().streams, consumer, ["default"], buffer,
+                     reservation_timeout=timeout, dead_consumer_timeout=dead_after,
+                     status=RedisStatus())
 
 
 def test_a_message_left_in_a_dead_workers_buffer_runs_once_after_the_timeout(
@@ -92,7 +93,7 @@ def test_a_message_left_in_a_dead_workers_buffer_runs_once_after_the_timeout(
     # Then it ran exactly once, and a death before the start was not held against it
     assert runs(r, "noop") == {"1": 1, "2": 1}
     assert FailedTask.objects.count() == 0
-    assert get_broker().length("default") == 0
+    assert get_store().streams.length("default") == 0
 
 
 def test_a_task_with_a_longer_reservation_timeout_waits_for_its_own(r, taskrunner_settings):
@@ -124,7 +125,7 @@ def test_a_message_whose_reclaimed_run_died_too_is_recorded_failed_not_run(
     taskrunner_settings(RESERVATION_TIMEOUT=1)
     message = noop.dispatch({"n": 1})
     [stream_id] = read_as(r, "first-worker")
-    broker = get_broker()
+    broker = get_store().streams
     r.xclaim(broker.stream("default"), broker.group, "second-worker", 0, [stream_id],
              retrycount=2, idle=1100)
 
@@ -237,7 +238,7 @@ def test_a_message_not_yet_idle_for_its_timeout_is_left_alone(r):
 def test_an_entry_deleted_while_pending_is_acked_by_the_reclaimer(r):
     noop.dispatch({"n": 1})
     [stream_id] = read_as(r, "dead-worker")
-    r.xdel(get_broker().stream("default"), stream_id)
+    r.xdel(get_store().streams.stream("default"), stream_id)
     age(r, 1.1)
 
     buffer = FakeBuffer()
@@ -278,13 +279,13 @@ def test_a_leftover_is_taken_back_once_though_it_ran_before_its_ack_was_sent(r):
 
 
 def consumer_idle_ms(r, name: str) -> int:
-    broker = get_broker()
+    broker = get_store().streams
     return next(c["idle"] for c in r.xinfo_consumers(broker.stream("default"), broker.group)
                 if c["name"] == name.encode())
 
 
 def test_dead_consumers_holding_nothing_are_removed_from_the_group(r):
-    broker = get_broker()
+    broker = get_store().streams
     noop.dispatch({"n": 1})
     noop.dispatch({"n": 2})
     [done] = read_as(r, "finished-worker", count=1)
@@ -314,7 +315,7 @@ def test_the_reclaim_period_is_a_tenth_of_the_shortest_timeout_within_bounds(
 
 def test_dispatch_puts_the_tasks_reservation_timeout_on_the_wire(r):
     message = dispatch("tests.testapp.tasks.patient", {"n": 1})
-    body = r.xrange(get_broker().stream("default"))[0][1][b"m"]
+    body = r.xrange(get_store().streams.stream("default"))[0][1][b"m"]
     assert b'"rt":4000' in body
     assert noop.dispatch({"n": 1}).reservation_timeout_ms is None
     assert message.reservation_timeout_ms == 4000
@@ -331,7 +332,7 @@ OVERFLOWING = [
 
 def test_entries_that_cannot_be_decoded_never_stop_a_reclaim_pass(r):
     # Given a dead worker holding good messages with entries of bug 8 among them
-    stream = get_broker().stream("default")
+    stream = get_store().streams.stream("default")
     noop.dispatch({"n": 0})
     for raw in OVERFLOWING:
         r.xadd(stream, {"m": raw})
@@ -355,7 +356,7 @@ def test_a_dead_workers_messages_are_recovered_past_an_entry_that_cannot_be_deco
 ):
     # Given the repro of bug 8: a dead worker held good tasks and undecodable entries
     taskrunner_settings(RESERVATION_TIMEOUT=1)
-    stream = get_broker().stream("default")
+    stream = get_store().streams.stream("default")
     for n in range(4):
         noop.dispatch({"n": n})
         r.xadd(stream, {"m": OVERFLOWING[n]})
@@ -370,4 +371,4 @@ def test_a_dead_workers_messages_are_recovered_past_an_entry_that_cannot_be_deco
     # Then every good task ran once and each bad entry is one failed row
     assert {row.error_class for row in FailedTask.objects.all()} == {
         "django_taskrunner.exceptions.InvalidTaskPayload"}
-    assert get_broker().length("default") == 0
+    assert get_store().streams.length("default") == 0

@@ -11,8 +11,7 @@ import pytest
 from django_taskrunner import cancel, dispatch, dispatch_delayed, lookup, wait
 from django_taskrunner.core import clock
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from tests.testapp import async_tasks, tasks
 from tests.worker_helpers import MovableClock, wait_for, worker_thread
 
@@ -47,7 +46,7 @@ def test_a_dispatched_task_is_queued_then_succeeded_with_its_result(r, run_burst
     assert (queued.task_name, queued.queue, queued.attempt) == (
         "tests.testapp.tasks.returns_double", "default", 1)
     assert queued.dispatched_at is not None and queued.started_at is None
-    assert 6 * 86400 < r.ttl(keys.record_key(get_broker().prefix, message.id))
+    assert 6 * 86400 < r.ttl(keys.record_key(get_store().prefix, message.id))
 
     run_burst()
 
@@ -58,7 +57,7 @@ def test_a_dispatched_task_is_queued_then_succeeded_with_its_result(r, run_burst
     assert done.worker
     assert done.dispatched_at <= done.started_at <= done.finished_at
     # kept RESULT_TTL (a day by default) once finished
-    assert 0 < r.ttl(keys.record_key(get_broker().prefix, message.id)) <= 86400
+    assert 0 < r.ttl(keys.record_key(get_store().prefix, message.id)) <= 86400
 
 
 def test_wait_returns_when_the_worker_finishes(r):
@@ -148,7 +147,7 @@ def test_result_ttl_0_keeps_no_record(r, run_burst):
     run_burst()
     assert runs(r, "keeps_no_record") == 1
     assert lookup(message.id) is None
-    assert not r.exists(keys.record_key(get_broker().prefix, message.id))
+    assert not r.exists(keys.record_key(get_store().prefix, message.id))
 
 
 def test_the_setting_result_ttl_0_keeps_none_at_all(r, run_burst, taskrunner_settings):
@@ -190,7 +189,7 @@ def test_a_cancelled_queued_task_never_runs_and_frees_its_lock(r, run_burst):
     run_burst()
     assert runs(r, "unique_records") == 0
     assert lookup(message.id).status == "cancelled"
-    broker = get_broker()
+    broker = get_store().streams
     assert broker.length("default") == 0 and broker.pending("default") == 0
     assert not r.smembers(keys.cancelled_key(broker.prefix, "default"))
     assert cancel(message.id) is False
@@ -226,8 +225,8 @@ def test_a_task_id_is_freed_by_cancel_and_a_new_dispatch_gets_a_fresh_record(r, 
 
 def test_a_task_id_with_braces_has_both_record_keys_in_one_slot(r, run_burst):
     message = dispatch("tests.testapp.tasks.returns_double", {"n": 3}, task_id="a}{b")
-    record_key = keys.record_key(get_broker().prefix, message.id)
-    done_key = keys.record_done_key(get_broker().prefix, message.id)
+    record_key = keys.record_key(get_store().prefix, message.id)
+    done_key = keys.record_done_key(get_store().prefix, message.id)
     assert keys.record_tag(message.id) in record_key and keys.record_tag(message.id) in done_key
     run_burst()
     assert wait("a}{b", timeout=5).result == {"double": 6}
@@ -245,7 +244,7 @@ def test_records_are_written_after_the_server_forgot_its_scripts(r, run_burst):
     run_burst()
 
     assert lookup(message.id).result == {"double": 10}
-    assert get_broker().pending("default") == 0
+    assert get_store().streams.pending("default") == 0
 
 
 def test_a_cancelled_retry_never_runs_its_next_attempt(r, run_burst):
@@ -257,13 +256,13 @@ def test_a_cancelled_retry_never_runs_its_next_attempt(r, run_burst):
     assert lookup(message.id).status == "cancelled"
 
     # its next attempt falls due (moved now, instead of waiting the 60 s backoff)
-    moved, _next = get_broker().promote_due("default", clock.now_ms() + 120_000, 10)
+    moved, _next = get_store().streams.promote_due("default", clock.now_ms() + 120_000, 10)
     assert moved == 1
     run_burst()
 
     assert lookup(message.id).status == "cancelled"
     assert not FailedTask.objects.filter(message_id=message.id).exists()
-    assert get_broker().pending("default") == 0
+    assert get_store().streams.pending("default") == 0
 
 
 def test_a_task_a_stopping_worker_puts_back_is_queued_again(r):
@@ -274,7 +273,7 @@ def test_a_task_a_stopping_worker_puts_back_is_queued_again(r):
     record = lookup(message.id)
     assert record.status == "queued"
     assert record.worker is None
-    assert get_broker().length("default") == 1
+    assert get_store().streams.length("default") == 1
     # The abandoned task's thread ends inside this test: later it would write into the
     # keys of whatever test runs then (its record() reads the prefix when it runs).
     wait_for(lambda: r.hget(tasks.runs_key(), "sleeper:slow") is not None, timeout=15)
@@ -321,14 +320,14 @@ def test_a_message_cancelled_while_in_the_buffer_never_starts(r, monkeypatch):
         wait_for(lambda: holder in worker.executor.cancelled.get("default", ()))
 
         r.set(f"{tasks.runs_key()}:gate:1", "1")
-        broker = get_broker()
+        broker = get_store().streams
         wait_for(lambda: lookup(blocker.id).status == "succeeded"
                  and broker.pending("default") == 0 and broker.length("default") == 0)
 
     assert runs(r, "unique_records") == 0
     assert lookup(buffered.id).status == "cancelled"
     assert not r.exists(buffered.lock_key)
-    assert not r.smembers(keys.cancelled_key(get_broker().prefix, "default"))
+    assert not r.smembers(keys.cancelled_key(get_store().prefix, "default"))
 
 
 def test_a_stream_id_after_a_move_goes_only_to_the_record_of_that_dispatch(r):
@@ -336,7 +335,7 @@ def test_a_stream_id_after_a_move_goes_only_to_the_record_of_that_dispatch(r):
     from django_taskrunner.store.records import RecordWrite
 
     store = records()
-    prefix = get_broker().prefix
+    prefix = get_store().prefix
     mine = tasks.noop.dispatch({"n": 1})
     store.set_stream_ids([(mine.id, "", "1-1")])
     assert lookup(mine.id).stream_id == "1-1"

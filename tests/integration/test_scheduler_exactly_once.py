@@ -11,8 +11,8 @@ import pytest
 from django_taskrunner.core import clock
 from django_taskrunner.core.prepare import new_message
 from django_taskrunner.scheduling.scheduler import Scheduler, promote_all_due
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import Broker, get_broker
+from django_taskrunner.store import Store, get_store, keys
+from django_taskrunner.store.streams import Broker
 from tests.integration.scheduling_helpers import wait_for
 from tests.testapp.tasks import noop, runs_key
 
@@ -39,7 +39,7 @@ def stream_ids(r, broker: Broker) -> list[str]:
 
 
 def test_promote_moves_due_messages_in_batches_and_reports_the_next_due_time(r):
-    broker = get_broker()
+    broker = get_store().streams
     now = clock.now_ms()
     add_delayed_many(broker, 120, now - 1000, spread=120)
     later = new_message(noop, {"n": "later"})
@@ -57,14 +57,14 @@ def test_promote_moves_due_messages_in_batches_and_reports_the_next_due_time(r):
 
 def test_two_schedulers_at_once_move_10000_due_messages_exactly_once(r, redis_target):
     # Given 10,000 messages falling due within a few ms of each other
-    broker = get_broker()
+    broker = get_store().streams
     due = clock.now_ms() + 300
     ids = add_delayed_many(broker, 10_000, due)
 
     # When two schedulers, each with its own connection, compete for them in small batches
     clients = [redis_target.client() for _ in range(2)]
-    schedulers = [Scheduler(Broker(client, broker.prefix, broker.group), ["default"], batch=25)
-                  for client in clients]
+    schedulers = [Scheduler(Store(client, broker.prefix, broker.group).streams, ["default"],
+                            batch=25) for client in clients]
     for scheduler in schedulers:
         scheduler.start()
     try:
@@ -85,7 +85,7 @@ def test_two_schedulers_at_once_move_10000_due_messages_exactly_once(r, redis_ta
 
 
 def test_every_moved_message_then_runs_exactly_once(r, run_burst):
-    broker = get_broker()
+    broker = get_store().streams
     add_delayed_many(broker, 2_000, clock.now_ms() - 10)
 
     run_burst("--queue", "default", "--concurrency", "4", "--batch-size", "100")

@@ -9,8 +9,7 @@ from django_taskrunner import dispatch_delayed
 from django_taskrunner.core import clock
 from django_taskrunner.core.prepare import new_message
 from django_taskrunner.scheduling.scheduler import BATCHES_PER_TURN, Scheduler
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from tests.integration.scheduling_helpers import wait_for
 from tests.testapp.tasks import noop
 
@@ -20,7 +19,7 @@ BATCH = 10
 
 
 def test_a_wake_up_during_a_long_move_is_read_at_the_next_turn(r):
-    broker = get_broker()
+    broker = get_store().streams
     # Given a backlog on queue "bulk" that takes several turns to move
     count = BATCH * BATCHES_PER_TURN * 5
     pipe = r.pipeline(transaction=False)
@@ -52,7 +51,7 @@ def test_a_stream_of_wake_ups_cannot_hold_up_a_due_move(r, monkeypatch):
     # While a set is due the scheduler reads the wake-ups waiting, but a bounded number:
     # publishers that never stop must not keep it from its next turn.
     monkeypatch.setattr("django_taskrunner.scheduling.scheduler.WAKE_READS_WHEN_DUE", 5)
-    broker = get_broker()
+    broker = get_store().streams
     scheduler = Scheduler(broker, ["bulk", "default"], batch=BATCH)
     pubsub = scheduler.store.subscription()
     try:

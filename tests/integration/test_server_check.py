@@ -17,8 +17,7 @@ import pytest
 import redis
 
 from django_taskrunner.server_checks import check_taskrunner_server
-from django_taskrunner.store import server
-from django_taskrunner.store.broker import Broker
+from django_taskrunner.store import Store, server
 from django_taskrunner.store.server import Features, ServerUnsupported, check_server
 from tests.conftest import ROOT, start_private_redis, worker_env
 
@@ -115,7 +114,7 @@ def _acked_and_deleted(redis_target, prefix: str, xackdel: bool) -> None:
     """Ack two of three read entries through Broker.ack; they leave the PEL and stream."""
     client = redis_target.client()
     server.set_features(client, Features(xackdel=xackdel))
-    broker = Broker(client, prefix, "workers", delete_on_ack=True)
+    broker = Store(client, prefix, "workers", delete_on_ack=True).streams
     stream = broker.stream("default")
     ids = [client.xadd(stream, {"m": f"body-{n}"}).decode() for n in range(3)]
     client.xgroup_create(stream, "workers", id="0")

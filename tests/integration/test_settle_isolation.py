@@ -13,8 +13,7 @@ import pytest
 from django_taskrunner import chain, lookup, lookup_workflow
 from django_taskrunner.conf import get_settings
 from django_taskrunner.runner import build_worker
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.worker.settings import worker_settings
 from tests.testapp import tasks
 from tests.testapp.workflow_tasks import wf_member
@@ -46,14 +45,14 @@ def _assert_plain_tasks_settled(r, ids: list[str], skip: str | None = None) -> N
     runs = r.hgetall(tasks.runs_key())
     counts = [int(runs.get(f"count_by_id:{task_id}".encode(), 0)) for task_id in ids]
     assert counts == [1] * len(ids)
-    stream = keys.stream_key(get_broker().prefix, "default")
+    stream = keys.stream_key(get_store().prefix, "default")
     group = get_settings().CONSUMER_GROUP
     wait_for(lambda: r.xpending(stream, group)["pending"] == 0, timeout=30)
 
 
 @pytest.mark.parametrize("how", ["bodies", "stage-count", "wrong-type"])
 def test_a_corrupt_workflow_fails_alone_and_the_batch_goes_through(r, how, caplog):
-    prefix = get_broker().prefix
+    prefix = get_store().prefix
     handle = chain(wf_member.s({"n": 1}), wf_member.s({"n": 2})).dispatch()
     _corrupt(r, prefix, handle.id, how)
     ids = _plain_tasks()
@@ -70,7 +69,7 @@ def test_a_corrupt_workflow_fails_alone_and_the_batch_goes_through(r, how, caplo
 def test_a_task_record_of_the_wrong_type_spoils_only_its_own_record(r, caplog):
     ids = _plain_tasks()
     spoiled = ids[PLAIN // 2]
-    record_key = keys.record_key(get_broker().prefix, spoiled)
+    record_key = keys.record_key(get_store().prefix, spoiled)
     r.delete(record_key)
     r.rpush(record_key, "not a hash")
     with worker_thread(concurrency=4) as worker:
@@ -82,8 +81,8 @@ def test_a_task_record_of_the_wrong_type_spoils_only_its_own_record(r, caplog):
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_an_internal_thread_that_dies_takes_the_worker_down_non_zero(r, caplog):
-    worker = build_worker(get_broker(), worker_settings(("default",), concurrency=2, block_ms=100,
-                                                  shutdown_timeout=5))
+    worker = build_worker(get_store().streams, worker_settings(
+        ("default",), concurrency=2, block_ms=100, shutdown_timeout=5))
 
     def broken(*_args, **_kwargs):
         raise RuntimeError("a bug in the fetcher")

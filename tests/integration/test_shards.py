@@ -20,12 +20,12 @@ from django_taskrunner import (
     dispatch_delayed,
     dispatch_many,
 )
+from django_taskrunner.core.sharding import shard_for, shards
 from django_taskrunner.core.unique import holder_value
 from django_taskrunner.models import DelayedTask, FailedTask
 from django_taskrunner.stats.figures import get_stats
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from django_taskrunner.store.keys import delayed_key, queue_of, stream_key
-from django_taskrunner.store.sharding import shard_for, shards
 from tests.django.admin_helpers import page_module
 from tests.integration.scheduling_helpers import wait_for
 from tests.testapp.tasks import runs_key
@@ -137,7 +137,7 @@ def test_delayed_tasks_wait_in_their_shard_and_run_once_when_due(
     for n in range(8):
         dispatch_delayed("tests.testapp.tasks.noop", {"n": n}, delay=0.3, queue="hot")
     assert [r.zcard(delayed_key(prefix, name)) for name in HOT] == [2, 2, 2, 2]
-    assert len(page_module(DelayedTask).DelayedSet(get_broker(), "hot")) == 8
+    assert len(page_module(DelayedTask).DelayedSet(get_store().streams, "hot")) == 8
 
     MovableClock.install(monkeypatch).advance(0.35)
     run_burst("--queue", "hot")
@@ -150,17 +150,18 @@ def test_delayed_tasks_wait_in_their_shard_and_run_once_when_due(
 def test_the_delayed_admin_view_merges_the_shards_by_due_time_and_finds_each_entry(r):
     for n in range(12):
         dispatch_delayed("tests.testapp.tasks.noop", {"n": n}, delay=60 + n, queue="hot")
-    view = page_module(DelayedTask).DelayedSet(get_broker(), "hot")
+    view = page_module(DelayedTask).DelayedSet(get_store().streams, "hot")
 
     page = view[3:9]
     assert [entry.message.payload["n"] for entry in page] == [3, 4, 5, 6, 7, 8]
     assert all(entry.queue == "hot" for entry in page)
-    assert page_module(DelayedTask).queues_with_counts(get_broker(), ["hot"]) == [("hot", 12)]
+    counts = page_module(DelayedTask).queues_with_counts(get_store().streams, ["hot"])
+    assert counts == [("hot", 12)]
 
-    taken = page_module(DelayedTask).take(get_broker(), "hot", page[0].ref, run=True)
+    taken = page_module(DelayedTask).take(get_store().streams, "hot", page[0].ref, run=True)
     assert taken is not None and taken.payload == {"n": 3}
     assert len(view) == 11
-    assert page_module(DelayedTask).take(get_broker(), "hot", page[0].ref, run=True) is None
+    assert page_module(DelayedTask).take(get_store().streams, "hot", page[0].ref, run=True) is None
 
 
 def test_a_retry_stays_in_its_shard_and_a_failure_row_names_the_queue(r, prefix, run_burst):

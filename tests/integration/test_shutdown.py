@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from django_taskrunner.store.connection import server_clients
 from tests.testapp.tasks import marked_sleeper, noop, runs_key, sleeper
 from tests.worker_helpers import wait_for, worker_thread
@@ -23,7 +23,7 @@ def test_sigterm_during_a_two_second_task_lets_it_finish_and_exits_0(r, spawn_wo
         noop.dispatch({"n": n})
     worker = spawn_worker("--queue", "default", "--concurrency", "1", "--batch-size", "3")
     wait_until_started(worker)
-    broker = get_broker()
+    broker = get_store().streams
     wait_for(lambda: r.hget(runs_key(), "marked_sleeper:start:long"))  # it is running
 
     # When it gets SIGTERM mid-task
@@ -68,7 +68,7 @@ def test_sigterm_logs_what_the_shutdown_waits_for(spawn_worker):
     noop.dispatch({"n": 1})
     worker = spawn_worker("--queue", "default", "--concurrency", "1", "--batch-size", "3")
     wait_until_started(worker)
-    wait_for(lambda: get_broker().pending("default") == 2)
+    wait_for(lambda: get_store().streams.pending("default") == 2)
     time.sleep(0.3)
 
     # When it gets SIGTERM

@@ -17,7 +17,7 @@ from django_taskrunner import (
     task_started,
     task_succeeded,
 )
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from tests.testapp.tasks import always_fails, noop, runs_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -97,7 +97,7 @@ def test_a_receiver_that_raises_is_logged_and_the_task_still_succeeds(r, run_bur
         task_started.disconnect(broken)
         task_succeeded.disconnect(broken)
     assert r.hget(runs_key(), "noop:1") == b"1"  # it ran once
-    assert get_broker().pending("default") == 0  # and was acked
+    assert get_store().streams.pending("default") == 0  # and was acked
     errors = [rec for rec in caplog.records if rec.name == "django_taskrunner.worker.steps"
               ".observe"]
     assert len(errors) == 2 and all(rec.levelno == logging.ERROR for rec in errors)

@@ -11,9 +11,7 @@ from django_taskrunner.core import clock
 from django_taskrunner.stats import writes as stats_writes
 from django_taskrunner.stats.figures import get_stats, minute_counts, percentile, predict_wait
 from django_taskrunner.stats.recorder import PICKUP_LABELS, StatsRecorder
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
-from django_taskrunner.store.stats import stats_store_for
+from django_taskrunner.store import Store, get_store, keys
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
 from tests.testapp.tasks import always_fails, noop, sleep_50ms, sleep_100ms
@@ -29,11 +27,11 @@ def by_name(stats):
 
 def beat(consumer: str, queues: list[str], threads: int, *, now_ms: int, ttl: float = 10.0):
     """Write a worker heartbeat the way a worker's monitor does."""
-    broker = get_broker()
+    broker = get_store().streams
     pipe = broker.client.pipeline(transaction=False)
     heartbeat = stats_writes.WorkerReport(consumer=consumer, queues=queues, threads=threads, busy=0,
                                       min_workers=None, max_workers=threads, started_ms=now_ms)
-    stats_writes.write(pipe, broker.prefix, {}, heartbeat, now_ms=now_ms, window=200, ttl=ttl)
+    stats_writes.write(pipe, broker.store.stats, {}, heartbeat, now_ms=now_ms, window=200, ttl=ttl)
     pipe.execute()
 
 
@@ -94,7 +92,7 @@ def test_the_pickup_delay_is_the_wait_from_dispatch_to_start(run_burst, monkeypa
 def test_retries_and_failures_are_counted_per_task_and_per_minute(run_burst, r):
     always_fails.dispatch({"n": 1})  # max_retry=2: three attempts, two retries, one failure
     noop.dispatch_many({"n": n} for n in range(5))
-    r.xadd(get_broker().stream("default"), {"m": b"not json"})  # refused: failed, never ran
+    r.xadd(get_store().streams.stream("default"), {"m": b"not json"})  # refused: failed, never ran
 
     run_burst("--queue", "default")
 
@@ -122,7 +120,7 @@ def test_retries_and_failures_are_counted_per_task_and_per_minute(run_burst, r):
 
 def test_figures_reach_redis_only_when_flushed_in_one_batch(r):
     # Given an executor recording into a recorder nobody has flushed yet
-    broker = get_broker()
+    broker = get_store().streams
     recorder = StatsRecorder()
     acked: list[str] = []
     executor = Executor(broker, "c1", lambda queue, stream_id: acked.append(stream_id),
@@ -140,7 +138,7 @@ def test_figures_reach_redis_only_when_flushed_in_one_batch(r):
     pipe = broker.client.pipeline(transaction=False)
     heartbeat = stats_writes.WorkerReport(consumer="c1", queues=["default"], threads=1, busy=0,
                                       min_workers=None, max_workers=1, started_ms=0)
-    stats_writes.write(pipe, broker.prefix, recorder.drain(), heartbeat,
+    stats_writes.write(pipe, broker.store.stats, recorder.drain(), heartbeat,
                       now_ms=broker.client.time()[0] * 1000, window=200, ttl=10)
     pipe.execute()
     assert get_stats("default").succeeded == 50
@@ -164,7 +162,7 @@ def test_the_predicted_wait_is_length_times_average_over_live_threads(run_burst,
     sleep_50ms.dispatch_many({"n": n} for n in range(4))
     run_burst("--queue", "default", "--concurrency", "4")
     average = get_stats("default").average
-    now_ms = get_broker().client.time()[0] * 1000
+    now_ms = get_store().client.time()[0] * 1000
 
     # And 40 tasks waiting, two live workers with 3 + 5 threads, one dead one with 100
     sleep_50ms.dispatch_many({"n": n} for n in range(40))
@@ -207,7 +205,6 @@ def test_figures_are_kept_while_redis_is_unreachable_and_written_once_it_is_back
     from redis.retry import Retry
 
     from django_taskrunner.runner import build_worker
-    from django_taskrunner.store.broker import Broker
     from django_taskrunner.worker.settings import worker_settings
 
     # Given a worker whose Redis cannot be reached
@@ -217,7 +214,7 @@ def test_figures_are_kept_while_redis_is_unreachable_and_written_once_it_is_back
     prefix = get_settings().PREFIX
     dead = redis.Redis(port=dead_port, socket_connect_timeout=0.2, socket_timeout=0.2,
                        retry=Retry(NoBackoff(), 0))
-    worker = build_worker(Broker(dead, prefix, "taskrunner"), worker_settings(
+    worker = build_worker(Store(dead, prefix, "taskrunner").streams, worker_settings(
         ["default"], concurrency=1, batch_size=1, block_ms=100, shutdown_timeout=1))
     worker.monitor.recorder.ran("default", "t", 0.01, None)
     worker.monitor.recorder.succeeded("default", "t")
@@ -226,14 +223,14 @@ def test_figures_are_kept_while_redis_is_unreachable_and_written_once_it_is_back
     assert worker.monitor.flush() is False
 
     # And when Redis is back they are written
-    worker.broker.client = redis_target.client()
+    worker.broker = Store(redis_target.client(), prefix, "taskrunner").streams
     assert worker.monitor.flush() is True
     assert get_stats("default").succeeded == 1
 
 
 def test_flush_writes_a_batch_and_the_heartbeat_as_write_does_in_one_round_trip(r):
     # Given a batch of two attempts of one task on a shard of "default", and a heartbeat
-    broker = get_broker()
+    broker = get_store().streams
     recorder = StatsRecorder()
     recorder.ran("default#1", "t.a", 0.02, None)
     recorder.succeeded("default#1", "t.a")
@@ -244,7 +241,7 @@ def test_flush_writes_a_batch_and_the_heartbeat_as_write_does_in_one_round_trip(
                                       min_workers=None, max_workers=2, started_ms=now_ms)
 
     # When the monitor's call writes them
-    stats_writes.flush_figures(stats_store_for(broker), recorder.drain(), heartbeat,
+    stats_writes.flush_figures(broker.store.stats, recorder.drain(), heartbeat,
                       now_ms=now_ms, window=200, ttl=10)
 
     # Then the queue's figures add both shards up, and the worker counts as live

@@ -8,8 +8,7 @@ import pytest
 from django_taskrunner import DuplicateStep, TaskContext
 from django_taskrunner.core.records import PENDING_TTL_S
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from tests.testapp.step_tasks import (
     age_steps,
     allow_key,
@@ -37,7 +36,7 @@ def test_a_retry_returns_the_kept_steps_without_running_them_again(r, run_burst)
 
     # Then each step's fn ran exactly once, across both attempts
     assert [e for e in log(r) if ":key:" not in e] == ["1:a", "1:b", "1:c"]
-    assert get_broker().pending("default") == 0
+    assert get_store().streams.pending("default") == 0
     assert not FailedTask.objects.filter(message_id=message.id).exists()
 
 
@@ -46,7 +45,7 @@ def test_the_kept_steps_live_in_one_hash_per_task_id_with_a_ttl(r, run_burst,
     taskrunner_settings(RESULT_TTL=3600)
     message = three_steps.dispatch({"n": 2})
     run_burst()
-    key = keys.steps_key(get_broker().prefix, message.id)
+    key = keys.steps_key(get_store().prefix, message.id)
     assert sorted(k.decode() for k in r.hkeys(key)) == ["a", "b", "c"]
     # A finished task's steps live as long as its record (test_steps_ttl.py)
     assert 0 < r.ttl(key) <= 3600
@@ -57,7 +56,7 @@ def test_a_task_without_steps_writes_no_steps_key(r, run_burst):
 
     message = noop.dispatch({"n": 1})
     run_burst()
-    assert not r.exists(keys.steps_key(get_broker().prefix, message.id))
+    assert not r.exists(keys.steps_key(get_store().prefix, message.id))
 
 
 def test_a_step_key_is_stable_per_task_id_and_step(r, run_burst):
@@ -70,14 +69,14 @@ def test_an_async_task_awaits_its_steps_and_keeps_them(r, run_burst):
     async_three_steps.dispatch({"n": 4})
     run_burst()
     assert log(r) == ["4:a", "4:b", "4:c"]
-    assert get_broker().pending("default") == 0
+    assert get_store().streams.pending("default") == 0
 
 
 def test_a_step_whose_fn_raised_keeps_nothing_and_runs_again(r, run_burst):
     message = raising_step.dispatch({"n": 5})
     run_burst()
     assert log(r) == ["5:r", "5:r"]
-    key = keys.steps_key(get_broker().prefix, message.id)
+    key = keys.steps_key(get_store().prefix, message.id)
     assert r.hkeys(key) == [b"r"]
 
 
@@ -87,7 +86,7 @@ def test_a_step_result_that_is_not_json_fails_the_attempt_naming_the_step(r, run
     row = FailedTask.objects.get(message_id=message.id)
     assert "InvalidTaskPayload" in row.error
     assert "step 's'" in row.error
-    assert not r.exists(keys.steps_key(get_broker().prefix, message.id))
+    assert not r.exists(keys.steps_key(get_store().prefix, message.id))
 
 
 @pytest.mark.parametrize("kind, error", [("twice", "DuplicateStep"), ("long", "ValueError"),
@@ -159,7 +158,7 @@ def test_an_admin_retry_of_the_failed_row_keeps_the_steps(r, run_burst, client):
     assert response.status_code == 302
     assert not FailedTask.objects.exists()
     # (the retry renewed the steps for as long as its dispatched record lives)
-    assert r.ttl(keys.steps_key(get_broker().prefix, message.id)) > PENDING_TTL_S - 60
+    assert r.ttl(keys.steps_key(get_store().prefix, message.id)) > PENDING_TTL_S - 60
     run_burst()
 
     # Then its two kept steps did not run again, and it ran under the same id

@@ -9,9 +9,7 @@ import json
 import pytest
 
 from django_taskrunner import chain, lookup, lookup_workflow
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
-from django_taskrunner.store.steps import StepsStore
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.worker.steps.reclaimed import put_back
 from tests.testapp.step_tasks import chain_step, log_key, three_steps
 from tests.worker_helpers import age_pending, wait_for, worker_thread
@@ -25,7 +23,7 @@ def log(r) -> list[str]:
 
 def held_by_a_dead_worker(r) -> tuple[str, bytes]:
     """The queue's one entry, delivered to a worker that then died: (stream id, body)."""
-    broker = get_broker()
+    broker = get_store().streams
     broker.ensure_group("default")
     reply = r.xreadgroup(broker.group, "dead-worker", {broker.stream("default"): ">"}, count=1)
     stream_id, fields = reply[0][1][0]
@@ -34,7 +32,7 @@ def held_by_a_dead_worker(r) -> tuple[str, bytes]:
 
 def kept_by_the_dead_run(r, task_id: str, n: int) -> None:
     """Step "a" of `task_id`, as the run that died kept it."""
-    StepsStore(r, get_broker().prefix).keep(
+    get_store().steps.keep(
         task_id, "a", json.dumps({"result": f"a-of-{n}", "at": 1.0}), ttl_seconds=600)
 
 
@@ -44,7 +42,7 @@ def test_a_reclaimed_run_returns_the_steps_its_dead_run_kept(r, taskrunner_setti
     message = three_steps.dispatch({"n": 20})
     held_by_a_dead_worker(r)
     kept_by_the_dead_run(r, message.id, 20)
-    broker = get_broker()
+    broker = get_store().streams
     assert age_pending(r, broker.stream("default"), broker.group, 31, "dead-worker")
 
     # When a live worker reclaims and runs it
@@ -61,7 +59,7 @@ def test_a_run_put_back_by_a_stopping_worker_returns_its_kept_steps(r, run_burst
     message = three_steps.dispatch({"n": 21})
     stream_id, body = held_by_a_dead_worker(r)
     kept_by_the_dead_run(r, message.id, 21)
-    assert get_broker().requeue("default", "dead-worker", stream_id, put_back(body, None))
+    assert get_store().streams.requeue("default", "dead-worker", stream_id, put_back(body, None))
 
     # When a worker runs it (still attempt 1, a new entry delivered for the first time)
     run_burst()
@@ -94,7 +92,7 @@ def test_eager_steps_write_nothing_to_redis(r, taskrunner_settings):
     taskrunner_settings(EAGER=True)
     message = three_steps.dispatch({"n": 22, "fail": True})
     assert [e for e in log(r) if ":key:" not in e] == ["22:a", "22:b", "22:c"]
-    assert not r.exists(keys.steps_key(get_broker().prefix, message.id))
+    assert not r.exists(keys.steps_key(get_store().prefix, message.id))
 
 
 @pytest.mark.parametrize("kind, error", [("value", "InvalidTaskPayload"),
@@ -108,4 +106,4 @@ def test_an_async_step_refuses_bad_input_as_a_sync_one_does(r, run_burst, kind, 
     row = FailedTask.objects.get(message_id=message.id)
     assert error in row.error and "step 's'" in row.error
     if kind == "value":  # nothing kept
-        assert not r.exists(keys.steps_key(get_broker().prefix, message.id))
+        assert not r.exists(keys.steps_key(get_store().prefix, message.id))

@@ -12,7 +12,7 @@ import pytest
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.records import PENDING_TTL_S
 from django_taskrunner.core.steps import first_run, stored_steps
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import Store, get_store
 from django_taskrunner.worker.steps.reclaimed import put_back
 
 
@@ -51,7 +51,7 @@ class CountingPipe:
 
 
 def attempt(client: Counting, task_id: str, *, first: bool) -> Any:
-    return stored_steps(client, get_broker().prefix, task_id, "t", PENDING_TTL_S,
+    return stored_steps(Store(client, get_store().prefix), task_id, "t", PENDING_TTL_S,
                         first_run=first)
 
 

@@ -14,7 +14,7 @@ from django_taskrunner import (
 )
 from django_taskrunner.core.unique import TASK_ID_TTL_MS, holder_value
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from tests.testapp.tasks import runs_key
 from tests.worker_helpers import MovableClock
 
@@ -41,7 +41,7 @@ def test_the_task_id_is_the_message_id_and_a_second_dispatch_conflicts(r, prefix
     message = dispatch(NOOP, {"n": 1}, task_id="report-2024-06")
 
     assert message.id == "report-2024-06"
-    [(_stream_id, fields)] = r.xrange(get_broker().stream("default"))
+    [(_stream_id, fields)] = r.xrange(get_store().streams.stream("default"))
     assert TaskMessage.from_json(fields[b"m"]).id == "report-2024-06"
     assert r.get(id_key(prefix, "report-2024-06")).decode() == holder_value(message)
     assert holder_value(message).startswith("report-2024-06#")
@@ -51,7 +51,7 @@ def test_the_task_id_is_the_message_id_and_a_second_dispatch_conflicts(r, prefix
         dispatch(NOOP, {"n": 2}, task_id="report-2024-06")
     assert conflict.value.holder_id == "report-2024-06"
     assert conflict.value.id_key == id_key(prefix, "report-2024-06")
-    assert get_broker().length("default") == 1
+    assert get_store().streams.length("default") == 1
 
 
 def test_the_id_is_reserved_while_running_and_retrying_and_free_after_success(r, run_burst):
@@ -120,4 +120,4 @@ def test_task_id_with_a_unique_lock_reserves_both_and_reports_the_id_first(r, pr
 def test_a_bad_task_id_is_refused_before_redis(r, bad):
     with pytest.raises(InvalidTaskOptions, match="task_id of task 'tests.testapp.tasks.noop'"):
         dispatch(NOOP, {}, task_id=bad)
-    assert get_broker().length("default") == 0
+    assert get_store().streams.length("default") == 0

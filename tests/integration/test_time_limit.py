@@ -11,7 +11,7 @@ from django_taskrunner import dispatch
 from django_taskrunner.core.registry import registry
 from django_taskrunner.core.task import Task
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
 from django_taskrunner.worker.pool import Pool
@@ -64,7 +64,7 @@ def test_a_thread_stuck_in_c_is_replaced_and_ends_when_the_call_returns(r, taskr
 
     assert row.error_class == "django_taskrunner.exceptions.TimeLimitExceeded"
     assert FailedTask.objects.count() == 1
-    broker = get_broker()
+    broker = get_store().streams
     assert broker.pending("default") == 0
     assert broker.length("default") == 0
 
@@ -94,8 +94,9 @@ def test_a_result_that_arrives_after_the_watchdog_gave_up_is_ignored(r):
     registry.register(Task(fn=late, name="tests.late"))
     try:
         message = dispatch("tests.late", None)
-        executor = Executor(get_broker(), "me", lambda queue, sid: acked.append(sid), running)
-        body = r.xrange(get_broker().stream("default"))[0][1][b"m"]
+        executor = Executor(get_store().streams, "me", lambda queue, sid: acked.append(sid),
+                            running)
+        body = r.xrange(get_store().streams.stream("default"))[0][1][b"m"]
 
         # When the task then returns successfully
         executor.handle(Delivery("default", message.stream_id, body))
@@ -104,7 +105,7 @@ def test_a_result_that_arrives_after_the_watchdog_gave_up_is_ignored(r):
 
     # Then its worker thread does nothing more with the message: no ack, no retry
     assert acked == []
-    assert get_broker().length("default") == 1
+    assert get_store().streams.length("default") == 1
 
 
 def test_an_abandoned_pool_thread_is_replaced_so_capacity_is_kept():

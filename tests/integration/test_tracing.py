@@ -22,7 +22,7 @@ from opentelemetry.util._once import Once  # noqa: E402
 from django_taskrunner import task, tracing  # noqa: E402
 from django_taskrunner.core import clock  # noqa: E402
 from django_taskrunner.models import FailedTask  # noqa: E402
-from django_taskrunner.store.broker import get_broker  # noqa: E402
+from django_taskrunner.store import get_store  # noqa: E402
 from tests.testapp.tasks import always_fails, blocks_in_c, noop  # noqa: E402
 from tests.worker_helpers import wait_for, worker_thread  # noqa: E402
 
@@ -105,7 +105,7 @@ def test_spans_made_by_the_task_are_children_of_its_run(spans, run_burst):
 def test_a_message_without_trace_context_runs_in_a_root_span(spans, run_burst):
     message = noop.dispatch({"n": 2})
     message.trace_context = None  # as a message from an untraced producer
-    get_broker().add("default", message.to_json())
+    get_store().streams.add("default", message.to_json())
     run_burst()
     runs = named(spans, "run tests.testapp.tasks.noop")
     assert len(runs) == 2 and sum(span.parent is None for span in runs) == 1

@@ -16,7 +16,7 @@ import pytest
 
 from django_taskrunner import TaskAlreadyDispatched, TaskMessage, dispatch
 from django_taskrunner.core.unique import holder_value
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from tests.conftest import ROOT, RedisTarget, worker_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -115,7 +115,7 @@ def test_exactly_one_of_54_concurrent_dispatches_wins_each_of_200_rounds(r, pref
 
     assert threads.errors == []
     stream_messages = [TaskMessage.from_json(fields[b"m"])
-                       for _id, fields in r.xrange(get_broker().stream("default"))]
+                       for _id, fields in r.xrange(get_store().streams.stream("default"))]
     per_round = Counter(message.payload["round"] for message in stream_messages)
     assert len(stream_messages) == ROUNDS
     assert set(per_round.values()) == {1}

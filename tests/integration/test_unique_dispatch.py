@@ -24,8 +24,7 @@ from django_taskrunner.core import clock
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.prepare import prepare
 from django_taskrunner.core.unique import holder_value
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import Store, get_store, keys
 from tests.testapp.tasks import unique_order
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -83,7 +82,7 @@ def test_a_plain_dispatch_is_one_xadd_and_a_unique_one_is_one_evalsha(r):
     # round trip once the add succeeded (record_new.lua: HSET, EXPIRE; it deletes only
     # the record of an earlier dispatch of the id).
     unique = {"get": 1, "xadd": 1, "set": 2, "hset": 1, "expire": 1}
-    assert command_counts(r) == ({"evalsha": 2, **unique} if get_broker().records.clustered
+    assert command_counts(r) == ({"evalsha": 2, **unique} if get_store().records.clustered
                                  else {"evalsha": 1, "del": 1, **unique})
 
     reset_counts(r)
@@ -101,7 +100,7 @@ def test_dispatch_many_of_a_unique_task_skips_duplicates_in_one_round_trip(r, ca
 
     assert [message.payload["order"] for message in queued] == ["m-1", "m-2"]
     assert all(message.stream_id for message in queued)
-    assert get_broker().length("default") == 3
+    assert get_store().streams.length("default") == 3
     for message in queued:
         assert r.get(message.lock_key).decode() == holder_value(message)
     skipped = [rec.getMessage() for rec in caplog.records if "skipped a duplicate" in rec.message]
@@ -126,9 +125,9 @@ def test_dispatch_on_commit_checks_now_and_skips_a_duplicate_found_at_commit(r, 
     with transaction.atomic():
         dispatch_on_commit(ORDER, {"order": "c-1"})  # a duplicate: skipped at commit
         dispatch_on_commit(ORDER, {"order": "c-2"})  # still dispatched after it
-        assert get_broker().length("default") == 1
+        assert get_store().streams.length("default") == 1
 
-    assert get_broker().length("default") == 2
+    assert get_store().streams.length("default") == 2
     assert any(first.id in rec.getMessage() for rec in caplog.records)
 
 
@@ -137,7 +136,7 @@ def test_dispatch_on_commit_checks_now_and_skips_a_duplicate_found_at_commit(r, 
 
 def test_a_failing_add_leaves_no_lock_and_no_task_id(r, prefix):
     # Given the stream key holding a string, so the XADD inside the script fails
-    stream = get_broker().stream("default")
+    stream = get_store().streams.stream("default")
     r.set(stream, "not a stream")
 
     with pytest.raises(ResponseError, match="WRONGTYPE"):
@@ -158,7 +157,7 @@ def test_an_unreadable_lock_adds_no_message(r, prefix):
     with pytest.raises(ResponseError, match="WRONGTYPE"):
         dispatch(ORDER, {"order": "crash-2"})
 
-    assert get_broker().length("default") == 0
+    assert get_store().streams.length("default") == 0
 
 
 # -- the delayed-set destination (for dispatch_delayed / schedule_for) ---------------------
@@ -170,7 +169,7 @@ def test_enqueue_into_the_delayed_set_takes_the_lock_at_dispatch_time(r, prefix)
                              start_ms=due_ms)
     delayed = keys.delayed_key(prefix, message.queue)
 
-    result = locks.enqueue(r, claim, delayed, message.to_json(), due_ms=due_ms)
+    result = locks.enqueue(Store(r, ""), claim, delayed, message.to_json(), due_ms=due_ms)
 
     assert result == "delayed"
     [(body, score)] = r.zrange(delayed, 0, -1, withscores=True)

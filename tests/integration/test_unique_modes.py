@@ -13,7 +13,7 @@ from redis.retry import Retry
 from django_taskrunner import TaskAlreadyDispatched, TaskMessage, dispatch
 from django_taskrunner.core import unique as locks
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import Store, get_store
 from tests.testapp.tasks import runs_key, unique_order
 from tests.worker_helpers import MovableClock, wait_for
 
@@ -54,7 +54,7 @@ def test_seed_scenarios_duplicate_refused_other_key_free_and_free_again_after_fi
     # And order-456 is independent
     other = unique_order.dispatch({"order": "order-456"})
     assert other.id != first.id
-    assert get_broker().length("default") == 2  # the refused one added nothing
+    assert get_store().streams.length("default") == 2  # the refused one added nothing
 
     # Then after the first finishes, order-123 is accepted again
     run_burst("--queue", "default")
@@ -92,7 +92,7 @@ def test_an_override_makes_a_plain_task_unique_for_one_call(r):
 
     assert refused.value.holder_id == first.id
     assert plain.lock_key is None
-    assert get_broker().length("default") == 2
+    assert get_store().streams.length("default") == 2
 
 
 # -- until_finished (the default) ----------------------------------------------------------
@@ -206,7 +206,7 @@ def test_a_lock_that_expired_and_was_retaken_survives_the_older_tasks_release(r,
     assert r.get(newer.lock_key).decode() == locks.holder_value(newer)
 
     # When a worker runs only A (B is moved aside) and A releases at its finish
-    stream = get_broker().stream("default")
+    stream = get_store().streams.stream("default")
     entries = r.xrange(stream)
     newer_entry = next(entry for entry in entries if newer.id.encode() in entry[1][b"m"])
     r.xdel(stream, newer_entry[0])
@@ -237,7 +237,7 @@ def test_a_message_for_an_unknown_task_frees_its_lock(r, run_burst, prefix):
     r.set(lock_key, "m-1", px=60_000)
     body = ('{"v":1,"id":"m-1","task":"shop.tasks.gone","queue":"default","payload":1,'
             f'"lock":"{lock_key}","mode":"until_finished"}}')
-    r.xadd(get_broker().stream("default"), {"m": body})
+    r.xadd(get_store().streams.stream("default"), {"m": body})
 
     run_burst()
 
@@ -255,8 +255,8 @@ def test_a_release_that_finds_the_lock_gone_or_taken_or_redis_down_logs_and_goes
                         lock_key=f"{prefix}:{{default}}:unique:t:b", unique_mode="until_finished")
     r.set(taken.lock_key, "m-new", px=60_000)
 
-    locks.release(r, prefix, gone, locks.SUCCEEDED)
-    locks.release(r, prefix, taken, locks.SUCCEEDED)
+    locks.release(Store(r, prefix), gone, locks.SUCCEEDED)
+    locks.release(Store(r, prefix), taken, locks.SUCCEEDED)
 
     assert r.get(taken.lock_key) == b"m-new"
     logged = {rec.levelname: rec.getMessage() for rec in caplog.records}
@@ -266,6 +266,6 @@ def test_a_release_that_finds_the_lock_gone_or_taken_or_redis_down_logs_and_goes
     # Redis unreachable: retried briefly, then logged; the lock frees at its TTL
     monkeypatch.setattr(locks, "RELEASE_RETRY_PAUSES", (0.01, None))
     unreachable = redis.Redis(port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
-    locks.release(unreachable, prefix, taken, locks.SUCCEEDED)
+    locks.release(Store(unreachable, prefix), taken, locks.SUCCEEDED)
     assert "Redis is unreachable" in caplog.records[-1].getMessage()
     assert caplog.records[-1].levelname == "ERROR"

@@ -8,29 +8,28 @@ import pytest
 from django_taskrunner import lookup
 from django_taskrunner.core import clock
 from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.worker.handback import Started, hand_back
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def read_as(r, consumer: str) -> list[str]:
-    broker = get_broker()
+    broker = get_store().streams
     broker.ensure_group("default")
     reply = r.xreadgroup(broker.group, consumer, {broker.stream("default"): ">"}, count=10)
     return [stream_id.decode() for stream_id, _fields in reply[0][1]] if reply else []
 
 
 def pending_of(r, consumer: str) -> list[dict]:
-    broker = get_broker()
+    broker = get_store().streams
     return r.xpending_range(broker.stream("default"), broker.group, "-", "+", 100,
                             consumername=consumer)
 
 
 def delayed(r) -> list[tuple[TaskMessage, float]]:
     """(message, due epoch ms) of each entry of the default queue's delayed set."""
-    raw = r.zrange(keys.delayed_key(get_broker().prefix, "default"), 0, -1, withscores=True)
+    raw = r.zrange(keys.delayed_key(get_store().prefix, "default"), 0, -1, withscores=True)
     return [(TaskMessage.from_json(body), due) for body, due in raw]
 
 
@@ -43,7 +42,7 @@ def test_a_handed_back_running_attempt_waits_its_backoff_instead_of_going_to_a_s
     running = {("default", stream_id): Started("default", stream_id, clock.monotonic())}
     # When its messages are handed back with a live sibling
     before = clock.now_ms()
-    done = hand_back(get_broker(), "dead-1.0", ["default"], running,
+    done = hand_back(get_store().streams, "dead-1.0", ["default"], running,
                      "killed by signal 9 (SIGKILL)", ["alive-0.0"])
     # Then the attempt counts as failed and its retry waits the backoff, not on the sibling
     assert done.failed_attempts == 1 and done.adopted == {}

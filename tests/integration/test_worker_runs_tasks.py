@@ -6,7 +6,7 @@ import pytest
 
 from django_taskrunner import dispatch
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from tests.testapp.tasks import always_fails, fails_twice, noop, runs_key, with_context
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -31,7 +31,7 @@ def test_a_thousand_dispatched_tasks_each_run_exactly_once(r, run_burst):
     counts = runs(r, "noop")
     assert len(counts) == 1000
     assert set(counts.values()) == {1}
-    broker = get_broker()
+    broker = get_store().streams
     assert broker.length("default") == 0
     assert broker.pending("default") == 0
 
@@ -62,7 +62,7 @@ def test_a_task_that_succeeds_on_its_third_attempt_leaves_no_failed_row(r, run_b
 
 
 def test_garbage_in_the_stream_becomes_failed_rows_while_tasks_around_it_run(r, run_burst):
-    broker = get_broker()
+    broker = get_store().streams
     stream = broker.stream("default")
     noop.dispatch({"n": 1})
     r.xadd(stream, {"m": b"\xff\xfe not json"})

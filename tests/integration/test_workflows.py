@@ -20,8 +20,7 @@ from django_taskrunner import (
 from django_taskrunner.core.task import Task
 from django_taskrunner.core.workflows import Signature, from_dict
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store import keys
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store, keys
 from tests.testapp import tasks
 from tests.testapp.workflow_tasks import (
     noted,
@@ -58,7 +57,7 @@ def test_a_chain_runs_in_order_and_passes_each_result_on(r):
     assert lookup(handle.task_ids[-1]).result == 111
     assert record.task_ids == handle.task_ids
     # kept RESULT_TTL (a day) once finished, like a task record
-    assert 0 < r.ttl(keys.workflow_key(get_broker().prefix, handle.id)) <= 86400
+    assert 0 < r.ttl(keys.workflow_key(get_store().prefix, handle.id)) <= 86400
 
 
 def test_a_failed_step_stops_the_chain_and_says_which(r):
@@ -137,8 +136,8 @@ def test_cancelling_a_workflow_cancels_its_pending_members_and_sends_no_more(r):
     assert record.status == "cancelled"
     assert {lookup(task_id).status for task_id in handle.task_ids} == {"cancelled"}
     with worker_thread():
-        wait_for(lambda: get_broker().length("default") == 0
-                 and get_broker().pending("default") == 0)
+        wait_for(lambda: get_store().streams.length("default") == 0
+                 and get_store().streams.pending("default") == 0)
     assert r.hlen(wf_key("member-runs")) == 0
     assert noted("order") == []
 
@@ -163,8 +162,8 @@ def test_bad_signatures_fail_before_anything_is_queued(r):
     with pytest.raises(InvalidTaskOptions, match="first step only"):
         chain(wf_member.s({"n": 1}), tasks.unique_order.s({"order": "x"}, unique_for=5)
               ).dispatch()
-    assert get_broker().length("default") == 0
-    assert r.zcard(keys.workflow_index_key(get_broker().prefix)) == 0
+    assert get_store().streams.length("default") == 0
+    assert r.zcard(keys.workflow_index_key(get_store().prefix)) == 0
 
 
 def test_signatures_round_trip_through_json(r):
@@ -181,7 +180,7 @@ def test_first_stage_options_pass_through(r):
                    then=wf_collect.s({})).dispatch()
     assert lookup(handle.task_ids[0]).queue == "other"
     assert lookup(handle.task_ids[1]).status == "delayed"
-    assert get_broker().length("other") == 1
+    assert get_store().streams.length("other") == 1
 
 
 def test_eager_mode_runs_a_workflow_in_process(settings):
@@ -190,20 +189,20 @@ def test_eager_mode_runs_a_workflow_in_process(settings):
                    group(wf_member.s({"n": 1}), wf_fail.s({})),
                    wf_collect.s({})).dispatch()
     assert len(handle.task_ids) == 4
-    assert json.loads(get_broker().client.get(wf_key("callback-parent"))) == [1, None]
+    assert json.loads(get_store().client.get(wf_key("callback-parent"))) == [1, None]
     with pytest.raises(ValueError, match="fails for good"):
         chain(wf_fail.s({}), wf_blocked.s({})).dispatch()
     assert ["blocked", None] not in noted("order")
 
 
 def test_a_member_counted_twice_dispatches_the_next_stage_once(r):
-    from django_taskrunner.store.workflows import MemberDone, WorkflowStore
+    from django_taskrunner.store.workflows import MemberDone
 
     handle = group(wf_member.s({"n": 1}), wf_member.s({"n": 2}), then=wf_collect.s({})
                    ).dispatch()
-    broker = get_broker()
+    broker = get_store().streams
     assert broker.length("default") == 2
-    workflows = WorkflowStore(broker.client, broker.prefix)
+    workflows = broker.store.workflows
     first = MemberDone(handle.id, 0, 0, "succeeded", ("default",))
     last = MemberDone(handle.id, 1, 0, "failed", ("default",))
     assert workflows.member_done(first) == "counted"
@@ -219,7 +218,7 @@ def test_a_later_step_with_a_delay_waits_in_the_delayed_set(r):
     handle = chain(wf_member.s({"n": 1}), wf_collect.s({}, delay=3600)).dispatch()
     with worker_thread():
         wait_for(lambda: lookup(handle.task_ids[0]).status == "succeeded")
-        wait_for(lambda: r.zcard(keys.delayed_key(get_broker().prefix, "default")) == 1)
+        wait_for(lambda: r.zcard(keys.delayed_key(get_store().prefix, "default")) == 1)
     assert lookup_workflow(handle.id).status == "running"
 
 
@@ -235,7 +234,7 @@ def test_the_first_stages_records_know_their_stream_entries(r):
     # a lookup by id (the admin's task page) then reads the entry instead of searching
     handle = group(wf_member.s({"name": "g1"}), wf_member.s({"name": "g2"}),
                    then=wf_collect.s({"name": "then"})).dispatch()
-    prefix = get_broker().prefix
+    prefix = get_store().prefix
     stream = keys.stream_key(prefix, "default")
     for task_id in handle.task_ids[:2]:
         sid = r.hget(keys.record_key(prefix, task_id), "sid")

@@ -38,10 +38,9 @@ ALLOWED_TYPE_ONLY_IMPORTS = {
     *{(f"core.{name}", "core.task") for name in
       ("dispatch", "eager", "prepare", "records", "registry", "sending", "unique",
        "workflows")},
-    # store/ is rebuilt into one `Store` object in the same step (issue 37); its
-    # type-only loops (records <-> finished, broker <-> settle) go with that change.
-    ("store.finished", "store.records"),
-    ("store.settle", "store.broker"),
+    # A broker is built by its `Store` (store/__init__.py) and names it to reach the
+    # store's other parts (records, workflows) from the ack batch.
+    ("store.streams", "store"),
 }
 
 # Imports that must wait until a function runs, and why.
@@ -260,4 +259,64 @@ def test_the_store_imports_nothing_above_it_but_settings_and_errors():
 
 def test_the_store_checks_see_redis_imports():
     # Guards the two tests above: the store itself does import redis-py.
-    assert "redis" in set(_third_party_imports(f"{STORE}.broker"))
+    assert "redis" in set(_third_party_imports(f"{STORE}.streams"))
+
+
+def _store_classes() -> set[str]:
+    """The classes of store/ built on a Redis client (or on the Store, as the broker)."""
+    found = set()
+    for module, path in MODULES.items():
+        if not module.startswith(f"{STORE}."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                init = next((item for item in node.body if isinstance(item, ast.FunctionDef)
+                             and item.name == "__init__"), None)
+                if init is not None and {"client", "store"} & {a.arg for a in init.args.args}:
+                    found.add(node.name)
+    return found
+
+
+# Built outside the store on purpose, and why.
+ALLOWED_STORE_BUILDS = {
+    # The public `LeaderElection(client, key)` holds a lease on any key of any client it is
+    # given (DESIGN); the scheduler's own lease is `Store.leader`.
+    ("scheduling.election", "Lease"),
+}
+
+
+def _builds(module: str, names: set[str]) -> Iterator[str]:
+    """The names of `names` that `module` calls (`Name(...)` or `x.Name(...)`)."""
+    for node in ast.walk(ast.parse(MODULES[module].read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            if called in names:
+                yield called
+
+
+def test_above_the_store_only_the_store_object_builds_the_store_classes():
+    # One way in: `get_store()` (or a `Store` of its own client); never `Limits(client,
+    # prefix)` by hand, which skips the settings the store is handed.
+    classes = _store_classes()
+    built = sorted({(_short(module), name) for module in MODULES
+                    if not module.startswith(STORE) for name in _builds(module, classes)})
+    assert [pair for pair in built if pair not in ALLOWED_STORE_BUILDS] == []
+
+
+def test_the_store_build_rule_sees_the_store_classes_and_their_builds():
+    # Guards the test above: the walk finds the classes, and the Store building them.
+    classes = _store_classes()
+    assert {"Broker", "Limits", "Records", "UniqueLocks", "Fair"} <= classes
+    assert "Limits" in set(_builds(STORE, classes))
+    assert ("scheduling.election", "Lease") in {
+        (_short(module), name) for module in MODULES if not module.startswith(STORE)
+        for name in _builds(module, classes)}
+
+
+def test_the_store_reads_settings_only_where_it_is_handed_them():
+    # The store's classes are handed their settings: only get_store() (store/__init__.py)
+    # and the client's builder (store/connection.py) read `conf`.
+    readers = sorted(module for module in MODULES if module.startswith(STORE)
+                     if f"{PACKAGE}.conf" in {target for target, _ in _imports(module)})
+    assert readers == [STORE, f"{STORE}.connection"]

@@ -8,7 +8,7 @@ from django_taskrunner.checks import validate_settings
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.runner import build_worker
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from django_taskrunner.worker.reclaim import dead_consumer_timeout
 from django_taskrunner.worker.settings import worker_settings
 
@@ -24,7 +24,7 @@ def test_dead_consumer_timeout_defaults_to_an_hour_or_ten_reservation_timeouts(
     settings = worker_settings(["default"], concurrency=1, batch_size=1, block_ms=100,
                                shutdown_timeout=1)
     assert settings.dead_consumer_timeout == 9000
-    assert build_worker(get_broker(), settings).reclaimer.dead_consumer_ms == 9_000_000
+    assert build_worker(get_store().streams, settings).reclaimer.dead_consumer_ms == 9_000_000
 
 
 def test_time_limit_grace_defaults_to_five_seconds():

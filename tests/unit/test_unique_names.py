@@ -25,9 +25,9 @@ ALLOWED = {
     # The model of the admin's Workers page (models.py, unmanaged) and the worker itself:
     # the model name is in the migrations, the admin's URLs and its permissions.
     "Worker",
-    # store/ is being rebuilt into one `Store` object in the same step (issue 37), which
-    # folds these per-kind constructors and resets into it: left to that change.
-    "for_broker", "for_client", "reset",
+    # The `conf.on_reset` hooks: each module that caches something for the current
+    # settings drops it in its own `reset` (the client, the store, the settings).
+    "reset",
 }
 
 

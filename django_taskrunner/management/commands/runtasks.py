@@ -32,10 +32,10 @@ from django_taskrunner.scheduling.queues import forget_after_ms
 from django_taskrunner.shim import quiet_framework_logs
 from django_taskrunner.stats.figures import declared_queues
 from django_taskrunner.stats.metrics import serve_metrics
-from django_taskrunner.store.broker import Broker, get_broker
+from django_taskrunner.store import get_store
 from django_taskrunner.store.errors import REDIS_DOWN
-from django_taskrunner.store.schedule import for_broker as schedule_store
-from django_taskrunner.store.server import ServerUnsupported, check_server
+from django_taskrunner.store.server import ServerUnsupported
+from django_taskrunner.store.streams import Broker
 from django_taskrunner.worker.outage import RedisStatus, redis_call
 from django_taskrunner.worker.settings import (
     PoolSizeConflict,
@@ -346,8 +346,8 @@ class Command(BaseCommand):
             return False  # never gives up
 
         def connect() -> Broker:
-            broker = get_broker()
-            check_server(broker.client, broker.prefix)  # too old or not Redis: say so now
+            broker = get_store().streams
+            broker.store.server.check()  # too old or not Redis: say so now
             return broker
 
         try:
@@ -371,7 +371,7 @@ class Command(BaseCommand):
         When Redis does not answer, the configured ones alone, and a log line says so."""
         queues = declared_queues() | {default_queue}
         try:
-            store = schedule_store(broker)
+            store = broker.store.schedule
             window = forget_after_ms()
             used = store.used_queues(clock.now_ms() - window if window > 0 else 0)
         except REDIS_DOWN as exc:

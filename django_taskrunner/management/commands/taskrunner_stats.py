@@ -10,6 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_taskrunner.core import sharding
 from django_taskrunner.core.pauses import paused_queues
 from django_taskrunner.management.commands.runtasks import queue_name
 from django_taskrunner.stats.health import (
@@ -20,9 +21,8 @@ from django_taskrunner.stats.health import (
     get_leader,
 )
 from django_taskrunner.stats.recorder import PICKUP_BUCKETS, PICKUP_LABELS
-from django_taskrunner.store import sharding
-from django_taskrunner.store.broker import get_broker
-from django_taskrunner.store.fair import Fair, FairKey
+from django_taskrunner.store import get_store
+from django_taskrunner.store.fair import FairKey
 
 QUEUE_COLUMNS = ("queue", "length", "waiting", "pending", "lag", "workers", "threads", "busy",
                  "tasks/s", "avg", "p95", "wait", "pickup-avg", "pickup-p95", "failed/1h",
@@ -40,8 +40,7 @@ def fair_keys(queue: str) -> list[FairKey]:
     """The keys of a fair queue with the most tasks waiting for their turn (none for a
     queue that never used a fair key: one EXISTS pipeline per shard); the key "" is
     the turn of the tasks without a key."""
-    broker = get_broker()
-    fair = Fair(broker.client, broker.prefix)
+    fair = get_store().fair
     return fair.top_keys_of_queue(sharding.shards(queue), FAIR_TOP)
 
 

@@ -16,9 +16,8 @@ from django.core.management.base import BaseCommand
 
 from django_taskrunner.core import clock
 from django_taskrunner.stats.health import dashboard_queues
-from django_taskrunner.store.broker import get_broker
+from django_taskrunner.store import get_store
 from django_taskrunner.store.errors import REDIS_DOWN
-from django_taskrunner.store.inspect import inspector_for
 
 NOT_ALIVE = 1
 UNREACHABLE = 2
@@ -26,8 +25,8 @@ UNREACHABLE = 2
 
 def live_workers(host: str) -> list[str]:
     """The live workers, on any queue, whose name says they run on `host`."""
-    broker = get_broker()
-    inspector = inspector_for(broker)
+    broker = get_store().streams
+    inspector = broker.store.inspect
     now_ms = clock.now_ms()
     found: set[str] = set()
     for queue in dashboard_queues(broker):

@@ -1,3 +1,6 @@
+-- Cluster-safe: yes: one key, the queue's delayed set, in KEYS (the wake channel is no
+--   key)
+--
 -- Add a message to a queue's delayed set. When it is due before every entry already
 -- waiting, PUBLISH its due time so a scheduler sleeping until a later time wakes up for
 -- it (one round trip: the ZADD and the wake-up cannot be separated). An entry due at or

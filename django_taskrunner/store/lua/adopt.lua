@@ -1,3 +1,5 @@
+-- Cluster-safe: yes: one key, the queue's stream, in KEYS
+--
 -- Hand entries a dead consumer held to a live one, keeping their place: the supervisor
 -- of `runtasks --processes` gives a dead child's messages to a sibling, which runs them
 -- next (instead of after everything queued behind them).

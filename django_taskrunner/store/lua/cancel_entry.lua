@@ -1,3 +1,6 @@
+-- Cluster-safe: yes: the shard's stream, cancelled set and the message's lock keys, all
+--   tagged {<shard>}, all in KEYS
+--
 -- cancel(), the part in the slot of the task's shard (after record_cancel.lua flagged the
 -- record): decide who frees the task's unique lock and task id, and tell the workers.
 --

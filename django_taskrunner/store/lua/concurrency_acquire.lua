@@ -1,3 +1,6 @@
+-- Cluster-safe: yes: the slots and their waiting set, both tagged {<queue>}, both in
+--   KEYS
+--
 -- Concurrency limit: take one of `limit` slots for a running attempt, or say how long
 -- to wait before trying again.
 --
@@ -17,6 +20,8 @@
 -- ARGV[6] ms a waiter's entry is kept past its due time (for the admin's count)
 -- Returns {0, now ms} when the slot is taken, or {wait ms, now ms}.
 
+-- include: waiting_line.lua
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local limit = tonumber(ARGV[1])
@@ -35,16 +40,6 @@ if redis.call('ZSCORE', KEYS[1], ARGV[2]) or redis.call('ZCARD', KEYS[1]) < limi
   end
   return {0, now}
 end
-local ahead
-if before then
-  ahead = redis.call('ZCOUNT', KEYS[2], '-inf', '(' .. before)
-else
-  ahead = redis.call('ZCARD', KEYS[2])
-end
+local ahead = ahead_of(before)
 local wait = math.min(tonumber(ARGV[5]), tonumber(ARGV[4]) * (1 + math.floor(ahead / limit)))
-redis.call('ZADD', KEYS[2], now + wait, ARGV[2])
-local keep = wait + grace
-if redis.call('PTTL', KEYS[2]) < keep then
-  redis.call('PEXPIRE', KEYS[2], keep)
-end
-return {wait, now}
+return wait_in_line(ARGV[2], now, wait, grace)

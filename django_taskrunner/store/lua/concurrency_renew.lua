@@ -1,3 +1,5 @@
+-- Cluster-safe: yes: one key, the slots, in KEYS
+--
 -- Heartbeat of a running attempt's concurrency slot: push its lease's expiry on.
 --
 -- A lease that expired meanwhile (the worker stalled past its reservation timeout) is

@@ -1,3 +1,5 @@
+-- Cluster-safe: yes: one key, the queue's stream, in KEYS
+--
 -- Remove the group's consumers that hold nothing and have been idle for long: workers
 -- that are gone. Checking and deleting in one script matters: XGROUP DELCONSUMER drops
 -- the consumer's pending entries, so a consumer that read something meanwhile must stay.

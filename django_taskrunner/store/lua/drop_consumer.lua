@@ -1,3 +1,5 @@
+-- Cluster-safe: yes: one key, the queue's stream, in KEYS
+--
 -- Remove a consumer from the group if it holds nothing: a worker process that ended
 -- and whose messages were handed back leaves the dashboard's consumer lists at once,
 -- instead of after DEAD_CONSUMER_TIMEOUT. One that still holds entries is kept

@@ -1,3 +1,7 @@
+-- Cluster-safe: yes without a record: the keys of one queue (or shard), all tagged
+--   {<queue>}, all in KEYS; the record's keys (another slot, `Records.enqueue_args`) are
+--   added on a single server only
+--
 -- Add one message and, in the same atomic step, take its unique lock and/or reserve
 -- its task_id. On contention nothing at all is written and the holder is returned.
 --

@@ -1,3 +1,6 @@
+-- Cluster-safe: no: it builds each fair list's name from ARGV[2] (the keys share the
+--   queue's {<queue>} tag, so one slot, but Redis is not told them)
+--
 -- Move up to N waiting fair tasks onto their stream, in turns across keys: the ring's
 -- head key gives its oldest task, and once it has used its weight's turns in a row (or
 -- its list is empty) it goes to the ring's end (or leaves it). Pop, XADD and the turn

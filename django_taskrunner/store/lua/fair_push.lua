@@ -1,3 +1,6 @@
+-- Cluster-safe: yes: the key's list, the ring and the turns hash, all tagged {<queue>},
+--   all in KEYS
+--
 -- Put messages of one fair key in its list (docs/flow-control.md, "Fair queues"), and
 -- the key in its queue's ring of keys with waiting tasks when it was not there: a key is
 -- in the ring exactly while its list holds something (fair_feed.lua keeps that too).

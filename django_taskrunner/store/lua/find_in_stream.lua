@@ -1,3 +1,5 @@
+-- Cluster-safe: yes: one key, the queue's stream, in KEYS
+--
 -- Look for a text in the bodies of one batch of stream entries, on the server, so a
 -- lookup by message id does not carry every body to the client. One bounded batch per
 -- call (the caller loops with the returned cursor), so Redis is never blocked for long.

@@ -1,3 +1,6 @@
+-- Cluster-safe: yes: the periodic hash and the stream (or delayed set), both tagged
+--   {<queue>}, both in KEYS
+--
 -- Fire one occurrence of a periodic schedule: add its message to the stream unless this
 -- occurrence (or a later one) was already fired. The check and the add are one step, so
 -- two leaders during a hand-over fire each occurrence once.

@@ -1,3 +1,5 @@
+-- Cluster-safe: yes: one key, the queue's stream, in KEYS
+--
 -- A worker that stops cleanly leaves its consumer group: its consumer is removed when it
 -- holds nothing, so a stopped worker is not listed as "no heartbeat" until a sweep. One
 -- script: XGROUP DELCONSUMER drops the consumer's pending entries, so one that still

@@ -1,3 +1,5 @@
+-- Cluster-safe: yes: one key, the seen set, in KEYS
+--
 -- Forget one known queue, unless it was seen again since the caller read its score.
 --
 -- KEYS[1] the seen set  <prefix>:queues:seen

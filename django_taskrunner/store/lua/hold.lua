@@ -1,3 +1,5 @@
+-- Cluster-safe: yes: one key, the queue's stream, in KEYS
+--
 -- Heartbeat: reset the idle time of the entries this consumer still holds, so no other
 -- worker reclaims them. An entry another consumer has reclaimed meanwhile is left alone
 -- (a plain XCLAIM would steal it back) and reported as lost.

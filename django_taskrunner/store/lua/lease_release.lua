@@ -1,3 +1,5 @@
+-- Cluster-safe: yes: one key, the lease, in KEYS
+--
 -- Resign the leader lease, only if the caller holds it (compare-and-delete), so a
 -- leader that lost its lease never deletes its successor's.
 --

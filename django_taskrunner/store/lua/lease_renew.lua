@@ -1,3 +1,5 @@
+-- Cluster-safe: yes: one key, the lease, in KEYS
+--
 -- Extend the leader lease, only if the caller still holds it (compare-and-extend).
 --
 -- KEYS[1] lease           <prefix>:leader:<group>

@@ -1,3 +1,6 @@
+-- Cluster-safe: no: for fair queues it builds each fair list's name from ARGV[3] (the
+--   keys share the queue's {<queue>} tag, so one slot, but Redis is not told them)
+--
 -- Move one batch of due messages from a queue's delayed set onto its stream.
 --
 -- Reading, adding and removing happen in one script, so two schedulers running at

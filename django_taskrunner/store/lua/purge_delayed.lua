@@ -1,3 +1,6 @@
+-- Cluster-safe: yes: the delayed set and the keys its items free, the keys of one queue
+--   (or shard), all tagged {<queue>}, all in KEYS
+--
 -- Purge one batch of a queue's delayed set: remove each member still there, and free the
 -- unique lock, its mode record and the task_id it holds, only where they still hold this
 -- message's value. One step, so the scheduler never promotes a purged member.
@@ -9,6 +12,8 @@
 --           purge_stream.lua: a mode record following its lock)
 -- Returns how many members were removed.
 
+-- include: free_keys.lua
+
 local removed = 0
 local arg = 2
 local key = 2
@@ -18,19 +23,6 @@ for _ = 1, tonumber(ARGV[1]) do
   arg = arg + 2
   local gone = redis.call('ZREM', KEYS[1], member) == 1
   if gone then removed = removed + 1 end
-  local freed = false
-  for _ = 1, count do
-    local holder = ARGV[arg]
-    if gone then
-      if holder == '' then
-        if freed then redis.call('DEL', KEYS[key]) end
-      else
-        freed = redis.call('GET', KEYS[key]) == holder
-        if freed then redis.call('DEL', KEYS[key]) end
-      end
-    end
-    arg = arg + 1
-    key = key + 1
-  end
+  arg, key = free_keys(gone, count, arg, key)
 end
 return removed

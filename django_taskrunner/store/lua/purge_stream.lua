@@ -1,3 +1,6 @@
+-- Cluster-safe: yes: the stream and the keys its entries free, the keys of one queue (or
+--   shard), all tagged {<queue>}, all in KEYS
+--
 -- Purge one batch of a queue's waiting messages: delete each entry that still waits (its
 -- id is after the consumer group's last-delivered id: no worker has it), and free the
 -- unique lock, its mode record and the task_id it holds, only where they still hold this
@@ -12,6 +15,8 @@
 --           the key must hold to be deleted; '' deletes the key only if the key before
 --           it was deleted by this call (a lock's mode record)
 -- Returns how many entries were deleted.
+
+-- include: free_keys.lua
 
 local last = '0-0'
 local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[1])
@@ -45,19 +50,6 @@ for _ = 1, tonumber(ARGV[2]) do
   arg = arg + 2
   local gone = waiting(id) and redis.call('XDEL', KEYS[1], id) == 1
   if gone then deleted = deleted + 1 end
-  local freed = false
-  for _ = 1, count do
-    local holder = ARGV[arg]
-    if gone then
-      if holder == '' then
-        if freed then redis.call('DEL', KEYS[key]) end
-      else
-        freed = redis.call('GET', KEYS[key]) == holder
-        if freed then redis.call('DEL', KEYS[key]) end
-      end
-    end
-    arg = arg + 1
-    key = key + 1
-  end
+  arg, key = free_keys(gone, count, arg, key)
 end
 return deleted

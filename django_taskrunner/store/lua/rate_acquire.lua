@@ -1,3 +1,5 @@
+-- Cluster-safe: yes: the log and its waiting set, both tagged {<queue>}, both in KEYS
+--
 -- Rate limit: admit one start if the sliding window allows it, else say how long to wait.
 --
 -- The log holds one member per start, scored by its time (the server's clock, so every
@@ -14,6 +16,8 @@
 -- ARGV[3] task id (the waiter's member)
 -- ARGV[4] ms a waiter's entry is kept past its due time (for the admin's count)
 -- Returns {0, now ms} when admitted, or {wait ms, now ms}.
+
+-- include: waiting_line.lua
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -34,20 +38,9 @@ if used < limit then
   end
   return {0, now}
 end
-local ahead
-if before then
-  ahead = redis.call('ZCOUNT', KEYS[2], '-inf', '(' .. before)
-else
-  ahead = redis.call('ZCARD', KEYS[2])
-end
+local ahead = ahead_of(before)
 local index = ahead % limit
 local rounds = math.floor(ahead / limit)
 local oldest = redis.call('ZRANGE', KEYS[1], index, index, 'WITHSCORES')
 local free = tonumber(oldest[2]) + window * (1 + rounds) + 1
-local wait = math.max(1, free - now)
-redis.call('ZADD', KEYS[2], now + wait, ARGV[3])
-local keep = wait + grace
-if redis.call('PTTL', KEYS[2]) < keep then
-  redis.call('PEXPIRE', KEYS[2], keep)
-end
-return {wait, now}
+return wait_in_line(ARGV[3], now, math.max(1, free - now), grace)

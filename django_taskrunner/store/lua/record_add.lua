@@ -1,3 +1,6 @@
+-- Cluster-safe: no: a stream (tagged {<queue>}) and a record (tagged {<id>}) in one
+--   call; a single server only, on a cluster the store sends XADD, then record_new.lua
+--
 -- Add messages to their streams and write each one's new task record in the same step,
 -- with the stream id the XADD gave it ('sid'), so that a lookup by task id alone (the
 -- admin's task page from a lock's holder id) reads the entry at once instead of

@@ -1,3 +1,5 @@
+-- Cluster-safe: yes: the record and its done list, both tagged {<id>}, both in KEYS
+--
 -- cancel(): flag one task's record as cancelled, unless it is finished (or unknown).
 --
 -- A task not running yet (delayed, queued, retrying) is cancelled here and now: status

@@ -1,3 +1,5 @@
+-- Cluster-safe: yes: one key, the queue's finished index, in KEYS
+--
 -- List a finished task in its queue's index of finished tasks (the admin's "finished"
 -- list), on a cluster, where the index (the queue's slot) cannot share record_write.lua
 -- with the record (the id's slot): queued right after that script in the same pipeline.

@@ -1,3 +1,5 @@
+-- Cluster-safe: yes: the record and its done list, both tagged {<id>}, both in KEYS
+--
 -- Write a dispatch's task record after its message was added, with the stream id the add
 -- gave it ('sid'): on Redis Cluster, where the record lives in the id's slot, not the
 -- queue's, so it cannot share a script with the XADD (or `enqueue.lua`) and follows in

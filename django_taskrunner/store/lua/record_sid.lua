@@ -1,3 +1,6 @@
+-- Cluster-safe: yes with one record per call, as the store calls it on a cluster (a
+--   record is tagged {<id>}); a batch of records spans slots, a single server only
+--
 -- Give a task's record the stream id of the entry its message was just added as ('sid'),
 -- after a move the dispatch did not see: a delayed message promoted by the scheduler, a
 -- retry or a put-back requeued onto the stream, a delayed entry run now. The task page

@@ -1,3 +1,5 @@
+-- Cluster-safe: yes: one key, the record, in KEYS
+--
 -- wait(): read one task's record and, unless it is final, mark it watched, so that the
 -- write that makes it final also pushes onto its done list (record_write.lua). Both in
 -- one step: no final write can fall between the read and the mark.

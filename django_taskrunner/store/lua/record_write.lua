@@ -1,3 +1,7 @@
+-- Cluster-safe: yes with one record per call and no index, as the store calls it on a
+--   cluster (the record, its done list and its steps hash are tagged {<id>}); a batch, or
+--   the finished index ({<queue>}), spans slots, a single server only
+--
 -- Write fields of task records, as the worker learns them, with each record's TTL. One
 -- call carries a whole batch (the acker's finished tasks, the heartbeat's started ones):
 -- the script's own cost is paid once, not per task. On a cluster, where the records of

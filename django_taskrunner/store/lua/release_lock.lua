@@ -1,3 +1,6 @@
+-- Cluster-safe: yes: the locks and task id keys of one message's queue, tagged
+--   {<queue>}, all in KEYS
+--
 -- Free (or refresh) the unique lock and task_id reservation a message holds, but only
 -- where that dispatch of the message is still the holder: a lock that expired and was
 -- then taken by a newer task, or a task_id dispatched again after the first dispatch

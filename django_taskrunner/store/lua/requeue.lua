@@ -1,3 +1,5 @@
+-- Cluster-safe: yes: the stream and the delayed set, both tagged {<queue>}, both in KEYS
+--
 -- Move a message this consumer holds back to its queue, with a new body: onto the
 -- stream at once (a retry with no backoff, or a task left unstarted at shutdown), or
 -- into the delayed set until `due_ms` (a retry with backoff). Then ack the old entry.

@@ -1,3 +1,5 @@
+-- Cluster-safe: yes: the delayed set and the stream, both tagged {<queue>}, both in KEYS
+--
 -- Take one message out of a queue's delayed set, found by its due time and id: move it
 -- onto the stream at once ("run now") or drop it ("cancel"). Find, remove and add in
 -- one script, so the message is never both run now and promoted by the scheduler.

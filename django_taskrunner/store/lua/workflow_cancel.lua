@@ -1,3 +1,6 @@
+-- Cluster-safe: yes: the workflow's hash, done set, members and bodies, all tagged
+--   {<id>}, all in KEYS
+--
 -- cancel_workflow(): a running workflow becomes 'cancelled' and dispatches no more
 -- stages (workflow_member.lua reads its status); one finished, or unknown, is left.
 --

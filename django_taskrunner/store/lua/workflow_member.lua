@@ -1,3 +1,7 @@
+-- Cluster-safe: yes without the next stage's streams, as the store calls it on a cluster
+--   (the workflow's keys are tagged {<id>}); with them (KEYS[5...], tagged {<queue>}) a
+--   single server only
+--
 -- A member of a workflow finished for good: count it once, and when it was the last of
 -- its stage, send the next stage's messages in the same step (count and dispatch cannot
 -- be separated: a worker dying after this script leaves nothing half done).

@@ -81,7 +81,7 @@ def check_limits(executor: Executor, run: Run) -> bool:
         logger.error("task=%s id=%s: %s; recorded as failed", task.name, message.id, error)
         executor.record_and_ack(run, error, attempts=message.attempt - 1, event=locks.FAILED)
         return False
-    store = Limits(executor.broker.client, executor.broker.prefix)
+    store = executor.broker.store.limits
     queue = options.queue or get_settings().DEFAULT_QUEUE
     if concurrency is not None and options.concurrency_limit is not None:
         if not _take_slot(executor, run, store, keys.limit_key(

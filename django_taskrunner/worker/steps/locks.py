@@ -11,7 +11,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from django_taskrunner.core import unique as locks
-from django_taskrunner.store.locks import for_broker
 from django_taskrunner.worker.steps.run import Run
 
 if TYPE_CHECKING:
@@ -39,7 +38,7 @@ def release_locks(executor: Executor, run: Run, event: str) -> None:
         # The lock and task_id live in the shard's slot: core.unique finds their keys by
         # the message's queue, so it gets a copy naming the shard.
         stored = message if run.shard == message.queue else replace(message, queue=run.shard)
-        locks.release_with(for_broker(executor.broker), stored, event)
+        locks.release_with(executor.broker.store.locks, stored, event)
     except Exception:
         # Never let a release undo the outcome: an entry left pending would run again.
         logger.exception("task=%s id=%s queue=%s: could not free its unique lock or task id "

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.workflows import parent_result
-from django_taskrunner.store.workflows import MemberDone, WorkflowStore
+from django_taskrunner.store.workflows import MemberDone
 from django_taskrunner.worker.steps.run import Run
 
 if TYPE_CHECKING:
@@ -40,5 +40,5 @@ def parent_reader(executor: Executor, message: TaskMessage) -> Callable[[], Any]
     workflow = message.workflow
     if workflow is None:
         return lambda: None
-    store = WorkflowStore(executor.broker.client, executor.broker.prefix)
+    store = executor.broker.store.workflows
     return lambda: parent_result(store, workflow)
