@@ -120,6 +120,10 @@ class WorkerProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def log_text(self) -> str:
+        """What the process logged so far."""
+        return self.log.read_text(errors="replace")
+
     def kill(self, signum: int = signal.SIGKILL) -> None:
         self.proc.send_signal(signum)
 

@@ -100,6 +100,9 @@ def queue_is_empty() -> bool:
 # -- 1. workers killed with SIGKILL --------------------------------------------------
 
 KILL_SETTINGS = {"RESERVATION_TIMEOUT": 3, "DEAD_CONSUMER_TIMEOUT": 2}
+# The chaos tests of `runtasks --processes`: a dead child's messages must come back
+# through its supervisor or the lost-worker watch, never by waiting for this.
+PROCESS_SETTINGS = {"RESERVATION_TIMEOUT": 300}
 
 
 def kill_workers(chaos: Chaos, *, tasks: int = 5000, kills: int = 3, sleep: float = 0.02,
@@ -116,6 +119,7 @@ def kill_workers(chaos: Chaos, *, tasks: int = 5000, kills: int = 3, sleep: floa
     victim = chaos.spawn("victim-1", "-c", str(concurrency))
     chaos.spawn("survivor", "-c", str(concurrency))
     orphaned: set[str] = set()
+    killed_at = started  # set by each kill before the next one reads it
     for kill in range(1, kills + 1):
         if kill > 1:
             wait_until(lambda held=orphaned: chaos.all_ran(held), TIMEOUT,

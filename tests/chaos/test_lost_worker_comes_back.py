@@ -4,40 +4,28 @@ started again (a child of `runtasks --processes` is replaced)."""
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from tests.chaos import scenarios
-from tests.chaos.harness import Chaos, WorkerProcess, wait_until
+from tests.chaos.harness import Chaos, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.chaos]
 
 TIMEOUT = 120  # generous: the machine is shared and loaded
 LOST_EXIT = 75  # worker/returning.py
-SETTINGS = {"RESERVATION_TIMEOUT": 300, "WORKER_LOST_AFTER": 3, "LEADER_LEASE": 2}
 
 
 @pytest.fixture
-def site(tmp_path: Any, redis_url: str) -> Iterator[Callable[..., Chaos]]:
-    from django.db import connection
-
-    with contextlib.ExitStack() as stack:
-
-        def open_site(**overrides: Any) -> Chaos:
-            return stack.enter_context(scenarios.chaos_site(
-                tmp_path, redis_url, str(connection.settings_dict["NAME"]),
-                **{**SETTINGS, **overrides}))
-
-        yield open_site
+def site(site: Callable[..., Chaos]) -> Callable[..., Chaos]:
+    """The chaos site of tests/chaos/conftest.py, a worker lost after 3 s of silence."""
+    return functools.partial(site, WORKER_LOST_AFTER=3, LEADER_LEASE=2)
 
 
-def log_of(worker: WorkerProcess) -> str:
-    return worker.log.read_text(errors="replace")
 
 
 def pending_count(chaos: Chaos) -> int:
@@ -93,7 +81,7 @@ def test_a_worker_back_after_being_declared_lost_runs_and_acks_nothing_and_exits
     chaos = site()
     paused = chaos.spawn("a", "--no-scheduler", "-c", "2", "--batch-size", "10",
                          "--prefetch-ms", "0")
-    wait_until(lambda: "worker a started" in log_of(paused), TIMEOUT, chaos.log_tail())
+    wait_until(lambda: "worker a started" in paused.log_text(), TIMEOUT, chaos.log_tail())
     proc_work.dispatch_many([{"n": n, "sleep": 1.5} for n in range(12)])
     keys = {str(n) for n in range(12)}
     held, started = stop_while_holding(chaos, paused.pid, "a", keys)
@@ -102,11 +90,11 @@ def test_a_worker_back_after_being_declared_lost_runs_and_acks_nothing_and_exits
         wait_until(lambda: chaos.all_ran(keys - started) and pending_count(chaos) == 0,
                    TIMEOUT, f"the paused worker's messages to run elsewhere\n"
                    f"{chaos.log_tail()}")
-        assert "worker a is lost" in log_of(leader)
+        assert "worker a is lost" in leader.log_text()
     finally:
         os.kill(paused.pid, signal.SIGCONT)
     assert paused.proc.wait(TIMEOUT) == LOST_EXIT, chaos.log_tail()
-    assert "worker a was declared lost while it was away" in log_of(paused)
+    assert "worker a was declared lost while it was away" in paused.log_text()
     assert_taken_over(chaos, paused.pid, keys, held, started)
     assert pending_count(chaos) == 0
 
@@ -117,7 +105,7 @@ def test_a_worker_back_after_being_declared_lost_runs_and_acks_nothing_and_exits
     wait_until(lambda: chaos.all_ran({str(n) for n in range(100, 104)}), TIMEOUT,
                chaos.log_tail())
     assert again.stop() == 0, chaos.log_tail()
-    assert log_of(again).count("was declared lost while it was away") == 1
+    assert again.log_text().count("was declared lost while it was away") == 1
 
 
 def test_a_child_back_after_being_declared_lost_is_replaced(site: Any) -> None:
@@ -127,8 +115,8 @@ def test_a_child_back_after_being_declared_lost_is_replaced(site: Any) -> None:
     supervisor = chaos.spawn("sup", "--processes", "1", "--max-tasks-per-child", "1000",
                              "--no-scheduler", "-c", "2", "--batch-size", "10",
                              "--prefetch-ms", "0")
-    wait_until(lambda: ") is ready (" in log_of(supervisor), TIMEOUT, chaos.log_tail())
-    pid = int(log_of(supervisor).split("started child 0 (pid ")[1].split(",")[0])
+    wait_until(lambda: ") is ready (" in supervisor.log_text(), TIMEOUT, chaos.log_tail())
+    pid = int(supervisor.log_text().split("started child 0 (pid ")[1].split(",")[0])
     proc_work.dispatch_many([{"n": n, "sleep": 1.5} for n in range(12)])
     keys = {str(n) for n in range(12)}
     held, started = stop_while_holding(chaos, pid, "sup-0.0", keys)
@@ -139,8 +127,8 @@ def test_a_child_back_after_being_declared_lost_is_replaced(site: Any) -> None:
                    f"{chaos.log_tail()}")
     finally:
         os.kill(pid, signal.SIGCONT)
-    wait_until(lambda: log_of(supervisor).count(") is ready (") >= 2, TIMEOUT,
+    wait_until(lambda: supervisor.log_text().count(") is ready (") >= 2, TIMEOUT,
                f"the child to be replaced\n{chaos.log_tail()}")
-    assert f"exited with code {LOST_EXIT}: it was declared lost" in log_of(supervisor)
+    assert f"exited with code {LOST_EXIT}: it was declared lost" in supervisor.log_text()
     assert_taken_over(chaos, pid, keys, held, started)
     assert supervisor.stop() == 0, chaos.log_tail()

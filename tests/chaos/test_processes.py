@@ -13,7 +13,6 @@ import re
 import signal
 import statistics
 import time
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -24,32 +23,15 @@ from tests.chaos.harness import Chaos, WorkerProcess, wait_until
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.chaos]
 
 TIMEOUT = 120  # generous: the machine is shared and loaded
-SETTINGS = {"RESERVATION_TIMEOUT": 300}  # a dead child's messages must not wait for this
 CHILD = re.compile(r"started child (\d+) \(pid (\d+), consumer (\S+)\)")
 
 
-@pytest.fixture
-def site(tmp_path: Any, redis_url: str) -> Iterator[Callable[..., Chaos]]:
-    from django.db import connection
-
-    with contextlib.ExitStack() as stack:
-
-        def open_site(**overrides: Any) -> Chaos:
-            return stack.enter_context(scenarios.chaos_site(
-                tmp_path, redis_url, str(connection.settings_dict["NAME"]),
-                **{**SETTINGS, **overrides}))
-
-        yield open_site
-
-
-def log_of(worker: WorkerProcess) -> str:
-    return worker.log.read_text(errors="replace")
 
 
 def children(worker: WorkerProcess) -> list[tuple[int, int, str]]:
     """(slot, pid, consumer) of every child the supervisor logged starting, in order."""
     return [(int(slot), int(pid), consumer)
-            for slot, pid, consumer in CHILD.findall(log_of(worker))]
+            for slot, pid, consumer in CHILD.findall(worker.log_text())]
 
 
 def alive(pid: int) -> bool:
@@ -61,7 +43,7 @@ def alive(pid: int) -> bool:
 
 
 def ready_count(worker: WorkerProcess) -> int:
-    return log_of(worker).count(") is ready (")
+    return worker.log_text().count(") is ready (")
 
 
 def start(chaos: Chaos, *args: str, ready: int = 2) -> WorkerProcess:
@@ -126,11 +108,11 @@ def test_a_sigkilled_childs_messages_start_again_at_once_and_sigterm_drains(site
     # No bound on the time itself (a loaded machine is slow): restart_times waited at most
     # TIMEOUT (120 s), under RESERVATION_TIMEOUT (300 s), so they were handed back, not
     # reclaimed; the figure is printed against the 1 s goal.
-    assert TIMEOUT < SETTINGS["RESERVATION_TIMEOUT"]
+    assert TIMEOUT < scenarios.PROCESS_SETTINGS["RESERVATION_TIMEOUT"]
     wait_until(lambda: chaos.all_ran(keys), TIMEOUT, f"every task to run\n{chaos.log_tail()}")
     wait_until(lambda: ready_count(worker) >= 3, TIMEOUT, "the replacement to be ready")
     assert worker.stop() == 0, chaos.log_tail()
-    assert "every child drained; stopped" in log_of(worker)
+    assert "every child drained; stopped" in worker.log_text()
     assert not any(alive(pid) for _slot, pid, _consumer in children(worker))
     runs = chaos.runs()
     assert all(runs[key] == 1 for key in keys - held), runs
@@ -183,14 +165,14 @@ def test_children_leaking_memory_are_recycled_without_losing_or_repeating_a_task
     # over the limit by at most the task that crossed it and what it held when it
     # paused (2 running, 2 fetched), 5 MB each, and the allocator's slack
     assert largest < (150 + 5 * 5 + 20) * 2**20
-    assert log_of(worker).count("starting its replacement first") >= 2
+    assert worker.log_text().count("starting its replacement first") >= 2
 
 
 def test_children_that_keep_dying_at_start_up_stop_the_supervisor(site: Any) -> None:
     chaos = site()
     worker = chaos.spawn("sup", "--processes", "2", settings="tests.chaos.settings_child_fails")
     assert worker.proc.wait(TIMEOUT) != 0
-    log = log_of(worker)
+    log = worker.log_text()
     assert "died before it was ready 3 times in a row" in log, log[-3000:]
     assert "refuse to load in a child process" in log
 
@@ -222,8 +204,8 @@ def test_burst_with_processes_drains_in_every_child_then_exits_0(site: Any) -> N
     worker = chaos.spawn("sup", "--processes", "2", "--burst")
     assert worker.proc.wait(TIMEOUT) == 0, chaos.log_tail()
     assert chaos.all_ran(keys)
-    assert log_of(worker).count("burst: every queue is empty, stopping") == 2
-    assert "every child drained; stopped" in log_of(worker)
+    assert worker.log_text().count("burst: every queue is empty, stopping") == 2
+    assert "every child drained; stopped" in worker.log_text()
 
 
 def test_eager_mode_changes_nothing_for_the_children_of_runtasks(site: Any) -> None:
@@ -236,7 +218,7 @@ def test_eager_mode_changes_nothing_for_the_children_of_runtasks(site: Any) -> N
     assert worker.proc.wait(TIMEOUT) == 0, chaos.log_tail()
     runs = chaos.runs()
     assert all(runs[key] == 1 for key in keys)
-    assert "TASKRUNNER['EAGER'] is on" in log_of(worker)
+    assert "TASKRUNNER['EAGER'] is on" in worker.log_text()
 
 
 def test_chaos_children_killed_every_two_seconds_then_the_whole_runtasks(site: Any) -> None:

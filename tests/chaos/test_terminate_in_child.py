@@ -4,36 +4,17 @@ retried, the child's other messages run again elsewhere without an attempt count
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from tests.chaos import scenarios
-from tests.chaos.harness import Chaos, WorkerProcess, wait_until
+from tests.chaos.harness import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.chaos]
 
 TIMEOUT = 120  # generous: the machine is shared and loaded
 
 
-@pytest.fixture
-def site(tmp_path: Any, redis_url: str) -> Iterator[Callable[..., Chaos]]:
-    from django.db import connection
-
-    with contextlib.ExitStack() as stack:
-
-        def open_site(**overrides: Any) -> Chaos:
-            return stack.enter_context(scenarios.chaos_site(
-                tmp_path, redis_url, str(connection.settings_dict["NAME"]),
-                **{"RESERVATION_TIMEOUT": 300, **overrides}))
-
-        yield open_site
-
-
-def log_of(worker: WorkerProcess) -> str:
-    return worker.log.read_text(errors="replace")
 
 
 def test_terminate_ends_the_child_records_cancelled_and_hands_the_rest_back(site: Any) -> None:
@@ -44,7 +25,7 @@ def test_terminate_ends_the_child_records_cancelled_and_hands_the_rest_back(site
     chaos = site()
     worker = chaos.spawn("sup", "--processes", "2", "-c", "2", "--batch-size", "2",
                          "--prefetch-ms", "0")
-    wait_until(lambda: log_of(worker).count(") is ready (") >= 2, TIMEOUT, chaos.log_tail())
+    wait_until(lambda: worker.log_text().count(") is ready (") >= 2, TIMEOUT, chaos.log_tail())
     blocker = proc_blocks.dispatch({"n": "blocker"})
     others = proc_work.dispatch_many([{"n": n, "sleep": 0.5} for n in range(20)])
     wait_until(lambda: "blocker" in chaos.started_by(), TIMEOUT, chaos.log_tail())
@@ -55,9 +36,9 @@ def test_terminate_ends_the_child_records_cancelled_and_hands_the_rest_back(site
     wait_until(lambda: (record := lookup(blocker.id)) is not None
                and record.status == "cancelled", TIMEOUT, chaos.log_tail())
     wait_until(lambda: chaos.all_ran({str(n) for n in range(20)}), TIMEOUT, chaos.log_tail())
-    wait_until(lambda: log_of(worker).count(") is ready (") >= 3, TIMEOUT,
+    wait_until(lambda: worker.log_text().count(") is ready (") >= 3, TIMEOUT,
                f"the ended child's replacement\n{chaos.log_tail()}")
-    log = log_of(worker)
+    log = worker.log_text()
     assert f"(pid {victim}," in log and "ended for cancel(terminate=True)" in log, log
     assert chaos.starts()["blocker"] == 1  # max_retry=3, but a cancel is not retried
     assert "blocker" not in chaos.runs()
