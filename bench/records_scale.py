@@ -145,9 +145,9 @@ def moved_tasks() -> tuple[str, str, str]:
     from django_taskrunner.core import clock
     from django_taskrunner.core.dispatch import dispatch, dispatch_delayed
     from django_taskrunner.core.message import TaskMessage
-    from django_taskrunner.store.streams import Requeue
     from django_taskrunner.store import get_store
     from django_taskrunner.store.records import RecordWrite
+    from django_taskrunner.store.streams import Requeue
 
     broker = get_store().streams
     delayed = dispatch_delayed(TASK, {"order": -1}, delay=1)

@@ -20,10 +20,10 @@ from django_taskrunner.core.options import (
     DEFAULT_PRIORITY,
     TaskOptions,
     check_fair_key,
-    fair_weight_of,
     check_priority,
     check_queue_name,
     check_seconds,
+    fair_weight_of,
 )
 from django_taskrunner.core.registry import registry
 from django_taskrunner.core.unique import KeySource, UniqueClaim

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime
 from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 

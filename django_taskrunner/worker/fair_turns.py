@@ -9,7 +9,6 @@ reader starts and every `LOOK_EVERY` seconds after, as priority levels are found
 
 from __future__ import annotations
 
-
 from django_taskrunner.core import clock
 from django_taskrunner.store.fair import Fair
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timezone as dt_timezone
+from datetime import UTC, datetime
+from datetime import timezone as dt_timezone
 
 import pytest
 from django.contrib.auth.models import User
@@ -25,7 +26,7 @@ def test_the_failed_list_and_row_show_failed_at_with_seconds(settings):
         task_name="tests.testapp.tasks.noop", queue="default", message_id="m1",
         payload=json.dumps({"n": 1}), error_class="ValueError", error="ValueError: boom",
         traceback="", attempts=1, worker="w1",
-        failed_at=datetime(2026, 12, 3, 9, 41, 27, tzinfo=dt_timezone.utc))
+        failed_at=datetime(2026, 12, 3, 9, 41, 27, tzinfo=UTC))
 
     listing = root.get(FAILED).content.decode()
     form = root.get(f"{FAILED}{row.pk}/change/").content.decode()

@@ -181,8 +181,8 @@ def test_a_retried_tasks_page_reads_its_new_entry_without_searching(root):
 
 
 def test_a_message_requeued_onto_its_stream_gives_its_record_the_new_entry(root):
-    from django_taskrunner.store.streams import Requeue
     from django_taskrunner.store import get_store
+    from django_taskrunner.store.streams import Requeue
     from django_taskrunner.worker.acker import Acker, Batch
     from django_taskrunner.worker.outage import RedisStatus
 

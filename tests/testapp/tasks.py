@@ -380,10 +380,12 @@ def fails_with_nul(payload: Any) -> None:
     raise ValueError("before\x00after")
 
 
-from tests.testapp import chaos_tasks  # noqa: E402,F401 - registers the chaos suite's tasks
-from tests.testapp import async_tasks  # noqa: E402,F401 - registers the async fixture tasks
-from tests.testapp import fair_tasks  # noqa: E402,F401 - registers the fair queue tests tasks
-from tests.testapp import workflow_tasks  # noqa: E402,F401 - registers the workflow tests tasks
-from tests.testapp import limit_tasks  # noqa: E402,F401 - registers the limit tests' tasks
-from tests.testapp import step_tasks  # noqa: E402,F401 - registers the durable steps tasks
-from tests.testapp import process_tasks  # noqa: E402,F401 - registers the --processes tests' tasks
+from tests.testapp import (
+    async_tasks,  # noqa: E402,F401 - registers the async fixture tasks
+    chaos_tasks,  # noqa: E402,F401 - registers the chaos suite's tasks
+    fair_tasks,  # noqa: E402,F401 - registers the fair queue tests tasks
+    limit_tasks,  # noqa: E402,F401 - registers the limit tests' tasks
+    process_tasks,  # noqa: E402,F401 - registers the --processes tests' tasks
+    step_tasks,  # noqa: E402,F401 - registers the durable steps tasks
+    workflow_tasks,  # noqa: E402,F401 - registers the workflow tests tasks
+)
