@@ -113,7 +113,8 @@ class LimitWait:
 
 def limit_waits(fields: Mapping[str, str]) -> tuple[LimitWait, ...]:
     """The ended waits (`lx:<since>` fields) and the current one (`lws`, `lw`), oldest
-    first; one that does not parse is left out."""
+    first; one that does not parse is left out. A task that ended while it waited (it was
+    cancelled in the delayed set) keeps its wait, ended when the task ended."""
     found = []
     for name, raw in fields.items():
         if not name.startswith("lx:"):
@@ -123,9 +124,11 @@ def limit_waits(fields: Mapping[str, str]) -> tuple[LimitWait, ...]:
             found.append(LimitWait(int(since), int(ended), str(limit)))
         except (ValueError, TypeError):
             continue
-    since = fields.get("lws", "")
+    since, end = fields.get("lws", ""), fields.get("f", "")
     if since.isdigit() and fields.get("s") == "delayed":
         found.append(LimitWait(int(since), None, fields.get("lw", "")))
+    elif since.isdigit() and end.isdigit():  # it ended while waiting (cancelled, say)
+        found.append(LimitWait(int(since), int(end), fields.get("lw", "")))
     return tuple(sorted(found, key=lambda wait: wait.since_ms))
 
 

@@ -132,3 +132,23 @@ def test_a_rate_key_that_raises_fails_the_task_clearly_and_the_worker_goes_on(r)
     assert "rate_key of task" in row.error and "KeyError" in row.error
     assert r.hget(limit_runs_key(), "key_raises") is None
     assert lookup(message.id).status == "failed"
+
+
+def test_a_task_cancelled_while_it_waits_on_a_limit_keeps_that_wait(r):
+    """The wait of a task cancelled in the delayed set ends when the task ended, on its
+    record (the task page's timeline draws it), instead of vanishing."""
+    from django_taskrunner import cancel
+
+    with running_worker(LIMITS_QUEUE) as worker:
+        wait_for(lambda: leads(worker), 10)
+        messages = [once_an_hour.dispatch({"n": 1}), once_an_hour.dispatch({"n": 2})]
+        wait_for(lambda: any(lookup(m.id).status == "delayed" for m in messages), 10)
+    (waiting,) = [m for m in messages if lookup(m.id).status == "delayed"]
+
+    assert cancel(waiting.id)
+
+    record = lookup(waiting.id)
+    assert record.status == "cancelled"
+    (wait,) = record.limit_waits
+    assert wait.limit == "rate 1/h"
+    assert wait.ended_ms is not None and wait.since_ms <= wait.ended_ms
