@@ -25,7 +25,7 @@ def root() -> Client:
 def test_terminate_asks_first_then_stops_a_task_that_ignores_its_cancel(root, r):
     with worker_thread(("default",), concurrency=1):
         task = dispatch(ignores_cancel, {"n": 1})
-        wait_for(lambda: r.hget(runs_key(), "ignores_cancel:start:1"))
+        wait_for(lambda: lookup(task.id).status == "running")  # its start write landed
         cancel(task.id)  # ignored: it keeps running
         page = root.get(DETAIL, {"queue": "default", "id": task.id}).content.decode()
         assert "Terminate it now" in page and "Cancel this task" not in page
