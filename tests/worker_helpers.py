@@ -80,3 +80,16 @@ def worker_thread(queues: tuple[str, ...] = ("default",), **options: Any) -> Ite
         worker.request_stop()
         thread.join(20)
         assert not thread.is_alive(), "the worker did not stop"
+
+
+def exit_code_of(worker: Worker, timeout: float = 30.0) -> int | None:
+    """Run `worker` on a thread until it stops by itself (a thread of its died, say);
+    its exit code, or None when it was still running after `timeout` (then stopped)."""
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(worker.run()), daemon=True)
+    thread.start()
+    thread.join(timeout)
+    ran_on = thread.is_alive()
+    worker.request_stop()
+    thread.join(20)
+    return None if ran_on or not codes else codes[0]

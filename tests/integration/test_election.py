@@ -17,6 +17,7 @@ from django_taskrunner.scheduling.election import LeaderElection
 from django_taskrunner.store import get_store, keys
 from tests.integration.scheduling_helpers import wait_for
 from tests.testapp.tasks import stamp, stamps_key
+from tests.worker_helpers import exit_code_of
 
 
 @pytest.fixture
@@ -157,18 +158,11 @@ def test_a_leader_thread_that_dies_takes_the_worker_down_non_zero(r, monkeypatch
         raise RuntimeError("a bug in the election")
 
     monkeypatch.setattr(LeaderElection, "step", broken)
-    worker = build_worker(get_store().streams, worker_settings(("default",), concurrency=1,
-                                                        block_ms=100, shutdown_timeout=5))
-    codes: list[int] = []
-    thread = threading.Thread(target=lambda: codes.append(worker.run()), daemon=True)
-    thread.start()
-    try:
-        thread.join(30)
-        assert not thread.is_alive(), "the worker went on without its election"
-    finally:
-        worker.request_stop()
-        thread.join(20)
-    assert codes and codes[0] == 70
+    worker = build_worker(get_store().streams, worker_settings(
+        ("default",), concurrency=1, block_ms=100, shutdown_timeout=5))
+    code = exit_code_of(worker)
+    assert code is not None, "the worker went on without its election"
+    assert code == 70
     assert "internal thread taskrunner-election died unexpectedly" in caplog.text
 
 

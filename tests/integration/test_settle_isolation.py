@@ -6,8 +6,6 @@ non-zero exit code, instead of leaving a worker that runs tasks it cannot ack.""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from django_taskrunner import chain, lookup, lookup_workflow
@@ -17,7 +15,7 @@ from django_taskrunner.store import get_store, keys
 from django_taskrunner.worker.settings import worker_settings
 from tests.testapp import tasks
 from tests.testapp.workflow_tasks import wf_member
-from tests.worker_helpers import wait_for, worker_thread
+from tests.worker_helpers import exit_code_of, wait_for, worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -88,14 +86,7 @@ def test_an_internal_thread_that_dies_takes_the_worker_down_non_zero(r, caplog):
         raise RuntimeError("a bug in the fetcher")
 
     worker.fetchers[0]._read_stream = broken  # a bug: the fetcher thread dies on its read
-    codes: list[int] = []
-    thread = threading.Thread(target=lambda: codes.append(worker.run()), daemon=True)
-    thread.start()
-    try:
-        thread.join(30)
-        assert not thread.is_alive(), "the worker went on without its fetcher"
-    finally:
-        worker.request_stop()
-        thread.join(20)
-    assert codes and codes[0] != 0
+    code = exit_code_of(worker)
+    assert code is not None, "the worker went on without its fetcher"
+    assert code != 0
     assert "internal thread taskrunner-fetch-default died unexpectedly" in caplog.text
