@@ -22,11 +22,7 @@ class TaskRunnerConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django_taskrunner import (  # noqa: F401 - they register the system checks
-            checks,
-            server_checks,
-            setup_checks,
-        )
+        from django_taskrunner import conf, server_checks, setup_checks
         from django_taskrunner.core.registry import registry
 
         setting_changed.connect(_on_setting_changed, dispatch_uid="django_taskrunner.conf")

@@ -31,7 +31,6 @@ from django.core import checks
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from django_taskrunner.bounds import QUEUE_NAME
 from django_taskrunner.compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -44,6 +43,7 @@ from django_taskrunner.compat import (
     task_backends,
     task_enqueued,
 )
+from django_taskrunner.conf import QUEUE_NAME
 from django_taskrunner.core import clock, due, sharding
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.options import DEFAULT_PRIORITY

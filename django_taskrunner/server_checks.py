@@ -2,7 +2,7 @@
 
 A deployment check (`manage.py check --deploy`), because it talks to the server: plain
 `manage.py check` stays offline, as Django's own database checks do. `runtasks` runs
-the same check (store/server.py) at every start. Kept out of checks.py, which
+the same check (store/server.py) at every start. Kept out of conf.py, which
 `conf.get_settings()` imports: this module needs the connection, which needs conf.
 """
 

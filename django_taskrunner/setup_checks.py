@@ -1,6 +1,6 @@
 """System checks of what surrounds the settings: packages a setting needs, and what
-`check --deploy` should warn about. Apart from checks.py because they read the merged
-settings through `conf`, which itself validates through checks.py."""
+`check --deploy` should warn about. Apart from conf.py because they read the merged
+settings through `conf`, which itself validates through conf.py."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from django.core.checks import CheckMessage, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 
-from django_taskrunner.checks import error
-from django_taskrunner.conf import default_embedded_dir, get_settings, user_settings
+from django_taskrunner.conf import default_embedded_dir, error, get_settings, user_settings
 from django_taskrunner.core import outbox_rows
 
 

@@ -42,8 +42,7 @@ from django.utils.http import urlencode
 
 from django_taskrunner.admin.shared import RedisPageAdmin, page_path
 from django_taskrunner.admin.timeline import moment
-from django_taskrunner.bounds import QUEUE_NAME
-from django_taskrunner.conf import get_settings
+from django_taskrunner.conf import QUEUE_NAME, get_settings
 from django_taskrunner.core import sharding
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage

@@ -19,7 +19,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.http import urlencode
 
 from django_taskrunner.admin.shared import PAGE_SIZE, Position, RedisPageAdmin, scan_keys_page
-from django_taskrunner.bounds import QUEUE_NAME
+from django_taskrunner.conf import QUEUE_NAME
 from django_taskrunner.core import clock
 from django_taskrunner.core.limits import parse_rate
 from django_taskrunner.core.registry import registry

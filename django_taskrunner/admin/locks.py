@@ -40,7 +40,7 @@ from django_taskrunner.admin.shared import (
     page_path,
     scan_keys_page,
 )
-from django_taskrunner.bounds import QUEUE_NAME
+from django_taskrunner.conf import QUEUE_NAME
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.registry import registry
 from django_taskrunner.stats.health import dashboard_queues

@@ -39,7 +39,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 
-from django_taskrunner.bounds import QUEUE_NAME
+from django_taskrunner.conf import QUEUE_NAME
 from django_taskrunner.core import sharding
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.exceptions import InvalidTaskPayload, RedisUnavailable, UnreadableData

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django_taskrunner.bounds import MAX_SECONDS, QUEUE_NAME
+from django_taskrunner.conf import MAX_SECONDS, QUEUE_NAME
 from django_taskrunner.exceptions import InvalidTaskOptions, UniqueForRequired
 
 UNIQUE_MODES = ("until_finished", "until_executed", "until_executing", "while_locked",

@@ -10,7 +10,7 @@ without expiry: it outlives worker restarts until resumed.
 
 from __future__ import annotations
 
-from django_taskrunner.checks import QUEUE_NAME
+from django_taskrunner.conf import QUEUE_NAME
 from django_taskrunner.core import clock
 from django_taskrunner.exceptions import InvalidTaskOptions, UnreadableData
 from django_taskrunner.store import get_store

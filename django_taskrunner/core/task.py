@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, overload
 
-from django_taskrunner.bounds import MAX_SECONDS
+from django_taskrunner.conf import MAX_SECONDS
 from django_taskrunner.core import dispatch as dispatching
 from django_taskrunner.core import workflows
 from django_taskrunner.core.cron import check_cron

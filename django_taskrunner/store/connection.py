@@ -30,9 +30,8 @@ from redis.connection import parse_url
 from redis.exceptions import RedisClusterException, ResponseError
 from redis.retry import Retry
 
-from django_taskrunner.conf import get_settings, on_reset
+from django_taskrunner.conf import get_settings, on_reset, parse_node
 from django_taskrunner.store import embedded
-from django_taskrunner.store.nodes import parse_node
 
 logger = logging.getLogger(__name__)
 

@@ -134,7 +134,7 @@ def test_the_system_check_warns_when_rows_wait_past_the_threshold(taskrunner_set
 
 
 def test_the_threshold_setting_is_validated(taskrunner_settings):
-    from django_taskrunner.checks import validate_settings
+    from django_taskrunner.conf import validate_settings
 
     assert [e.id for e in validate_settings({"OUTBOX_WARN_AGE": 0})] == ["taskrunner.E002"]
     assert [e.id for e in validate_settings({"OUTBOX": "yes"})] == ["taskrunner.E005"]

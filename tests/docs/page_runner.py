@@ -32,7 +32,7 @@ from django.core import checks
 from django.core.management import call_command
 from django.test import override_settings
 
-from django_taskrunner.checks import _check_connection_alias, validate_settings
+from django_taskrunner.conf import _check_connection_alias, validate_settings
 from tests.docs.example_site import example_site
 from tests.docs.markdown_blocks import Block, parse_blocks
 

@@ -13,7 +13,7 @@ import yaml
 from django.core.management import call_command
 
 from django_taskrunner import dispatch_many
-from django_taskrunner.defaults import DEFAULTS
+from django_taskrunner.conf import DEFAULTS
 from django_taskrunner.store import get_store, keys
 from tests.docs.markdown_blocks import parse_blocks
 from tests.testapp.tasks import noop

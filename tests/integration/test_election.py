@@ -204,7 +204,7 @@ def test_killing_the_leader_hands_the_lease_over_and_delayed_tasks_still_run(r, 
 
 
 def test_leader_lease_setting_is_checked():
-    from django_taskrunner.checks import validate_settings
+    from django_taskrunner.conf import validate_settings
 
     assert validate_settings({"LEADER_LEASE": 3}) == []
     (error,) = validate_settings({"LEADER_LEASE": 0.2})

@@ -11,10 +11,13 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from django_taskrunner import checks
-from django_taskrunner.checks import check_taskrunner_settings, validate_settings
-from django_taskrunner.conf import get_settings
-from django_taskrunner.defaults import DEFAULTS
+from django_taskrunner import conf
+from django_taskrunner.conf import (
+    DEFAULTS,
+    check_taskrunner_settings,
+    get_settings,
+    validate_settings,
+)
 
 
 def ids(settings_value, settings):
@@ -89,7 +92,7 @@ UNUSABLE = object()
 def test_every_key_of_defaults_has_its_own_check():
     """A new setting cannot slip through: each key refuses a value of the wrong type, in
     the system checks and in the run-time reader, with a message naming the key."""
-    assert set(getattr(checks, "KEY_CHECKS", {})) == set(DEFAULTS)
+    assert set(getattr(conf, "KEY_CHECKS", {})) == set(DEFAULTS)
     for key in DEFAULTS:
         found = validate_settings({key: UNUSABLE})
         assert any(key in error.msg for error in found), (key, found)
@@ -131,7 +134,7 @@ NUMERIC_KEYS = [
 
 
 def test_the_numeric_keys_are_these():
-    assert sorted(getattr(checks, "NUMBERS", {})) == sorted(NUMERIC_KEYS)
+    assert sorted(getattr(conf, "NUMBERS", {})) == sorted(NUMERIC_KEYS)
 
 
 @pytest.mark.parametrize("key", NUMERIC_KEYS)

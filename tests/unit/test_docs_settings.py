@@ -3,7 +3,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from django_taskrunner.defaults import DEFAULTS
+from django_taskrunner.conf import DEFAULTS
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -30,7 +30,7 @@ def _figure(value: float) -> str:
 
 
 def test_the_settings_page_gives_each_numbers_range():
-    from django_taskrunner.checks import NUMBERS
+    from django_taskrunner.conf import NUMBERS
 
     text = (DOCS / "settings.md").read_text()
     for key, rule in NUMBERS.items():
@@ -41,7 +41,7 @@ def test_the_settings_page_gives_each_numbers_range():
         assert ("`None` or" in row) == rule.none_allowed, row
 
 
-CHECK_MODULES = ("checks.py", "setup_checks.py", "server_checks.py")
+CHECK_MODULES = ("conf.py", "setup_checks.py", "server_checks.py")
 
 
 def test_the_settings_page_lists_exactly_the_check_ids_the_code_uses():

@@ -47,7 +47,7 @@ ALLOWED_TYPE_ONLY_IMPORTS = {
 ALLOWED_FUNCTION_IMPORTS = {
     # AppConfig.ready(): apps.py is imported while Django loads apps, before models
     # (and anything importing them) may be imported.
-    ("django_taskrunner.apps", "django_taskrunner.checks"),
+    ("django_taskrunner.apps", "django_taskrunner.conf"),
     ("django_taskrunner.apps", "django_taskrunner.server_checks"),
     ("django_taskrunner.apps", "django_taskrunner.conf"),
     ("django_taskrunner.apps", "django_taskrunner.core.registry"),

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from django_taskrunner import Task
-from django_taskrunner.bounds import MAX_SECONDS
+from django_taskrunner.conf import MAX_SECONDS
 from django_taskrunner.core.task import TaskOptions
 from django_taskrunner.worker.steps.retry import retry_delay
 

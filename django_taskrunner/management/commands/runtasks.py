@@ -14,7 +14,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_taskrunner.bounds import (
+from django_taskrunner.conf import (
     MAX_BATCH,
     MAX_MEMORY_MB,
     MAX_POOL,
@@ -22,8 +22,8 @@ from django_taskrunner.bounds import (
     MAX_TASKS_PER_CHILD,
     PREFETCH_MS_MAX,
     QUEUE_NAME,
+    get_settings,
 )
-from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
 from django_taskrunner.core.options import check_queue_name
 from django_taskrunner.exceptions import InvalidTaskOptions

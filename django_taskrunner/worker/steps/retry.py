@@ -13,7 +13,7 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from django_taskrunner.bounds import MAX_SECONDS
+from django_taskrunner.conf import MAX_SECONDS
 from django_taskrunner.core import clock
 from django_taskrunner.core.sending import fair_queue
 from django_taskrunner.core.task import Task
