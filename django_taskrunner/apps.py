@@ -22,7 +22,7 @@ class TaskRunnerConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django_taskrunner import conf, server_checks, setup_checks
+        from django_taskrunner import checks  # noqa: F401 - it registers the system checks
         from django_taskrunner.core.registry import registry
 
         setting_changed.connect(_on_setting_changed, dispatch_uid="django_taskrunner.conf")

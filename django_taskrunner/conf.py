@@ -27,8 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings as django_settings
-from django.core.checks import CheckMessage, Error, Tags, register
+from django.core.checks import CheckMessage, Error
 from django.core.exceptions import ImproperlyConfigured
+
+__all__ = ["Settings", "get_settings", "on_reset", "reset"]
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,99}$")
 # A year. A longer time setting is a mistake, and far longer ones overflow what Redis
@@ -168,7 +170,7 @@ MAX_WINDOW = 100_000
 
 
 def error(msg: str, id_: str, hint: str | None = None) -> Error:
-    """A TASKRUNNER system-check error (also used by setup_checks.py)."""
+    """A TASKRUNNER system-check error (also used by checks.py)."""
     return Error(msg, hint=hint, obj="settings.TASKRUNNER", id=id_)
 
 
@@ -466,38 +468,6 @@ def check_connection_alias(raw: dict[str, Any]) -> list[CheckMessage]:
 # The name tests and docs examples imported before the function became public.
 _check_connection_alias = check_connection_alias
 
-
-def _check_handler_paths(raw: dict[str, Any]) -> list[CheckMessage]:
-    from django.utils.module_loading import import_string
-
-    errors: list[CheckMessage] = []
-    for key in ("FAILED_TASK_HANDLER", "LONG_QUEUE_HOOK"):
-        path = raw.get(key)
-        if not isinstance(path, str):
-            continue
-        try:
-            target = import_string(path)
-        except ImportError as exc:
-            errors.append(
-                error(f"TASKRUNNER[{key!r}] cannot be imported: {exc}", "taskrunner.E008"))
-            continue
-        if not callable(target):
-            errors.append(
-                error(f"TASKRUNNER[{key!r}] = {path!r} is not callable", "taskrunner.E008"))
-    return errors
-
-
-@register(Tags.compatibility)
-def check_taskrunner_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """Django system check: report every bad `TASKRUNNER` value at start-up."""
-    raw = getattr(django_settings, "TASKRUNNER", {})
-    errors = validate_settings(raw)
-    if isinstance(raw, dict):
-        raw = dict(raw)
-        errors += check_connection_alias(raw) + _check_handler_paths(raw)
-    return errors
-
-__all__ = ["Settings", "get_settings", "on_reset", "reset"]
 
 _reset_callbacks: list[Callable[[], None]] = []
 

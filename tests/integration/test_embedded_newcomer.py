@@ -13,11 +13,11 @@ import pytest
 from django.core.management import call_command
 from django.test import override_settings
 
-from django_taskrunner.exceptions import EmbeddedRedisUnavailable
-from django_taskrunner.setup_checks import (
+from django_taskrunner.checks import (
     check_connection_needs_django_redis,
     check_embedded_redis_in_production,
 )
+from django_taskrunner.exceptions import EmbeddedRedisUnavailable
 from django_taskrunner.store import embedded
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from django_taskrunner.server_checks import check_taskrunner_server
+from django_taskrunner.checks import check_taskrunner_server
 from django_taskrunner.store import Store, server
 from django_taskrunner.store.server import Features, ServerUnsupported, check_server
 from tests.conftest import ROOT, start_private_redis, worker_env

@@ -12,9 +12,9 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from django_taskrunner import conf
+from django_taskrunner.checks import check_taskrunner_settings
 from django_taskrunner.conf import (
     DEFAULTS,
-    check_taskrunner_settings,
     get_settings,
     validate_settings,
 )

@@ -6,7 +6,8 @@ import zlib
 
 import pytest
 
-from django_taskrunner.conf import check_taskrunner_settings, parse_node
+from django_taskrunner.checks import check_taskrunner_settings
+from django_taskrunner.conf import parse_node
 from django_taskrunner.core import sharding
 from django_taskrunner.store import keys
 

@@ -41,7 +41,7 @@ def test_the_settings_page_gives_each_numbers_range():
         assert ("`None` or" in row) == rule.none_allowed, row
 
 
-CHECK_MODULES = ("conf.py", "setup_checks.py", "server_checks.py")
+CHECK_MODULES = ("conf.py", "checks.py", "checks.py")
 
 
 def test_the_settings_page_lists_exactly_the_check_ids_the_code_uses():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from django_taskrunner.conf import check_taskrunner_settings
+from django_taskrunner.checks import check_taskrunner_settings
 
 
 def found(settings, value):

@@ -1,18 +1,35 @@
-"""System checks of what surrounds the settings: packages a setting needs, and what
-`check --deploy` should warn about. Apart from conf.py because they read the merged
-settings through `conf`, which itself validates through conf.py."""
+"""The app's Django system checks: every `TASKRUNNER` value (`taskrunner.E000`...), what
+surrounds the settings (packages a setting needs, what `check --deploy` should warn
+about) and the server (`taskrunner.E020`: can the configured Redis run the app?).
+
+The value checks themselves live in `conf.py`, which `get_settings()` also runs; these
+are the checks Django runs at start-up. The server check is a deployment check, because
+it talks to the server: plain `manage.py check` stays offline, as Django's own database
+checks do. `runtasks` runs the same check (store/server.py) at every start.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.conf import settings as django_settings
-from django.core.checks import CheckMessage, Tags, Warning, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.checks import Warning as CheckWarning
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 
-from django_taskrunner.conf import default_embedded_dir, error, get_settings, user_settings
+from django_taskrunner.conf import (
+    check_connection_alias,
+    default_embedded_dir,
+    error,
+    get_settings,
+    user_settings,
+    validate_settings,
+)
 from django_taskrunner.core import outbox_rows
+from django_taskrunner.store import get_store
+from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.store.server import ServerUnsupported
 
 
 @register(Tags.compatibility)
@@ -77,3 +94,46 @@ def check_outbox_age(app_configs: Any = None, databases: Any = None,
                      "the rows)? See docs/outbox.md",
                 id="taskrunner.W030"))
     return warnings
+
+@register("taskrunner_server", deploy=True)
+def check_taskrunner_server(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Error when the server is too old or lacks streams or EVALSHA; warn when unreachable."""
+    try:
+        get_store().server.check()
+    except ServerUnsupported as exc:
+        return [Error(str(exc), obj="settings.TASKRUNNER", id="taskrunner.E020")]
+    except REDIS_DOWN as exc:
+        return [CheckWarning(f"cannot reach the Redis server to check it: {exc}",
+                             obj="settings.TASKRUNNER", id="taskrunner.W020")]
+    return []
+
+
+def _check_handler_paths(raw: dict[str, Any]) -> list[CheckMessage]:
+    from django.utils.module_loading import import_string
+
+    errors: list[CheckMessage] = []
+    for key in ("FAILED_TASK_HANDLER", "LONG_QUEUE_HOOK"):
+        path = raw.get(key)
+        if not isinstance(path, str):
+            continue
+        try:
+            target = import_string(path)
+        except ImportError as exc:
+            errors.append(
+                error(f"TASKRUNNER[{key!r}] cannot be imported: {exc}", "taskrunner.E008"))
+            continue
+        if not callable(target):
+            errors.append(
+                error(f"TASKRUNNER[{key!r}] = {path!r} is not callable", "taskrunner.E008"))
+    return errors
+
+
+@register(Tags.compatibility)
+def check_taskrunner_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Django system check: report every bad `TASKRUNNER` value at start-up."""
+    raw = getattr(django_settings, "TASKRUNNER", {})
+    errors = validate_settings(raw)
+    if isinstance(raw, dict):
+        raw = dict(raw)
+        errors += check_connection_alias(raw) + _check_handler_paths(raw)
+    return errors
