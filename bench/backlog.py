@@ -68,7 +68,7 @@ class Run:
     def load(self, count: int, due_ms: int) -> float:
         """`count` delayed tasks on queue `bulk` due at `due_ms`; seconds it took."""
         from bench.timing_site.tasks import record_lateness
-        from django_taskrunner.core.prepare import new_message
+        from django_taskrunner.core.dispatch import new_message
         from django_taskrunner.core.records import dispatch_record
         from django_taskrunner.store import keys, scripts
 

@@ -94,7 +94,7 @@ class Bench:
     def add(self, run: str, due_ms: int, pipe=None) -> None:  # type: ignore[no-untyped-def]
         """One delayed task through the dispatch path, due exactly at `due_ms`."""
         from bench.timing_site.tasks import record_lateness
-        from django_taskrunner.core.prepare import new_message
+        from django_taskrunner.core.dispatch import new_message
         from django_taskrunner.core.sending import add_delayed
         from django_taskrunner.store import scripts
         from django_taskrunner.store.keys import delayed_key, wake_channel
@@ -170,7 +170,7 @@ class Bench:
 
     def add_bulk(self, pipe, n: int, due: int) -> None:  # type: ignore[no-untyped-def]
         from bench.timing_site.tasks import record_lateness
-        from django_taskrunner.core.prepare import new_message
+        from django_taskrunner.core.dispatch import new_message
         from django_taskrunner.store.keys import delayed_key
 
         message = new_message(record_lateness, {"run": "bulk", "due": due, "n": n},

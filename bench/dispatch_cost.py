@@ -84,7 +84,7 @@ def best_us(fn: Callable[[], Any], number: int) -> float:
 
 def python_only(job: Any, client: Any, number: int) -> None:
     from django_taskrunner.core import records
-    from django_taskrunner.core.prepare import prepare
+    from django_taskrunner.core.dispatch import prepare
     from django_taskrunner.store import get_store, scripts
 
     broker = get_store().streams

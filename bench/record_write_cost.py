@@ -66,7 +66,7 @@ def measure(index_size: int, batches: int, batch: int, smoke: bool) -> tuple[flo
     from django.test.utils import override_settings
 
     from django_taskrunner.conf import reset
-    from django_taskrunner.core.prepare import new_message_ids
+    from django_taskrunner.core.dispatch import new_message_ids
     from django_taskrunner.store import get_store
     from django_taskrunner.store.records import RecordWrite
 

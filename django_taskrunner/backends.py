@@ -44,10 +44,10 @@ from django_taskrunner.compat import (
     task_enqueued,
 )
 from django_taskrunner.conf import QUEUE_NAME
-from django_taskrunner.core import clock, due, sharding
+from django_taskrunner.core import clock, dispatch, sharding
+from django_taskrunner.core.dispatch import new_message
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.options import DEFAULT_PRIORITY
-from django_taskrunner.core.prepare import new_message
 from django_taskrunner.core.records import TaskRecord, dispatch_record, from_fields, records
 from django_taskrunner.core.registry import registry
 from django_taskrunner.core.sending import add_delayed, add_fair, announce_queue
@@ -119,7 +119,7 @@ class TaskRunnerBackend(BaseTaskBackend):
         The result record is written before the message, so a worker always finds it.
         """
         self.validate_task(task)
-        due_ms = None if task.run_after is None else due.due_from_when(task.run_after)
+        due_ms = None if task.run_after is None else dispatch.due_from_when(task.run_after)
         if due_ms is not None and due_ms <= clock.now_ms():
             due_ms = None  # a run_after already past runs at once
         shim = registry.get(SHIM_TASK)

@@ -7,8 +7,7 @@ from typing import Any
 
 from django.dispatch import Signal
 
-from django_taskrunner.core.dispatch import dispatch, dispatch_on_commit
-from django_taskrunner.core.prepare import resolve_task
+from django_taskrunner.core.dispatch import dispatch, dispatch_on_commit, resolve_task
 from django_taskrunner.core.task import Task
 
 

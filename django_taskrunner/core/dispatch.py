@@ -1,46 +1,232 @@
 """Putting tasks on their queue: `dispatch`, `dispatch_many`, `dispatch_on_commit`,
-`dispatch_delayed` and `schedule_for`.
+`dispatch_delayed` and `schedule_for`, and the building of every first-attempt message.
 
-Each of them builds and checks its message first (`prepare.py`), then hands it on: to
-eager mode (`TASKRUNNER["EAGER"]`, for tests: the task runs at once, `eager.py`), to the
-transactional outbox (`outbox.py`), or to its queue (`sending.py`, where the round
-trips are).
+Each of them builds and checks its message first (`prepare`, below: the task resolved,
+the queue, expiry, priority and task_id checked, the payload checked before a unique key
+function walks it, the claim worked out; the due time of a `delay` or a `when` turned
+into epoch milliseconds, checked strictly), then hands it on: to eager mode
+(`TASKRUNNER["EAGER"]`, for tests: the task runs at once, `eager.py`), to the
+transactional outbox (`outbox.py`), or to its queue (`sending.py`, where the round trips
+are). Workflows, the outbox, periodic tasks and the Tasks backend build their messages
+with the same functions.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import os
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
+from django.utils import timezone
 
+from django_taskrunner import tracing
 from django_taskrunner.conf import get_settings
-from django_taskrunner.core import clock, due, eager, outbox
+from django_taskrunner.core import clock, eager, outbox
+from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage, batch_bodies
-from django_taskrunner.core.prepare import (
-    debounce_ms,
-    new_message,
-    new_message_ids,
-    prepare,
-    resolve_task,
+from django_taskrunner.core.options import (
+    DEFAULT_PRIORITY,
+    TaskOptions,
+    check_fair_key,
+    check_priority,
+    check_queue_name,
+    check_seconds,
+    fair_weight_of,
 )
+from django_taskrunner.core.registry import registry
 from django_taskrunner.core.sending import (
     add_batch,
     add_delayed,
     add_now,
     add_plain,
     announce_queue,
+    debounce_ms,
     redis_down,
 )
-from django_taskrunner.core.unique import KeySource
-from django_taskrunner.exceptions import TaskAlreadyDispatched, TaskIdConflict
+from django_taskrunner.core.unique import KeySource, UniqueClaim
+from django_taskrunner.exceptions import InvalidTaskOptions, TaskAlreadyDispatched, TaskIdConflict
 from django_taskrunner.store import get_store
 from django_taskrunner.store.errors import REDIS_DOWN
 
 if TYPE_CHECKING:
     from django_taskrunner.core.task import Task
+
+
+# Scores are doubles: past 2**53 ms (year ~287,000) they stop being exact integers.
+MAX_DUE_MS = 2**53
+
+
+def delay_seconds(delay: Any) -> float:
+    """`delay` (seconds or a timedelta) as a float; refuses other types and NaN/infinity."""
+    if isinstance(delay, timedelta):
+        return delay.total_seconds()
+    if isinstance(delay, bool) or not isinstance(delay, int | float):
+        raise TypeError(
+            f"delay must be a number of seconds or a datetime.timedelta, "
+            f"not {type(delay).__name__}"
+        )
+    if not math.isfinite(delay):
+        raise InvalidTaskOptions(f"delay must be a finite number of seconds, not {delay!r}")
+    return float(delay)
+
+
+def due_from_delay(delay: Any, now_ms: int) -> int:
+    """Epoch ms at which a task delayed by `delay` from `now_ms` becomes due."""
+    due = now_ms + round(delay_seconds(delay) * 1000)
+    return _bounded(due, f"delay {delay!r}")
+
+
+def due_from_when(when: Any) -> int:
+    """Epoch ms of `when`; a naive datetime is read in Django's current time zone.
+
+    Raises:
+        TypeError: `when` is not a datetime.
+        InvalidTaskOptions: a naive `when` is ambiguous or does not exist in that zone
+            (a daylight-saving change), so its instant cannot be known.
+    """
+    if not isinstance(when, datetime):
+        raise TypeError(f"when must be a datetime.datetime, not {type(when).__name__}")
+    if timezone.is_naive(when):
+        when = make_aware_strict(when, timezone.get_current_timezone())
+    return _bounded(math.floor(when.timestamp() * 1000), f"when {when.isoformat()}")
+
+
+def make_aware_strict(naive: datetime, zone: tzinfo) -> datetime:
+    """`naive` as an aware datetime in `zone`; refuse a wall time DST makes unclear."""
+    early, late = naive.replace(tzinfo=zone, fold=0), naive.replace(tzinfo=zone, fold=1)
+    if early.utcoffset() == late.utcoffset():
+        return early
+    # A wall time that does not survive a round trip through UTC was skipped (spring
+    # forward); one that does, with two offsets, happens twice (fall back).
+    back = early.astimezone(UTC).astimezone(zone).replace(tzinfo=None)
+    problem = "does not exist" if back != naive else "is ambiguous"
+    raise InvalidTaskOptions(
+        f"naive datetime {naive.isoformat()} {problem} in time zone {zone} (a daylight-saving "
+        f"change); pass an aware datetime instead"
+    )
+
+
+def _bounded(due_ms: int, what: str) -> int:
+    if not -MAX_DUE_MS < due_ms < MAX_DUE_MS:
+        raise InvalidTaskOptions(f"{what} is too far from now to schedule")
+    return due_ms
+
+def resolve_task(name_or_task: str | Task) -> Task:
+    """The `Task` for a registered name, or the task itself; else `TaskNotFound`."""
+    if isinstance(getattr(name_or_task, "options", None), TaskOptions):  # a Task
+        return name_or_task
+    if isinstance(name_or_task, str):
+        return registry.get(name_or_task)
+    raise TypeError(f"expected a task name or a Task, not {type(name_or_task).__name__}")
+
+
+def resolve_queue(task: Task, queue: str | None) -> str:
+    """Call argument > `@task(queue=...)` > `TASKRUNNER["DEFAULT_QUEUE"]`."""
+    if queue is not None:
+        return check_queue_name(queue)
+    if task.options.queue is not None:
+        return task.options.queue
+    return get_settings().DEFAULT_QUEUE
+
+
+def _expires_at(task: Task, expires: float | None, start_ms: int) -> int | None:
+    seconds = expires if expires is not None else task.options.expires
+    if seconds is None:
+        return None
+    check_seconds("expires", seconds)  # the same rule as @task(expires=...)
+    return start_ms + int(seconds * 1000)
+
+
+def _reservation_timeout_ms(task: Task) -> int | None:
+    """The task's own reservation timeout travels with its message, for any reclaiming worker."""
+    seconds = task.options.reservation_timeout
+    return None if seconds is None else int(seconds * 1000)
+
+
+# The bits of a random UUID4 that say its version (4) and variant (RFC 4122).
+_UUID4_KEEP = ~(0xC000 << 48) & ~(0xF000 << 64)
+_UUID4_SET = (0x8000 << 48) | (4 << 76)
+
+
+def new_message_id() -> str:
+    """A random UUID4 as 32 hex digits, the same as `uuid.uuid4().hex` but cheaper."""
+    return f"{(int.from_bytes(os.urandom(16), 'big') & _UUID4_KEEP) | _UUID4_SET:032x}"
+
+
+def new_message_ids(count: int) -> list[str]:
+    """`count` new message ids from one read of the system's random source (a batch)."""
+    raw = os.urandom(16 * count)
+    return [f"{(int.from_bytes(raw[at:at + 16], 'big') & _UUID4_KEEP) | _UUID4_SET:032x}"
+            for at in range(0, 16 * count, 16)]
+
+
+def new_message(
+    task: Task, payload: Any, *, queue: str | None = None, expires: float | None = None,
+    start_ms: int | None = None, task_id: str | None = None, priority: int | None = None,
+    fair_key: str | None = None,
+) -> TaskMessage:
+    """A first-attempt message for `task`; `start_ms` is when it may first run.
+
+    With `task_id` the message id is that id (checked), else a random one. `priority`
+    (checked) overrides the task's; the default one is left out of the message.
+    """
+    level = check_priority(priority if priority is not None else task.options.priority,
+                           task.name)
+    now = clock.now_ms()
+    message = TaskMessage(
+        id=new_message_id() if task_id is None else locks.check_task_id(task_id, task.name),
+        task_name=task.name,
+        queue=resolve_queue(task, queue),
+        payload=payload,
+        attempt=1,
+        dispatched_at_ms=now,
+        expires_at_ms=_expires_at(task, expires, start_ms if start_ms is not None else now),
+        has_task_id=task_id is not None,
+        reservation_timeout_ms=_reservation_timeout_ms(task),
+        priority=None if level == DEFAULT_PRIORITY else level,
+        fair_key=resolve_fair_key(task, payload, fair_key),
+    )
+    if message.fair_key is not None:
+        weight = fair_weight_of(task.options, message.fair_key, task.name)
+        message.fair_weight = None if weight == 1 else weight
+    message.trace_context = tracing.producer_context(message)  # None unless traced
+    return message
+
+
+def resolve_fair_key(task: Task, payload: Any, fair_key: str | None) -> str | None:
+    """The dispatch's `fair_key` > `@task(fair_key=payload -> str)`'s, checked; the
+    callable's own error propagates (the dispatch fails, nothing is queued)."""
+    if fair_key is None and task.options.fair_key is not None:
+        fair_key = task.options.fair_key(payload)
+    return check_fair_key(fair_key, task.name)
+
+
+def prepare(
+    task: Task, payload: Any, *, queue: str | None = None, task_id: str | None = None,
+    unique_key: KeySource = None, unique_for: float | None = None,
+    unique_mode: str | None = None, expires: float | None = None, start_ms: int | None = None,
+    on_conflict: str | None = None, priority: int | None = None, fair_key: str | None = None,
+) -> tuple[TaskMessage, UniqueClaim | None]:
+    """The message and what it must reserve (lock, task_id), all checked, without Redis.
+
+    The delayed path calls this with `start_ms` = the due time, then adds the claim's
+    reservation with the delayed set as destination.
+    """
+    message = new_message(task, payload, queue=queue, expires=expires, start_ms=start_ms,
+                          task_id=task_id, priority=priority, fair_key=fair_key)
+    claim = locks.claim_for(task, message, get_settings().PREFIX, unique_key=unique_key,
+                            unique_for=unique_for, unique_mode=unique_mode,
+                            on_conflict=on_conflict)
+    quiet_ms = debounce_ms(claim)
+    if quiet_ms is not None:  # it starts after its quiet period: expiry counts from there
+        now = clock.now_ms()
+        start = max(now if start_ms is None else start_ms, now + quiet_ms)
+        message.expires_at_ms = _expires_at(task, expires, start)
+    return message, claim
 
 __all__ = ["dispatch", "dispatch_delayed", "dispatch_many", "dispatch_on_commit",
            "schedule_for"]
@@ -121,7 +307,7 @@ def dispatch_delayed(
         TaskNotFound, InvalidTaskPayload, TaskAlreadyDispatched, ...: as for `dispatch`.
     """
     task = resolve_task(name_or_task)
-    return _dispatch_at(task, payload, due.due_from_delay(delay, clock.now_ms()), options)
+    return _dispatch_at(task, payload, due_from_delay(delay, clock.now_ms()), options)
 
 
 def schedule_for(
@@ -137,7 +323,7 @@ def schedule_for(
         TaskNotFound, InvalidTaskPayload, TaskAlreadyDispatched, ...: as for `dispatch`.
     """
     task = resolve_task(name_or_task)
-    return _dispatch_at(task, payload, due.due_from_when(when), options)
+    return _dispatch_at(task, payload, due_from_when(when), options)
 
 
 DISPATCH_OPTIONS = frozenset({"queue", "task_id", "unique_key", "unique_for", "unique_mode",

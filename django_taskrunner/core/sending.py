@@ -17,7 +17,6 @@ from django_taskrunner.conf import on_reset
 from django_taskrunner.core import clock, sharding
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.core.prepare import claim_level, debounce_ms
 from django_taskrunner.core.records import dispatch_record, keeps_records
 from django_taskrunner.core.unique import UniqueClaim
 from django_taskrunner.exceptions import RedisUnavailable, TaskAlreadyDispatched
@@ -30,6 +29,17 @@ from django_taskrunner.store.streams import Broker
 
 if TYPE_CHECKING:
     from django_taskrunner.core.task import Task
+
+
+def claim_level(claim: UniqueClaim, message: TaskMessage) -> str:
+    """The stream a claimed message goes to: its shard's, or its priority level's there."""
+    return keys.level_name(claim.shard, message.priority)
+
+
+def debounce_ms(claim: UniqueClaim | None) -> int | None:
+    """The quiet period of a debounced dispatch, else None."""
+    return None if claim is None or claim.lock is None else claim.lock.debounce_ms
+
 
 logger = logging.getLogger(__name__)
 

@@ -33,12 +33,11 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from django_taskrunner.conf import Settings, get_settings
-from django_taskrunner.core import clock, due, sharding
-from django_taskrunner.core import prepare as preparing
+from django_taskrunner.core import clock, dispatch, sharding
 from django_taskrunner.core.awaitables import run_to_end
 from django_taskrunner.core.context import TaskContext
+from django_taskrunner.core.dispatch import new_message, new_message_id
 from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.core.prepare import new_message, new_message_id
 from django_taskrunner.core.records import (
     PENDING_TTL_S,
     cancel,
@@ -77,7 +76,7 @@ def _option_names(function: Any) -> frozenset[str]:
 
 # The options a signature passes through to `prepare()`: read from its signature, so an
 # option another release adds to the dispatch (a priority) is carried without a change.
-PREPARE_OPTIONS = _option_names(preparing.prepare) - {"start_ms"}
+PREPARE_OPTIONS = _option_names(dispatch.prepare) - {"start_ms"}
 
 
 def _check_options(task_name: str, options: Mapping[str, Any]) -> None:
@@ -93,9 +92,9 @@ def _check_options(task_name: str, options: Mapping[str, Any]) -> None:
 
 def _due_ms(options: Mapping[str, Any], now_ms: int) -> int | None:
     if options.get("delay") is not None:
-        return due.due_from_delay(options["delay"], now_ms)
+        return dispatch.due_from_delay(options["delay"], now_ms)
     if options.get("when") is not None:
-        return due.due_from_when(options["when"])
+        return dispatch.due_from_when(options["when"])
     return None
 
 
@@ -112,7 +111,7 @@ class Signature:
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        task = preparing.resolve_task(self.task)
+        task = dispatch.resolve_task(self.task)
         registry.get(task.name)  # TaskNotFound for a task no worker could run
         object.__setattr__(self, "task", task)
         object.__setattr__(self, "options", dict(self.options))
@@ -138,7 +137,7 @@ class Signature:
         due_ms = self.due_ms(now_ms)
         passed = {name: value for name, value in self.options.items()
                   if name in PREPARE_OPTIONS}
-        return preparing.prepare(self.task, self.payload, start_ms=due_ms, **passed)
+        return dispatch.prepare(self.task, self.payload, start_ms=due_ms, **passed)
 
     def due_ms(self, now_ms: int) -> int | None:
         """When its message may start (its `delay` or `when`); None: at once."""
@@ -157,7 +156,7 @@ class Signature:
                     f"option {name} of a signature of task {self.task.name!r} is a "
                     f"callable, which JSON cannot carry")
         if "delay" in options and not isinstance(options["delay"], int | float):
-            options["delay"] = due.delay_seconds(options["delay"])
+            options["delay"] = dispatch.delay_seconds(options["delay"])
         if "when" in options:
             options["when"] = options["when"].isoformat()
         return {"task": self.task.name, "payload": self.payload, "options": options}

@@ -23,7 +23,7 @@ from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
 from django_taskrunner.core import clock, cron, sharding
-from django_taskrunner.core.prepare import new_message, resolve_queue
+from django_taskrunner.core.dispatch import new_message, resolve_queue
 from django_taskrunner.core.registry import registry
 from django_taskrunner.core.sending import fair_queue
 from django_taskrunner.exceptions import TaskRunnerError

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from django_taskrunner.core import clock
-from django_taskrunner.core.prepare import new_message
+from django_taskrunner.core.dispatch import new_message
 from django_taskrunner.scheduling.scheduler import Scheduler, promote_all_due
 from django_taskrunner.store import Store, get_store, keys
 from django_taskrunner.store.streams import Broker

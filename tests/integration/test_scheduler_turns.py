@@ -7,7 +7,7 @@ import pytest
 
 from django_taskrunner import dispatch_delayed
 from django_taskrunner.core import clock
-from django_taskrunner.core.prepare import new_message
+from django_taskrunner.core.dispatch import new_message
 from django_taskrunner.scheduling.scheduler import BATCHES_PER_TURN, Scheduler
 from django_taskrunner.store import get_store, keys
 from tests.integration.scheduling_helpers import wait_for

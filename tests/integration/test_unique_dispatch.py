@@ -22,7 +22,7 @@ from django_taskrunner import (
 )
 from django_taskrunner.core import clock
 from django_taskrunner.core import unique as locks
-from django_taskrunner.core.prepare import prepare
+from django_taskrunner.core.dispatch import prepare
 from django_taskrunner.core.unique import holder_value
 from django_taskrunner.store import Store, get_store, keys
 from tests.testapp.tasks import unique_order

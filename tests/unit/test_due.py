@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from django_taskrunner import InvalidTaskOptions
-from django_taskrunner.core.due import due_from_delay, due_from_when
+from django_taskrunner.core.dispatch import due_from_delay, due_from_when
 
 
 def test_a_delay_is_seconds_or_a_timedelta():

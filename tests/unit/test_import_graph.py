@@ -36,7 +36,7 @@ ALLOWED_TYPE_ONLY_IMPORTS = {
     # `Task`'s methods (dispatch, s, ...) call the dispatch path at run time; the modules
     # of that path name `Task` only in their annotations.
     *{(f"core.{name}", "core.task") for name in
-      ("dispatch", "eager", "prepare", "records", "registry", "sending", "unique",
+      ("dispatch", "eager", "records", "registry", "sending", "unique",
        "workflows")},
     # A broker is built by its `Store` (store/__init__.py) and names it to reach the
     # store's other parts (records, workflows) from the ack batch.

@@ -261,7 +261,7 @@ def test_null_and_integral_values_of_optional_fields_decode_to_their_defaults(fi
 # -- a dispatch_many batch encodes its shared envelope once (core/message.py batch_bodies) --
 
 def batch(payloads, **shared):
-    from django_taskrunner.core.prepare import new_message_ids
+    from django_taskrunner.core.dispatch import new_message_ids
 
     name = shared.pop("task_name", "shop.tasks.send")
     return [TaskMessage(id=message_id, task_name=name, queue="q", payload=payload,

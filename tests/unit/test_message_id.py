@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from django_taskrunner.core.prepare import new_message_id, new_message_ids
+from django_taskrunner.core.dispatch import new_message_id, new_message_ids
 
 
 def test_message_ids_are_random_uuid4_hex() -> None:
