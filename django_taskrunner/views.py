@@ -10,8 +10,8 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_POST
 
 from django_taskrunner.core.dispatch import dispatch
+from django_taskrunner.core.message import PAYLOAD_MAX_DEPTH
 from django_taskrunner.core.task import Task
-from django_taskrunner.core.wire import PAYLOAD_MAX_DEPTH
 from django_taskrunner.exceptions import (
     InvalidTaskOptions,
     InvalidTaskPayload,

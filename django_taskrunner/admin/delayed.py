@@ -45,8 +45,7 @@ from django_taskrunner.admin.timeline import moment
 from django_taskrunner.conf import QUEUE_NAME, get_settings
 from django_taskrunner.core import sharding
 from django_taskrunner.core import unique as locks
-from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.core.wire import MAX_EPOCH_MS
+from django_taskrunner.core.message import MAX_EPOCH_MS, TaskMessage
 from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.stats.health import dashboard_queues
 from django_taskrunner.store import get_store, values

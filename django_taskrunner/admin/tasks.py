@@ -58,10 +58,9 @@ from django_taskrunner.admin.timeline import duration as timeline_duration
 from django_taskrunner.admin.timeline import moment, timeline
 from django_taskrunner.core import clock, sharding
 from django_taskrunner.core import unique as locks
-from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.core.message import MAX_EPOCH_MS, TaskMessage
 from django_taskrunner.core.records import TaskRecord, cancel, lookup
 from django_taskrunner.core.steps import shown as shown_steps
-from django_taskrunner.core.wire import MAX_EPOCH_MS
 from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.models import FailedTask
 from django_taskrunner.stats.health import dashboard_queues

@@ -34,9 +34,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from django_taskrunner.core import clock, sharding
-from django_taskrunner.core.message import TaskMessage, check_payload, holder_parts
+from django_taskrunner.core.message import DISPATCH_TOKEN, TaskMessage, check_payload, holder_parts
 from django_taskrunner.core.options import UNIQUE_MODES, check_on_conflict, check_unique_for
-from django_taskrunner.core.wire import DISPATCH_TOKEN
 from django_taskrunner.exceptions import (
     InvalidTaskOptions,
     InvalidTaskPayload,

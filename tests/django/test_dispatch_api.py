@@ -204,7 +204,7 @@ def test_a_unique_key_from_payload_key_gets_the_payload_error_not_an_options_err
 
 
 def test_a_payload_at_the_limits_is_dispatched_and_reads_back():
-    from django_taskrunner.core.wire import PAYLOAD_MAX_DEPTH
+    from django_taskrunner.core.message import PAYLOAD_MAX_DEPTH
 
     noop.dispatch(deep_list(PAYLOAD_MAX_DEPTH))
     noop.dispatch({"text": "\U0001f600 é"})

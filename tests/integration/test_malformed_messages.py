@@ -129,7 +129,7 @@ def test_any_other_field_that_cannot_be_used_is_a_failed_row(r, run_burst, field
 
 
 def test_a_body_over_the_size_limit_is_a_failed_row_keeping_its_start(r, run_burst):
-    from django_taskrunner.core.wire import MESSAGE_MAX_BYTES
+    from django_taskrunner.core.message import MESSAGE_MAX_BYTES
 
     add(r, body(payload="x" * MESSAGE_MAX_BYTES))
 

@@ -81,7 +81,7 @@ def test_a_message_nested_past_the_recursion_limit_is_invalid_not_a_recursion_er
 
 
 def test_a_payload_nested_past_the_limit_is_invalid_and_one_at_the_limit_decodes():
-    from django_taskrunner.core.wire import PAYLOAD_MAX_DEPTH
+    from django_taskrunner.core.message import PAYLOAD_MAX_DEPTH
 
     at_limit = b'{"v": 1, "id": "x", "task": "t", "payload": ' + nested(
         PAYLOAD_MAX_DEPTH).encode() + b"}"
@@ -147,7 +147,7 @@ def test_an_escaped_surrogate_pair_is_a_character_and_decodes():
 
 
 def test_a_body_over_the_size_limit_is_invalid_before_it_is_parsed():
-    from django_taskrunner.core.wire import MESSAGE_MAX_BYTES
+    from django_taskrunner.core.message import MESSAGE_MAX_BYTES
 
     raw = wire(payload="x" * MESSAGE_MAX_BYTES)
     with pytest.raises(InvalidTaskPayload, match="bytes"):
@@ -215,7 +215,7 @@ def test_a_payload_nested_too_deep_is_refused_naming_the_task(depth):
 
 
 def test_a_payload_at_the_depth_limit_is_sent_and_reads_back():
-    from django_taskrunner.core.wire import PAYLOAD_MAX_DEPTH
+    from django_taskrunner.core.message import PAYLOAD_MAX_DEPTH
 
     payload: dict = {}
     for _ in range(PAYLOAD_MAX_DEPTH - 1):
@@ -232,7 +232,7 @@ def test_a_payload_that_refers_to_itself_is_refused():
 
 
 def test_a_message_over_the_size_limit_is_refused_naming_the_task():
-    from django_taskrunner.core.wire import MESSAGE_MAX_BYTES
+    from django_taskrunner.core.message import MESSAGE_MAX_BYTES
 
     fits = TaskMessage(id="x", task_name="t", queue="q", payload="é" * (MESSAGE_MAX_BYTES // 4))
     assert TaskMessage.from_json(fits.to_json()).payload == fits.payload
