@@ -2,7 +2,7 @@
 a message is limited under.
 
 What a limit means lives here (a parsed `Rate`, the key function's result checked);
-the Redis side is `store/limits.py`, the worker's side `worker/steps/limits.py`.
+the Redis side is `store/limits.py`, the worker's side `worker/steps.py`.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
 from django_taskrunner.worker.delivery import Delivery
-from django_taskrunner.worker.steps.run import Run
+from django_taskrunner.worker.steps import Run
 
 if TYPE_CHECKING:
     from django_taskrunner.worker.executor import Executor

@@ -44,24 +44,28 @@ from django_taskrunner.worker.connections import check_connections
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.failures import record_failure
 from django_taskrunner.worker.running import Attempt, RunningSet
-from django_taskrunner.worker.steps.decode import decode
-from django_taskrunner.worker.steps.expiry import check_expiry
-from django_taskrunner.worker.steps.limits import check_limits, free_slots
-from django_taskrunner.worker.steps.locks import release_locks, release_on_start
-from django_taskrunner.worker.steps.lookup import look_up_task
-from django_taskrunner.worker.steps.observe import announce_start, count_run
-from django_taskrunner.worker.steps.outcome import fail_for_good, succeed
-from django_taskrunner.worker.steps.reclaimed import check_reclaimed
-from django_taskrunner.worker.steps.record import (
+from django_taskrunner.worker.steps import (
+    Run,
+    announce_start,
+    check_expiry,
+    check_limits,
+    check_reclaimed,
+    check_time_limit,
+    count_run,
+    decode,
+    fail_for_good,
+    free_slots,
+    look_up_task,
+    parent_reader,
     record_ttl,
+    release_locks,
+    release_on_start,
+    retry,
     skip_cancelled,
     stop_cancelled,
+    succeed,
     write_outcome,
 )
-from django_taskrunner.worker.steps.retry import retry
-from django_taskrunner.worker.steps.run import Run
-from django_taskrunner.worker.steps.time_limit import check_time_limit
-from django_taskrunner.worker.steps.workflow import parent_reader
 from django_taskrunner.worker.terminate import entering, leaving
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ child end) calls `hand_back()` with what it knows of the attempts the consumer h
 - one it was running counts as a run that died (a failed attempt), whose error says how
   the process ended. With retries left, a `retry_backoff` of 0 and a sibling to take it,
   it moves to the sibling with its delivery counter raised, so that the sibling's
-  reclaimed-run check (`worker/steps/reclaimed.py`) counts the death and runs it next;
+  reclaimed-run check (`worker/steps.py`) counts the death and runs it next;
   past its retries it is recorded as failed (`WorkerLost`, naming the signal or exit
   code) and acked, so a task that kills its process stops after `max_retry + 1` runs,
   never in a crash loop.
@@ -55,10 +55,7 @@ from django_taskrunner.store.streams import Broker, Entry, Requeue
 from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
 from django_taskrunner.worker.running import Attempt
-from django_taskrunner.worker.steps.observe import count_run
-from django_taskrunner.worker.steps.reclaimed import put_back
-from django_taskrunner.worker.steps.retry import retry_delay
-from django_taskrunner.worker.steps.run import Run
+from django_taskrunner.worker.steps import Run, count_run, put_back, retry_delay
 
 logger = logging.getLogger(__name__)
 

@@ -47,7 +47,7 @@ from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.store.streams import Broker
 from django_taskrunner.worker.outage import RedisStatus
 from django_taskrunner.worker.running import Attempt, RunningSet
-from django_taskrunner.worker.steps.record import progress_write, started_write
+from django_taskrunner.worker.steps import progress_write, started_write
 
 logger = logging.getLogger(__name__)
 

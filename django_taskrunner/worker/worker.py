@@ -45,8 +45,7 @@ from django_taskrunner.worker.reclaim import Reclaimer, shortest_timeout
 from django_taskrunner.worker.returning import LOST_EXIT, ReturnGuard
 from django_taskrunner.worker.running import Attempt, RunningSet, describe
 from django_taskrunner.worker.settings import OWN_CONNECTIONS, WorkerSettings
-from django_taskrunner.worker.steps.reclaimed import put_back
-from django_taskrunner.worker.steps.record import requeued_write
+from django_taskrunner.worker.steps import put_back, requeued_write
 from django_taskrunner.worker.timelimit import TimeLimitWatchdog, interrupt
 from django_taskrunner.worker.turns import QueueTurns
 from django_taskrunner.worker.watch import THREAD_DIED_EXIT, ThreadWatch

@@ -10,7 +10,7 @@ import pytest
 
 from django_taskrunner import chain, lookup, lookup_workflow
 from django_taskrunner.store import get_store, keys
-from django_taskrunner.worker.steps.reclaimed import put_back
+from django_taskrunner.worker.steps import put_back
 from tests.testapp.step_tasks import chain_step, log_key, three_steps
 from tests.worker_helpers import age_pending, wait_for, worker_thread
 

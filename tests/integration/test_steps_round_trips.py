@@ -13,7 +13,7 @@ from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.records import PENDING_TTL_S
 from django_taskrunner.core.steps import first_run, stored_steps
 from django_taskrunner.store import Store, get_store
-from django_taskrunner.worker.steps.reclaimed import put_back
+from django_taskrunner.worker.steps import put_back
 
 
 class Counting:

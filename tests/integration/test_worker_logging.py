@@ -97,7 +97,7 @@ def test_no_task_line_at_verbosity_1(caplog):
 def test_retries_warn_with_the_reason_and_the_failure_carries_its_exception(caplog):
     message = always_fails.dispatch({"n": 1})
     call_command("runtasks", "--burst", "-v", "0")
-    retries = records(caplog, "django_taskrunner.worker.steps.retry")
+    retries = records(caplog, "django_taskrunner.worker.steps")
     assert [r.levelno for r in retries] == [logging.WARNING] * 2
     assert all(f"id={message.id} queue=default" in r.getMessage() for r in retries)
     assert "raised ValueError: boom {'n': 1}; retry 1 of 2" in retries[0].getMessage()

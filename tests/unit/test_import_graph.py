@@ -21,12 +21,10 @@ ALLOWED_CYCLES: list[set[str]] = []
 
 # Type-only imports (`if TYPE_CHECKING:`) are arrows too: a loop they close still ties
 # the modules together for a reader. These point back up on purpose, and why.
-_STEPS = ("decode", "expiry", "limits", "locks", "lookup", "observe", "outcome",
-          "reclaimed", "record", "retry", "time_limit", "workflow")
 ALLOWED_TYPE_ONLY_IMPORTS = {
     # A step is a function `(executor, run)` the executor calls from its BEFORE_RUN and
     # AFTER_RUN tuples: the step names the `Executor` it is handed, nothing more.
-    *{(f"worker.steps.{step}", "worker.executor") for step in _STEPS},
+    ("worker.steps", "worker.executor"),
     # The event loop of `async def` tasks is handed the executor that owns it.
     ("worker.async_runner", "worker.executor"),
     # A fetcher is handed the `Worker` whose buffer it fills.

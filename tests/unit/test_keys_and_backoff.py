@@ -3,7 +3,7 @@ from __future__ import annotations
 import random
 
 from django_taskrunner.store import keys
-from django_taskrunner.worker.backoff import CAP_SECONDS, default_backoff
+from django_taskrunner.worker.steps import CAP_SECONDS, default_backoff
 
 
 def test_every_queue_key_carries_the_queue_as_hash_tag():

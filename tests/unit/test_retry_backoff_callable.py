@@ -9,7 +9,7 @@ import pytest
 from django_taskrunner import Task
 from django_taskrunner.conf import MAX_SECONDS
 from django_taskrunner.core.task import TaskOptions
-from django_taskrunner.worker.steps.retry import retry_delay
+from django_taskrunner.worker.steps import retry_delay
 
 
 def with_backoff(backoff) -> Task:

@@ -7,7 +7,7 @@
 -- Each entry moves only if it is still pending for the dead consumer: one another
 -- worker reclaimed meanwhile stays with that worker. Its delivery counter is kept, or
 -- set: the counter of a message the dead child was running is raised, so that the
--- sibling counts that run as one that died (see worker/steps/reclaimed.py).
+-- sibling counts that run as one that died (see worker/steps.py).
 --
 -- KEYS[1] stream          <prefix>:{<queue>}:stream
 -- ARGV[1] consumer group
