@@ -132,8 +132,8 @@ def repetition(args: argparse.Namespace, rep: int, task: Any) -> Split:
     from django_taskrunner.conf import get_settings
     from django_taskrunner.store import get_store
     from django_taskrunner.worker.acker import Acker
-    from django_taskrunner.worker.delivery import Delivery
     from django_taskrunner.worker.executor import Executor
+    from django_taskrunner.worker.fetcher import Delivery
     from django_taskrunner.worker.outage import RedisStatus
 
     broker, consumer, split = get_store().streams, "bench-handle-1", Split()

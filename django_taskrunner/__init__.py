@@ -50,7 +50,7 @@ from django_taskrunner.signals import task_failed, task_retried, task_started, t
 from django_taskrunner.stats.figures import get_stats
 from django_taskrunner.stats.health import get_health, get_leader
 from django_taskrunner.store.connection import get_redis
-from django_taskrunner.worker.timelimit import TaskInterrupted
+from django_taskrunner.worker.interrupt import TaskInterrupted
 
 _install_old_paths(sys.modules[__name__])  # the first release's module paths (old_paths.py)
 

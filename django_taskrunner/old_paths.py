@@ -19,7 +19,7 @@ from typing import Any
 PACKAGE = "django_taskrunner"
 # Old module (under the package) -> the module that holds its names now.
 MOVED = {
-    "autoscale": "django_taskrunner.worker.autoscale",
+    "autoscale": "django_taskrunner.worker.pool",
     "connection": "django_taskrunner.store.connection",
     "election": "django_taskrunner.scheduling.election",
     "health": "django_taskrunner.stats.health",

@@ -76,7 +76,7 @@ class LeaderScheduler:
         self.flusher: OutboxFlusher | None = None  # the outbox's, while leading
         self.rows: FailedRowsFlusher | None = None  # the failed rows kept in Redis
         self.lost: LostWorkerWatch | None = None  # hands back lost workers' messages
-        # The worker's thread watch (`worker/watch.py`): each thread started here is
+        # The worker's thread watch (`worker/monitor.py`): each thread started here is
         # handed to it, so one that dies takes the worker down rather than leaving a
         # worker that leads (or tries to) without scheduling anything.
         self.watch: Callable[[list[threading.Thread]], None] = lambda threads: None

@@ -94,7 +94,7 @@ class Acker(threading.Thread):
         self._in_flight: Batch | None = None  # the batch being sent
         self._cond = threading.Condition()
         self._stopping = False
-        # False once this worker is known to have been declared lost (worker/returning.py):
+        # False once this worker is known to have been declared lost (worker/lost_workers.py):
         # its acks and records are dropped, only its (ownership-checked) requeues go out.
         self.confirm: Callable[[], bool] = confirm or (lambda: True)
 

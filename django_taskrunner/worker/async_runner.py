@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
-from django_taskrunner.worker.delivery import Delivery
+from django_taskrunner.worker.fetcher import Delivery
 from django_taskrunner.worker.steps import Run
 
 if TYPE_CHECKING:

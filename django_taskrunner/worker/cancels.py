@@ -28,7 +28,7 @@ from django_taskrunner.core.unique import holder_value
 from django_taskrunner.store import keys
 from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.store.streams import Broker
-from django_taskrunner.worker.terminate import terminate as stop_attempt
+from django_taskrunner.worker.interrupt import terminate as stop_attempt
 
 if TYPE_CHECKING:
     from django_taskrunner.worker.running import Attempt, RunningSet
@@ -95,7 +95,7 @@ class CancelBook:
                terminate: bool = False) -> str:
         """A cancel of (`shard`, `stream_id`), holder `member`: "running" when it passed
         the skip step (its attempt is told, and with `terminate` stopped:
-        `worker/terminate.py`), else "skip" (its skip step will skip it)."""
+        `worker/interrupt.py`), else "skip" (its skip step will skip it)."""
         with self._lock:
             if stream_id and (shard, stream_id) in self._passed:
                 attempt = self._attempt(shard, stream_id)

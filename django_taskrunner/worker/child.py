@@ -15,7 +15,7 @@ to the supervisor it says:
 - `stuck` for a sync task still running `TIME_LIMIT_GRACE` past its time limit: a
   thread cannot be killed, a process can; the supervisor ends this one.
 - `terminate` for a sync task cancelled with `cancel(id, terminate=True)`
-  (`Attempt.on_terminate`, called by `worker/terminate.py`): the supervisor ends this
+  (`Attempt.on_terminate`, called by `worker/interrupt.py`): the supervisor ends this
   process, records the task cancelled and hands the other messages back.
 
 The supervisor says one thing back: `adopt`, the messages of a dead sibling it moved to
@@ -43,9 +43,9 @@ from typing import Any
 from django_taskrunner.store import get_store
 from django_taskrunner.store.streams import Broker
 from django_taskrunner.worker.handback import take_adopted
+from django_taskrunner.worker.interrupt import terminate
 from django_taskrunner.worker.running import Attempt
 from django_taskrunner.worker.settings import WorkerSettings, worker_settings
-from django_taskrunner.worker.terminate import terminate
 from django_taskrunner.worker.worker import Worker
 
 logger = logging.getLogger(__name__)

@@ -41,8 +41,9 @@ from django_taskrunner.store.streams import Broker
 from django_taskrunner.store.workflows import MemberDone
 from django_taskrunner.worker.cancels import CancelBook
 from django_taskrunner.worker.connections import check_connections
-from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.failures import record_failure
+from django_taskrunner.worker.fetcher import Delivery
+from django_taskrunner.worker.interrupt import entering, leaving
 from django_taskrunner.worker.running import Attempt, RunningSet
 from django_taskrunner.worker.steps import (
     Run,
@@ -66,7 +67,6 @@ from django_taskrunner.worker.steps import (
     succeed,
     write_outcome,
 )
-from django_taskrunner.worker.terminate import entering, leaving
 
 if TYPE_CHECKING:
     from django_taskrunner.worker.async_runner import AsyncRunner

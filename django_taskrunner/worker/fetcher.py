@@ -1,4 +1,5 @@
-"""Fetchers: one thread per stream that reads new messages into the worker's buffer.
+"""Fetchers: one thread per stream that reads new messages into the worker's buffer, as
+`Delivery` objects, each read as large as its `Prefetch` says (below).
 
 A shard (or queue) whose messages use priorities has a stream per level in use
 (`store/keys.py`, `level_name`): its one fetcher reads them highest first, a batch split
@@ -11,16 +12,18 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django_taskrunner.core import clock
 from django_taskrunner.store import keys
 from django_taskrunner.store.clients import unblock_reads
-from django_taskrunner.worker.fair_turns import FairTurns
 from django_taskrunner.worker.outage import redis_call
+from django_taskrunner.worker.turns import FairTurns
 
 if TYPE_CHECKING:
     from django_taskrunner.worker.worker import Worker
+
 
 T = TypeVar("T")
 
@@ -111,7 +114,7 @@ class Fetcher(threading.Thread):
 
     def _feed_fair(self, count: int) -> None:
         """Fair queues: up to `count` waiting fair tasks onto this shard's streams, in
-        turns across keys, just before the read (worker/fair_turns.py)."""
+        turns across keys, just before the read (worker/turns.py)."""
         if self._with_retries(lambda: self.fair.feed(count, self.streams)):
             self._levels_at = 0.0  # a fair task went to a level not read yet: look now
             self._look_for_levels()
@@ -205,3 +208,90 @@ def stop_fetchers(fetchers: list[Fetcher], client: Any, name: str, block_ms: int
         for fetcher in alive:
             fetcher.join(max(0.0, min(UNBLOCK_EVERY_S, deadline - clock.monotonic())))
         alive = [fetcher for fetcher in alive if fetcher.is_alive()]
+
+
+# `Delivery`: one stream entry as the worker holds it, from its read to its ack.
+#
+# The shard (the stream it was read from) travels here, beside the message, so that
+# `TaskMessage.queue` always names the queue: the ack, the retry, the heartbeat and the
+# lock release use `shard`; figures, failed rows and the task's context use `queue`.
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """An entry read (or reclaimed) from one stream, not yet finished."""
+
+    shard: str  # the stream: a queue, or one shard of it ("emails#2", see core/sharding.py)
+    stream_id: str
+    body: bytes | None  # None: deleted from the stream while pending
+    runs: int | None = None  # delivery counter of a reclaimed entry; None when fresh
+    accepted: float = 0.0  # monotonic time it entered the worker's buffer
+
+    @property
+    def queue(self) -> str:
+        """The queue the shard belongs to (the shard itself for a queue not split)."""
+        return keys.queue_of(self.shard)
+
+
+# How many messages one read asks for: `BATCH_SIZE`, grown while tasks are short.
+#
+# A worker holds at most its threads' tasks plus one read's worth of messages (the bounded
+# prefetch, docs/design.md). A small read keeps a busy worker from sitting on messages an
+# idle one could run; but with short tasks every read (and every wake-up of the fetcher)
+# then carries a few messages, and that hand-off is most of a short task's cost. So the
+# read grows to about `PREFETCH_MS` of work at the rate the pool finishes tasks now, at
+# most `PREFETCH_MAX` messages: a flood of 1 ms tasks reads 100 at a time, while tasks of
+# a second or more still read `BATCH_SIZE`. What a worker sits on is thus bounded by time
+# as well as by count, and by bytes: a read grows only while its messages, at the size
+# the last reads' were, hold at most `PREFETCH_BYTES` (large payloads keep `BATCH_SIZE`).
+# `PREFETCH_MS = 0` keeps every read at `BATCH_SIZE`.
+
+# The most messages one read may grow to (a larger BATCH_SIZE is kept as it is), and
+# the most bytes of messages it may grow to hold.
+PREFETCH_MAX = 100
+PREFETCH_BYTES = 16 * 1024 * 1024
+# Seconds between two samples of the finishing rate: shorter gaps measure noise.
+SAMPLE_S = 0.010
+
+
+class Prefetch:
+    """The read size of one worker, from how many tasks it finished lately.
+
+    Not thread-safe: the worker calls `update()` under its buffer's lock.
+    """
+
+    def __init__(self, batch_size: int, prefetch_ms: int) -> None:
+        self.floor = batch_size
+        self.window_s = prefetch_ms / 1000
+        self.size = batch_size  # what a read asks for now
+        self.rate = 0.0  # tasks finished per second, smoothed over the last samples
+        self._sampled_at: float | None = None
+        self._sampled_count = 0
+        self.message_bytes = 0.0  # the size of a message lately, smoothed over the reads
+
+    def read(self, count: int, nbytes: int) -> None:
+        """A read brought `count` messages of `nbytes` in all."""
+        if count:
+            size = nbytes / count
+            self.message_bytes = size if not self.message_bytes else (
+                self.message_bytes + size) / 2
+
+    def update(self, completed: int, now: float) -> int:
+        """The read size, given the worker's count of finished tasks at monotonic `now`."""
+        if self.window_s <= 0:
+            return self.size
+        if self._sampled_at is None:
+            self._sampled_at, self._sampled_count = now, completed
+            return self.size
+        elapsed = now - self._sampled_at
+        if elapsed < SAMPLE_S:
+            return self.size
+        current = (completed - self._sampled_count) / elapsed
+        # Half the last sample, half the past: a burst that ends shrinks the read within
+        # a few samples, a single quiet gap does not throw away what was learnt.
+        self.rate = (self.rate + current) / 2
+        self._sampled_at, self._sampled_count = now, completed
+        grown = min(round(self.rate * self.window_s), PREFETCH_MAX)
+        if self.message_bytes:
+            grown = min(grown, int(PREFETCH_BYTES // self.message_bytes))
+        self.size = max(self.floor, grown)
+        return self.size

@@ -52,8 +52,8 @@ from django_taskrunner.exceptions import InvalidTaskPayload, WorkerLost
 from django_taskrunner.stats import writes as stats_writes
 from django_taskrunner.store.errors import REDIS_ERROR
 from django_taskrunner.store.streams import Broker, Entry, Requeue
-from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
+from django_taskrunner.worker.fetcher import Delivery
 from django_taskrunner.worker.running import Attempt
 from django_taskrunner.worker.steps import Run, count_run, put_back, retry_delay
 

@@ -18,7 +18,7 @@ from django_taskrunner.store import keys
 from django_taskrunner.store.errors import REDIS_DOWN, REPLY_ERROR
 
 if TYPE_CHECKING:
-    from django_taskrunner.worker.delivery import Delivery
+    from django_taskrunner.worker.fetcher import Delivery
     from django_taskrunner.worker.worker import Worker
 
 logger = logging.getLogger(__name__)

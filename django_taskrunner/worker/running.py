@@ -43,7 +43,7 @@ class Attempt:
     kept_steps: bool = False
     progress: str | None = None
     cancel_requested: bool = False
-    # cancel(id, terminate=True) (`worker/terminate.py`): asked; the thread is inside the
+    # cancel(id, terminate=True) (`worker/interrupt.py`): asked; the thread is inside the
     # task function now; and the hook of an attempt run in a child process.
     terminate_requested: bool = False
     in_task: bool = False

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from django_taskrunner.conf import Settings, get_settings
-from django_taskrunner.worker.autoscale import ScalingPolicy, default_tolerance
+from django_taskrunner.worker.pool import ScalingPolicy, default_tolerance
 from django_taskrunner.worker.reclaim import dead_consumer_timeout
 
 T = TypeVar("T")

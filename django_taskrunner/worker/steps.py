@@ -46,7 +46,7 @@ from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR
 from django_taskrunner.store.limits import Limits, Slot, Take
 from django_taskrunner.store.records import RecordWrite
 from django_taskrunner.store.workflows import MemberDone
-from django_taskrunner.worker.delivery import Delivery
+from django_taskrunner.worker.fetcher import Delivery
 from django_taskrunner.worker.running import Attempt
 
 if TYPE_CHECKING:

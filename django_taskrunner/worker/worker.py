@@ -32,23 +32,20 @@ from django_taskrunner.store.streams import Broker, Entry
 from django_taskrunner.worker.acker import Acker
 from django_taskrunner.worker.async_runner import AsyncRunner
 from django_taskrunner.worker.cancels import CancelListener
-from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
-from django_taskrunner.worker.fetcher import Fetcher, stop_fetchers
+from django_taskrunner.worker.fetcher import Delivery, Fetcher, Prefetch, stop_fetchers
+from django_taskrunner.worker.interrupt import TimeLimitWatchdog, interrupt
 from django_taskrunner.worker.keepalive import Heartbeat
-from django_taskrunner.worker.monitor import Monitor
+from django_taskrunner.worker.lost_workers import LOST_EXIT, ReturnGuard
+from django_taskrunner.worker.monitor import THREAD_DIED_EXIT, Monitor, ThreadWatch
 from django_taskrunner.worker.outage import RedisStatus
 from django_taskrunner.worker.pauses import PauseWatch
 from django_taskrunner.worker.pool import Pool
-from django_taskrunner.worker.prefetch import Prefetch
 from django_taskrunner.worker.reclaim import Reclaimer, shortest_timeout
-from django_taskrunner.worker.returning import LOST_EXIT, ReturnGuard
 from django_taskrunner.worker.running import Attempt, RunningSet, describe
 from django_taskrunner.worker.settings import OWN_CONNECTIONS, WorkerSettings
 from django_taskrunner.worker.steps import put_back, requeued_write
-from django_taskrunner.worker.timelimit import TimeLimitWatchdog, interrupt
 from django_taskrunner.worker.turns import QueueTurns
-from django_taskrunner.worker.watch import THREAD_DIED_EXIT, ThreadWatch
 
 logger = logging.getLogger(__name__)
 

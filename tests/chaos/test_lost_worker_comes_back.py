@@ -17,7 +17,7 @@ from tests.chaos.harness import Chaos, wait_until
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.chaos]
 
 TIMEOUT = 120  # generous: the machine is shared and loaded
-LOST_EXIT = 75  # worker/returning.py
+LOST_EXIT = 75  # worker/lost_workers.py
 
 
 @pytest.fixture

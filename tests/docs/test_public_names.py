@@ -34,8 +34,8 @@ OLD_PATHS = {
     "django_taskrunner.health.get_health": "django_taskrunner.get_health",
     "django_taskrunner.health.get_leader": "django_taskrunner.get_leader",
     "django_taskrunner.election.LeaderElection": "django_taskrunner.LeaderElection",
-    "django_taskrunner.autoscale.ScalingPolicy": "django_taskrunner.worker.autoscale.ScalingPolicy",
-    "django_taskrunner.autoscale.decide": "django_taskrunner.worker.autoscale.decide",
+    "django_taskrunner.autoscale.ScalingPolicy": "django_taskrunner.worker.pool.ScalingPolicy",
+    "django_taskrunner.autoscale.decide": "django_taskrunner.worker.pool.decide",
     "django_taskrunner.message.PAYLOAD_MAX_DEPTH":
         "django_taskrunner.core.message.PAYLOAD_MAX_DEPTH",
     "django_taskrunner.message.MESSAGE_MAX_BYTES":

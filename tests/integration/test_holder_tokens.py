@@ -12,8 +12,8 @@ import pytest
 from django_taskrunner import TaskAlreadyDispatched, TaskIdConflict, TaskMessage, dispatch
 from django_taskrunner.core import unique as locks
 from django_taskrunner.store import get_store
-from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
+from django_taskrunner.worker.fetcher import Delivery
 from tests.testapp.tasks import runs_key
 from tests.worker_helpers import wait_for
 

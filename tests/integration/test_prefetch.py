@@ -8,7 +8,7 @@ import pytest
 from django_taskrunner.core import clock
 from django_taskrunner.store import get_store
 from django_taskrunner.store.connection import get_redis
-from django_taskrunner.worker.prefetch import PREFETCH_MAX
+from django_taskrunner.worker.fetcher import PREFETCH_MAX
 from tests.testapp.tasks import noop, runs_key
 from tests.worker_helpers import wait_for, worker_thread
 

@@ -12,8 +12,8 @@ from django_taskrunner.stats import writes as stats_writes
 from django_taskrunner.stats.figures import get_stats, minute_counts, percentile, predict_wait
 from django_taskrunner.stats.recorder import PICKUP_LABELS, StatsRecorder
 from django_taskrunner.store import Store, get_store, keys
-from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
+from django_taskrunner.worker.fetcher import Delivery
 from tests.testapp.tasks import always_fails, noop, sleep_50ms, sleep_100ms
 
 pytestmark = pytest.mark.django_db(transaction=True)

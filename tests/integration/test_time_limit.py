@@ -12,8 +12,8 @@ from django_taskrunner.core.registry import registry
 from django_taskrunner.core.task import Task
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import get_store
-from django_taskrunner.worker.delivery import Delivery
 from django_taskrunner.worker.executor import Executor
+from django_taskrunner.worker.fetcher import Delivery
 from django_taskrunner.worker.pool import Pool
 from django_taskrunner.worker.running import RunningSet
 from tests.testapp.tasks import blocks_in_c, noop, runs_key, spins_in_python, stops_when_cancelled

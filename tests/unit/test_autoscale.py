@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from django_taskrunner.worker.autoscale import ScalingPolicy, decide, default_tolerance, wanted_size
+from django_taskrunner.worker.pool import ScalingPolicy, decide, default_tolerance, wanted_size
 
 POLICY = ScalingPolicy(min_workers=1, max_workers=16, desired_wait=1.0, tolerance=0.5,
                        cooldown=10.0)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django_taskrunner.worker.prefetch import PREFETCH_BYTES, PREFETCH_MAX, SAMPLE_S, Prefetch
+from django_taskrunner.worker.fetcher import PREFETCH_BYTES, PREFETCH_MAX, SAMPLE_S, Prefetch
 
 
 def drain(prefetch: Prefetch, per_second: float, seconds: float, step: float = 0.02,
