@@ -288,7 +288,7 @@ def framework_part(record: dict[str, Any]) -> str:
 
 def load_record(result_id: str) -> dict[str, Any] | None:
     """The framework record of `result_id`: read from its task record, else from a
-    result record (`store/results.py`); None when neither exists."""
+    result record (`store/records.py`); None when neither exists."""
     if not isinstance(result_id, str) or not result_id:
         return None
     fields = records().load(result_id)

@@ -48,7 +48,7 @@ from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import MAX_EPOCH_MS, TaskMessage
 from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.stats.health import dashboard_queues
-from django_taskrunner.store import get_store, values
+from django_taskrunner.store import connection, get_store
 from django_taskrunner.store.errors import REDIS_ERROR
 from django_taskrunner.store.streams import Broker
 
@@ -108,7 +108,7 @@ class DelayedEntry:
 
 def _entry(queue: str, body: bytes | str, score: float) -> DelayedEntry:
     """An entry to show; one that is not a usable message is shown as undecodable."""
-    shown = values.text(body, errors="replace")
+    shown = connection.text(body, errors="replace")
     try:
         message: TaskMessage | None = TaskMessage.from_json(body)
     except InvalidTaskPayload:

@@ -1,5 +1,5 @@
 """The admin's Workers page: one row per worker process, from the heartbeats the workers
-write (`store/workers.py`).
+write (`store/stats.py`).
 
 Each row: the consumer name, host and pid, the queues it consumes, its pool (threads now,
 and the autoscaling bounds), how many threads run a task, the tasks running there (links
@@ -27,7 +27,7 @@ from django.utils.http import urlencode
 from django_taskrunner.admin.shared import RedisPageAdmin, age
 from django_taskrunner.core import clock
 from django_taskrunner.store import get_store
-from django_taskrunner.store.workers import WorkerEntry
+from django_taskrunner.store.stats import WorkerEntry
 
 PAGE = 100
 

@@ -61,10 +61,10 @@ from django_taskrunner.exceptions import (
     TaskNotFound,
 )
 from django_taskrunner.store import get_store, keys
+from django_taskrunner.store.connection import text
 from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.store.locks import Reservation
 from django_taskrunner.store.records import RecordWrite
-from django_taskrunner.store.values import text
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from django_taskrunner.exceptions import InvalidTaskOptions, UnreadableData
 from django_taskrunner.store import get_store
 from django_taskrunner.store.connection import built_client
 from django_taskrunner.store.errors import REDIS_DOWN, REPLY_ERROR, unavailable
-from django_taskrunner.store.pauses import Pauses
+from django_taskrunner.store.schedule import Pauses
 
 
 def _pauses() -> Pauses:

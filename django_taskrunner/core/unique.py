@@ -44,9 +44,9 @@ from django_taskrunner.exceptions import (
     UniqueForRequired,
 )
 from django_taskrunner.store import Store, keys
+from django_taskrunner.store.connection import text
 from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.store.locks import Reservation, UniqueLocks
-from django_taskrunner.store.values import text
 
 if TYPE_CHECKING:
     from django_taskrunner.core.task import Task

@@ -1,6 +1,6 @@
 """Leader election on one Redis key, usable on its own.
 
-The lease (`store/leases.py`) is taken with `SET key identity NX PX lease`, extended only
+The lease (`store/schedule.py`) is taken with `SET key identity NX PX lease`, extended only
 by its holder (a Lua compare-and-extend) and resigned only by its holder
 (compare-and-delete), so a process that lost the lease can never extend or delete its
 successor's. A process that does not lead waits until the lease would expire and tries
@@ -29,7 +29,7 @@ from typing import Any
 
 from django_taskrunner.core import clock
 from django_taskrunner.store.errors import REDIS_DOWN, REPLY_ERROR, stalls_writes
-from django_taskrunner.store.leases import Lease
+from django_taskrunner.store.schedule import Lease
 
 logger = logging.getLogger(__name__)
 

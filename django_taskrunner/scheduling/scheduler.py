@@ -29,9 +29,9 @@ from django_taskrunner.core import clock, sharding
 from django_taskrunner.scheduling.periodic import RELOAD_SECONDS, PeriodicRunner
 from django_taskrunner.scheduling.queues import CHECK_EVERY_MS, forget_idle_queues
 from django_taskrunner.store import keys
+from django_taskrunner.store.connection import WakeSubscription
 from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR
 from django_taskrunner.store.streams import Broker
-from django_taskrunner.store.subscription import WakeSubscription
 
 logger = logging.getLogger(__name__)
 

@@ -15,23 +15,23 @@ from typing import Any
 from django_taskrunner.conf import get_settings, on_reset
 from django_taskrunner.store.browse import StreamBrowser
 from django_taskrunner.store.connection import get_redis
-from django_taskrunner.store.failed_rows import FailedRows
 from django_taskrunner.store.fair import Fair
 from django_taskrunner.store.inspect import Inspector
 from django_taskrunner.store.keys import leader_key
-from django_taskrunner.store.leases import Lease
 from django_taskrunner.store.limits import Limits
 from django_taskrunner.store.locks import UniqueLocks
-from django_taskrunner.store.outbox import OutboxMarks
-from django_taskrunner.store.pauses import Pauses
-from django_taskrunner.store.records import FinishedIndex, FinishedLimits, Records
-from django_taskrunner.store.results import Results
-from django_taskrunner.store.schedule import ScheduleStore
+from django_taskrunner.store.records import (
+    FinishedIndex,
+    FinishedLimits,
+    Records,
+    Results,
+    StepsStore,
+)
+from django_taskrunner.store.rows import FailedRows, OutboxMarks
+from django_taskrunner.store.schedule import Lease, Pauses, ScheduleStore
 from django_taskrunner.store.server import RedisServer
-from django_taskrunner.store.stats import StatsStore
-from django_taskrunner.store.steps import StepsStore
+from django_taskrunner.store.stats import StatsStore, WorkerDirectory
 from django_taskrunner.store.streams import Broker
-from django_taskrunner.store.workers import WorkerDirectory
 from django_taskrunner.store.workflows import WorkflowStore
 
 DEFAULT_GROUP = "taskrunner"
@@ -223,7 +223,7 @@ class Store:
         finished.page(queue, cursor, count, statuses, scan)  Up to `count` finished tasks of
             `queue`, newest first, from `cursor`
 
-    results: `Results` (store/results.py), the Tasks framework backend's result records
+    results: `Results` (store/records.py), the Tasks framework backend's result records
         results.load(result_id)  GET the record of `result_id`
         results.save(result_id, record, ttl_seconds)  SET the record of `result_id` with EX
             `ttl_seconds`
@@ -277,7 +277,7 @@ class Store:
             and their levels, most first
         fair.waiting(queue, fair_key, start, count)  Bodies of one key's tasks waiting
 
-    steps: `StepsStore` (store/steps.py), the durable steps of a task (ctx.step)
+    steps: `StepsStore` (store/records.py), the durable steps of a task (ctx.step)
         steps.holders(task_ids, ttl_seconds)  The ids that have kept steps, their TTL set
         steps.keep(task_id, name, value, ttl_seconds)  HSET one step, (re)set the TTL
         steps.load(task_id)  Every kept step of `task_id`: name -> JSON text
@@ -291,27 +291,27 @@ class Store:
         stats.write_figures(writes, beat, now_ms, window, ttl, pipe)  Add figures, refresh a
             heartbeat
 
-    workers: `WorkerDirectory` (store/workers.py), the Workers page's directory of heartbeats
+    workers: `WorkerDirectory` (store/stats.py), the Workers page's directory of heartbeats
         workers.forget_consumer(stream, group, consumer)  Remove `consumer` from `stream`'s
             group if it holds nothing
         workers.page(start, size)  Workers `start` to `start + size`, latest heartbeat first,
             with their hashes, and how many there are: two round trips
 
-    pauses: `Pauses` (store/pauses.py), paused queues
+    pauses: `Pauses` (store/schedule.py), paused queues
         pauses.pause(queue, now_ms)  Mark `queue` paused
         pauses.paused()  Every paused queue and when it was paused (epoch ms)
         pauses.resume(queue)  Unmark `queue`
 
-    outbox: `OutboxMarks` (store/outbox.py), the transactional outbox's marks
+    outbox: `OutboxMarks` (store/rows.py), the transactional outbox's marks
         outbox.clear(mark_keys)  DEL each mark, one round trip
 
-    failed_rows: `FailedRows` (store/failed_rows.py), failed-task rows waiting for the database
+    failed_rows: `FailedRows` (store/rows.py), failed-task rows waiting for the database
         failed_rows.batch(count)  Up to about `count` waiting rows (one HSCAN call)
         failed_rows.count()  HLEN: how many rows wait
         failed_rows.forget(row_ids)  HDEL rows written (or given up)
         failed_rows.keep(row_id, row)  HSET one row
 
-    leader: `Lease` (store/leases.py), the scheduler's leader lease of the consumer group
+    leader: `Lease` (store/schedule.py), the scheduler's leader lease of the consumer group
         leader.expire_broken(ttl_ms)  PEXPIRE the key whatever it holds (a spoiled lease)
         leader.holder()  GET: the identity holding the lease, or None
         leader.release(identity)  DEL the key if `identity` holds it

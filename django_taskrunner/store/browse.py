@@ -24,8 +24,8 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from django_taskrunner.store import keys, scripts
+from django_taskrunner.store.connection import text
 from django_taskrunner.store.streams import levels_in_use
-from django_taskrunner.store.values import text
 
 STREAM_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
 

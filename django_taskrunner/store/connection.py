@@ -1,4 +1,6 @@
-"""`get_redis()`: the one Redis client of the process.
+"""`get_redis()`: the one Redis client of the process; below it, the other connections
+(a worker's own, named after it; the scheduler's pub/sub) and `text()`, the one
+bytes-to-text conversion of the store.
 
 Chosen in this order: `CLUSTER_NODES` (a Redis Cluster, by its startup nodes);
 `REDIS_URL`; a django-redis cache alias in `CONNECTION`; otherwise the embedded Redis
@@ -18,8 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import redis
@@ -28,10 +32,12 @@ from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.connection import parse_url
 from redis.exceptions import RedisClusterException, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from django_taskrunner.conf import get_settings, on_reset, parse_node
 from django_taskrunner.store import embedded
+from django_taskrunner.store.errors import REDIS_DOWN
 
 logger = logging.getLogger(__name__)
 
@@ -224,3 +230,129 @@ def reset() -> None:
         old, _client = _client, None
     if old is not None and getattr(old, "_taskrunner_owned", False):
         old.close()
+
+
+# Plain values out of redis-py replies: the one bytes-to-text conversion of the store.
+
+def text(value: bytes | str, errors: str = "strict") -> str:
+    """A reply as text: redis-py gives bytes (the client does not decode responses).
+
+    `errors="replace"` for what is only shown (admin pages): a key or value some other
+    program wrote need not be UTF-8.
+    """
+    return value.decode(errors=errors) if isinstance(value, bytes) else value
+
+
+# A worker's own connections, named after it, so that its stop can wake its blocked reads.
+#
+# Each fetcher blocks in `XREADGROUP ... BLOCK BLOCK_MS`; a stopping worker used to wait
+# for every such read to come back, up to `BLOCK_MS` (and a larger `BLOCK_MS` is what
+# lowers the idle cost). Instead, a worker names its client's connections after its
+# consumer (redis-py sends `CLIENT SETNAME` as each one connects), and at stop
+# `unblock_reads` finds those blocked (`CLIENT LIST`, flag `b`) and wakes them
+# (`CLIENT UNBLOCK`: the read returns as if it timed out, or with what it was served). On
+# Redis Cluster the same is done on each node: a read blocks on the node of its stream.
+#
+# Where the server refuses `CLIENT SETNAME` (some proxies do), or is down when the worker
+# starts, the connections stay unnamed and a stop waits out the reads as before.
+
+
+# What a connection name may hold (CLIENT SETNAME refuses spaces and newlines).
+_NOT_IN_NAME = re.compile(r"[^A-Za-z0-9_.:@#-]")
+
+
+def connection_name(consumer: str) -> str:
+    """The name of a worker's connections: `taskrunner:<consumer>`, seen in CLIENT LIST."""
+    return "taskrunner:" + _NOT_IN_NAME.sub("_", consumer)
+
+
+def name_connections(client: Any, name: str) -> bool:
+    """Name every connection `client` makes from now on, and drop those it made so far so
+    that none stays unnamed; call it before the worker's threads use the client. False
+    (and nothing changed) when the server refuses `CLIENT SETNAME`, or cannot be reached
+    (a worker starts during an outage all the same)."""
+    servers = server_clients(client)
+    try:
+        for server in servers:  # each server takes the name: every connection may ask
+            server.client_setname(name)
+    except ResponseError as exc:
+        logger.info("connections stay unnamed (CLIENT SETNAME: %s): a stop waits for the "
+                    "blocked reads to return", exc)
+        return False
+    except REDIS_DOWN:
+        return False
+    if hasattr(client, "nodes_manager"):  # a cluster's nodes found later (a failover)
+        client.nodes_manager.connection_kwargs["client_name"] = name
+    for server in servers:
+        pool = server.connection_pool
+        pool.connection_kwargs["client_name"] = name
+        # A connection keeps the name it was made with: drop those made so far (closing
+        # the idle ones), so that every connection from now on is a new, named one.
+        pool.disconnect(inuse_connections=False)
+        pool.reset()
+    return True
+
+
+def unblock_reads(client: Any, name: str) -> int | None:
+    """Wake the blocked commands of the connections named `name` (`CLIENT UNBLOCK`, which
+    answers them as if they timed out), on every server of `client`; how many were
+    woken. None when they could not be looked for (the connections are not named, the
+    server refuses, or it cannot be reached): the reads then end on their own, and
+    asking again would only wait for the server."""
+    servers = server_clients(client)
+    if not servers or any(server.connection_pool.connection_kwargs.get("client_name") != name
+                          for server in servers):
+        return None
+    woken = 0
+    try:
+        for server in servers:
+            blocked = [entry["id"] for entry in server.client_list(_type="normal")
+                       if text(entry.get("name", "")) == name
+                       and "b" in text(entry.get("flags", ""))]
+            woken += sum(int(server.client_unblock(int(client_id))) for client_id in blocked)
+    except (ResponseError, *REDIS_DOWN) as exc:
+        logger.debug("could not wake the blocked reads (%s): they end on their own", exc)
+        return None
+    return woken
+
+
+# One pub/sub connection of its own: the scheduler's wake-ups (`keys.wake_channel`,
+# `keys.periodic_channel`) and the workers' cancel notices (`keys.cancel_channel`).
+
+class WakeSubscription:
+    """One pub/sub connection listening to wake channels (`keys.wake_channel`) and the
+    periodic-change channel (`keys.periodic_channel`)."""
+
+    def __init__(self, pubsub: Any) -> None:
+        self.pubsub = pubsub
+
+    def subscribe(self, channels: list[str], timeout: float = 5.0,
+                  monotonic: Callable[[], float] = time.monotonic) -> None:
+        """SUBSCRIBE and wait for Redis to confirm each channel; a redis TimeoutError
+        (one of `REDIS_DOWN`) when some are not confirmed within `timeout` seconds."""
+        self.pubsub.subscribe(*channels)
+        pending = set(channels)
+        deadline = monotonic() + timeout
+        while pending and monotonic() < deadline:
+            message = self.pubsub.get_message(timeout=0.5)
+            if message is not None and message.get("type") == "subscribe":
+                pending.discard(text(message["channel"]))
+        if pending:
+            raise RedisTimeoutError(f"no confirmation of SUBSCRIBE {sorted(pending)}")
+
+    def next_message(self, timeout: float) -> tuple[str, str] | None:
+        """(channel, data) of the next published message within `timeout` seconds; None
+        when none came (or only a subscription notice)."""
+        message = self.pubsub.get_message(timeout=timeout)
+        if message is None or message.get("type") != "message":
+            return None
+        data = message["data"]
+        data = text(data, errors="replace") if isinstance(data, bytes | str) else str(data)
+        return text(message["channel"]), data
+
+    def close(self) -> None:
+        """Close the connection; a broken one may fail to close, which is ignored."""
+        try:
+            self.pubsub.close()
+        except Exception:  # noqa: S110 - closing a broken connection may fail again
+            pass

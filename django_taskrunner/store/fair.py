@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_taskrunner.store import keys, scripts
+from django_taskrunner.store.connection import text
 from django_taskrunner.store.records import Records, RecordWrite
-from django_taskrunner.store.values import text
 
 PUSH_SCRIPTS = ("fair_push",)
 # Seconds a queue stays fair after its last keyed task: meanwhile its tasks without a

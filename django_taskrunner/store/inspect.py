@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_taskrunner.store import keys
-from django_taskrunner.store.values import text
+from django_taskrunner.store.connection import text
 
 
 @dataclass(frozen=True)

@@ -409,7 +409,7 @@ def steps_key(prefix: str, task_id: str) -> str:
 def paused_queues_key(prefix: str) -> str:
     """Hash of the paused queues: queue name -> when it was paused (epoch ms). Fetchers
     read no new message of a queue in it; it has no expiry, so a pause outlives restarts
-    until `resume_queue` removes the field (`store/pauses.py`)."""
+    until `resume_queue` removes the field (`store/schedule.py`)."""
     return f"{prefix}:queues:paused"
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_taskrunner.store import keys, scripts
-from django_taskrunner.store.values import text
+from django_taskrunner.store.connection import text
 
 # A waiter's entry stays this long past its due time, for the admin's count (a waiter
 # cancelled or purged meanwhile never comes back to remove it).

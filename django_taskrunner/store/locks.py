@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_taskrunner.store import keys, scripts
+from django_taskrunner.store.connection import text
 from django_taskrunner.store.records import Records, RecordWrite
-from django_taskrunner.store.values import text
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,6 @@
-"""Task records: one Redis hash per task id (status, result, progress...), with a TTL.
+"""Task records: one Redis hash per task id (status, result, progress...), with a TTL;
+below them, what else is kept per task id: the results of Django Tasks framework tasks
+and the kept results of durable steps.
 
 What a record holds is decided in `core/records.py` (which builds the fields) and in the
 worker's record step; this module only runs the commands, on plain values: task ids,
@@ -35,8 +37,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from django_taskrunner.store import keys, scripts
-from django_taskrunner.store.subscription import WakeSubscription
-from django_taskrunner.store.values import text
+from django_taskrunner.store.connection import WakeSubscription, text
 
 SCRIPTS = ("record_write", "record_index")  # queued as bare EVALSHA: loaded on NOSCRIPT
 SID_SCRIPTS = ("record_sid",)  # the same, for `set_stream_ids`
@@ -518,3 +519,70 @@ def index_of(write: RecordWrite, keep: int, result_ttl_s: int) -> _Index | None:
     finished_ms = int(finished)
     kept_s = max(write.ttl_s, result_ttl_s)
     return _Index(queue, finished_ms, finished_ms - kept_s * 1000)
+
+
+# Django Tasks framework results: one JSON record per result id, with a TTL.
+#
+# The record is opaque text here (`backends.py` builds and reads it). Keys come from
+# `keys.result_key` (not queue-tagged: a result is found by its id alone). Redis outage
+# errors (`errors.REDIS_DOWN`) pass through unchanged.
+
+class Results:
+    """The result records under one client and key prefix."""
+
+    def __init__(self, client: Any, prefix: str) -> None:
+        self.client = client
+        self.prefix = prefix
+
+    def load(self, result_id: str) -> str | None:
+        """GET the record of `result_id`; None when there is none (or it expired)."""
+        raw = self.client.get(keys.result_key(self.prefix, result_id))
+        return None if raw is None else text(raw)
+
+    def save(self, result_id: str, record: str, ttl_seconds: int) -> None:
+        """SET the record of `result_id` with EX `ttl_seconds`."""
+        self.client.set(keys.result_key(self.prefix, result_id), record, ex=ttl_seconds)
+
+    def save_and_add(self, result_id: str, record: str, ttl_seconds: int, queue: str,
+                     body: str) -> None:
+        """SET the record, then XADD `body` to the stream of `queue` (or shard), in one
+        pipelined round trip: a worker reading the message always finds its record."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.set(keys.result_key(self.prefix, result_id), record, ex=ttl_seconds)
+        pipe.xadd(keys.stream_key(self.prefix, queue), {keys.ENTRY_FIELD: body})
+        pipe.execute()
+
+
+# The kept results of a task's durable steps (`ctx.step`, core/steps.py).
+#
+# One hash per task id, in its record's slot: step name -> the JSON text core/steps.py
+# built. Read once per
+# attempt (HGETALL), written with one pipelined round trip per step (HSET + EXPIRE).
+
+class StepsStore:
+    """The steps hashes under one client and key prefix."""
+
+    def __init__(self, client: Any, prefix: str) -> None:
+        self.client = client
+        self.prefix = prefix
+
+    def load(self, task_id: str) -> dict[str, str]:
+        """Every kept step of `task_id`: name -> JSON text (empty when none or expired)."""
+        raw = self.client.hgetall(keys.steps_key(self.prefix, task_id))
+        return {text(name): text(value) for name, value in raw.items()}
+
+    def keep(self, task_id: str, name: str, value: str, ttl_seconds: int) -> None:
+        """HSET one step and (re)set the hash's TTL, in one round trip."""
+        key = keys.steps_key(self.prefix, task_id)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hset(key, name, value)
+        pipe.expire(key, ttl_seconds)
+        pipe.execute()
+
+    def holders(self, task_ids: list[str], ttl_seconds: int) -> set[str]:
+        """The ids among `task_ids` that have kept steps, whose TTL is set to
+        `ttl_seconds` now (one round trip: EXPIRE answers 0 for a key that is gone)."""
+        pipe = self.client.pipeline(transaction=False)
+        for task_id in task_ids:
+            pipe.expire(keys.steps_key(self.prefix, task_id), ttl_seconds)
+        return {task_id for task_id, n in zip(task_ids, pipe.execute(), strict=True) if n}

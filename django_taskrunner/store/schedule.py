@@ -1,6 +1,6 @@
-"""Scheduling state in Redis: the known queues, wake-ups, periodic marks, and the delayed
-sets as the admin reads and edits them. The Redis side of `scheduling/` and of
-`admin/delayed_sets.py`.
+"""Scheduling state in Redis: the known queues, wake-ups, periodic marks, the delayed
+sets as the admin reads and edits them, the leader's lease and the paused queues. The
+Redis side of `scheduling/`, of `admin/delayed.py` and of `pause_queue()`.
 
 The moves themselves (due delayed messages onto the stream) stay `Broker.promote_due`,
 one script call per batch. Every name is a queue or one shard of one (see core/sharding.py);
@@ -14,10 +14,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from django_taskrunner.store import keys, scripts
+from django_taskrunner.store.connection import WakeSubscription, text
 from django_taskrunner.store.errors import stalls_writes
 from django_taskrunner.store.records import Records
-from django_taskrunner.store.subscription import WakeSubscription
-from django_taskrunner.store.values import text
 
 # A delayed entry as read: (body, score = due time in ms).
 DelayedRow = tuple[bytes, float]
@@ -198,3 +197,75 @@ def _mark(reply: Any) -> int | None:
         return None if isinstance(reply, Exception) else int(reply)
     except (TypeError, ValueError):
         return None
+
+
+# A lease on one key: the Redis side of `scheduling/election.py`.
+#
+# The key holds the holder's identity (a str) with a PX TTL. It is taken with SET NX PX,
+# extended only by its holder (`lua/lease_renew.lua`, compare-and-extend) and deleted
+# only by its holder (`lua/lease_release.lua`, compare-and-delete), so a process that lost
+# the lease can never extend or delete its successor's. Every method is one round trip;
+# Redis outage errors (`errors.REDIS_DOWN`) pass through unchanged.
+
+class Lease:
+    """One lease key (e.g. `keys.leader_key`) on one client."""
+
+    def __init__(self, client: Any, key: str) -> None:
+        self.client = client
+        self.key = key
+
+    def take(self, identity: str, ttl_ms: int) -> bool:
+        """SET key identity NX PX ttl_ms: True when the lease was free and is now ours."""
+        return bool(self.client.set(self.key, identity, nx=True, px=ttl_ms))
+
+    def renew(self, identity: str, ttl_ms: int) -> bool:
+        """PEXPIRE the key to `ttl_ms` if `identity` holds it; False when it does not."""
+        return bool(scripts.run(self.client, "lease_renew", [self.key], [identity, ttl_ms]))
+
+    def release(self, identity: str) -> bool:
+        """DEL the key if `identity` holds it; True when it did."""
+        return bool(scripts.run(self.client, "lease_release", [self.key], [identity]))
+
+    def holder(self) -> str | None:
+        """GET: the identity holding the lease, or None."""
+        value = self.client.get(self.key)
+        return None if value is None else text(value)
+
+    def expire_broken(self, ttl_ms: int) -> None:
+        """PEXPIRE the key, whatever it holds: a key with no expiry or of another type
+        (no lease of ours) then goes by itself, and the lease can be taken again."""
+        self.client.pexpire(self.key, ttl_ms)
+
+    def ttl_ms(self) -> int:
+        """PTTL: milliseconds the lease has left; negative when gone (-2) or without TTL."""
+        return int(self.client.pttl(self.key))
+
+
+# Paused queues: one hash, queue name -> when it was paused (epoch ms).
+#
+# Written by `pause_queue`/`resume_queue` (and the admin's buttons), read by each worker
+# every fraction of a second (`worker/pauses.py`) and by the pages and commands that show
+# queues. A key of the wrong type under the name reads as "nothing paused" for the worker
+# (it logs it), so a stray key never stops a worker; pausing then says what is wrong.
+
+class Pauses:
+    """The paused queues of one prefix."""
+
+    def __init__(self, client: Any, prefix: str) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.key = keys.paused_queues_key(prefix)
+
+    def pause(self, queue: str, now_ms: int) -> bool:
+        """Mark `queue` paused; False when it was already (its first pause time stays)."""
+        return bool(self.client.hsetnx(self.key, queue, now_ms))
+
+    def resume(self, queue: str) -> bool:
+        """Unmark `queue`; False when it was not paused."""
+        return bool(self.client.hdel(self.key, queue))
+
+    def paused(self) -> dict[str, int]:
+        """Every paused queue and when it was paused (epoch ms; 0 if unreadable)."""
+        raw = self.client.hgetall(self.key)
+        return {text(name, errors="replace"): int(value) if value.isdigit() else 0
+                for name, value in raw.items()}

@@ -27,7 +27,7 @@ from redis.exceptions import ResponseError
 
 from django_taskrunner.exceptions import TaskRunnerError
 from django_taskrunner.store import keys, scripts
-from django_taskrunner.store.values import text
+from django_taskrunner.store.connection import text
 
 logger = logging.getLogger(__name__)
 

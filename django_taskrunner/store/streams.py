@@ -43,11 +43,11 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import NoScriptError, ResponseError
 
 from django_taskrunner.store import keys, scripts, server
+from django_taskrunner.store.connection import text
 from django_taskrunner.store.errors import refuses_writes
 from django_taskrunner.store.fair import FAIR_QUEUE_TTL_S
 from django_taskrunner.store.limits import RENEW_SCRIPT, Limits, Slot
 from django_taskrunner.store.records import ADD_SCRIPTS, SCRIPTS, Records, RecordWrite
-from django_taskrunner.store.values import text
 from django_taskrunner.store.workflows import SCRIPTS as WORKFLOW_SCRIPTS
 from django_taskrunner.store.workflows import MemberDone
 

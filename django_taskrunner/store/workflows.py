@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_taskrunner.store import keys, scripts
+from django_taskrunner.store.connection import text
 from django_taskrunner.store.records import Records, RecordWrite
-from django_taskrunner.store.values import text
 
 SCRIPTS = ("workflow_member",)  # queued as bare EVALSHA: loaded again on NOSCRIPT
 # Ids and bodies are pushed this many per RPUSH, so no single command grows huge.

@@ -29,11 +29,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from django_taskrunner.store.connection import text
 from django_taskrunner.store.errors import REDIS_ERROR, stalls_writes
 from django_taskrunner.store.limits import Slot
 from django_taskrunner.store.records import RecordWrite, holder_of
 from django_taskrunner.store.streams import Broker, Requeue
-from django_taskrunner.store.values import text
 from django_taskrunner.store.workflows import MemberDone
 from django_taskrunner.worker.outage import RedisStatus, backoff
 

@@ -1,7 +1,7 @@
 """Recording a task that failed for good: the `FailedTask` row, then the user's hook.
 
 When the database refuses the row (it is down, or lacks the table), the failure is not
-left pending: the row is kept in Redis (`store/failed_rows.py`), the task's outcome goes
+left pending: the row is kept in Redis (`store/rows.py`), the task's outcome goes
 on as usual (record "failed", entry acked, no second run), and `flush_failed_rows()`
 (the leader's `FailedRowsFlusher`, with backoff) writes it once the database answers.
 The row is written once per dispatch either way (the same get-or-create).
@@ -43,7 +43,7 @@ from django_taskrunner.models import FailedTask
 from django_taskrunner.shim import shown_name
 from django_taskrunner.store import get_store
 from django_taskrunner.store.errors import REDIS_DOWN
-from django_taskrunner.store.failed_rows import FailedRows
+from django_taskrunner.store.rows import FailedRows
 
 logger = logging.getLogger(__name__)
 

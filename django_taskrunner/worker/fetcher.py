@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django_taskrunner.core import clock
 from django_taskrunner.store import keys
-from django_taskrunner.store.clients import unblock_reads
+from django_taskrunner.store.connection import unblock_reads
 from django_taskrunner.worker.outage import redis_call
 from django_taskrunner.worker.turns import FairTurns
 
@@ -198,7 +198,7 @@ UNBLOCK_EVERY_S = 0.1
 
 def stop_fetchers(fetchers: list[Fetcher], client: Any, name: str, block_ms: int) -> None:
     """Wait for the fetchers to end (the worker is stopping), waking their blocked reads
-    (`store/clients.py`) instead of waiting up to `BLOCK_MS` for each; where that is not
+    (`store/connection.py`) instead of waiting up to `BLOCK_MS` for each; where that is not
     possible (a server that refuses it), within `BLOCK_MS` and a second."""
     deadline = clock.monotonic() + block_ms / 1000 + 1
     alive = [fetcher for fetcher in fetchers if fetcher.is_alive()]

@@ -25,8 +25,7 @@ from typing import Protocol
 
 from django_taskrunner.core import clock, sharding
 from django_taskrunner.store import keys
-from django_taskrunner.store.clients import connection_name, name_connections
-from django_taskrunner.store.connection import make_room
+from django_taskrunner.store.connection import connection_name, make_room, name_connections
 from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR
 from django_taskrunner.store.streams import Broker, Entry
 from django_taskrunner.worker.acker import Acker

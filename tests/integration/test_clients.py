@@ -1,5 +1,5 @@
 """A worker's connections carry its name, and a stop wakes their blocked reads
-(`store/clients.py`); a server that refuses `CLIENT SETNAME` leaves them as they were."""
+(`store/connection.py`); a server that refuses `CLIENT SETNAME` leaves them as they were."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import redis
 
-from django_taskrunner.store.clients import connection_name, name_connections, unblock_reads
+from django_taskrunner.store.connection import connection_name, name_connections, unblock_reads
 from tests.worker_helpers import wait_for
 
 
