@@ -128,8 +128,7 @@ def fill_redis(rows: int) -> None:
 
 def write_an_hour_of_statistics(broker) -> None:  # type: ignore[no-untyped-def]
     from django_taskrunner.core import clock
-    from django_taskrunner.stats.recorder import StatsRecorder
-    from django_taskrunner.stats.writes import WorkerReport, write
+    from django_taskrunner.stats.recorder import StatsRecorder, WorkerReport, write
 
     rng = random.Random(5)  # noqa: S311
     now = clock.now_ms()
@@ -152,7 +151,7 @@ def write_an_hour_of_statistics(broker) -> None:  # type: ignore[no-untyped-def]
 def fill_workers(count: int) -> None:
     """`count` worker heartbeats, each with 5 running tasks, as their monitors write them."""
     from django_taskrunner.core import clock
-    from django_taskrunner.stats.writes import WorkerReport, write
+    from django_taskrunner.stats.recorder import WorkerReport, write
     from django_taskrunner.store import get_store
 
     broker = get_store().streams

@@ -32,7 +32,7 @@ def main() -> None:
     try:
         import redis
 
-        from django_taskrunner.core.steps import stored_steps
+        from django_taskrunner.core.context import stored_steps
         from django_taskrunner.store import Store
 
         client = redis.Redis.from_url(url)

@@ -22,7 +22,7 @@ MOVED = {
     "autoscale": "django_taskrunner.worker.pool",
     "connection": "django_taskrunner.store.connection",
     "election": "django_taskrunner.scheduling.election",
-    "health": "django_taskrunner.stats.health",
+    "health": "django_taskrunner.stats.figures",
     "message": "django_taskrunner.core.message",
     "metrics": "django_taskrunner.stats.metrics",
 }

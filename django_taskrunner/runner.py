@@ -20,14 +20,14 @@ import threading
 from collections.abc import Callable, Iterable
 
 from django_taskrunner.core import clock
+from django_taskrunner.core.outbox import OutboxFlusher, flush_waiting
 from django_taskrunner.scheduling.election import LeaderElection
-from django_taskrunner.scheduling.outbox_flush import OutboxFlusher, flush_waiting
 from django_taskrunner.scheduling.periodic import PeriodicRunner
 from django_taskrunner.scheduling.scheduler import Scheduler, promote_all_due, register_queues
 from django_taskrunner.store.streams import Broker
 from django_taskrunner.worker.failures import FailedRowsFlusher
-from django_taskrunner.worker.handback import Adopter
 from django_taskrunner.worker.lost_workers import LostWorkerWatch
+from django_taskrunner.worker.reclaim import Adopter
 from django_taskrunner.worker.settings import WorkerSettings
 from django_taskrunner.worker.worker import Beside, Worker
 

@@ -47,7 +47,7 @@ from django_taskrunner.core import sharding
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import MAX_EPOCH_MS, TaskMessage
 from django_taskrunner.exceptions import InvalidTaskPayload
-from django_taskrunner.stats.health import dashboard_queues
+from django_taskrunner.stats.figures import dashboard_queues
 from django_taskrunner.store import connection, get_store
 from django_taskrunner.store.errors import REDIS_ERROR
 from django_taskrunner.store.streams import Broker

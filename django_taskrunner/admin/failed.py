@@ -38,11 +38,11 @@ from django.utils.safestring import mark_safe
 
 from django_taskrunner.admin.shared import NulFreeChangeListMixin, page_path
 from django_taskrunner.admin.timeline import moment
+from django_taskrunner.core.context import with_kept_steps
 from django_taskrunner.core.dispatch import dispatch, dispatch_many
 from django_taskrunner.core.message import nested_too_deep
 from django_taskrunner.core.records import PENDING_TTL_S
 from django_taskrunner.core.registry import registry
-from django_taskrunner.core.steps import with_kept_steps
 from django_taskrunner.exceptions import TaskRunnerError
 from django_taskrunner.models import FailedTask
 from django_taskrunner.shim import SHIM_TASK

@@ -43,7 +43,7 @@ from django_taskrunner.admin.shared import (
 from django_taskrunner.conf import QUEUE_NAME
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.registry import registry
-from django_taskrunner.stats.health import dashboard_queues
+from django_taskrunner.stats.figures import dashboard_queues
 from django_taskrunner.store import Store, get_store, keys
 from django_taskrunner.store.errors import REDIS_ERROR
 from django_taskrunner.store.locks import UniqueLocks

@@ -44,8 +44,8 @@ from django_taskrunner.core import sharding
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.exceptions import InvalidTaskPayload, RedisUnavailable, UnreadableData
 from django_taskrunner.store import keys
-from django_taskrunner.store.browse import StreamBrowser
 from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR
+from django_taskrunner.store.inspect import StreamBrowser
 from django_taskrunner.store.locks import UniqueLocks
 
 logger = logging.getLogger(__name__)

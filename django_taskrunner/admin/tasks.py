@@ -1,6 +1,6 @@
 """The admin's "Tasks" pages: queued, running, delayed and finished tasks of each queue,
 or the queued or running ones of all queues together (its opening list, merged by
-`all_queues.py`), and one task's page, read from Redis through the unmanaged `Task` model.
+below), and one task's page, read from Redis through the unmanaged `Task` model.
 
 Nothing here reads a whole stream. A page of queued tasks is one XRANGE (or XREVRANGE)
 from a cursor, a page of running ones one XPENDING from a cursor; a search by task name
@@ -45,7 +45,6 @@ from django.utils.html import escape
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString, mark_safe
 
-from django_taskrunner.admin.all_queues import ALL_STREAMS, merged_page
 from django_taskrunner.admin.delayed import DelayedCounts, delayed_counts
 from django_taskrunner.admin.shared import (
     RedisPageAdmin,
@@ -58,21 +57,21 @@ from django_taskrunner.admin.timeline import duration as timeline_duration
 from django_taskrunner.admin.timeline import moment, timeline
 from django_taskrunner.core import clock, sharding
 from django_taskrunner.core import unique as locks
+from django_taskrunner.core.context import shown as shown_steps
 from django_taskrunner.core.message import MAX_EPOCH_MS, TaskMessage
 from django_taskrunner.core.records import TaskRecord, cancel, lookup
-from django_taskrunner.core.steps import shown as shown_steps
 from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.models import FailedTask
-from django_taskrunner.stats.health import dashboard_queues
+from django_taskrunner.stats.figures import dashboard_queues
 from django_taskrunner.store import get_store, keys
-from django_taskrunner.store.browse import (
+from django_taskrunner.store.errors import REDIS_DOWN, REPLY_ERROR
+from django_taskrunner.store.inspect import (
     STREAM_ID,
     Held,
     StreamBrowser,
     StreamEntry,
     stream_id_key,
 )
-from django_taskrunner.store.errors import REDIS_DOWN, REPLY_ERROR
 from django_taskrunner.store.records import FinishedIndex, FinishedRow
 
 REFRESH_SECONDS = 5
@@ -887,3 +886,64 @@ class TaskAdmin(RedisPageAdmin):
             {**as_json_row(row),
              "url": f"{detail}?{urlencode({'queue': row.queue, 'stream': row.stream_id})}"}
             for row in page.rows], "more": bool(page.next_cursor)})
+
+
+# The Tasks page's list across every queue, its opening list: the queued or running
+# tasks of all streams together, oldest first, a page at a time.
+#
+# A page reads at most one page plus one entry from each stream (queued: one XRANGE from
+# the stream's delivery floor or its cursor; running: one XPENDING from its cursor), merges
+# them by stream id (the time each entry was added) and shows the first `PER_PAGE`. The
+# "next page" cursor holds each stream's own position, the last id of it shown
+# (`stream~id,...`), so no stream is read from its start again, and no row is lost or shown
+# twice when two streams hold the same id. At most `ALL_STREAMS` streams are read; the page
+# says when there are more (each stays reachable from its own list).
+
+ALL_STREAMS = 50  # streams one page of the list across all queues reads, at most
+ALL = "all"  # the "queue" of that list in the page's address
+
+
+def parse_positions(text: str, streams: list[str]) -> dict[str, str]:
+    """Each stream's position from a cursor ("stream~id,..."); a malformed part, or one
+    naming a stream not in `streams`, is dropped (that stream starts at its start)."""
+    positions: dict[str, str] = {}
+    known = set(streams)
+    for part in text[:20_000].split(",")[:ALL_STREAMS]:
+        stream, _sep, stream_id = part.rpartition("~")
+        if stream in known and STREAM_ID.match(stream_id):
+            positions[stream] = stream_id
+    return positions
+
+
+def positions_text(positions: dict[str, str]) -> str:
+    """The cursor of `positions`: "stream~id,..."."""
+    return ",".join(f"{stream}~{stream_id}" for stream, stream_id in sorted(positions.items()))
+
+
+def merged_page(browser: Any, streams: list[str], floors: list[str], status: str,
+                after: str, size: int, row_of: Any) -> tuple[list[Any], str]:
+    """One page of every stream's queued (or running) rows, merged oldest first, and the
+    cursor of the next page ("" at the end). `floors`: each stream's last delivered id
+    (its group state, which the page reads anyway); `row_of(stream, item)` builds a row."""
+    positions = parse_positions(after, streams)
+    candidates: list[tuple[tuple[int, int], str, Any]] = []
+    for stream, floor in zip(streams[:ALL_STREAMS], floors, strict=False):
+        for item in _read(browser, stream, floor, status, positions.get(stream, ""),
+                          size + 1):
+            candidates.append((stream_id_key(item.stream_id), stream, item))
+    candidates.sort(key=lambda found: (found[0], found[1]))
+    shown = candidates[:size]
+    for _key, stream, item in shown:
+        positions[stream] = item.stream_id
+    rows = [row_of(stream, item) for _key, stream, item in shown]
+    return rows, positions_text(positions) if len(candidates) > size else ""
+
+
+def _read(browser: Any, stream: str, floor: str, status: str, after: str, count: int
+          ) -> list[Any]:
+    """Up to `count` entries of `stream` past `after` ("" from the start): waiting ones
+    (past the group's delivery floor `floor` too) or pending ones."""
+    if status == "running":
+        return browser.held(stream, after or "-", count)
+    start = after if after and stream_id_key(after) > stream_id_key(floor) else floor
+    return browser.waiting_after(stream, start, count)

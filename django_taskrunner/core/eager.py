@@ -32,7 +32,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from django_taskrunner.conf import get_settings, on_reset
-from django_taskrunner.core import clock, steps
+from django_taskrunner.core import clock, context
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.awaitables import returned_awaitable, run_to_end
 from django_taskrunner.core.context import TaskContext
@@ -217,7 +217,7 @@ def _run_attempts(task: Task, message: TaskMessage) -> tuple[int, Any]:
     try:
         return _attempts(task, message)
     finally:
-        steps.forget_eager(message.id)
+        context.forget_eager(message.id)
 
 
 def _attempts(task: Task, message: TaskMessage) -> tuple[int, Any]:
@@ -251,4 +251,4 @@ def context(message: TaskMessage) -> TaskContext:
     """The context of an eager attempt: nothing to keep alive, never cancelled."""
     return TaskContext(id=message.id, task_name=message.task_name, queue=message.queue,
                        attempt=message.attempt,
-                       _steps=steps.eager_steps(message.id, message.task_name))
+                       _steps=context.eager_steps(message.id, message.task_name))

@@ -23,9 +23,9 @@ from django.db import DatabaseError
 
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock, outbox_rows
+from django_taskrunner.core.context import kept_steps
 from django_taskrunner.core.eager import eager_records
 from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.core.steps import kept_steps
 from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.connection import bounded, built_client, get_redis
 from django_taskrunner.store.errors import REDIS_DOWN, unavailable, unreadable
@@ -157,7 +157,7 @@ class TaskRecord:
     stream_id: str | None = None
     shard: str | None = None
     # Durable steps kept for this task id: name -> {"result": ..., "at": unix seconds}
-    # (core/steps.py); filled by `lookup`, empty elsewhere.
+    # (core/context.py); filled by `lookup`, empty elsewhere.
     steps: dict[str, Any] = field(default_factory=dict)
     # Each ended attempt, oldest first (what the task page's timeline draws).
     attempts: tuple[AttemptTrace, ...] = ()

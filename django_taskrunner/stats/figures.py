@@ -1,4 +1,6 @@
-"""Reading a queue's figures: `get_stats(queue)`, shared by every worker and the admin.
+"""Reading a queue's figures: `get_stats(queue)`, shared by every worker and the admin;
+the queues dashboard's and `taskrunner_stats`' health figures built on them, and the
+`LONG_QUEUE_HOOK` they feed (below).
 
 The predicted wait of a task dispatched now is
 
@@ -19,19 +21,23 @@ the bucket, as Prometheus's `histogram_quantile()` does.
 
 from __future__ import annotations
 
+import logging
 import math
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from django.conf import settings
+from django.utils.module_loading import import_string
 
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock, sharding
 from django_taskrunner.core.registry import registry
-from django_taskrunner.stats.recorder import BUCKET_LABELS, PICKUP_BUCKETS, PICKUP_LABELS
-from django_taskrunner.stats.writes import COUNTERS
+from django_taskrunner.stats.recorder import BUCKET_LABELS, COUNTERS, PICKUP_BUCKETS, PICKUP_LABELS
 from django_taskrunner.store import get_store
 from django_taskrunner.store.inspect import GroupInfo, Inspector
+from django_taskrunner.store.stats import StatsStore
 from django_taskrunner.store.streams import Broker
 
 
@@ -330,3 +336,171 @@ def declared_queues() -> set[str]:
 def _int(values: dict[str, str], name: str) -> int:
     return int(values.get(name) or 0)
 
+
+# The figures of the queues dashboard and of `manage.py taskrunner_stats`: each queue's
+# `QueueStats` (stats.py) plus its consumer-group lag, its consumers with their idle
+# times, its failures of the last hour and its per-minute counts; and the consumer
+# group's leader. Both read them here, so both show the same numbers.
+
+MAX_CONSUMERS = 20  # shown per queue: the live ones first, then the most recently active
+HOUR_MINUTES = 60
+
+
+@dataclass(frozen=True)
+class ConsumerInfo:
+    """One consumer of a queue's group, as XINFO CONSUMERS and its heartbeat tell."""
+
+    name: str
+    pending: int  # messages delivered to it and not acknowledged
+    idle: float  # seconds since it last read or claimed a message
+    inactive: float | None  # seconds since its last successful read (Redis 7.2+), else None
+    live: bool  # its worker's heartbeat is fresh
+    threads: int | None  # pool threads of its worker, when live
+    busy: int | None  # of which running a task now
+
+
+@dataclass(frozen=True)
+class LeaderInfo:
+    """Who holds the consumer group's leader lease (runs the scheduler), and for how long."""
+
+    group: str
+    holder: str | None  # None: nobody leads (no worker runs the scheduler)
+    lease_left: float | None  # seconds until the lease expires unless renewed
+
+
+@dataclass(frozen=True)
+class QueueHealth:
+    """Everything the dashboard shows for one queue."""
+
+    stats: QueueStats
+    lag: int | None  # messages not yet delivered to the group; None when unknown
+    consumers: tuple[ConsumerInfo, ...]  # at most MAX_CONSUMERS
+    consumer_count: int  # every consumer the group knows, live or not
+    failed_last_hour: int  # tasks that failed for good in the last 60 minutes
+    minutes: tuple[MinuteCounts, ...]  # the last 60 minutes, oldest first
+
+    @property
+    def queue(self) -> str:
+        return self.stats.queue
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `QueueStats` figures plus this page's own, as plain JSON-ready values."""
+        return {
+            **self.stats.as_dict(), "lag": self.lag,
+            "failed_last_hour": self.failed_last_hour,
+            "consumer_count": self.consumer_count,
+            "consumers": [asdict(consumer) for consumer in self.consumers],
+            "minutes": [asdict(minute) for minute in self.minutes],
+        }
+
+
+def get_leader(broker: Broker | None = None) -> LeaderInfo:
+    """The holder of the group's leader lease (`keys.leader_key`) and its time left."""
+    broker = broker or get_store().streams
+    holder, ttl_ms = broker.store.inspect.leader()
+    return LeaderInfo(group=broker.group, holder=holder,
+                      lease_left=ttl_ms / 1000 if holder is not None and ttl_ms >= 0
+                      else None)
+
+
+def get_health(queue: str, *, broker: Broker | None = None,
+               now_ms: int | None = None) -> QueueHealth:
+    """The dashboard's figures of `queue`, in five pipelined round trips."""
+    broker = broker or get_store().streams
+    now_ms = clock.now_ms() if now_ms is None else now_ms
+    stats = get_stats(queue, broker=broker, now_ms=now_ms)
+    minutes = minute_counts(queue, HOUR_MINUTES, broker=broker, now_ms=now_ms)
+    consumers, total = _consumers(broker, queue, now_ms)
+    return QueueHealth(
+        stats=stats, lag=None if stats.lag_source == "estimate" else stats.waiting,
+        consumers=consumers, consumer_count=total,
+        failed_last_hour=sum(minute.failed for minute in minutes), minutes=tuple(minutes),
+    )
+
+
+def dashboard_queues(broker: Broker | None = None) -> list[str]:
+    """Queues workers consume, queues registered tasks name, and DEFAULT_QUEUE."""
+    return queues_of(broker or get_store().streams, [get_settings().DEFAULT_QUEUE])
+
+
+def queues_of(broker: Broker, extra: Any = ()) -> list[str]:
+    """Queues workers consume and dispatches used (until the leader forgets them),
+    queues declared in code and settings (the Tasks backend's QUEUES too), and `extra`,
+    sorted."""
+    recorded = broker.store.inspect.recorded_queues()
+    return sorted(recorded | declared_queues() | set(extra))
+
+
+def _consumers(broker: Broker, queue: str, now_ms: int) -> tuple[tuple[ConsumerInfo, ...], int]:
+    """The group's consumers, live ones first, then by idle time; and how many there are."""
+    inspector = broker.store.inspect
+    listed, live = inspector.consumers(queue, now_ms)
+    live_names = set(live)
+    rows = sorted(listed, key=lambda row: (row.name not in live_names, row.idle_ms))
+    shown = rows[:MAX_CONSUMERS]
+    loads = inspector.worker_loads([row.name for row in shown])
+    return tuple(
+        ConsumerInfo(
+            name=row.name, pending=row.pending, idle=row.idle_ms / 1000,
+            inactive=None if row.inactive_ms is None else row.inactive_ms / 1000,
+            live=row.name in live_names, threads=threads, busy=busy,
+        )
+        for row, (threads, busy) in zip(shown, loads, strict=True)
+    ), len(rows)
+
+
+# LONG_QUEUE_HOOK: tell someone when a queue's predicted wait passes LONG_QUEUE_THRESHOLD.
+#
+# Every worker checks the figures it reads, but the hook fires at most once per
+# LONG_QUEUE_COOLDOWN for a queue across the whole site: the worker that sets the queue's
+# gate key (SET NX PX cooldown) calls it; the others see the gate and stay quiet. The hook
+# runs in a thread of its own, so a slow one (an HTTP call to a pager) never delays the
+# worker, and whatever it raises is logged, never raised into the worker.
+
+logger = logging.getLogger(__name__)
+
+
+class LongQueueHook:
+    """Calls `hook(stats)` for queues whose predicted wait is above `threshold` seconds."""
+
+    def __init__(
+        self, hook: str | Callable[[QueueStats], Any], *, threshold: float, cooldown: float,
+        gates: StatsStore, holder: str = "",
+    ) -> None:
+        self.hook = hook
+        self.threshold = threshold
+        self.cooldown_ms = max(1, round(cooldown * 1000))
+        self.gates = gates  # the queues' gate keys (SET NX PX)
+        self.holder = holder or "worker"
+
+    def check(self, figures: Iterable[QueueStats]) -> list[threading.Thread]:
+        """Fire the hook for every queue that is too long and not cooling down.
+
+        Returns the threads started (tests join them).
+        """
+        started = []
+        for stats in figures:
+            if stats.predicted_wait is None or stats.predicted_wait <= self.threshold:
+                continue
+            if not self.gates.open_gate(stats.queue, self.holder, self.cooldown_ms):
+                continue  # fired (here or by another worker) less than a cooldown ago
+            logger.warning("queue %s is long: predicted wait %.1fs > LONG_QUEUE_THRESHOLD "
+                           "%.1fs (length=%d, average=%s, threads=%d); calling the hook",
+                           stats.queue, stats.predicted_wait, self.threshold, stats.length,
+                           _seconds(stats.average), stats.threads)
+            thread = threading.Thread(target=self._call, args=(stats,), daemon=True,
+                                      name=f"taskrunner-long-queue-{stats.queue}")
+            thread.start()
+            started.append(thread)
+        return started
+
+    def _call(self, stats: QueueStats) -> None:
+        try:
+            hook = import_string(self.hook) if isinstance(self.hook, str) else self.hook
+            hook(stats)
+        except Exception:
+            logger.exception("LONG_QUEUE_HOOK %s raised for queue %s", self.hook, stats.queue)
+
+
+def _seconds(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.3f}s"

@@ -25,8 +25,7 @@ from django.views.decorators.http import require_safe
 
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import outbox_rows
-from django_taskrunner.stats.figures import QueueStats, TaskStats, get_stats
-from django_taskrunner.stats.health import dashboard_queues
+from django_taskrunner.stats.figures import QueueStats, TaskStats, dashboard_queues, get_stats
 from django_taskrunner.stats.recorder import BUCKET_LABELS, PICKUP_LABELS
 from django_taskrunner.store import get_store
 from django_taskrunner.store.errors import REDIS_DOWN

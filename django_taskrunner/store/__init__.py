@@ -13,10 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from django_taskrunner.conf import get_settings, on_reset
-from django_taskrunner.store.browse import StreamBrowser
 from django_taskrunner.store.connection import get_redis
 from django_taskrunner.store.fair import Fair
-from django_taskrunner.store.inspect import Inspector
+from django_taskrunner.store.inspect import Inspector, StreamBrowser
 from django_taskrunner.store.keys import leader_key
 from django_taskrunner.store.limits import Limits
 from django_taskrunner.store.locks import UniqueLocks
@@ -135,7 +134,7 @@ class Store:
         records.watch(task_id)  `record_watch.lua`: the record, marked watched unless final
         records.write(writes)  `queue_writes` in a pipeline of its own
 
-    browse: `StreamBrowser` (store/browse.py), the admin's reads of streams and delayed sets,
+    browse: `StreamBrowser` (store/inspect.py), the admin's reads of streams and delayed sets,
     and its purges
         browse.delayed_batch(queue, count)  The first `count` members of the delayed set
         browse.delayed_count(queue)  ZCARD of the queue's delayed set

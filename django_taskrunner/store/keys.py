@@ -384,7 +384,7 @@ def failed_rows_key(prefix: str) -> str:
 def queues_seen_key(prefix: str) -> str:
     """Sorted set of the known queues, scored by when each was last seen (epoch ms): a
     worker consuming it (its heartbeat) or a dispatch to it. The leader forgets those
-    not seen for long that hold nothing (`scheduling/queues.py`). Supersedes the plain
+    not seen for long that hold nothing (`scheduling/scheduler.py`). Supersedes the plain
     set of `known_queues_key`, which is read too until the leader folds it in."""
     return f"{prefix}:queues:seen"
 
@@ -397,7 +397,7 @@ def queues_used_key(prefix: str) -> str:
 
 
 def steps_key(prefix: str, task_id: str) -> str:
-    """Hash of a task's kept step results (core/steps.py): step name -> JSON of
+    """Hash of a task's kept step results (core/context.py): step name -> JSON of
     `{"result": ..., "at": <unix seconds>}`.
 
     `<prefix>:record:{<id>}:steps`: in its record's slot, so the record's writes

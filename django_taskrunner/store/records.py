@@ -553,9 +553,9 @@ class Results:
         pipe.execute()
 
 
-# The kept results of a task's durable steps (`ctx.step`, core/steps.py).
+# The kept results of a task's durable steps (`ctx.step`, core/context.py).
 #
-# One hash per task id, in its record's slot: step name -> the JSON text core/steps.py
+# One hash per task id, in its record's slot: step name -> the JSON text core/context.py
 # built. Read once per
 # attempt (HGETALL), written with one pipelined round trip per step (HSET + EXPIRE).
 

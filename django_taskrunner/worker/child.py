@@ -7,7 +7,7 @@ to the supervisor it says:
 - `ready` once it is about to fetch (a replacement is ready: the one it replaces may go);
 - `s` before each attempt starts and `e` once it is settled, so that if this process
   dies the supervisor knows which message was running (it counts one attempt) and
-  which were only fetched (they go back without one): `worker/handback.py`;
+  which were only fetched (they go back without one): `worker/reclaim.py`;
 - `retire` once, between tasks, when it ran `MAX_TASKS_PER_CHILD` tasks or its resident
   memory passed `MAX_MEMORY_PER_CHILD`: it fetches no more (what it holds still runs),
   the supervisor starts its replacement, and once that one is ready sends this one
@@ -42,8 +42,8 @@ from typing import Any
 
 from django_taskrunner.store import get_store
 from django_taskrunner.store.streams import Broker
-from django_taskrunner.worker.handback import take_adopted
 from django_taskrunner.worker.interrupt import terminate
+from django_taskrunner.worker.reclaim import take_adopted
 from django_taskrunner.worker.running import Attempt
 from django_taskrunner.worker.settings import WorkerSettings, worker_settings
 from django_taskrunner.worker.worker import Worker

@@ -5,7 +5,7 @@ stops, it does not ack; below). The watch looks for a whole worker (a host, a co
 Every worker writes its heartbeat each `STATS_INTERVAL` (`worker:<name>`, field `seen`).
 A consumer of the group that holds pending messages, has not read or claimed for
 `WORKER_LOST_AFTER` seconds and whose heartbeat is as old (or gone) is declared lost:
-its messages are handed back at once (`worker/handback.py`), instead of waiting for
+its messages are handed back at once (`worker/reclaim.py`), instead of waiting for
 `RESERVATION_TIMEOUT`. Both signs are needed: a worker busy with long tasks reads
 nothing for a while but keeps beating, and one just started may not have beaten yet
 but has just read.
@@ -35,7 +35,7 @@ from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
 from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.store.streams import Broker
-from django_taskrunner.worker.handback import Adopter, all_streams, hand_back, take_adopted
+from django_taskrunner.worker.reclaim import Adopter, all_streams, hand_back, take_adopted
 
 logger = logging.getLogger(__name__)
 

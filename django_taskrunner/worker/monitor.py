@@ -19,9 +19,8 @@ from typing import Protocol
 
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
-from django_taskrunner.stats import writes as stats_writes
-from django_taskrunner.stats.figures import QueueStats, get_stats
-from django_taskrunner.stats.long_queue import LongQueueHook
+from django_taskrunner.stats import recorder as stats_writes
+from django_taskrunner.stats.figures import LongQueueHook, QueueStats, get_stats
 from django_taskrunner.stats.recorder import Batch, StatsRecorder
 from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.store.streams import Broker

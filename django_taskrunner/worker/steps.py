@@ -25,12 +25,12 @@ from django_taskrunner import signals, tracing
 from django_taskrunner.conf import MAX_SECONDS, get_settings
 from django_taskrunner.core import clock
 from django_taskrunner.core import unique as locks
+from django_taskrunner.core.context import first_run
 from django_taskrunner.core.limits import LimitKeyError, limit_key_value, parse_rate
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.records import PENDING_TTL_S, TRACEBACK_MAX_CHARS, encode_value
 from django_taskrunner.core.registry import registry
 from django_taskrunner.core.sending import fair_queue
-from django_taskrunner.core.steps import first_run
 from django_taskrunner.core.task import Task
 from django_taskrunner.core.workflows import parent_result
 from django_taskrunner.exceptions import (
@@ -519,7 +519,7 @@ def check_expiry(executor: Executor, run: Run) -> bool:
 # it fetched or running) becomes a new entry, delivered once: `put_back()` writes a
 # reclaimed one's runs that died into the message's `attempt` first, so none is forgotten
 # and the task still gets exactly `max_retry + 1` runs, and marks it `ran_before`, so its
-# next run reads the durable steps an earlier run may have kept (core/steps.py).
+# next run reads the durable steps an earlier run may have kept (core/context.py).
 
 def check_reclaimed(executor: Executor, run: Run) -> bool:
     """False for a reclaimed message given up on, or taken over by another worker."""

@@ -50,8 +50,8 @@ from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.store.streams import Broker
 from django_taskrunner.worker import child_boot
 from django_taskrunner.worker.child import decode_report, encode_report, resident_bytes
-from django_taskrunner.worker.handback import Started, hand_back
 from django_taskrunner.worker.lost_workers import LOST_EXIT
+from django_taskrunner.worker.reclaim import Started, hand_back
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from django_taskrunner.core import clock
 from django_taskrunner.scheduling.election import LeaderElection
-from django_taskrunner.stats.writes import WorkerReport, write
+from django_taskrunner.stats.recorder import WorkerReport, write
 from django_taskrunner.store import get_store, keys
 from tests.django.admin_helpers import logged_in, make_user
 from tests.testapp.tasks import always_fails, noop, sleep_20ms

@@ -1,4 +1,4 @@
-"""The executor's connection hygiene (worker/connections.py): what Django's
+"""The executor's connection hygiene (worker/executor.py): what Django's
 close_old_connections() closes, it closes; it only looks the connections up less often."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 import pytest
 from django.db import connection, connections
 
-from django_taskrunner.worker.connections import check_connections as check
+from django_taskrunner.worker.executor import check_connections as check
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

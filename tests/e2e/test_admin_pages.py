@@ -147,8 +147,7 @@ def write_an_hour_of_history(broker) -> None:  # type: ignore[no-untyped-def]
     import random
 
     from django_taskrunner.core import clock
-    from django_taskrunner.stats.recorder import StatsRecorder
-    from django_taskrunner.stats.writes import WorkerReport, write
+    from django_taskrunner.stats.recorder import StatsRecorder, WorkerReport, write
 
     rng = random.Random(7)  # noqa: S311
     now = clock.now_ms()

@@ -10,8 +10,8 @@ import pytest
 from django_taskrunner.core import clock
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import get_store, keys
-from django_taskrunner.worker.handback import Started, hand_back
 from django_taskrunner.worker.lost_workers import LostWorkerWatch
+from django_taskrunner.worker.reclaim import Started, hand_back
 from tests.testapp.tasks import noop
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -8,7 +8,7 @@ import pytest
 from django_taskrunner import get_stats
 from django_taskrunner.core import clock
 from django_taskrunner.store import get_store
-from django_taskrunner.worker.handback import Started, hand_back
+from django_taskrunner.worker.reclaim import Started, hand_back
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,4 +1,4 @@
-"""The dashboard's figures (`health.py`): lag on Redis 7 and its fallback on Redis 6.2,
+"""The dashboard's figures (`figures.py`): lag on Redis 7 and its fallback on Redis 6.2,
 consumers with idle times and liveness, the leader, and failures of the last hour."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import redis
 
 from django_taskrunner.core import clock
 from django_taskrunner.scheduling.election import LeaderElection
-from django_taskrunner.stats import health
-from django_taskrunner.stats.writes import WorkerReport, write
+from django_taskrunner.stats import figures as stats_figures
+from django_taskrunner.stats.figures import get_health, get_leader
+from django_taskrunner.stats.recorder import WorkerReport, write
 from django_taskrunner.store import Store, get_store, keys, server
 from django_taskrunner.store.streams import Broker
 from tests.conftest import start_private_redis
@@ -62,7 +63,7 @@ def test_on_redis_7_the_lag_is_the_groups(prefix, r):
     broker = get_store().streams
     five_dispatched_two_delivered(broker)
 
-    figures = health.get_health("default", broker=broker)
+    figures = get_health("default", broker=broker)
 
     assert (figures.lag, figures.stats.pending, figures.stats.length) == (3, 2, 5)
     assert figures.stats.lag_source == "redis"
@@ -75,7 +76,7 @@ def test_on_redis_62_the_lag_is_computed_or_unknown(redis_62, prefix, delete_on_
     broker = Store(redis_62, prefix, "taskrunner", delete_on_ack=delete_on_ack).streams
     five_dispatched_two_delivered(broker)
 
-    figures = health.get_health("default", broker=broker)
+    figures = get_health("default", broker=broker)
 
     assert figures.lag == lag
     assert figures.stats.lag_source == source
@@ -94,7 +95,7 @@ def test_consumers_with_idle_times_live_ones_first(prefix, r):
     write(pipe, broker.store.stats, {}, report, now_ms=now, window=200, ttl=10)
     pipe.execute()
 
-    figures = health.get_health("default", broker=broker)
+    figures = get_health("default", broker=broker)
 
     assert [c.name for c in figures.consumers] == ["c2", "c1"]
     live, dead = figures.consumers
@@ -110,27 +111,27 @@ def test_only_the_first_consumers_are_listed_but_all_are_counted(prefix, monkeyp
     for n in range(5):
         broker.add("default", "{}")
         broker.read("default", f"c{n}", 1, None)
-    monkeypatch.setattr(health, "MAX_CONSUMERS", 3)
+    monkeypatch.setattr(stats_figures, "MAX_CONSUMERS", 3)
 
-    figures = health.get_health("default", broker=broker)
+    figures = get_health("default", broker=broker)
 
     assert (len(figures.consumers), figures.consumer_count) == (3, 5)
 
 
 def test_a_queue_nobody_used_has_zero_figures_and_no_consumers():
-    figures = health.get_health("never-used")
+    figures = get_health("never-used")
     assert (figures.lag, figures.consumers, figures.failed_last_hour) == (0, (), 0)
     assert len(figures.minutes) == 60
 
 
 def test_the_leader_and_its_lease(r, prefix):
     broker = get_store().streams
-    assert health.get_leader(broker).holder is None
+    assert get_leader(broker).holder is None
 
     election = LeaderElection(r, keys.leader_key(prefix, broker.group), lease=30,
                               identity="worker-1:ab12")
     assert election.try_acquire()
-    leader = health.get_leader(broker)
+    leader = get_leader(broker)
 
     assert (leader.group, leader.holder) == (broker.group, "worker-1:ab12")
     assert 25 < leader.lease_left <= 30
@@ -141,7 +142,7 @@ def test_failures_of_the_last_hour_and_the_minutes(run_burst):
     noop.dispatch_many({"n": n} for n in range(3))
 
     run_burst("--queue", "default")
-    figures = health.get_health("default")
+    figures = get_health("default")
 
     assert figures.failed_last_hour == 1
     assert sum(m.succeeded for m in figures.minutes) == 3
@@ -178,7 +179,7 @@ def test_a_queue_with_a_consumer_is_read_in_five_round_trips_and_written_in_one(
     write(pipe, broker.store.stats, {}, heartbeat, now_ms=now_ms, window=200, ttl=10)
     pipe.execute()
     written = len(round_trips)
-    item = health.get_health("default", broker=broker, now_ms=now_ms)
+    item = get_health("default", broker=broker, now_ms=now_ms)
 
     # Then one round trip wrote, and five read: two for the figures, one for the minutes,
     # two for the consumers and their heartbeats

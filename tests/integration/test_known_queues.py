@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from django_taskrunner import dispatch, dispatch_delayed
-from django_taskrunner.stats.health import dashboard_queues
+from django_taskrunner.stats.figures import dashboard_queues
 from django_taskrunner.store import Store
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -75,7 +75,7 @@ def test_the_tasks_backend_queues_are_known(r):
 def test_a_mistyped_queue_a_worker_consumed_is_listed_then_forgotten_once_idle_and_empty(r):
     from django_taskrunner.core import clock
     from django_taskrunner.management.commands.runtasks import Command
-    from django_taskrunner.scheduling.queues import forget_after_ms, forget_idle_queues
+    from django_taskrunner.scheduling.scheduler import forget_after_ms, forget_idle_queues
     from django_taskrunner.store import get_store
     from tests.worker_helpers import wait_for, worker_thread
 
@@ -92,7 +92,7 @@ def test_a_mistyped_queue_a_worker_consumed_is_listed_then_forgotten_once_idle_a
 
 def test_a_queue_not_seen_for_long_is_kept_while_it_holds_messages(r):
     from django_taskrunner.core import clock
-    from django_taskrunner.scheduling.queues import forget_after_ms, forget_idle_queues
+    from django_taskrunner.scheduling.scheduler import forget_after_ms, forget_idle_queues
 
     dispatch("tests.testapp.tasks.noop", {"n": 1}, queue="stale-full")
     dispatch_delayed("tests.testapp.tasks.noop", {"n": 2}, delay=3600, queue="stale-later")
@@ -115,7 +115,7 @@ def test_a_queue_seen_again_after_the_leader_read_it_is_kept(r):
 def test_runtasks_without_queues_consumes_queues_dispatched_to_recently_only(r):
     from django_taskrunner.core import clock
     from django_taskrunner.management.commands.runtasks import Command
-    from django_taskrunner.scheduling.queues import forget_after_ms
+    from django_taskrunner.scheduling.scheduler import forget_after_ms
     from django_taskrunner.store import get_store
 
     store = _store()
@@ -129,7 +129,7 @@ def test_runtasks_without_queues_consumes_queues_dispatched_to_recently_only(r):
 
 def test_the_older_plain_set_of_known_queues_is_still_read_and_folded_in(r, prefix):
     from django_taskrunner.core import clock
-    from django_taskrunner.scheduling.queues import forget_after_ms, forget_idle_queues
+    from django_taskrunner.scheduling.scheduler import forget_after_ms, forget_idle_queues
     from django_taskrunner.store import get_store, keys
 
     r.sadd(keys.known_queues_key(get_store().prefix), "from-before")
@@ -154,7 +154,7 @@ def _scheduler_thread(moved_clock):  # type: ignore[no-untyped-def]
 def test_the_leaders_scheduler_loop_forgets_idle_queues_after_queue_forget_after(
         r, monkeypatch, taskrunner_settings, forget_after):
     from django_taskrunner.core import clock
-    from django_taskrunner.scheduling.queues import CHECK_EVERY_MS
+    from django_taskrunner.scheduling.scheduler import CHECK_EVERY_MS
     from tests.worker_helpers import MovableClock, wait_for
 
     taskrunner_settings(QUEUE_FORGET_AFTER=forget_after)

@@ -10,8 +10,7 @@ from dataclasses import replace
 import pytest
 
 from django_taskrunner.runner import build_worker
-from django_taskrunner.stats.figures import QueueStats
-from django_taskrunner.stats.long_queue import LongQueueHook
+from django_taskrunner.stats.figures import LongQueueHook, QueueStats
 from django_taskrunner.store import get_store, keys
 from django_taskrunner.worker.settings import worker_settings
 from tests.testapp.tasks import runs_key, sleep_50ms

@@ -9,8 +9,8 @@ import pytest
 from django.db import connection, transaction
 
 from django_taskrunner import dispatch
+from django_taskrunner.core.outbox import OutboxFlusher
 from django_taskrunner.models import OutboxMessage
-from django_taskrunner.scheduling.outbox_flush import OutboxFlusher
 from tests.testapp.tasks import noop
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -20,12 +20,12 @@ def test_a_row_the_flusher_moves_first_is_logged_at_debug_only(r, prefix, caplog
     with transaction.atomic():
         dispatch(noop, {"n": 1}, transactional=True)
         connection.run_on_commit = []  # as if the fast path had not run yet
-    caplog.set_level(logging.DEBUG, logger="django_taskrunner.scheduling.outbox_flush")
+    caplog.set_level(logging.DEBUG, logger="django_taskrunner.core.outbox")
 
     assert OutboxFlusher().turn(down=False) is False
 
     assert not OutboxMessage.objects.exists()
     lines = [(rec.levelno, rec.getMessage()) for rec in caplog.records
-             if rec.name == "django_taskrunner.scheduling.outbox_flush"]
+             if rec.name == "django_taskrunner.core.outbox"]
     assert lines == [(logging.DEBUG, "outbox: moved 1 task(s) before (or instead of) their "
                                      "dispatching process")]

@@ -9,7 +9,7 @@ from django_taskrunner import lookup
 from django_taskrunner.core import clock
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.store import get_store, keys
-from django_taskrunner.worker.handback import Started, hand_back
+from django_taskrunner.worker.reclaim import Started, hand_back
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -28,7 +28,7 @@ from django_taskrunner.core import clock
 from django_taskrunner.core.options import check_queue_name
 from django_taskrunner.exceptions import InvalidTaskOptions
 from django_taskrunner.runner import build_worker
-from django_taskrunner.scheduling.queues import forget_after_ms
+from django_taskrunner.scheduling.scheduler import forget_after_ms
 from django_taskrunner.shim import quiet_framework_logs
 from django_taskrunner.stats.figures import declared_queues
 from django_taskrunner.stats.metrics import serve_metrics

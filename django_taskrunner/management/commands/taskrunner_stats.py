@@ -13,7 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django_taskrunner.core import sharding
 from django_taskrunner.core.pauses import paused_queues
 from django_taskrunner.management.commands.runtasks import queue_name
-from django_taskrunner.stats.health import (
+from django_taskrunner.stats.figures import (
     LeaderInfo,
     QueueHealth,
     dashboard_queues,

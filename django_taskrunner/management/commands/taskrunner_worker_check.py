@@ -15,7 +15,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from django_taskrunner.core import clock
-from django_taskrunner.stats.health import dashboard_queues
+from django_taskrunner.stats.figures import dashboard_queues
 from django_taskrunner.store import get_store
 from django_taskrunner.store.errors import REDIS_DOWN
 
