@@ -43,10 +43,15 @@ from django_taskrunner.exceptions import (
     UnreadableData,
     WorkerLost,
 )
-from django_taskrunner.hooks import dispatch_on
 from django_taskrunner.old_paths import install as _install_old_paths
 from django_taskrunner.scheduling.election import LeaderElection
-from django_taskrunner.signals import task_failed, task_retried, task_started, task_succeeded
+from django_taskrunner.signals import (
+    dispatch_on,
+    task_failed,
+    task_retried,
+    task_started,
+    task_succeeded,
+)
 from django_taskrunner.stats.figures import get_health, get_leader, get_stats
 from django_taskrunner.store.connection import get_redis
 from django_taskrunner.worker.interrupt import TaskInterrupted

@@ -21,7 +21,7 @@ from django.utils.http import urlencode
 from django_taskrunner.admin.shared import PAGE_SIZE, Position, RedisPageAdmin, scan_keys_page
 from django_taskrunner.conf import QUEUE_NAME
 from django_taskrunner.core import clock
-from django_taskrunner.core.limits import parse_rate
+from django_taskrunner.core.options import parse_rate
 from django_taskrunner.core.registry import registry
 from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.errors import REDIS_ERROR

@@ -1,7 +1,7 @@
 """Pausing a queue: `pause_queue(name)` / `resume_queue(name)` / `paused_queues()`.
 
 Within a second of a pause no worker starts a new task of the queue: each worker looks
-at the paused set every `PAUSE_POLL_S` (`worker/pauses.py`), its fetchers stop reading
+at the paused set every `PAUSE_POLL_S` (`worker/turns.py`), its fetchers stop reading
 the queue, and what it had fetched but not started waits in its buffer, still held by
 it (nothing lost, no attempt counted) until the resume, or goes back on the stream if the
 worker stops. Dispatch, delayed moves and running tasks go on. The pause is a Redis key

@@ -18,11 +18,11 @@ from django_taskrunner.conf import MAX_SECONDS
 from django_taskrunner.core import dispatch as dispatching
 from django_taskrunner.core import workflows
 from django_taskrunner.core.cron import check_cron
-from django_taskrunner.core.limits import check_limit_options
 from django_taskrunner.core.options import (
     TaskOptions,
     check_debounce,
     check_fair_options,
+    check_limit_options,
     check_on_conflict,
     check_priority,
     check_queue_name,

@@ -1,4 +1,4 @@
-"""The Redis side of rate limits and concurrency limits (see core/limits.py).
+"""The Redis side of rate limits and concurrency limits (see core/options.py).
 
 Each limit is one sorted set and its waiting set, in the slot of the task's queue
 (`keys.limit_key`): a rate limit's log of starts, a concurrency limit's leases. Taking

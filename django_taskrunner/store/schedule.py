@@ -244,7 +244,7 @@ class Lease:
 # Paused queues: one hash, queue name -> when it was paused (epoch ms).
 #
 # Written by `pause_queue`/`resume_queue` (and the admin's buttons), read by each worker
-# every fraction of a second (`worker/pauses.py`) and by the pages and commands that show
+# every fraction of a second (`worker/turns.py`) and by the pages and commands that show
 # queues. A key of the wrong type under the name reads as "nothing paused" for the worker
 # (it logs it), so a stray key never stops a worker; pausing then says what is wrong.
 

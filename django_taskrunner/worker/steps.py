@@ -26,8 +26,8 @@ from django_taskrunner.conf import MAX_SECONDS, get_settings
 from django_taskrunner.core import clock
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.context import first_run
-from django_taskrunner.core.limits import LimitKeyError, limit_key_value, parse_rate
 from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.core.options import LimitKeyError, limit_key_value, parse_rate
 from django_taskrunner.core.records import PENDING_TTL_S, TRACEBACK_MAX_CHARS, encode_value
 from django_taskrunner.core.registry import registry
 from django_taskrunner.core.sending import fair_queue

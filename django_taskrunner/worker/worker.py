@@ -38,13 +38,12 @@ from django_taskrunner.worker.keepalive import Heartbeat
 from django_taskrunner.worker.lost_workers import LOST_EXIT, ReturnGuard
 from django_taskrunner.worker.monitor import THREAD_DIED_EXIT, Monitor, ThreadWatch
 from django_taskrunner.worker.outage import RedisStatus
-from django_taskrunner.worker.pauses import PauseWatch
 from django_taskrunner.worker.pool import Pool
 from django_taskrunner.worker.reclaim import Reclaimer, shortest_timeout
 from django_taskrunner.worker.running import Attempt, RunningSet, describe
 from django_taskrunner.worker.settings import OWN_CONNECTIONS, WorkerSettings
 from django_taskrunner.worker.steps import put_back, requeued_write
-from django_taskrunner.worker.turns import QueueTurns
+from django_taskrunner.worker.turns import PauseWatch, QueueTurns
 
 logger = logging.getLogger(__name__)
 

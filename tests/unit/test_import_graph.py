@@ -29,8 +29,10 @@ ALLOWED_TYPE_ONLY_IMPORTS = {
     ("worker.async_runner", "worker.executor"),
     # A fetcher is handed the `Worker` whose buffer it fills.
     ("worker.fetcher", "worker.worker"),
-    # The pause watch is handed the `Worker` whose fetched messages it sends back.
-    ("worker.pauses", "worker.worker"),
+    # The pause watch (in turns) is handed the `Worker` whose fetched messages it sends back.
+    ("worker.turns", "worker.worker"),
+    # ... and names the fetched `Delivery` objects (worker/fetcher.py) it sends back.
+    ("worker.turns", "worker.fetcher"),
     # `Task`'s methods (dispatch, s, ...) call the dispatch path at run time; the modules
     # of that path name `Task` only in their annotations.
     *{(f"core.{name}", "core.task") for name in

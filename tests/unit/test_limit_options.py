@@ -6,8 +6,13 @@ from __future__ import annotations
 import pytest
 
 from django_taskrunner import InvalidTaskOptions, Task
-from django_taskrunner.core.limits import LimitKeyError, Rate, limit_key_value, parse_rate
-from django_taskrunner.core.options import TaskOptions
+from django_taskrunner.core.options import (
+    LimitKeyError,
+    Rate,
+    TaskOptions,
+    limit_key_value,
+    parse_rate,
+)
 from django_taskrunner.store import keys
 
 
