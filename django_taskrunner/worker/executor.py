@@ -216,7 +216,7 @@ class Executor:
         """Run the attempt on this thread (an `async def` task to completion on a loop of
         its own); return what it raised, or None."""
         task = attempt.task
-        check_connections()  # Django's close_old_connections(), cheaper (connections.py)
+        check_connections()  # Django's close_old_connections(), cheaper (below)
         try:
             entering(attempt)  # from here to `leaving`, a terminate may interrupt it
             try:

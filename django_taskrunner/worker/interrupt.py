@@ -125,7 +125,7 @@ class TimeLimitWatchdog(threading.Thread):
 # - A sync attempt run in a child of `runtasks --processes` has `Attempt.on_terminate`
 #   (set by `worker/child.py` as it starts): it is called instead, and asks the supervisor
 #   to end (and replace) the process; the supervisor records the task cancelled and hands
-#   the child's other messages back without an attempt (`handback.py`).
+#   the child's other messages back without an attempt (`reclaim.py`, the hand-back).
 #
 # An exception raised in a thread by another must never land outside the task: on the
 # worker's own code, the pool loop or the next task. So it is only sent while the thread

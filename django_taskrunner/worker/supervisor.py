@@ -10,9 +10,9 @@ only run tasks. Figures come from Redis, so the supervisor serves the one Promet
 endpoint of the whole `runtasks` (`--metrics-port`).
 
 - A child that dies is replaced at once, and the messages it held are handed back before
-  its replacement is started (`handback.py`): fetched ones unchanged, the running ones
+  its replacement is started (`reclaim.py`, the hand-back): fetched ones unchanged, the running ones
   as a failed attempt (`WorkerLost`, naming the signal or exit code).
-- A child that comes back after being declared lost (`returning.py`) exits with
+- A child that comes back after being declared lost (`lost_workers.py`) exits with
   `LOST_EXIT`: it is replaced as one that died, under a new consumer name.
 - A child that dies before it is ready `MAX_STARTUP_FAILURES` times in a row (an import
   error, a bad setting) stops the supervisor with an error, rather than a crash loop.

@@ -3,7 +3,7 @@ an acker acks finished ones in batches. No argparse here; `runtasks` builds a Wo
 
 Beside them: a heartbeat keeps every message held (running or buffered) reserved, the
 fetchers take over dead workers' messages first, a watchdog enforces time limits
-(keepalive.py, reclaim.py, timelimit.py); a Redis outage stops none of them (outage.py).
+(keepalive.py, reclaim.py, interrupt.py); a Redis outage stops none of them (outage.py).
 
 Shutdown (`request_stop()`, from SIGTERM/SIGINT): fetchers stop reading, running tasks
 get `shutdown_timeout` seconds to finish, and every message this worker holds but did
@@ -270,7 +270,7 @@ class Worker:
         """A task thread is stuck past its time limit: replace it, fail the attempt. (A
         coroutine has no thread of its own to replace: only its result is ignored.)"""
         if not attempt.coroutine and self.end_process is not None and self.end_process(attempt):
-            return  # its supervisor ends this process and settles the attempt (handback.py)
+            return  # its supervisor ends this process and settles the attempt (reclaim.py, the hand-back)
         if not attempt.coroutine:
             self.pool.abandon(attempt.thread)
             interrupt(attempt.thread)
@@ -286,7 +286,7 @@ class Worker:
         self.stopping.set()
 
     def _leave(self, cause: str) -> None:
-        """This worker came back after being declared lost: leave (`returning.py`)."""
+        """This worker came back after being declared lost: leave (`lost_workers.py`)."""
         with self._cond:
             held = len(self._held)
         logger.error("worker %s was declared lost while it was away (%s): it fetches and "

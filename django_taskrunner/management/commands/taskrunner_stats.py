@@ -1,5 +1,5 @@
 """`manage.py taskrunner_stats`: the queues dashboard's figures as tables, or as JSON with
-`--json` (both read `health.py`, as the admin's dashboard does)."""
+`--json` (both read `stats/figures.py`, as the admin's dashboard does)."""
 
 from __future__ import annotations
 
