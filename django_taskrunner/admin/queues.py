@@ -4,7 +4,7 @@ JSON it polls to refresh itself.
 Per queue: length, lag, pending, consumers with idle times, per-task run times,
 throughput, predicted wait, how long messages waited before a worker picked them up
 (mean, p95 and histogram), failures in the last hour and a chart of the last hour; and
-the consumer group's leader. The figures come from `figures.py`, the same as
+the consumer group's leader. The figures come from `stats/figures.py`, the same as
 `manage.py taskrunner_stats`. Opening it needs the "view" permission of `Queue`.
 
 The "last hour" chart is drawn as inline SVG by the template: no JavaScript, nothing
@@ -68,8 +68,14 @@ from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.pauses import pause_queue, paused_queues, resume_queue
 from django_taskrunner.exceptions import InvalidTaskPayload, UnreadableData
-from django_taskrunner.stats import figures
-from django_taskrunner.stats.figures import MinuteCounts, QueueStats
+from django_taskrunner.stats.figures import (
+    MinuteCounts,
+    QueueHealth,
+    QueueStats,
+    dashboard_queues,
+    get_health,
+    get_leader,
+)
 from django_taskrunner.stats.recorder import PICKUP_BUCKETS, PICKUP_LABELS
 from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.errors import REDIS_DOWN, REDIS_ERROR, REPLY_ERROR
@@ -175,11 +181,11 @@ class QueueAdmin(RedisPageAdmin):
         in_outbox = outbox_context(request, self.admin_site.name)  # Redis down too
         try:
             broker = get_store().streams
-            names = figures.dashboard_queues(broker)
+            names = dashboard_queues(broker)
             chosen = request.GET.get("queue", "")
             shown = [chosen] if chosen in names else names
-            leader = figures.get_leader(broker)
-            queues = [figures.get_health(name, broker=broker) for name in shown]
+            leader = get_leader(broker)
+            queues = [get_health(name, broker=broker) for name in shown]
             delayed = {name: delayed_counts(broker, name) for name in shown}
             fair_keys = {name: busiest_fair_keys(broker, name) for name in shown}
             paused, paused_error = paused_or_error()
@@ -198,7 +204,7 @@ class QueueAdmin(RedisPageAdmin):
             **in_outbox,
         })
 
-    def _view_of(self, item: figures.QueueHealth, failed_url: str | None,
+    def _view_of(self, item: QueueHealth, failed_url: str | None,
                  paused: dict[str, int]) -> dict[str, Any]:
         stats = item.stats
         since = paused.get(item.queue)
@@ -243,10 +249,10 @@ class QueueAdmin(RedisPageAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied
         try:
-            names = figures.dashboard_queues()
+            names = dashboard_queues()
             chosen = request.GET.get("queue", "")
             shown = [chosen] if chosen in names else names
-            figures = {name: queue_figures(figures.get_health(name)) for name in shown}
+            figures = {name: queue_figures(get_health(name)) for name in shown}
         except REDIS_DOWN as exc:
             return JsonResponse({"error": f"Redis cannot be reached: {exc}"}, status=503)
         return JsonResponse({"queues": figures})
@@ -259,7 +265,7 @@ class QueueAdmin(RedisPageAdmin):
             raise PermissionDenied
         queue = request.POST.get("queue", "")
         action = request.POST.get("action", "")
-        if action not in ("pause", "resume") or queue not in figures.dashboard_queues():
+        if action not in ("pause", "resume") or queue not in dashboard_queues():
             raise Http404("no such queue")
         back = f"{reverse(self.url_name('changelist'))}?{urlencode({'queue': queue})}"
         if action == "pause":
@@ -283,7 +289,7 @@ class QueueAdmin(RedisPageAdmin):
         browser = get_store().browse
         queue = request.POST.get("queue", "")
         try:
-            known = figures.dashboard_queues()
+            known = dashboard_queues()
         except REDIS_DOWN as exc:
             return self.render(request, "dashboard.html", {"redis_error": str(exc)})
         if queue not in known or not valid_stream(stream_names([queue])[0], known):
@@ -307,7 +313,7 @@ class QueueAdmin(RedisPageAdmin):
         return HttpResponseRedirect(back)
 
 
-def queue_figures(item: figures.QueueHealth) -> dict[str, object]:
+def queue_figures(item: QueueHealth) -> dict[str, object]:
     """The figures of one queue's summary row, by the `data-field` names of its cells."""
     stats = item.stats
     return {
