@@ -1,5 +1,5 @@
--- Cluster-safe: no: it builds each fair list's name from ARGV[2] (the keys share the
---   queue's {<queue>} tag, so one slot, but Redis is not told them)
+-- Cluster-safe: yes: the ring, the turns hash and the stream in KEYS, and the fair lists,
+--   whose names it builds from ARGV[2] (tagged {<queue>} like the KEYS): one hash slot
 --
 -- Move up to N waiting fair tasks onto their stream, in turns across keys: the ring's
 -- head key gives its oldest task, and once it has used its weight's turns in a row (or

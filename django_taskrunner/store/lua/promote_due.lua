@@ -1,5 +1,6 @@
--- Cluster-safe: no: for fair queues it builds each fair list's name from ARGV[3] (the
---   keys share the queue's {<queue>} tag, so one slot, but Redis is not told them)
+-- Cluster-safe: yes: the delayed set, the stream and the fair keys in KEYS, and for fair
+--   queues the fair lists, whose names it builds from ARGV[3] (tagged {<queue>} like the
+--   KEYS): one hash slot
 --
 -- Move one batch of due messages from a queue's delayed set onto its stream.
 --
