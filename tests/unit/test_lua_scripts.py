@@ -167,8 +167,22 @@ def test_each_shared_part_is_included_by_two_scripts_and_put_in_verbatim():
 
 
 def test_the_twins_share_their_pieces_through_the_parts():
-    # The loops of the purges and the waiting line of the limits, once each.
-    assert PARTS == ["free_keys.lua", "waiting_line.lua"]
+    # The loops of the purges, the waiting line of the limits and the record-writing
+    # rules (what is final, waking the waiters, a new record, the finished index), once.
+    assert PARTS == ["finished_index.lua", "free_keys.lua", "new_record.lua",
+                     "record_final.lua", "waiting_line.lua"]
+    for name in ("record_write", "record_cancel", "record_new", "record_sid", "record_watch"):
+        assert "succeeded = true" not in _file(name)
+        assert "-- include: record_final.lua" in _file(name)
+    for name in ("record_write", "record_cancel"):
+        assert "'RPUSH'" not in _file(name)
+        assert "wake_waiters(" in _file(name)
+    for name in ("record_add", "record_new", "enqueue"):
+        assert "fields[#fields + 1] = 'sid'" not in _file(name)
+        assert "write_new_record(" in _file(name)
+    for name in ("record_write", "record_index"):
+        assert "ZREMRANGEBYRANK" not in _file(name)
+        assert "tend_index(" in _file(name)
     for name in ("purge_stream", "purge_delayed"):
         assert "local function free_keys" not in _file(name)
         assert "free_keys(gone, count, arg, key)" in _file(name)
@@ -185,3 +199,9 @@ def test_the_compact_source_of_an_including_script_holds_the_part_without_commen
 
 def _file(name: str) -> str:
     return (scripts.SCRIPT_DIR / f"{name}.lua").read_text(encoding="utf-8")
+
+
+def test_the_final_statuses_of_the_scripts_are_the_store_s():
+    from django_taskrunner.store.records import FINAL_STATUSES
+    table = re.search(r"local final = \{([^}]*)\}", scripts.part("record_final.lua")).group(1)
+    assert set(re.findall(r"(\w+) = true", table)) == FINAL_STATUSES
