@@ -1,5 +1,7 @@
-"""Module paths the first release's docs named, kept working after the refactor moved
-their names (`from django_taskrunner.connection import get_redis` and the like).
+"""Module paths earlier releases' docs named, kept working after their names moved
+(`from django_taskrunner.connection import get_redis`, the first release's;
+`from django_taskrunner.worker.autoscale import decide`, the second's, before its modules
+were merged by concept).
 
 Each old path is a stand-in module in `sys.modules`, with no file of its own (so no
 module shares its name with the one that holds the code now). Its names are looked up
@@ -25,6 +27,8 @@ MOVED = {
     "health": "django_taskrunner.stats.figures",
     "message": "django_taskrunner.core.message",
     "metrics": "django_taskrunner.stats.metrics",
+    "stats.health": "django_taskrunner.stats.figures",
+    "worker.autoscale": "django_taskrunner.worker.pool",
 }
 # Names the package itself exports now: a warning names `django_taskrunner.<name>`.
 PUBLIC = {"get_redis", "LeaderElection", "get_health", "get_leader", "get_stats",
@@ -56,8 +60,12 @@ def _stand_in(old: str, new_module: str) -> types.ModuleType:
 
 
 def install(package: types.ModuleType) -> None:
-    """Put a stand-in for every old path in `sys.modules` and on the package."""
+    """Put a stand-in for every old path in `sys.modules`, and those right under the
+    package on it too. One deeper (`stats.health`) is found in `sys.modules` by the import
+    system once its real parent (`django_taskrunner.stats`) is imported, which this
+    leaves to the importer, as importing it here would load the parent at start-up."""
     for short, new_module in MOVED.items():
         old = f"{PACKAGE}.{short}"
         module = sys.modules.setdefault(old, _stand_in(old, new_module))
-        setattr(package, short, module)
+        if "." not in short:
+            setattr(package, short, module)

@@ -189,8 +189,8 @@ def stored_steps(store: Store, task_id: str, task_name: str, ttl_s: int, *,
     running record's TTL); built per attempt: cheap, no I/O. `first_run`: see there;
     `on_keep`: called after each step kept."""
     steps = store.steps
-    return Steps(task_id, task_name, partial(load, task_id),
-                 partial(keep, task_id, ttl_seconds=ttl_s), first_run, on_keep)
+    return Steps(task_id, task_name, partial(steps.load, task_id),
+                 partial(steps.keep, task_id, ttl_seconds=ttl_s), first_run, on_keep)
 
 
 def first_run(message: TaskMessage, runs: int | None) -> bool:
@@ -205,7 +205,7 @@ def first_run(message: TaskMessage, runs: int | None) -> bool:
 def shown(steps: dict[str, dict[str, Any]]) -> list[tuple[str, str, datetime]]:
     """Kept steps as (name, indented JSON result, kept at) in the order they were kept,
     for the admin's task page."""
-    rows = sorted(items(), key=lambda item: item[1].get("at", 0))
+    rows = sorted(steps.items(), key=lambda item: item[1].get("at", 0))
     return [(name, json.dumps(step.get("result"), indent=2, ensure_ascii=False, sort_keys=True),
              datetime.fromtimestamp(step.get("at", 0), UTC)) for name, step in rows]
 

@@ -32,10 +32,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from django_taskrunner.conf import get_settings, on_reset
-from django_taskrunner.core import clock, context
+from django_taskrunner.core import clock
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.awaitables import returned_awaitable, run_to_end
-from django_taskrunner.core.context import TaskContext
+from django_taskrunner.core.context import TaskContext, eager_steps, forget_eager
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.exceptions import TaskAlreadyDispatched, TaskIdConflict
 
@@ -217,7 +217,7 @@ def _run_attempts(task: Task, message: TaskMessage) -> tuple[int, Any]:
     try:
         return _attempts(task, message)
     finally:
-        context.forget_eager(message.id)
+        forget_eager(message.id)
 
 
 def _attempts(task: Task, message: TaskMessage) -> tuple[int, Any]:
@@ -251,4 +251,4 @@ def context(message: TaskMessage) -> TaskContext:
     """The context of an eager attempt: nothing to keep alive, never cancelled."""
     return TaskContext(id=message.id, task_name=message.task_name, queue=message.queue,
                        attempt=message.attempt,
-                       _steps=context.eager_steps(message.id, message.task_name))
+                       _steps=eager_steps(message.id, message.task_name))

@@ -309,7 +309,7 @@ class Broker:
         `freed_slots`), then ack finished entries (`{queue: [stream id, ...]}`, as
         `ack()`) and requeue others (`requeue.lua`, which acks each old entry in the same
         script), all in one pipelined round trip. Each item's error is its own: see
-        store/streams.py, which also says why sending it again is safe."""
+        `settle_batch` below, which also says why sending it again is safe."""
         return settle_batch(self, consumer, acks, requeues, record_writes, freed_slots,
                             members_done)
 

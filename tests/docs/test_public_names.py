@@ -41,6 +41,11 @@ OLD_PATHS = {
     "django_taskrunner.message.MESSAGE_MAX_BYTES":
         "django_taskrunner.core.message.MESSAGE_MAX_BYTES",
     "django_taskrunner.metrics.metrics_view": "django_taskrunner.stats.metrics.metrics_view",
+    # What the second release's docs showed, before its modules were merged by concept.
+    "django_taskrunner.stats.health.get_health": "django_taskrunner.get_health",
+    "django_taskrunner.worker.autoscale.ScalingPolicy":
+        "django_taskrunner.worker.pool.ScalingPolicy",
+    "django_taskrunner.worker.autoscale.decide": "django_taskrunner.worker.pool.decide",
 }
 
 
@@ -104,6 +109,12 @@ def test_from_import_of_an_old_path_works():
     with pytest.warns(DeprecationWarning, match="django_taskrunner.get_redis"):
         from django_taskrunner.connection import get_redis
     assert get_redis is django_taskrunner.get_redis
+
+
+def test_from_import_of_an_old_path_below_the_package_works():
+    with pytest.warns(DeprecationWarning, match="django_taskrunner.worker.pool.decide"):
+        from django_taskrunner.worker.autoscale import decide
+    assert decide is resolve("django_taskrunner.worker.pool.decide")
 
 
 def test_an_old_module_refuses_a_name_it_never_had():
