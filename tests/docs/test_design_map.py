@@ -122,6 +122,24 @@ def test_design_names_no_function_or_method_that_does_not_exist():
                   if owner not in names or name not in names) == []
 
 
+def store_attributes() -> dict[str, str]:
+    """`Store`'s data attributes and the class of each, read from `Store.__init__`."""
+    tree = ast.parse((PACKAGE / "store" / "__init__.py").read_text(encoding="utf-8"))
+    init = next(node for node in ast.walk(tree)
+                if isinstance(node, ast.FunctionDef) and node.name == "__init__")
+    return {node.targets[0].attr: node.value.func.id for node in init.body
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name)}
+
+
+def test_the_store_table_has_each_attribute_with_its_class_and_module():
+    rows = re.findall(r"^\| `(\w+)` \| `(\w+)` \| `([\w/]+\.py)` \|",
+                      DESIGN.read_text(encoding="utf-8"), re.MULTILINE)
+    assert {attribute: cls for attribute, cls, _ in rows} == store_attributes()
+    for _, cls, module in rows:
+        assert f"class {cls}" in (PACKAGE / module).read_text(encoding="utf-8"), (cls, module)
+
+
 def test_the_checks_see_what_is_gone():
     # Guards the tests above: names and paths the last layout had are refused.
     assert not exists("core/wire.py") and not exists("worker/steps/record.py")
@@ -133,3 +151,4 @@ def test_the_checks_see_what_is_gone():
         ("core/", "core/task.py", "a task")]
     assert {m.group("name") for m in CALL.finditer("`failed_for_good()` `x.y(a, b)`")} == {
         "failed_for_good", "y"}
+    assert store_attributes()["streams"] == "Broker" and len(store_attributes()) > 15
