@@ -2,12 +2,12 @@
 
 Every script's first line says whether it is cluster-safe and why: "yes" when every key
 it touches is in one hash slot (Redis Cluster runs a script on the node of its declared
-keys, and refuses a key of another slot). A script that says "yes" takes its keys through
-KEYS, or builds a name from an ARGV prefix that its header shows tagged as its KEYS are;
-its header names one hash tag. One that says "no" names the two (or more) it spans. The
-cluster tests (tests/cluster/test_lua_slots.py) run the claims on a real cluster. A piece
-of code two scripts share lives once, in lua/parts/, and `scripts.source` puts it in at
-load time.
+keys; a key of another slot may live on another node, or move there in a resharding).
+A script that says "yes" takes its keys through KEYS, or builds a name from an ARGV
+prefix that its header shows tagged as its KEYS are; its header names one hash tag. One
+that says "no" names the two (or more) it spans. The cluster tests
+(tests/cluster/test_lua_slots.py) run the claims on a real cluster. A piece of code two
+scripts share lives once, in lua/parts/, and `scripts.source` puts it in at load time.
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ HEADER = re.compile(r"\A-- Cluster-safe: (yes|no)\b[:,]? +\w")
 CALL = re.compile(r"redis\.p?call(?:\(|,)\s*'(\w+)'\s*,\s*(?:'(GROUPS|CONSUMERS|STREAM)'\s*,\s*)?"
                   r"([^,)\n]+)")
 KEYLESS = {"TIME", "PUBLISH"}
-
-
 TAG = re.compile(r"\{<\w+>\}")
 
 
@@ -167,10 +165,17 @@ def test_each_shared_part_is_included_by_two_scripts_and_put_in_verbatim():
 
 
 def test_the_twins_share_their_pieces_through_the_parts():
-    # The loops of the purges, the waiting line of the limits and the record-writing
-    # rules (what is final, waking the waiters, a new record, the finished index), once.
-    assert PARTS == ["finished_index.lua", "free_keys.lua", "new_record.lua",
-                     "record_final.lua", "waiting_line.lua"]
+    # The loops of the purges, the waiting line of the limits, the moves' reply, the
+    # server's time and the record-writing rules (what is final, waking the waiters, a new
+    # record, the finished index), once.
+    assert PARTS == ["finished_index.lua", "free_keys.lua", "moved_entry.lua",
+                     "new_record.lua", "now_ms.lua", "record_final.lua", "waiting_line.lua"]
+    for name in SCRIPTS:  # the server's time in ms, read one way (a rate limit's start
+        # member needs TIME's two parts as well)
+        assert ("'TIME'" in _file(name)) == (name == "rate_acquire"), name
+    for name in ("promote_due", "fair_feed"):  # the reply the records' stream ids come from
+        assert "message['tok']" not in _file(name)
+        assert "add_moved(reply, " in _file(name)
     for name in ("record_write", "record_cancel", "record_new", "record_sid", "record_watch"):
         assert "succeeded = true" not in _file(name)
         assert "-- include: record_final.lua" in _file(name)

@@ -27,6 +27,8 @@
 -- slot on a cluster). A body that is not a message (no "id") is moved all the same,
 -- with id ''.
 
+-- include: moved_entry.lua
+
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
 local reply = {#due, -1}
 local unkeyed_turn = KEYS[5] and redis.call('EXISTS', KEYS[5]) == 1
@@ -55,16 +57,7 @@ for _, body in ipairs(due) do
     join_turn('', 1, body)
   else
     local sid = redis.call('XADD', KEYS[2], '*', 'm', body)
-    local id, tok = '', ''
-    if type(message['id']) == 'string' then
-      id = message['id']
-      if type(message['tok']) == 'string' then
-        tok = message['tok']
-      end
-    end
-    reply[#reply + 1] = id
-    reply[#reply + 1] = tok
-    reply[#reply + 1] = sid
+    add_moved(reply, message, sid)
   end
 end
 if #due > 0 then

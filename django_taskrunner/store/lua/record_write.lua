@@ -47,6 +47,7 @@
 
 -- include: record_final.lua
 -- include: finished_index.lua
+-- include: now_ms.lua
 
 -- The finished indexes this call listed tasks in: key -> {keep, cutoff, ttl}, the
 -- longest TTL; their trims and TTLs are seen to once per call, not once per task.
@@ -56,8 +57,7 @@ local listed_in = {}
 local function index(key, keep, cutoff, member, ttl, finished_ms)
   local score = tonumber(finished_ms)
   if not score then
-    local now = redis.call('TIME')
-    score = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    score = now_ms()
   end
   redis.call('ZADD', key, score, member)
   local seen = listed_in[key]
@@ -94,8 +94,7 @@ local function close_wait(record, since, limit, kv, new_status)
   end
   local ended = field('st', kv) or field('f', kv) or field('lws', kv)
   if not ended then
-    local t = redis.call('TIME')
-    ended = tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+    ended = tostring(now_ms())
   end
   redis.call('HSET', record, 'lx:' .. since, cjson.encode({since, ended, limit or ''}))
   if new_status ~= 'delayed' then
