@@ -9,8 +9,9 @@ script, tests/cluster/test_lua_slots.py tries the ARGV-named ones on a cluster.
 
 A piece two scripts share has one source: a part in `lua/parts/`, put in where a script
 says `-- include: <part>.lua` when the script is loaded (`source`): the purges' loop,
-the limits' waiting line, and the record-writing rules (what is final and the waking of
-`wait()`, a new record, the finished index's trim).
+the limits' waiting line, the moves' reply (promote_due, fair_feed), the server's time
+in ms, and the record-writing rules (what is final and the waking of `wait()`, a new
+record, the finished index's trim).
 
 On a cluster, redis-py's `Script` sends EVALSHA to the node owning the keys' slot and, on
 NOSCRIPT (a node that never saw it, such as a replica promoted by a failover), loads it
