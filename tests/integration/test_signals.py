@@ -98,8 +98,7 @@ def test_a_receiver_that_raises_is_logged_and_the_task_still_succeeds(r, run_bur
         task_succeeded.disconnect(broken)
     assert r.hget(runs_key(), "noop:1") == b"1"  # it ran once
     assert get_store().streams.pending("default") == 0  # and was acked
-    errors = [rec for rec in caplog.records if rec.name == "django_taskrunner.worker.steps"
-              ".observe"]
+    errors = [rec for rec in caplog.records if rec.name == "django_taskrunner.worker.steps"]
     assert len(errors) == 2 and all(rec.levelno == logging.ERROR for rec in errors)
     assert f"id={message.id}" in errors[0].getMessage()
     assert "broken" in errors[0].getMessage()
