@@ -128,7 +128,13 @@ class WorkerProcess:
         self.proc.send_signal(signum)
 
     def stop(self, timeout: float = 30) -> int:
-        """SIGTERM and wait; returns the exit code."""
+        """SIGTERM and wait; returns the exit code. A process still starting (Django's
+        set-up, on a loaded machine, can take seconds) is given until it says it started:
+        before that it has no handler yet, and a SIGTERM ends it as it ends any Python
+        process (exit -15), which is not what the tests that stop workers look at."""
+        deadline = time.monotonic() + timeout
+        while self.alive() and "started" not in self.log_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
         if self.alive():
             self.proc.send_signal(signal.SIGTERM)
         try:
