@@ -107,6 +107,7 @@ class WorkerProcess:
     def __init__(self, name: str, args: list[str], env: dict[str, str], log: Path) -> None:
         self.name = name
         self.log = log
+        self.log_start = log.stat().st_size if log.exists() else 0  # a name started again
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "django", "runtasks", "--consumer-name", name, *args],
@@ -124,6 +125,11 @@ class WorkerProcess:
         """What the process logged so far."""
         return self.log.read_text(errors="replace")
 
+    def _said_started(self) -> bool:
+        with open(self.log, "rb") as log:
+            log.seek(self.log_start)
+            return b"started" in log.read()
+
     def kill(self, signum: int = signal.SIGKILL) -> None:
         self.proc.send_signal(signum)
 
@@ -133,7 +139,7 @@ class WorkerProcess:
         before that it has no handler yet, and a SIGTERM ends it as it ends any Python
         process (exit -15), which is not what the tests that stop workers look at."""
         deadline = time.monotonic() + timeout
-        while self.alive() and "started" not in self.log_text() and time.monotonic() < deadline:
+        while self.alive() and not self._said_started() and time.monotonic() < deadline:
             time.sleep(0.05)
         if self.alive():
             self.proc.send_signal(signal.SIGTERM)
