@@ -16,14 +16,14 @@ from django_taskrunner import (
     dispatch,
     dispatch_delayed,
     dispatch_many,
+    get_redis,
 )
-from django_taskrunner.core import clock
 from django_taskrunner.store import get_store
-from django_taskrunner.store.connection import get_redis
 from django_taskrunner.store.keys import stream_key, unique_key
 from tests.conftest import delete_prefix
 from tests.integration.scheduling_helpers import leads, running_worker, wait_for
 from tests.testapp.tasks import runs_key, stamps_key
+from tests.worker_helpers import app_now_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -108,13 +108,13 @@ def test_wake_ups_published_on_every_master_reach_the_scheduler(r, taskrunner_se
     taskrunner_settings(SHARDS={"hot": 4})
     with running_worker("hot") as worker:
         wait_for(lambda: leads(worker), 5)
-        late_due = clock.now_ms() + 60_000
+        late_due = app_now_ms() + 60_000
         dispatch_delayed("tests.testapp.tasks.stamp", {"n": "late"}, delay=60, queue="hot")
         wait_for(lambda: any(abs(due - late_due) < 5000  # the scheduler knows of it
                              for due in worker.scheduling.scheduler._next_due.values()), 5)
 
         # When one task due in 0.3 s goes to each shard (their sets are on 3 masters)
-        due = clock.now_ms() + 300
+        due = app_now_ms() + 300
         for n in range(4):
             dispatch_delayed("tests.testapp.tasks.stamp", {"n": n}, delay=0.3, queue="hot")
 

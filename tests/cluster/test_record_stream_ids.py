@@ -16,9 +16,8 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from django_taskrunner import dispatch, dispatch_many, dispatch_on_commit, lookup
+from django_taskrunner import TaskMessage, dispatch, dispatch_many, dispatch_on_commit, lookup
 from django_taskrunner.core import outbox
-from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.records import records
 from django_taskrunner.models import OutboxMessage, Task
 from django_taskrunner.store import get_store, keys

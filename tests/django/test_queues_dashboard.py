@@ -10,12 +10,12 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from django_taskrunner.core import clock
-from django_taskrunner.scheduling.election import LeaderElection
+from django_taskrunner import LeaderElection
 from django_taskrunner.stats.recorder import WorkerReport, write
 from django_taskrunner.store import get_store, keys
 from tests.django.admin_helpers import logged_in, make_user
 from tests.testapp.tasks import always_fails, noop, sleep_20ms
+from tests.worker_helpers import app_now_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,7 +47,7 @@ def busy_queue(run_burst, r, prefix):
     # the burst worker left its group as it stopped: a live one is in it
     broker = get_store().streams
     r.xgroup_createconsumer(broker.stream("default"), broker.group, "web-1-ab12")
-    now = clock.now_ms()
+    now = app_now_ms()
     pipe = r.pipeline()
     write(pipe, broker.store.stats, {}, WorkerReport("web-1-ab12", ["default"], threads=2, busy=0,
                                       min_workers=None, max_workers=2, started_ms=now),

@@ -12,6 +12,7 @@ from django.test import Client
 from django_taskrunner import dispatch, lookup
 from tests.django.admin_helpers import logged_in, make_user
 from tests.testapp import tasks
+from tests.worker_helpers import app_now_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -144,13 +145,12 @@ def _last_entry(stream: str) -> str:
 
 def test_a_promoted_delayed_tasks_page_reads_its_new_entry_without_searching(root):
     from django_taskrunner import dispatch_delayed
-    from django_taskrunner.core import clock
     from django_taskrunner.store import get_store
 
     broker = get_store().streams
     message = dispatch_delayed("tests.testapp.tasks.noop", {"n": 1}, delay=3600)
     assert lookup(message.id).stream_id is None
-    moved, _ = broker.promote_due("default", clock.now_ms() + 3_601_000, 100)
+    moved, _ = broker.promote_due("default", app_now_ms() + 3_601_000, 100)
     assert moved == 1
 
     record = lookup(message.id)
@@ -163,14 +163,13 @@ def test_a_promoted_delayed_tasks_page_reads_its_new_entry_without_searching(roo
 
 
 def test_a_retried_tasks_page_reads_its_new_entry_without_searching(root):
-    from django_taskrunner.core import clock
     from django_taskrunner.store import get_store
 
     broker = get_store().streams
     message = tasks.fails_then_retries_later.dispatch({"n": 1})
     call_command("runtasks", "--burst")  # the first attempt fails: retried in 60 s
     assert lookup(message.id).status == "retrying"
-    broker.promote_due("default", clock.now_ms() + 61_000, 100)
+    broker.promote_due("default", app_now_ms() + 61_000, 100)
 
     record = lookup(message.id)
     assert (record.status, record.attempt) == ("retrying", 2)

@@ -14,6 +14,7 @@ from django_taskrunner.core import unique as locks
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import get_store, keys
 from tests.e2e.conftest import click_and_wait
+from tests.worker_helpers import app_now_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -146,11 +147,10 @@ def write_an_hour_of_history(broker) -> None:  # type: ignore[no-untyped-def]
     a worker whose heartbeat is fresh."""
     import random
 
-    from django_taskrunner.core import clock
     from django_taskrunner.stats.recorder import StatsRecorder, WorkerReport, write
 
     rng = random.Random(7)  # noqa: S311
-    now = clock.now_ms()
+    now = app_now_ms()
     broker.ensure_group("default")  # a consumer the group knows, whose worker is live
     broker.add("default", "{}")
     [(entry_id, _body)] = broker.read("default", "web-1-1234-4e2f", 1, None)

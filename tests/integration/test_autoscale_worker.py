@@ -13,8 +13,8 @@ import time
 import pytest
 from django.core.management import CommandError, call_command
 
+from django_taskrunner import get_stats
 from django_taskrunner.runner import build_worker
-from django_taskrunner.stats.figures import get_stats
 from django_taskrunner.store import get_store
 from django_taskrunner.worker.pool import ScalingPolicy
 from django_taskrunner.worker.settings import worker_settings

@@ -10,8 +10,8 @@ import pytest
 import redis
 from redis.exceptions import MaxConnectionsError
 
-from django_taskrunner import RedisUnavailable, dispatch
-from django_taskrunner.store.connection import get_redis, make_room
+from django_taskrunner import RedisUnavailable, dispatch, get_redis
+from django_taskrunner.store.connection import make_room
 from django_taskrunner.worker.outage import RedisStatus
 from tests.testapp.tasks import runs_key
 from tests.worker_helpers import wait_for, worker_thread

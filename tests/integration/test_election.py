@@ -12,12 +12,11 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_taskrunner.core import clock
-from django_taskrunner.scheduling.election import LeaderElection
+from django_taskrunner import LeaderElection
 from django_taskrunner.store import get_store, keys
 from tests.integration.scheduling_helpers import wait_for
 from tests.testapp.tasks import stamp, stamps_key
-from tests.worker_helpers import exit_code_of
+from tests.worker_helpers import app_monotonic, exit_code_of
 
 
 @pytest.fixture
@@ -111,12 +110,12 @@ def test_a_leader_that_cannot_reach_redis_stops_leading_when_its_lease_runs_out(
                        retry=Retry(NoBackoff(), 0))
     a = LeaderElection(dead, lease_key, lease=1, identity="a")
     a._leading.set()  # as if it had led before Redis went away
-    a._valid_until = clock.monotonic() + 30
+    a._valid_until = app_monotonic() + 30
 
     a.step()
     assert a.is_leader  # still within the lease it last extended
 
-    a._valid_until = clock.monotonic()  # that lease has now run out
+    a._valid_until = app_monotonic()  # that lease has now run out
     a.step()
     assert not a.is_leader
 

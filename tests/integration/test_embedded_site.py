@@ -9,9 +9,8 @@ import tempfile
 
 import pytest
 
-from django_taskrunner import conf
+from django_taskrunner import conf, get_redis
 from django_taskrunner.store import embedded, get_store
-from django_taskrunner.store.connection import get_redis
 from tests.conftest import ROOT, worker_env
 from tests.testapp.tasks import noop, runs_key
 

@@ -21,12 +21,11 @@ from django_taskrunner import (
     lookup,
     task,
 )
-from django_taskrunner.core import clock
 from django_taskrunner.core.registry import registry
 from django_taskrunner.scheduling.periodic import PeriodicRunner
 from django_taskrunner.store import Store, get_store
 from django_taskrunner.store.keys import fair_ring_key, stream_key
-from tests.worker_helpers import wait_for, worker_thread
+from tests.worker_helpers import app_now_ms, wait_for, worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -208,7 +207,7 @@ def test_an_outbox_task_without_a_key_joins_the_unkeyed_turn_of_a_fair_queue(r, 
     with transaction.atomic():
         dispatch(plain, {"n": 0}, transactional=True)
     wait_for(lambda: r.zcard(f"{prefix}:{{default}}:delayed") == 1)  # due now, to its turn
-    get_store().streams.promote_due("default", clock.now_ms(), 10)
+    get_store().streams.promote_due("default", app_now_ms(), 10)
 
     assert r.lrange(fair_ring_key(prefix, "default"), 0, -1) == [b"B", b""]
     with worker_thread(concurrency=1):
@@ -232,7 +231,7 @@ def test_a_rate_limited_key_yields_its_turn_and_its_due_tasks_rejoin_its_list(r,
     # When they are due, they join their key's list, not the stream head.
     r.zadd(f"{prefix}:{{default}}:delayed",
            {member: 0 for member in r.zrange(f"{prefix}:{{default}}:delayed", 0, -1)})
-    get_store().streams.promote_due("default", clock.now_ms(), 10)
+    get_store().streams.promote_due("default", app_now_ms(), 10)
     assert r.llen(f"{prefix}:{{default}}:fair:slow") == 2
     assert r.lrange(fair_ring_key(prefix, "default"), 0, -1) == [b"slow"]
 
@@ -347,7 +346,7 @@ def test_unique_tasks_without_a_key_join_the_unkeyed_turn_of_a_fair_queue(r, pre
     dispatch_many(unique_plain, [{"n": n} for n in range(1, 4)])
 
     assert not r.exists(stream_key(prefix, "default"))  # due at once, to their turn
-    get_store().streams.promote_due("default", clock.now_ms(), 10)
+    get_store().streams.promote_due("default", app_now_ms(), 10)
     assert r.llen(f"{prefix}:{{default}}:fair:") == 4
     with worker_thread(concurrency=1):
         wait_for(lambda: sorted(started) == ["-"] * 4 + ["B"], timeout=30)
@@ -356,8 +355,8 @@ def test_unique_tasks_without_a_key_join_the_unkeyed_turn_of_a_fair_queue(r, pre
 def test_a_due_task_without_a_key_joins_the_unkeyed_turn_of_a_fair_queue(r, prefix):
     dispatch(job, {"k": "B", "n": 0})
     dispatch_delayed(plain, {"n": 0}, delay=0.05)
-    wait_for(lambda: r.zrangebyscore(f"{prefix}:{{default}}:delayed", 0, clock.now_ms()))
-    get_store().streams.promote_due("default", clock.now_ms(), 10)
+    wait_for(lambda: r.zrangebyscore(f"{prefix}:{{default}}:delayed", 0, app_now_ms()))
+    get_store().streams.promote_due("default", app_now_ms(), 10)
 
     assert r.lrange(fair_ring_key(prefix, "default"), 0, -1) == [b"B", b""]
     assert r.llen(f"{prefix}:{{default}}:fair:") == 1

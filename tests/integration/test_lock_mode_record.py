@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from django_taskrunner import TaskAlreadyDispatched
+from django_taskrunner import TaskAlreadyDispatched, TaskMessage
 from django_taskrunner.core import unique as locks
-from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.store import Store, get_store, keys
 from tests.testapp.tasks import unique_order
 

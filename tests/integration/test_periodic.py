@@ -31,7 +31,7 @@ def temporary_task():
 
     def declare(name: str, **options):
         def record(ctx, payload):
-            from django_taskrunner.store.connection import get_redis
+            from django_taskrunner import get_redis
 
             get_redis().hincrby(runs_key(), f"{name}:{ctx.id}", 1)
 

@@ -19,11 +19,11 @@ from django_taskrunner import (
     dispatch,
     dispatch_delayed,
     dispatch_many,
+    get_stats,
 )
 from django_taskrunner.core.sharding import shard_for, shards
 from django_taskrunner.core.unique import holder_value
 from django_taskrunner.models import DelayedTask, FailedTask
-from django_taskrunner.stats.figures import get_stats
 from django_taskrunner.store import get_store
 from django_taskrunner.store.keys import delayed_key, queue_of, stream_key
 from tests.django.admin_helpers import page_module

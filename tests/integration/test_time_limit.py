@@ -7,9 +7,8 @@ import threading
 
 import pytest
 
-from django_taskrunner import dispatch
+from django_taskrunner import Task, dispatch
 from django_taskrunner.core.registry import registry
-from django_taskrunner.core.task import Task
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import get_store
 from django_taskrunner.worker.executor import Executor

@@ -20,12 +20,12 @@ from django_taskrunner import (
     dispatch_many,
     dispatch_on_commit,
 )
-from django_taskrunner.core import clock
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.dispatch import prepare
 from django_taskrunner.core.unique import holder_value
 from django_taskrunner.store import Store, get_store, keys
 from tests.testapp.tasks import unique_order
+from tests.worker_helpers import app_now_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -164,7 +164,7 @@ def test_an_unreadable_lock_adds_no_message(r, prefix):
 
 
 def test_enqueue_into_the_delayed_set_takes_the_lock_at_dispatch_time(r, prefix):
-    due_ms = clock.now_ms() + 3_600_000
+    due_ms = app_now_ms() + 3_600_000
     message, claim = prepare(unique_order, {"order": "later"}, task_id="later-1",
                              start_ms=due_ms)
     delayed = keys.delayed_key(prefix, message.queue)

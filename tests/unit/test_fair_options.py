@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from django_taskrunner import InvalidTaskOptions, task
+from django_taskrunner import InvalidTaskOptions, TaskMessage, task
 from django_taskrunner.core.dispatch import prepare
-from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.store import keys

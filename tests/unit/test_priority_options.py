@@ -6,9 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from django_taskrunner import InvalidTaskOptions, dispatch, dispatch_delayed, dispatch_many, task
+from django_taskrunner import (
+    InvalidTaskOptions,
+    TaskMessage,
+    dispatch,
+    dispatch_delayed,
+    dispatch_many,
+    task,
+)
 from django_taskrunner.core.dispatch import prepare
-from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.registry import registry
 from django_taskrunner.store import keys
 

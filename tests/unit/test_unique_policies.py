@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from django_taskrunner import InvalidTaskOptions, task
+from django_taskrunner import InvalidTaskOptions, TaskMessage, task
 from django_taskrunner.core.dispatch import prepare
-from django_taskrunner.core.message import TaskMessage, holder_parts
+from django_taskrunner.core.message import holder_parts
 from django_taskrunner.core.registry import registry
 from django_taskrunner.core.unique import new_dispatch_token
 
