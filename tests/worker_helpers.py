@@ -87,6 +87,11 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, step: float = 
         time.sleep(step)
 
 
+def new_worker(queues: tuple[str, ...] | list[str] = ("default",), **options: Any) -> Worker:
+    """A `Worker` of the current store with these `runtasks` options, not started."""
+    return build_worker(get_store().streams, worker_settings(queues, **options))
+
+
 @contextlib.contextmanager
 def worker_thread(queues: tuple[str, ...] = ("default",), **options: Any) -> Iterator[Worker]:
     """A `Worker` running in a background thread until the block ends (graceful stop)."""

@@ -10,10 +10,10 @@ from django.utils import timezone
 from selenium.webdriver.common.by import By
 
 from django_taskrunner import TaskMessage
-from django_taskrunner.core import unique as locks
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import get_store, keys
 from tests.e2e.conftest import click_and_wait
+from tests.internals import holder_value
 from tests.worker_helpers import app_now_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -116,7 +116,7 @@ def test_an_operator_releases_a_unique_lock(admin_browser, screenshot_dir):
     assert "Released 1 lock(s)." in browser.page_source
     broker = get_store().streams
     assert not broker.client.exists(stuck.lock_key)
-    assert broker.client.get(other.lock_key) == locks.holder_value(other).encode()
+    assert broker.client.get(other.lock_key) == holder_value(other).encode()
 
 
 def test_an_operator_reads_the_queues_dashboard(admin_browser, screenshot_dir, run_burst):

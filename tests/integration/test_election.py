@@ -16,7 +16,7 @@ from django_taskrunner import LeaderElection
 from django_taskrunner.store import get_store, keys
 from tests.integration.scheduling_helpers import wait_for
 from tests.testapp.tasks import stamp, stamps_key
-from tests.worker_helpers import app_monotonic, exit_code_of
+from tests.worker_helpers import app_monotonic, exit_code_of, new_worker
 
 
 @pytest.fixture
@@ -150,15 +150,13 @@ def test_a_lease_key_that_holds_no_lease_heals_and_a_leader_steps_down_from_it(
 @pytest.mark.django_db(transaction=True)
 def test_a_leader_thread_that_dies_takes_the_worker_down_non_zero(r, monkeypatch, caplog):
     """The election and the scheduler's threads are watched as the worker's own are."""
-    from django_taskrunner.runner import build_worker
-    from django_taskrunner.worker.settings import worker_settings
 
     def broken(self):  # a bug in the election's loop
         raise RuntimeError("a bug in the election")
 
     monkeypatch.setattr(LeaderElection, "step", broken)
-    worker = build_worker(get_store().streams, worker_settings(
-        ("default",), concurrency=1, block_ms=100, shutdown_timeout=5))
+    worker = new_worker(
+        ("default",), concurrency=1, block_ms=100, shutdown_timeout=5)
     code = exit_code_of(worker)
     assert code is not None, "the worker went on without its election"
     assert code == 70
