@@ -53,7 +53,7 @@ def test_tasks_the_worker_finished_are_listed_newest_first_with_their_outcome(ro
     ok = tasks.returns_double.dispatch({"n": 1})
     bad = tasks.always_fails.dispatch({"n": 2})
     gone = tasks.noop.dispatch({"n": 3})
-    other = dispatch("tests.testapp.tasks.noop", {"n": 4}, queue="other")
+    other = dispatch(tasks.noop, {"n": 4}, queue="other")
     assert cancel(gone.id)
     call_command("runtasks", "--burst", "-Q", "default")
 

@@ -43,7 +43,7 @@ def test_delays_of_0_02_and_2_seconds_and_a_past_when_run_once_on_time(r):
         now = app_now_ms()
         dues = {0: now, 1: now + 200, 2: now + 2000, 3: now}
         stamp.dispatch_delayed({"n": 0}, delay=0)
-        dispatch_delayed("tests.testapp.tasks.stamp", {"n": 1}, delay=0.2)
+        dispatch_delayed(stamp, {"n": 1}, delay=0.2)
         stamp.dispatch_delayed({"n": 2}, delay=timedelta(seconds=2))
         schedule_for(stamp, {"n": 3}, when=datetime.now(UTC) - timedelta(hours=1))
 
@@ -207,6 +207,6 @@ def test_a_unique_delayed_dispatch_takes_its_lock_now_and_runs_once_when_due(
 def test_a_delayed_dispatch_with_a_task_id_reserves_it_while_waiting():
     from django_taskrunner import TaskIdConflict, dispatch_delayed
 
-    dispatch_delayed("tests.testapp.tasks.noop", {"n": 1}, delay=60, task_id="later-1")
+    dispatch_delayed(noop, {"n": 1}, delay=60, task_id="later-1")
     with pytest.raises(TaskIdConflict):
-        dispatch_delayed("tests.testapp.tasks.noop", {"n": 2}, delay=5, task_id="later-1")
+        dispatch_delayed(noop, {"n": 2}, delay=5, task_id="later-1")

@@ -9,6 +9,7 @@ from django.contrib.auth.models import User
 from django_taskrunner import dispatch, dispatch_delayed
 from django_taskrunner.stats.figures import dashboard_queues
 from django_taskrunner.store import Store
+from tests.testapp.tasks import noop
 from tests.worker_helpers import app_now_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -16,21 +17,21 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def test_a_queue_named_only_at_dispatch_is_known(r):
     assert "reports-only" not in dashboard_queues()
-    dispatch("tests.testapp.tasks.noop", {"n": 1}, queue="reports-only")
-    dispatch_delayed("tests.testapp.tasks.noop", {"n": 2}, delay=60, queue="later-only")
+    dispatch(noop, {"n": 1}, queue="reports-only")
+    dispatch_delayed(noop, {"n": 2}, delay=60, queue="later-only")
     assert {"reports-only", "later-only"} <= set(dashboard_queues())
 
 
 def test_the_queue_is_announced_once_per_process(r):
-    dispatch("tests.testapp.tasks.noop", {"n": 1}, queue="announced")
+    dispatch(noop, {"n": 1}, queue="announced")
     r.config_resetstat()
-    dispatch("tests.testapp.tasks.noop", {"n": 2}, queue="announced")
+    dispatch(noop, {"n": 2}, queue="announced")
     assert "cmdstat_zadd" not in r.info("commandstats")
 
 
 def test_the_metrics_list_a_queue_named_only_at_dispatch(r, client):
     parser = pytest.importorskip("prometheus_client.parser")
-    dispatch("tests.testapp.tasks.noop", {"n": 1}, queue="metrics-only")
+    dispatch(noop, {"n": 1}, queue="metrics-only")
     client.force_login(User.objects.create_user("ops", password="pw", is_staff=True))  # noqa: S106
 
     text = client.get("/metrics/").content.decode()
@@ -44,7 +45,7 @@ def test_the_metrics_list_a_queue_named_only_at_dispatch(r, client):
 def test_runtasks_without_queues_consumes_a_queue_named_only_at_dispatch(r, run_burst):
     from django_taskrunner import get_stats
 
-    dispatch("tests.testapp.tasks.noop", {"n": 1}, queue="dispatch-only")
+    dispatch(noop, {"n": 1}, queue="dispatch-only")
     run_burst()
     stats = get_stats("dispatch-only")
     assert (stats.length, stats.succeeded) == (0, 1)
@@ -55,7 +56,7 @@ def test_without_redis_the_default_queues_are_the_configured_ones(r, prefix, cap
 
     from django_taskrunner.management.commands.runtasks import Command
 
-    dispatch("tests.testapp.tasks.noop", {"n": 1}, queue="dispatch-only")
+    dispatch(noop, {"n": 1}, queue="dispatch-only")
     gone = Store(redis.Redis(port=1, socket_connect_timeout=1), prefix, "workers").streams
     with caplog.at_level("WARNING", logger="django_taskrunner"):
         queues = Command._default_queues("default", gone)  # nothing listens on port 1
@@ -93,8 +94,8 @@ def test_a_mistyped_queue_a_worker_consumed_is_listed_then_forgotten_once_idle_a
 def test_a_queue_not_seen_for_long_is_kept_while_it_holds_messages(r):
     from django_taskrunner.scheduling.scheduler import forget_after_ms, forget_idle_queues
 
-    dispatch("tests.testapp.tasks.noop", {"n": 1}, queue="stale-full")
-    dispatch_delayed("tests.testapp.tasks.noop", {"n": 2}, delay=3600, queue="stale-later")
+    dispatch(noop, {"n": 1}, queue="stale-full")
+    dispatch_delayed(noop, {"n": 2}, delay=3600, queue="stale-later")
     later = app_now_ms() + forget_after_ms() + 1000
     forgotten = forget_idle_queues(_store(), later)
     assert "stale-full" not in forgotten and "stale-later" not in forgotten

@@ -95,7 +95,7 @@ def test_a_delayed_task_is_delayed_then_queued_once_due(r, monkeypatch):
     # The app's clock moves, not the wall's: a busy machine cannot make it due early
     # (a 0.3 s delay once read "queued" at the first look on a loaded run).
     moved = MovableClock.install(monkeypatch)
-    message = dispatch_delayed("tests.testapp.tasks.noop", {"n": 1}, delay=60)
+    message = dispatch_delayed(tasks.noop, {"n": 1}, delay=60)
     assert lookup(message.id).status == "delayed"
     assert lookup(message.id).due_at is not None
     moved.advance(61)
@@ -120,7 +120,7 @@ def test_a_failing_task_is_retrying_then_failed(r, run_burst):
 
 
 def test_a_task_not_started_before_it_expires_is_expired(r, run_burst):
-    message = dispatch("tests.testapp.tasks.noop", {"n": 1}, expires=0.05)
+    message = dispatch(tasks.noop, {"n": 1}, expires=0.05)
     time.sleep(0.1)
     run_burst()
     assert lookup(message.id).status == "expired"
@@ -195,7 +195,7 @@ def test_a_cancelled_queued_task_never_runs_and_frees_its_lock(r, run_burst):
 
 
 def test_a_cancelled_delayed_task_never_runs(r, run_burst):
-    message = dispatch_delayed("tests.testapp.tasks.unique_records", {"n": 2}, delay=0.3)
+    message = dispatch_delayed(tasks.unique_records, {"n": 2}, delay=0.3)
     assert cancel(message.id) is True
     assert not r.exists(message.lock_key)
     assert lookup(message.id).status == "cancelled"
@@ -208,10 +208,10 @@ def test_a_cancelled_delayed_task_never_runs(r, run_burst):
 
 
 def test_a_task_id_is_freed_by_cancel_and_a_new_dispatch_gets_a_fresh_record(r, run_burst):
-    first = dispatch("tests.testapp.tasks.returns_double", {"n": 1}, task_id="report-1")
+    first = dispatch(tasks.returns_double, {"n": 1}, task_id="report-1")
     assert cancel("report-1") is True
 
-    again = dispatch("tests.testapp.tasks.returns_double", {"n": 2}, task_id="report-1")
+    again = dispatch(tasks.returns_double, {"n": 2}, task_id="report-1")
     assert again.id == first.id
     assert lookup("report-1").status == "queued"
 
@@ -223,7 +223,7 @@ def test_a_task_id_is_freed_by_cancel_and_a_new_dispatch_gets_a_fresh_record(r, 
 
 
 def test_a_task_id_with_braces_has_both_record_keys_in_one_slot(r, run_burst):
-    message = dispatch("tests.testapp.tasks.returns_double", {"n": 3}, task_id="a}{b")
+    message = dispatch(tasks.returns_double, {"n": 3}, task_id="a}{b")
     record_key = keys.record_key(get_store().prefix, message.id)
     done_key = keys.record_done_key(get_store().prefix, message.id)
     assert keys.record_tag(message.id) in record_key and keys.record_tag(message.id) in done_key
