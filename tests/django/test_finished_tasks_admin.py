@@ -12,7 +12,6 @@ from django.core.management import call_command
 from django.test import Client
 
 from django_taskrunner import cancel, dispatch, lookup
-from django_taskrunner.core.records import records
 from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.records import RecordWrite
 from tests.testapp import tasks
@@ -40,7 +39,7 @@ def finish(task_id: str, status: str, finished_ms: int, *, queue: str = "default
     """A final record write, as the acker sends it (one pipeline)."""
     fields = (("s", status), ("t", name), ("q", queue), ("a", "1"),
               ("st", str(finished_ms - 250)), ("f", str(finished_ms)))
-    records().write([RecordWrite(task_id, fields, ttl_s, final=True)])
+    get_store().records.write([RecordWrite(task_id, fields, ttl_s, final=True)])
 
 
 def index_ids(queue: str = "default") -> list[str]:

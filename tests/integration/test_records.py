@@ -298,7 +298,7 @@ def test_a_message_cancelled_while_in_the_buffer_never_starts(r, monkeypatch):
     (its listener is stopped): the heartbeat must read the set, or the cancelled message
     starts once the blocker ends. Its lock stays held until the worker skips it."""
     from django_taskrunner.core import records as core_records
-    from django_taskrunner.core import unique
+    from tests.internals import holder_value
 
     monkeypatch.setattr(core_records, "CANCEL_ANSWER_S", 0.1)  # no answer comes
     blocker = tasks.gated_report.dispatch({"k": "buffer"})
@@ -314,7 +314,7 @@ def test_a_message_cancelled_while_in_the_buffer_never_starts(r, monkeypatch):
 
         assert cancel(buffered.id) is True
         assert r.exists(buffered.lock_key)  # fetched: its worker frees it when it skips it
-        holder = unique.holder_value(buffered)
+        holder = holder_value(buffered)
         # the heartbeat (every 0.5 s while the blocker runs) reads the cancelled set
         wait_for(lambda: holder in worker.executor.cancelled.get("default", ()))
 
@@ -330,10 +330,9 @@ def test_a_message_cancelled_while_in_the_buffer_never_starts(r, monkeypatch):
 
 
 def test_a_stream_id_after_a_move_goes_only_to_the_record_of_that_dispatch(r):
-    from django_taskrunner.core.records import records
     from django_taskrunner.store.records import RecordWrite
 
-    store = records()
+    store = get_store().records
     prefix = get_store().prefix
     mine = tasks.noop.dispatch({"n": 1})
     store.set_stream_ids([(mine.id, "", "1-1")])
