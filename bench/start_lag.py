@@ -18,7 +18,9 @@ in milliseconds, of
   start lag      when the observer first read "running", minus the attempt's start
                  (`started_at`, which the worker takes as it starts the attempt);
   progress lag   when the observer first read the progress, minus its `set_progress()`.
-Both include up to a millisecond of the observer's polling.
+Both include up to a millisecond of the observer's polling. A probe whose "running"
+the observer never read (it lasted less than one of its polls) counts with the lag of
+the probe's own first read of "running" (5 ms polls), so that no late start is left out.
 `BENCH_CHECKOUT=<another checkout>` measures that checkout's django_taskrunner instead
 (before/after), with this script.
 """
@@ -80,14 +82,25 @@ def probe(ctx: Any, payload: Any) -> None:
 
     record = lookup(ctx.id)
     SEEN[ctx.id] = record is not None and record.status == "running"
+    note_own_sight(ctx.id, record)
     value = {"at": time.time() * 1000}
     ctx.set_progress(value)
     give_up = time.monotonic() + GIVE_UP_S
     while time.monotonic() < give_up:
         now = lookup(ctx.id)
+        note_own_sight(ctx.id, now)
         if now is not None and now.progress == value:
             return
         time.sleep(0.005)
+
+
+def note_own_sight(task_id: str, record: Any) -> None:
+    """The probe's own first read of "running" (its start lag as the probe saw it): used
+    for a probe the observer missed, whose "running" lasted less than one of its polls
+    (start write and progress landed in one beat, and the task ended right after)."""
+    if (task_id not in OWN_LAG and record is not None and record.status == "running"
+            and record.started_at is not None):
+        OWN_LAG[task_id] = time.time() * 1000 - record.started_at.timestamp() * 1000
 
 
 def observe(url: str, record_keys: list[str], results: Any, window: int = 32) -> None:
@@ -123,6 +136,7 @@ def observe(url: str, record_keys: list[str], results: Any, window: int = 32) ->
 
 FINAL = {b"succeeded", b"failed", b"cancelled", b"expired"}
 SEEN: dict[str, bool] = {}  # probe id -> it read "running" on its first line
+OWN_LAG: dict[str, float] = {}  # probe id -> ms from its start to its own read of "running"
 
 
 def register() -> tuple[Any, Any]:
@@ -135,10 +149,11 @@ def register() -> tuple[Any, Any]:
 
 
 def drain(args: argparse.Namespace, probe_task: Any, load_task: Any
-          ) -> tuple[int, list[float], list[float], int]:
+          ) -> tuple[int, list[float], list[float], int, int]:
     """One repetition: queue the probes among the load and run them all, observed. How
-    many read "running" on their first line, the start lags, the progress lags, and how
-    many the observer never saw running or with their progress."""
+    many read "running" on their first line, the start lags, the progress lags, how
+    many the observer never saw running or with their progress, and how many start lags
+    are the probe's own read (the observer missed "running")."""
     import multiprocessing
 
     from django_taskrunner.runner import build_worker
@@ -148,6 +163,7 @@ def drain(args: argparse.Namespace, probe_task: Any, load_task: Any
     broker = get_store().streams
     broker.client.flushall()
     SEEN.clear()
+    OWN_LAG.clear()
     ids = []
     for n in range(args.probes):
         load_task.dispatch_many([{"ms": args.burn_ms}] * args.load)
@@ -168,10 +184,13 @@ def drain(args: argparse.Namespace, probe_task: Any, load_task: Any
     if len(SEEN) != len(ids):
         raise SystemExit(f"{len(ids) - len(SEEN)} probes never ran")
     first = sum(1 for task_id in ids if SEEN[task_id])
-    starts = [start for start, _p in lags.values() if start is not None]
-    shown = [shown for _s, shown in lags.values() if shown is not None]
-    unseen = sum(1 for start, shown in lags.values() if start is None or shown is None)
-    return first, starts, shown, unseen
+    observed = [lags[key] for key in record_keys]
+    own = [OWN_LAG[task_id] for task_id, (start, _p) in zip(ids, observed, strict=True)
+           if start is None and task_id in OWN_LAG]
+    starts = [start for start, _p in observed if start is not None] + own
+    shown = [shown for _s, shown in observed if shown is not None]
+    unseen = sum(1 for start, shown in observed if start is None or shown is None)
+    return first, starts, shown, unseen, len(own)
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -194,10 +213,10 @@ def measure(args: argparse.Namespace) -> int:
 
     call_command("migrate", "--run-syncdb", verbosity=0)
     probe_task, load_task = register()
-    first, starts, shown, unseen = 0, [], [], 0
+    first, starts, shown, unseen, own = 0, [], [], 0, 0
     for rep in range(args.reps):
         got = drain(args, probe_task, load_task)
-        first, unseen = first + got[0], unseen + got[3]
+        first, unseen, own = first + got[0], unseen + got[3], own + got[4]
         starts += got[1]
         shown += got[2]
         print(f"[{rep + 1}/{args.reps}] running at the first line: {got[0]}/{args.probes}; "
@@ -207,6 +226,7 @@ def measure(args: argparse.Namespace) -> int:
           f"of {args.burn_ms:g} ms, --concurrency {args.concurrency}, in-process burst worker")
     print(f"running at the task's first line: {first} of {args.probes * args.reps} probes")
     print(f"not seen running, or not seen with their progress: {unseen}")
+    print(f"start lags read by the probe itself (the observer missed its running): {own}")
     print("| lag (ms) | probes | p50 | p99 | max |")
     print("|---|---:|---:|---:|---:|")
     print(row("start -> running readable", starts))

@@ -67,11 +67,22 @@ _REFUSING_CODES = ("OOM ", "READONLY ", "LOADING ", "NOSCRIPT ", "MASTERDOWN ", 
                    "MISCONF ", "BUSY ", "TRYAGAIN ", "CLUSTERDOWN ")
 
 
+# How redis-py words an error reply met in a pipeline, before the reply itself.
+_IN_PIPELINE = " of pipeline caused error: "
+
+
 def refuses_writes(exc: BaseException) -> bool:
-    """Whether `exc` is a server refusing writes for now (see `REFUSING`), not bad data."""
+    """Whether `exc` is a server refusing writes for now (see `REFUSING`), not bad data;
+    in a pipeline too, where redis-py puts "Command # 1 (...) of pipeline caused error: "
+    before the reply and keeps no class for the codes it does not know (NOREPLICAS...)."""
     if isinstance(exc, REFUSING):
         return True
-    return isinstance(exc, ResponseError) and f"{exc} ".startswith(_REFUSING_CODES)
+    if not isinstance(exc, ResponseError):
+        return False
+    reply = str(exc)
+    if reply.startswith("Command # ") and _IN_PIPELINE in reply:
+        reply = reply.split(_IN_PIPELINE, 1)[1]
+    return f"{reply} ".startswith(_REFUSING_CODES)
 
 
 def stalls_writes(exc: BaseException) -> bool:

@@ -1,11 +1,17 @@
 """Loads the Lua scripts in `lua/` once and runs them by EVALSHA.
 
 Each script's first line says whether it is cluster-safe (`-- Cluster-safe: yes`: every
-key it touches comes through KEYS, all in one hash slot) and why, or when it is not
-(`no`: a single server only, and what the store does instead on a cluster).
+key it touches is in one hash slot, passed in KEYS or named from an ARGV prefix with the
+same hash tag) and why, or when only as the store calls it on a cluster (`yes with`,
+`yes without`), or when it is not (`no`: a single server only, and what the store does
+instead on a cluster). tests/unit/test_lua_scripts.py reads each claim against its
+script, tests/cluster/test_lua_slots.py tries the ARGV-named ones on a cluster.
 
 A piece two scripts share has one source: a part in `lua/parts/`, put in where a script
-says `-- include: <part>.lua` when the script is loaded (`source`).
+says `-- include: <part>.lua` when the script is loaded (`source`): the purges' loop,
+the limits' waiting line, the moves' reply (promote_due, fair_feed), the server's time
+in ms, and the record-writing rules (what is final and the waking of `wait()`, a new
+record, the finished index's trim).
 
 On a cluster, redis-py's `Script` sends EVALSHA to the node owning the keys' slot and, on
 NOSCRIPT (a node that never saw it, such as a replica promoted by a failover), loads it

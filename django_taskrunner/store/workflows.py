@@ -1,8 +1,7 @@
 """Workflows (chains, groups): each one's state under keys tagged by its id.
 
 What a workflow is (stages of members, the message of each) is decided in
-`core/workflows.py` and `core/workflow_dispatch.py`; this module runs the commands on
-plain values. Keys:
+`core/workflows.py`; this module runs the commands on plain values. Keys:
 `keys.workflow_key` (a hash: status, counts, per stage `n:<k>` size, `o:<k>` offset
 into the members, `kind:<k>` "one" or "group", `done:<k>`), `workflow_done_key` (the
 member indexes counted), `workflow_members_key` (task ids) and `workflow_bodies_key`

@@ -43,7 +43,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from django_taskrunner.core import clock
-from django_taskrunner.store.errors import REDIS_DOWN
+from django_taskrunner.store.errors import stalls_writes
 from django_taskrunner.store.streams import Broker
 from django_taskrunner.worker.outage import RedisStatus
 from django_taskrunner.worker.running import Attempt, RunningSet
@@ -180,10 +180,10 @@ class Heartbeat(threading.Thread):
         try:
             self.broker.records.write([started_write(attempt, self.consumer)
                                        for attempt in attempts])
-        except REDIS_DOWN as exc:
-            self.status.failed(exc, "writing the records of started tasks")
-            return
-        except Exception:
+        except Exception as exc:
+            if stalls_writes(exc):  # unreachable, or refusing writes (OOM, READONLY...)
+                self.status.failed(exc, "writing the records of started tasks")
+                return
             logger.exception("could not write the records of %d started tasks; the next "
                              "heartbeat writes them", len(attempts))
             return
@@ -236,10 +236,10 @@ class Heartbeat(threading.Thread):
         try:
             lost_by_queue, cancelled, cancelled_sets = self.broker.hold_and_sync(
                 self.consumer, by_queue, writes, watched, renewals=renewals, buffered=buffered)
-        except REDIS_DOWN as exc:
-            self.status.failed(exc, "sending heartbeats")
-            return
-        except Exception:
+        except Exception as exc:
+            if stalls_writes(exc):  # unreachable, or refusing writes (OOM, READONLY...)
+                self.status.failed(exc, "sending heartbeats")
+                return
             logger.exception("heartbeat failed; trying again in %.1fs", self.interval())
             return
         self.status.succeeded()

@@ -12,7 +12,7 @@ but has just read.
 
 What it was running is not known here (its supervisor, which knew, is gone too): every
 message is taken by the leading worker itself, keeping its place and delivery counter,
-so it runs next (a reclaimed run: `steps/reclaimed.py` counts runs that died as a
+so it runs next (a reclaimed run: `check_reclaimed` in `worker/steps.py` counts runs that died as a
 reclaim after `RESERVATION_TIMEOUT` would). Without a worker to take them, they go back
 to their queue unchanged.
 

@@ -2,7 +2,7 @@
 
 1. writes the figures the executor recorded, and this worker's heartbeat, in one pipeline;
 2. if the pool is autoscaled or LONG_QUEUE_HOOK is set, reads the figures of the
-   worker's queues (`stats.get_stats`), resizes the pool (`autoscale.decide`) and checks
+   worker's queues (`stats.get_stats`), resizes the pool (`pool.decide`) and checks
    the long-queue hook.
 
 Resizing goes through `Pool.resize`, whose retiring threads finish their current task

@@ -255,7 +255,7 @@ class Reclaimer:
 #   back to the end of its stream (`requeue.lua`, which acks the old entry in the same
 #   script), for any worker to read: unchanged, but for the runs that died that its
 #   delivery counter says (it was given to a sibling that died too), which go into its
-#   attempt (`steps/reclaimed.py`);
+#   attempt (`check_reclaimed` in `worker/steps.py`);
 # - one it was running counts as a run that died (a failed attempt), whose error says how
 #   the process ended. With retries left, a `retry_backoff` of 0 and a sibling to take it,
 #   it moves to the sibling with its delivery counter raised, so that the sibling's
@@ -469,7 +469,7 @@ class Adopter(Protocol):
 def take_adopted(broker: Broker, adopter: Adopter, stream: str,
                  counters: Mapping[str, int]) -> int:
     """Hand the entries moved to `adopter` (`{stream id: delivery counter}`) to its buffer,
-    as reclaimed ones: they run next, their counter checked (`steps/reclaimed.py`)."""
+    as reclaimed ones: they run next, their counter checked (`check_reclaimed`, worker/steps.py)."""
     bodies = broker.bodies(stream, list(counters))
     broker.forget(stream, [sid for sid, body in bodies.items() if body is None])
     entries = [(sid, body) for sid, body in bodies.items() if body is not None]

@@ -54,7 +54,7 @@ class WorkerSettings:
     stats_window: int
     result_ttl: int = 86400  # seconds a finished task's record is kept (0: none)
     async_concurrency: int = 100  # `async def` tasks awaited side by side on the event loop
-    prefetch_ms: int = 20  # work a read may grow to hold beyond `batch_size` (prefetch.py)
+    prefetch_ms: int = 20  # work a read may grow to hold beyond `batch_size` (fetcher.py)
     lost_after: float = 15.0  # WORKER_LOST_AFTER: a heartbeat this old, declared lost
     # `runtasks -Q a -Q b[:weight]`: (queue, weight) in the order given, every weight 0 for
     # a strict order; None: the queues are read side by side (worker/turns.py).

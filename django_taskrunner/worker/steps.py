@@ -70,7 +70,7 @@ class Run:
     attempt: Attempt | None = None  # set while and after the task function runs
     error: BaseException | None = None  # what the attempt raised (None: it succeeded)
     on_loop: bool = False  # an async attempt handed to the event loop, which settles it
-    slots: tuple[Slot, ...] = ()  # concurrency slots taken (steps/limits.py)
+    slots: tuple[Slot, ...] = ()  # concurrency slots taken (`check_limits`, below)
 
     @property
     def shown_name(self) -> str:

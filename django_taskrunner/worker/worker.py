@@ -270,7 +270,7 @@ class Worker:
         """A task thread is stuck past its time limit: replace it, fail the attempt. (A
         coroutine has no thread of its own to replace: only its result is ignored.)"""
         if not attempt.coroutine and self.end_process is not None and self.end_process(attempt):
-            return  # its supervisor ends this process and settles the attempt (reclaim.py, the hand-back)
+            return  # its supervisor ends this process, settles the attempt (reclaim.py)
         if not attempt.coroutine:
             self.pool.abandon(attempt.thread)
             interrupt(attempt.thread)

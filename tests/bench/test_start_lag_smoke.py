@@ -16,5 +16,7 @@ def test_the_probes_run_and_both_lags_are_printed() -> None:
     assert "30 probes x 1 reps, each after 4 CPU-bound tasks of 5 ms, --concurrency 8" in out
     assert re.search(r"^running at the task's first line: \d+ of 30 probes$", out, re.M), out
     assert re.search(r"^not seen running, or not seen with their progress: \d+$", out, re.M)
+    assert re.search(r"^start lags read by the probe itself \(the observer missed its "
+                     r"running\): \d+$", out, re.M), out
     assert re.search(rf"^\| start -> running readable {ROW}", out, re.M), out
     assert re.search(rf"^\| set_progress -> readable {ROW}", out, re.M), out

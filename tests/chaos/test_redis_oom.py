@@ -69,6 +69,7 @@ def queue_settled() -> bool:
 
 def test_a_redis_refusing_writes_loses_nothing_and_runs_nothing_twice(chaos: Chaos) -> None:
     from django_taskrunner import lookup
+    from django_taskrunner.store import get_store
     from tests.testapp.chaos_tasks import chaos_work
 
     # Given 1,000 tasks of 30 ms queued on a server with room for 48 MB more, one worker
@@ -100,14 +101,22 @@ def test_a_redis_refusing_writes_loses_nothing_and_runs_nothing_twice(chaos: Cha
     wait_until(queue_settled, 30, f"nothing pending\n{chaos.log_tail()}")
     drained_s = time.monotonic() - freed
     statuses = [lookup(handle.id).status for handle in handles]
+    streams = get_store().streams
+    left = (streams.length("default"), streams.pending("default"))
     result = scenarios.tally(scenarios.Result("redis-oom", TASKS), chaos, keys)
     log = worker.log.read_text(errors="replace")
     print(f"redis-oom tasks={TASKS} outage_s={OUTAGE_S:g} filler_keys={filler.keys} "
           f"ran_during_outage={ran_during} acker_refusals_logged="
           f"{log.count('while acking')} drained_s_after_free={drained_s:.1f} "
-          f"lost={result.lost} duplicates={result.duplicates} failed_rows={result.failed_rows}")
+          f"lost={result.lost} duplicates={result.duplicates} failed_rows={result.failed_rows} "
+          f"records={ {s: statuses.count(s) for s in sorted(set(statuses))} } "
+          f"queued_after={left[0]} pending_after={left[1]}")
     assert filler.refusals > 0  # the server did refuse writes
     assert "Redis refuses writes" in log, chaos.log_tail()
+    # The worker stopped starting tasks: only those running when the first ack was
+    # refused finished during the 10 s (4 threads could have run 1,300 in that time;
+    # before the fix all the queue left ran during the outage)
+    assert ran_during < 200, ran_during
     assert (result.lost, result.duplicates, result.failed_rows) == (0, 0, 0), chaos.log_tail()
     assert statuses.count("succeeded") == TASKS, {s: statuses.count(s) for s in set(statuses)}
     assert worker.alive(), chaos.log_tail()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime
-from datetime import timezone as dt_timezone
 
 import pytest
 from django.contrib.auth.models import User

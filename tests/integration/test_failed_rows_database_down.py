@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -109,8 +110,14 @@ def test_a_failure_while_the_database_is_down_is_finished_and_written_later(
 
         # When the database answers again, the leader writes each row once
         postgres.start()
+        restarted = time.monotonic()
         wait_for(lambda: kept.count() == 0, 120)
-        assert rows_written(postgres, [failed.id, result.id]) == 2
+        written = rows_written(postgres, [failed.id, result.id])
+        print(f"database stopped: record {lookup(failed.id).status}, result {result.status}, "
+              f"pending 0, runs {int(r.hget(runs_key(), 'always_fails:down'))} (3 attempts), "
+              f"kept in Redis 2; restarted: {written} rows written within "
+              f"{time.monotonic() - restarted:.1f}s, 0 kept")
+        assert written == 2
         assert r.hget(runs_key(), "always_fails:down") == b"3"
         assert lookup(failed.id).status == "failed"
     assert "kept in Redis" in output[0], output[0][-3000:]

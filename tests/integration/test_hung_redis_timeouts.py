@@ -54,6 +54,8 @@ def test_wait_returns_within_its_timeout_when_redis_hangs(hung_redis, connected)
         reset()  # the next call opens a new connection, to the stopped server
     hung_redis.send_signal(signal.SIGSTOP)
     elapsed, error = timed(lambda: wait(message.id, timeout=0.5))
+    print(f"wait(id, 0.5) on a stopped Redis, {'open' if connected else 'new'} connection: "
+          f"{type(error).__name__} after {elapsed:.2f}s")
     assert isinstance(error, RedisUnavailable), error
     assert elapsed < 3.0  # 0.5 s and a small margin; 10 s (SOCKET_TIMEOUT) before
 
@@ -72,5 +74,7 @@ def test_lookup_returns_within_the_socket_timeout_when_redis_hangs(hung_redis):
     message = noop.dispatch({"n": 1})
     hung_redis.send_signal(signal.SIGSTOP)
     elapsed, error = timed(lambda: lookup(message.id))
+    print(f"lookup(id) on a stopped Redis (SOCKET_TIMEOUT {SOCKET_TIMEOUT}s): "
+          f"{type(error).__name__} after {elapsed:.2f}s")
     assert isinstance(error, RedisUnavailable), error
     assert elapsed < SOCKET_TIMEOUT + 3

@@ -10,6 +10,7 @@ import pytest
 
 from django_taskrunner import chain, lookup, lookup_workflow
 from django_taskrunner.conf import get_settings
+from django_taskrunner.models import FailedTask
 from django_taskrunner.store import get_store, keys
 from tests.testapp import tasks
 from tests.testapp.workflow_tasks import wf_member
@@ -35,15 +36,22 @@ def _plain_tasks() -> list[str]:
 
 
 def _assert_plain_tasks_settled(r, ids: list[str], skip: str | None = None) -> None:
-    """Each plain task ran once, its record is final (but `skip`'s), nothing is pending."""
+    """Each plain task ran once, its record is final (but `skip`'s), nothing is pending,
+    and no failed row was written (a false `WorkerLost` would be one)."""
     wait_for(lambda: all(lookup(task_id).status == "succeeded"
                          for task_id in ids if task_id != skip), timeout=30)
     runs = r.hgetall(tasks.runs_key())
     counts = [int(runs.get(f"count_by_id:{task_id}".encode(), 0)) for task_id in ids]
-    assert counts == [1] * len(ids)
     stream = keys.stream_key(get_store().prefix, "default")
     group = get_settings().CONSUMER_GROUP
     wait_for(lambda: r.xpending(stream, group)["pending"] == 0, timeout=30)
+    statuses = [lookup(task_id).status for task_id in ids if task_id != skip]
+    rows = list(FailedTask.objects.values_list("task_name", flat=True))
+    print(f"plain={len(ids)} ran_once={counts.count(1)} ran_twice_or_more="
+          f"{sum(1 for c in counts if c > 1)} succeeded={statuses.count('succeeded')} "
+          f"pending_after={r.xpending(stream, group)['pending']} failed_rows={rows}")
+    assert counts == [1] * len(ids)
+    assert rows == []
 
 
 @pytest.mark.parametrize("how", ["bodies", "stage-count", "wrong-type"])

@@ -21,9 +21,9 @@
 -- Returns {0, now ms} when the slot is taken, or {wait ms, now ms}.
 
 -- include: waiting_line.lua
+-- include: now_ms.lua
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local limit = tonumber(ARGV[1])
 local lease = tonumber(ARGV[3])
 local grace = tonumber(ARGV[6])

@@ -10,8 +10,9 @@
 -- ARGV[2] lease in ms
 -- Returns 1 when renewed, 0 when the slot is gone.
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- include: now_ms.lua
+
+local now = now_ms()
 local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not expiry or tonumber(expiry) <= now then
   return 0

@@ -55,6 +55,8 @@
 -- with policy 'return' {'lock', <holder>, <holder's body> | false};
 -- {'replaced', <holder>, <stream id> | 'delayed'} when the holder took this payload.
 
+-- include: new_record.lua
+
 local lock_key, mode_key, id_key
 local mode = ARGV[9] or ''
 local n = 2
@@ -267,12 +269,10 @@ if id_key then
 end
 if record_ttl ~= '' then
   redis.call('DEL', KEYS[n], KEYS[n + 1])
-  local fields = {unpack(ARGV, 15)}
-  if added ~= 'delayed' then  -- its stream id: a lookup by id reads the entry at once
-    fields[#fields + 1] = 'sid'
-    fields[#fields + 1] = added
+  local sid = added  -- its stream id: a lookup by id reads the entry at once
+  if added == 'delayed' then
+    sid = ''
   end
-  redis.call('HSET', KEYS[n], unpack(fields))
-  redis.call('EXPIRE', KEYS[n], record_ttl)
+  write_new_record(KEYS[n], {unpack(ARGV, 15)}, sid, record_ttl)
 end
 return {'ok', added}

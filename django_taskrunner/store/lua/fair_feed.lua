@@ -1,5 +1,5 @@
--- Cluster-safe: no: it builds each fair list's name from ARGV[2] (the keys share the
---   queue's {<queue>} tag, so one slot, but Redis is not told them)
+-- Cluster-safe: yes: the ring, the turns hash and the stream in KEYS, and the fair lists,
+--   whose names it builds from ARGV[2] (tagged {<queue>} like the KEYS): one hash slot
 --
 -- Move up to N waiting fair tasks onto their stream, in turns across keys: the ring's
 -- head key gives its oldest task, and once it has used its weight's turns in a row (or
@@ -18,6 +18,8 @@
 -- Returns {moved, -1, then id, token and stream id of each}: the shape of
 -- promote_due.lua's reply, so the caller gives the records their entries.
 
+-- include: moved_entry.lua
+
 local reply = {0, -1}
 local limit = tonumber(ARGV[1])
 local moved = 0
@@ -31,17 +33,8 @@ while moved < limit do
   if body then
     moved = moved + 1
     local sid = redis.call('XADD', KEYS[3], '*', ARGV[3], body)
-    local id, tok = '', ''
     local ok, message = pcall(cjson.decode, body)
-    if ok and type(message) == 'table' and type(message['id']) == 'string' then
-      id = message['id']
-      if type(message['tok']) == 'string' then
-        tok = message['tok']
-      end
-    end
-    reply[#reply + 1] = id
-    reply[#reply + 1] = tok
-    reply[#reply + 1] = sid
+    add_moved(reply, ok and message, sid)
   end
   if redis.call('LLEN', list) == 0 then  -- served all it had: leaves the ring
     redis.call('LPOP', KEYS[1])

@@ -1,5 +1,6 @@
--- Cluster-safe: no: for fair queues it builds each fair list's name from ARGV[3] (the
---   keys share the queue's {<queue>} tag, so one slot, but Redis is not told them)
+-- Cluster-safe: yes: the delayed set, the stream and the fair keys in KEYS, and for fair
+--   queues the fair lists, whose names it builds from ARGV[3] (tagged {<queue>} like the
+--   KEYS): one hash slot
 --
 -- Move one batch of due messages from a queue's delayed set onto its stream.
 --
@@ -25,6 +26,8 @@
 -- caller gives each task record its entry (record_sid.lua: the record is in another
 -- slot on a cluster). A body that is not a message (no "id") is moved all the same,
 -- with id ''.
+
+-- include: moved_entry.lua
 
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
 local reply = {#due, -1}
@@ -54,16 +57,7 @@ for _, body in ipairs(due) do
     join_turn('', 1, body)
   else
     local sid = redis.call('XADD', KEYS[2], '*', 'm', body)
-    local id, tok = '', ''
-    if type(message['id']) == 'string' then
-      id = message['id']
-      if type(message['tok']) == 'string' then
-        tok = message['tok']
-      end
-    end
-    reply[#reply + 1] = id
-    reply[#reply + 1] = tok
-    reply[#reply + 1] = sid
+    add_moved(reply, message, sid)
   end
 end
 if #due > 0 then

@@ -18,15 +18,12 @@
 -- ARGV[2 + k]            message k's body
 -- Returns the stream ids, in order.
 
+-- include: new_record.lua
+
 local ids = {}
 for k, spec in ipairs(cjson.decode(ARGV[2])) do
-  local record = KEYS[2 * k]
   local id = redis.call('XADD', KEYS[2 * k - 1], '*', ARGV[1], ARGV[2 + k])
-  local fields = spec[2]
-  fields[#fields + 1] = 'sid'
-  fields[#fields + 1] = id
-  redis.call('HSET', record, unpack(fields))
-  redis.call('EXPIRE', record, spec[1])
+  write_new_record(KEYS[2 * k], spec[2], id, spec[1])
   ids[k] = id
 end
 return ids

@@ -16,11 +16,12 @@
 -- Returns {'unknown'}, {'final', status}, or {'ok', status before, shard, lock key,
 -- holder, task-id flag, stream id} ('' for what the record does not hold).
 
+-- include: record_final.lua
+
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'unknown'}
 end
 local status = redis.call('HGET', KEYS[1], 's') or ''
-local final = {succeeded = true, failed = true, cancelled = true, expired = true}
 if final[status] then
   return {'final', status}
 end
@@ -33,8 +34,7 @@ if status ~= 'running' then
   redis.call('HSET', KEYS[1], 's', 'cancelled', 'f', ARGV[1])
   redis.call('EXPIRE', KEYS[1], ttl)
   if redis.call('HEXISTS', KEYS[1], 'wt') == 1 then
-    redis.call('RPUSH', KEYS[2], '1')
-    redis.call('EXPIRE', KEYS[2], ttl)
+    wake_waiters(KEYS[2], ttl)
   end
 end
 local fields = redis.call('HMGET', KEYS[1], 'sh', 'q', 'lk', 'h', 'ik', 'sid')

@@ -13,16 +13,7 @@
 -- ARGV[5] the index's TTL in seconds
 -- Returns the ids the index holds now.
 
+-- include: finished_index.lua
+
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-local keep = tonumber(ARGV[3])
-local held = redis.call('ZCARD', KEYS[1])
-if held > keep + math.ceil(keep / 100) then  -- trimmed once per 1% of new ids
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[4])
-  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -keep - 1)
-  held = redis.call('ZCARD', KEYS[1])
-end
-local left = redis.call('TTL', KEYS[1])  -- renewed once a minute, never shortened
-if left < 0 or left < tonumber(ARGV[5]) - 60 then
-  redis.call('EXPIRE', KEYS[1], ARGV[5])
-end
-return held
+return tend_index(KEYS[1], tonumber(ARGV[3]), ARGV[4], ARGV[5])

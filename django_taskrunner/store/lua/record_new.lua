@@ -20,7 +20,9 @@
 -- ARGV[3...] field, value pairs ('s' the status, 'h' the dispatch's holder, if any)
 -- Returns 1 when the record was written whole, 0 when a worker's record was completed.
 
-local final = {succeeded = true, failed = true, cancelled = true, expired = true}
+-- include: record_final.lua
+-- include: new_record.lua
+
 local sid = ARGV[2]
 local ours = ''
 for i = 3, #ARGV, 2 do
@@ -36,13 +38,7 @@ if stale or (status and ours ~= '' and not holder) then
   status = nil
 end
 if not status then
-  local fields = {unpack(ARGV, 3)}
-  if sid ~= '' then
-    fields[#fields + 1] = 'sid'
-    fields[#fields + 1] = sid
-  end
-  redis.call('HSET', KEYS[1], unpack(fields))
-  redis.call('EXPIRE', KEYS[1], ARGV[1])
+  write_new_record(KEYS[1], {unpack(ARGV, 3)}, sid, ARGV[1])
   return 1
 end
 for i = 3, #ARGV, 2 do

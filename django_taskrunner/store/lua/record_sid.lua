@@ -19,7 +19,8 @@
 --         ('<id>#<token>', or its id; '' when unknown)
 -- Returns how many records were written.
 
-local final = {succeeded = true, failed = true, cancelled = true, expired = true}
+-- include: record_final.lua
+
 local written = 0
 for i, key in ipairs(KEYS) do
   local sid, expected = ARGV[2 * i - 1], ARGV[2 * i]

@@ -7,11 +7,12 @@
 -- KEYS[1] the record <prefix>:record:{<id>}
 -- Returns the record's fields and values (HGETALL), empty when there is none.
 
+-- include: record_final.lua
+
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {}
 end
 local status = redis.call('HGET', KEYS[1], 's')
-local final = {succeeded = true, failed = true, cancelled = true, expired = true}
 if not final[status] then
   redis.call('HSET', KEYS[1], 'wt', '1')
 end

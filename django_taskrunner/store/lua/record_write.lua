@@ -45,7 +45,9 @@
 -- value a JSON string
 -- Returns the status now recorded, per record (false: none).
 
-local final = {succeeded = true, failed = true, cancelled = true, expired = true}
+-- include: record_final.lua
+-- include: finished_index.lua
+-- include: now_ms.lua
 
 -- The finished indexes this call listed tasks in: key -> {keep, cutoff, ttl}, the
 -- longest TTL; their trims and TTLs are seen to once per call, not once per task.
@@ -55,26 +57,12 @@ local listed_in = {}
 local function index(key, keep, cutoff, member, ttl, finished_ms)
   local score = tonumber(finished_ms)
   if not score then
-    local now = redis.call('TIME')
-    score = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    score = now_ms()
   end
   redis.call('ZADD', key, score, member)
   local seen = listed_in[key]
   if not seen or tonumber(ttl) > tonumber(seen[3]) then
     listed_in[key] = {keep, cutoff, ttl}
-  end
-end
-
--- Trim an index once it holds 1% more than it keeps (so a trim runs once per 1% of new
--- ids), and renew its TTL once a minute (never shortened).
-local function tend(key, keep, cutoff, ttl)
-  if redis.call('ZCARD', key) > keep + math.ceil(keep / 100) then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. cutoff)
-    redis.call('ZREMRANGEBYRANK', key, 0, -keep - 1)
-  end
-  local left = redis.call('TTL', key)
-  if left < 0 or left < tonumber(ttl) - 60 then
-    redis.call('EXPIRE', key, ttl)
   end
 end
 
@@ -106,8 +94,7 @@ local function close_wait(record, since, limit, kv, new_status)
   end
   local ended = field('st', kv) or field('f', kv) or field('lws', kv)
   if not ended then
-    local t = redis.call('TIME')
-    ended = tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+    ended = tostring(now_ms())
   end
   redis.call('HSET', record, 'lx:' .. since, cjson.encode({since, ended, limit or ''}))
   if new_status ~= 'delayed' then
@@ -174,8 +161,7 @@ local function write(record, done, steps, index_key, mode, ttl, keep, cutoff, me
   end
   if new_status and final[new_status] then
     if now[5] then  -- watched: wake the waiters
-      redis.call('RPUSH', done, '1')
-      redis.call('EXPIRE', done, ttl)
+      wake_waiters(done, ttl)
     end
     if listed then
       index(index_key, keep, cutoff, member, ttl, finished_ms)
@@ -197,6 +183,6 @@ for k, spec in ipairs(cjson.decode(ARGV[1])) do
   key = at + (indexed and 1 or 0)
 end
 for index_key, seen in pairs(listed_in) do
-  tend(index_key, seen[1], seen[2], seen[3])
+  tend_index(index_key, seen[1], seen[2], seen[3])
 end
 return statuses

@@ -35,10 +35,7 @@
 local w = KEYS[1]
 local stage = ARGV[2]
 
-local function now_ms()
-  local now = redis.call('TIME')
-  return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-end
+-- include: now_ms.lua
 
 -- The workflow's keys hold the wrong thing: end it 'failed' (if its hash is one and it
 -- still runs), saying why.
