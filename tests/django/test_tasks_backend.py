@@ -187,7 +187,7 @@ def test_a_deferred_task_waits_in_the_delayed_set_until_run_after(run_burst, r, 
     assert queue_sizes(r, prefix) == (0, 1)
 
     # A real wait: the result's started_at is stamped with timezone.now(), not the app's
-    # clock (django_taskrunner.core.clock), so moving that clock would not reach it
+    # clock (tests/worker_helpers.app_now_ms), so moving that clock would not reach it
     time.sleep(max(0.0, (run_after - timezone.now()).total_seconds()) + 0.05)
     run_burst()
     result.refresh()

@@ -75,9 +75,8 @@ def test_a_page_task_is_run_by_the_burst_worker_against_the_test_redis(tmp_path,
     run_page(page(tmp_path, """\
         '''python
         # shop/tasks.py
-        from django_taskrunner import task
+        from django_taskrunner import get_redis, task
         from django_taskrunner.conf import get_settings
-        from django_taskrunner.store.connection import get_redis
 
         @task
         def mark(payload):

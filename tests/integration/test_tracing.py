@@ -155,8 +155,7 @@ import sys
 {block}
 import django
 django.setup()
-from django_taskrunner import tracing
-from django_taskrunner.core.message import TaskMessage
+from django_taskrunner import TaskMessage, tracing
 message = TaskMessage(id="a" * 32, task_name="t", queue="default", payload=None)
 print(tracing.ENABLED, tracing.producer_context(message), tracing.consumer_span(message),
       "opentelemetry" in sys.modules and sys.modules["opentelemetry"] is not None)
