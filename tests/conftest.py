@@ -229,12 +229,12 @@ def virtual_run_time(monkeypatch: pytest.MonkeyPatch) -> Any:
     """Run times measured exactly: `sleep_50ms` and `sleep_100ms` spend virtual time that
     the app's clock (`clock.monotonic`) counts, instead of sleeping. For in-process
     workers (`run_burst`, `worker_thread`) only."""
-    from django_taskrunner.core import clock
     from tests.testapp import tasks
+    from tests.worker_helpers import set_app_clock
 
     run_time = tasks.VirtualRunTime()
     monkeypatch.setattr(tasks, "virtual_run_time", run_time)
-    monkeypatch.setattr(clock, "monotonic", run_time.monotonic)
+    set_app_clock(monkeypatch, monotonic=run_time.monotonic)
     return run_time
 
 

@@ -55,6 +55,26 @@ class MovableClock:
         return self._now_ms() + int(self.offset * 1000)
 
 
+def app_now_ms() -> int:
+    """The app's clock in epoch ms (`clock.now_ms`, moved if a test moved it): the one
+    seam tests read the app's time through, so moving the clock module breaks one helper."""
+    return clock.now_ms()
+
+
+def app_monotonic() -> float:
+    """The app's monotonic clock (`clock.monotonic`, moved if a test moved it)."""
+    return clock.monotonic()
+
+
+def set_app_clock(monkeypatch: Any, *, now_ms: Callable[[], int] | None = None,
+                  monotonic: Callable[[], float] | None = None) -> None:
+    """Replace the app's clock functions for one test (undone by `monkeypatch`)."""
+    if now_ms is not None:
+        monkeypatch.setattr(clock, "now_ms", now_ms)
+    if monotonic is not None:
+        monkeypatch.setattr(clock, "monotonic", monotonic)
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, step: float = 0.02) -> Any:
     """Poll until `predicate()` is truthy; returns its value, or fails the test."""
     deadline = time.monotonic() + timeout
@@ -65,6 +85,11 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, step: float = 
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         time.sleep(step)
+
+
+def new_worker(queues: tuple[str, ...] | list[str] = ("default",), **options: Any) -> Worker:
+    """A `Worker` of the current store with these `runtasks` options, not started."""
+    return build_worker(get_store().streams, worker_settings(queues, **options))
 
 
 @contextlib.contextmanager

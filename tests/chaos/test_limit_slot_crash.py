@@ -9,10 +9,10 @@ import signal
 
 import pytest
 
-from django_taskrunner.core import clock
 from django_taskrunner.store import get_store, keys
 from tests.integration.scheduling_helpers import leads, running_worker, wait_for
 from tests.testapp.limit_tasks import holds_its_slot, limit_runs_key, spans_key
+from tests.worker_helpers import app_now_ms
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.chaos]
 
@@ -37,7 +37,7 @@ def test_the_slot_of_a_killed_worker_frees_within_the_reservation_timeout(r, spa
                           "--consumer-name", "doomed")
     first = holds_its_slot.dispatch({"n": 1, "block": True})
     wait_for(lambda: runs(r, 1) == 1, 60)
-    assert store.slot_holders(key, clock.now_ms()) == [first.id]
+    assert store.slot_holders(key, app_now_ms()) == [first.id]
     # and a worker here (the leader, for the delayed set); a second task on the key
     with running_worker(QUEUE, consumer="survivor") as survivor:
         wait_for(lambda: leads(survivor), 10)
@@ -56,4 +56,4 @@ def test_the_slot_of_a_killed_worker_frees_within_the_reservation_timeout(r, spa
 
     starts = {n: t for n, t in (json.loads(raw) for raw in r.lrange(spans_key(), 0, -1))}
     assert starts[2] * 1000 >= killed_ms - 50  # not before the kill: the slot was held
-    assert store.slot_holders(key, clock.now_ms()) == []
+    assert store.slot_holders(key, app_now_ms()) == []

@@ -16,14 +16,13 @@ from django_taskrunner import (
     dispatch,
     dispatch_delayed,
     dispatch_many,
+    get_redis,
 )
-from django_taskrunner.core import clock
-from django_taskrunner.store import get_store
-from django_taskrunner.store.connection import get_redis
-from django_taskrunner.store.keys import stream_key, unique_key
+from django_taskrunner.store import get_store, keys
 from tests.conftest import delete_prefix
 from tests.integration.scheduling_helpers import leads, running_worker, wait_for
-from tests.testapp.tasks import runs_key, stamps_key
+from tests.testapp.tasks import noop, runs_key, stamp, stamps_key, unique_order
+from tests.worker_helpers import app_now_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,7 +35,7 @@ def master_of(r: RedisCluster, key: str) -> str:
 
 def test_cluster_nodes_select_redis_clusters_client(r):
     assert isinstance(get_redis(), RedisCluster)
-    message = dispatch("tests.testapp.tasks.noop", {"n": 1})
+    message = dispatch(noop, {"n": 1})
     assert r.xlen(get_store().streams.stream("default")) == 1
     assert message.stream_id
 
@@ -46,7 +45,7 @@ def test_a_workers_room_for_connections_reaches_every_master(r):
     from django_taskrunner.store.connection import make_room
 
     client = get_redis()
-    dispatch("tests.testapp.tasks.noop", {"n": 1})  # the nodes' pools exist now
+    dispatch(noop, {"n": 1})  # the nodes' pools exist now
     make_room(client, 500)
     pools = [node.redis_connection.connection_pool for node in client.get_nodes()
              if node.redis_connection is not None]
@@ -63,8 +62,8 @@ def test_a_redis_url_naming_one_node_finds_the_whole_cluster(r, redis_cluster,
     # When tasks go to queues whose slots are on every master, and a worker drains them
     queues = ["default", "other", "q-a", "q-b", "q-c", "q-d"]
     for n, queue in enumerate(queues):
-        dispatch("tests.testapp.tasks.noop", {"n": n}, queue=queue)
-    masters = {master_of(r, stream_key(get_store().prefix, queue)) for queue in queues}
+        dispatch(noop, {"n": n}, queue=queue)
+    masters = {master_of(r, keys.stream_key(get_store().prefix, queue)) for queue in queues}
     run_burst(*[arg for queue in queues for arg in ("--queue", queue)])
 
     # Then each ran once, whichever master held it
@@ -76,7 +75,7 @@ def test_a_redis_url_naming_one_node_finds_the_whole_cluster(r, redis_cluster,
 def test_an_unreachable_cluster_fails_dispatch_and_runtasks_clearly(taskrunner_settings):
     taskrunner_settings(CLUSTER_NODES=["127.0.0.1:1"], CONNECT_TIMEOUT=0.2)
     with pytest.raises(RedisUnavailable, match="Redis is unreachable"):
-        dispatch("tests.testapp.tasks.noop", {"n": 1})
+        dispatch(noop, {"n": 1})
     with pytest.raises(CommandError, match="cannot connect to Redis"):
         call_command("runtasks", "--burst")
 
@@ -84,8 +83,8 @@ def test_an_unreachable_cluster_fails_dispatch_and_runtasks_clearly(taskrunner_s
 def test_the_shards_of_a_split_queue_live_on_different_masters(r, taskrunner_settings):
     taskrunner_settings(SHARDS={"hot": 4})
     for n in range(8):
-        dispatch("tests.testapp.tasks.noop", {"n": n}, queue="hot")
-    streams = [stream_key(get_store().prefix, f"hot#{i}") for i in range(4)]
+        dispatch(noop, {"n": n}, queue="hot")
+    streams = [keys.stream_key(get_store().prefix, f"hot#{i}") for i in range(4)]
 
     assert [r.xlen(stream) for stream in streams] == [2, 2, 2, 2]
     assert len({r.keyslot(stream) for stream in streams}) == 4
@@ -96,11 +95,11 @@ def test_a_unique_lock_shares_the_slot_of_its_message(r, taskrunner_settings):
     taskrunner_settings(SHARDS={"hot": 4})
     prefix = get_store().prefix
     for n in range(20):
-        message = dispatch("tests.testapp.tasks.unique_order", {"order": f"k{n}"}, queue="hot")
+        message = dispatch(unique_order, {"order": f"k{n}"}, queue="hot")
         shard = message.lock_key.split("{", 1)[1].split("}", 1)[0]
-        assert message.lock_key == unique_key(prefix, shard, "tests.testapp.tasks.unique_order",
-                                              f"k{n}")
-        assert r.keyslot(message.lock_key) == r.keyslot(stream_key(prefix, shard))
+        assert message.lock_key == keys.unique_key(prefix, shard,
+                                                   "tests.testapp.tasks.unique_order", f"k{n}")
+        assert r.keyslot(message.lock_key) == r.keyslot(keys.stream_key(prefix, shard))
 
 
 def test_wake_ups_published_on_every_master_reach_the_scheduler(r, taskrunner_settings):
@@ -108,15 +107,15 @@ def test_wake_ups_published_on_every_master_reach_the_scheduler(r, taskrunner_se
     taskrunner_settings(SHARDS={"hot": 4})
     with running_worker("hot") as worker:
         wait_for(lambda: leads(worker), 5)
-        late_due = clock.now_ms() + 60_000
-        dispatch_delayed("tests.testapp.tasks.stamp", {"n": "late"}, delay=60, queue="hot")
+        late_due = app_now_ms() + 60_000
+        dispatch_delayed(stamp, {"n": "late"}, delay=60, queue="hot")
         wait_for(lambda: any(abs(due - late_due) < 5000  # the scheduler knows of it
                              for due in worker.scheduling.scheduler._next_due.values()), 5)
 
         # When one task due in 0.3 s goes to each shard (their sets are on 3 masters)
-        due = clock.now_ms() + 300
+        due = app_now_ms() + 300
         for n in range(4):
-            dispatch_delayed("tests.testapp.tasks.stamp", {"n": n}, delay=0.3, queue="hot")
+            dispatch_delayed(stamp, {"n": n}, delay=0.3, queue="hot")
 
         # Then every one runs on time: each master's PUBLISH woke the scheduler
         wait_for(lambda: all(r.llen(f"{stamps_key()}:{n}") for n in range(4)), 5)
@@ -140,17 +139,17 @@ def test_scripts_run_on_masters_that_never_saw_them(r, taskrunner_settings):
     # A replica promoted by a failover has an empty script cache: emulate that by
     # flushing every master's cache, then dispatch through scripts and a cluster pipeline.
     taskrunner_settings(SHARDS={"hot": 4})
-    dispatch("tests.testapp.tasks.unique_order", {"order": "warm"}, queue="hot")
+    dispatch(unique_order, {"order": "warm"}, queue="hot")
     r.script_flush()  # on every master
 
     for n in range(8):
-        dispatch("tests.testapp.tasks.unique_order", {"order": f"s{n}"}, queue="hot")
+        dispatch(unique_order, {"order": f"s{n}"}, queue="hot")
     # a unique dispatch_many: one EVAL per message, in a cluster pipeline
-    queued = dispatch_many("tests.testapp.tasks.unique_order",
+    queued = dispatch_many(unique_order,
                            [{"order": f"s{n}"} for n in range(4, 12)], queue="hot")
 
     assert [m.payload["order"] for m in queued] == [f"s{n}" for n in range(8, 12)]
-    lengths = [r.xlen(stream_key(get_store().prefix, f"hot#{i}")) for i in range(4)]
+    lengths = [r.xlen(keys.stream_key(get_store().prefix, f"hot#{i}")) for i in range(4)]
     assert sum(lengths) == 1 + 8 + 4
 
 

@@ -19,12 +19,11 @@ from typing import Any
 import pytest
 
 from django_taskrunner import RedisUnavailable, dispatch
-from django_taskrunner.store import get_store
-from django_taskrunner.store.keys import stream_key
+from django_taskrunner.store import get_store, keys
 from tests.cluster.local_cluster import LocalCluster, find_binaries
 from tests.conftest import RedisTarget
 from tests.integration.scheduling_helpers import wait_for
-from tests.testapp.tasks import runs_key
+from tests.testapp.tasks import noop, runs_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -60,7 +59,7 @@ class Dispatcher(threading.Thread):
         n = 0
         while not self.stop.is_set():
             try:
-                dispatch("tests.testapp.tasks.noop", {"n": n}, queue="hot")
+                dispatch(noop, {"n": n}, queue="hot")
             except RedisUnavailable:
                 self.refused += 1
                 time.sleep(0.05)
@@ -84,7 +83,7 @@ def test_killing_a_master_mid_run_workers_and_dispatch_recover_by_themselves(
     dispatcher.start()
     prefix = get_store().prefix
     # The victim holds one shard's stream but not the hash the tasks count their runs in.
-    victim = next(port for port in (own_cluster.master_serving(stream_key(prefix, f"hot#{i}"))
+    victim = next(port for port in (own_cluster.master_serving(keys.stream_key(prefix, f"hot#{i}"))
                                     for i in range(3))
                   if port != own_cluster.master_serving(runs_key()))
     try:

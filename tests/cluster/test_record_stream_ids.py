@@ -16,10 +16,8 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from django_taskrunner import dispatch, dispatch_many, dispatch_on_commit, lookup
+from django_taskrunner import TaskMessage, dispatch, dispatch_many, dispatch_on_commit, lookup
 from django_taskrunner.core import outbox
-from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.core.records import records
 from django_taskrunner.models import OutboxMessage, Task
 from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.records import RecordWrite
@@ -109,7 +107,7 @@ def test_the_task_page_by_id_reads_the_entry_without_a_search():
 
 
 def test_a_record_a_worker_wrote_running_first_is_completed_not_reset():
-    store = records()
+    store = get_store().records
     queued = RecordWrite("raced-1", (("s", "queued"), ("q", "default"), ("a", "1"),
                                      ("d", "1000"), ("lk", "the-lock"), ("h", "raced-1#t")), 600)
     store.write([RecordWrite("raced-1", (("s", "running"), ("q", "default"), ("a", "1"),
@@ -125,7 +123,7 @@ def test_a_record_a_worker_wrote_running_first_is_completed_not_reset():
 
 
 def test_a_record_a_worker_finished_first_stays_finished_and_wakes_its_waiter():
-    store = records()
+    store = get_store().records
     store.watch("raced-2")  # no record yet: nothing is marked
     store.write([RecordWrite("raced-2", (("s", "running"), ("q", "default"), ("a", "1")),
                              900)])
@@ -144,7 +142,7 @@ def test_a_record_a_worker_finished_first_stays_finished_and_wakes_its_waiter():
 
 
 def test_the_record_of_an_earlier_dispatch_of_the_task_id_is_replaced():
-    store = records()
+    store = get_store().records
     store.write([RecordWrite("report", (("s", "succeeded"), ("q", "default"), ("a", "1"),
                                         ("r", "1"), ("h", "report#old")), 86400, final=True)])
     store.client.rpush(keys.record_done_key(store.prefix, "report"), "1")
@@ -159,7 +157,7 @@ def test_the_record_of_an_earlier_dispatch_of_the_task_id_is_replaced():
 
 
 def test_a_delayed_record_gets_no_stream_id():
-    store = records()
+    store = get_store().records
     store.save_new([(RecordWrite("later", (("s", "delayed"), ("q", "default"), ("a", "1")),
                                  600), "delayed")])
     record = lookup("later")

@@ -6,8 +6,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from django_taskrunner import get_redis
 from django_taskrunner.conf import get_settings
-from django_taskrunner.store.connection import get_redis
 from tests.testapp.tasks import noop
 
 

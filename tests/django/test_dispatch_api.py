@@ -18,9 +18,9 @@ from django_taskrunner import (
     dispatch_on,
     dispatch_on_commit,
 )
-from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import InvalidTaskOptions
 from django_taskrunner.store import get_store, keys
+from tests.internals import registered_names
 from tests.testapp.models import Note
 from tests.testapp.tasks import noop, on_other_queue
 
@@ -32,8 +32,8 @@ def stream_messages(queue: str = "default") -> list[TaskMessage]:
 
 
 def test_tasks_modules_of_installed_apps_are_autodiscovered():
-    assert "tests.testapp.tasks.noop" in registry
-    assert "tests.testapp.tasks.creates_row" in registry
+    assert "tests.testapp.tasks.noop" in registered_names()
+    assert "tests.testapp.tasks.creates_row" in registered_names()
 
 
 def test_dispatch_returns_the_message_it_queued():

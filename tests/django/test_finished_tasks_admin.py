@@ -12,11 +12,10 @@ from django.core.management import call_command
 from django.test import Client
 
 from django_taskrunner import cancel, dispatch, lookup
-from django_taskrunner.core import clock
-from django_taskrunner.core.records import records
 from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.records import RecordWrite
 from tests.testapp import tasks
+from tests.worker_helpers import app_now_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,7 +39,7 @@ def finish(task_id: str, status: str, finished_ms: int, *, queue: str = "default
     """A final record write, as the acker sends it (one pipeline)."""
     fields = (("s", status), ("t", name), ("q", queue), ("a", "1"),
               ("st", str(finished_ms - 250)), ("f", str(finished_ms)))
-    records().write([RecordWrite(task_id, fields, ttl_s, final=True)])
+    get_store().records.write([RecordWrite(task_id, fields, ttl_s, final=True)])
 
 
 def index_ids(queue: str = "default") -> list[str]:
@@ -53,7 +52,7 @@ def test_tasks_the_worker_finished_are_listed_newest_first_with_their_outcome(ro
     ok = tasks.returns_double.dispatch({"n": 1})
     bad = tasks.always_fails.dispatch({"n": 2})
     gone = tasks.noop.dispatch({"n": 3})
-    other = dispatch("tests.testapp.tasks.noop", {"n": 4}, queue="other")
+    other = dispatch(tasks.noop, {"n": 4}, queue="other")
     assert cancel(gone.id)
     call_command("runtasks", "--burst", "-Q", "default")
 
@@ -80,7 +79,7 @@ def test_tasks_the_worker_finished_are_listed_newest_first_with_their_outcome(ro
 
 
 def test_pages_follow_the_score_cursor_through_ties_without_gaps_or_repeats(root):
-    now = clock.now_ms()
+    now = app_now_ms()
     expected = []
     for n in range(130):  # three finish times, many ids finished in one millisecond
         finish(f"t-{n:03d}", "succeeded", now - 1000 * (n // 50))
@@ -105,7 +104,7 @@ def test_pages_follow_the_score_cursor_through_ties_without_gaps_or_repeats(root
 def test_the_index_keeps_the_newest_ids_and_none_older_than_the_records_ttl(
         taskrunner_settings):
     taskrunner_settings(FINISHED_LIST_SIZE=5)
-    now = clock.now_ms()
+    now = app_now_ms()
     finish("old", "succeeded", now - 86400_000 - 1)  # a write later, past the records' TTL
     assert index_ids() == ["old"]
     for n in range(6):  # 1% over 5 is 6: trimmed at the 7th id, not before
@@ -120,7 +119,7 @@ def test_the_index_keeps_the_newest_ids_and_none_older_than_the_records_ttl(
 
 
 def test_an_expired_record_is_skipped_and_dropped_from_the_index(root):
-    now = clock.now_ms()
+    now = app_now_ms()
     for n in range(3):
         finish(f"t-{n}", "succeeded", now + n)
     broker = get_store().streams
@@ -135,7 +134,7 @@ def test_a_filter_that_matches_few_reads_at_most_scan_ids_and_says_so(root):
     failed_only = {"queue": "default", "status": "finished", "outcome": "failed"}
     scan = root.get(TASKS, failed_only).context["finished_scan"]  # ids a page reads at most
 
-    now = clock.now_ms()
+    now = app_now_ms()
     finish("the-failed-one", "failed", now - 10_000)
     for n in range(scan + 10):
         finish(f"ok-{n}", "succeeded", now + n)
@@ -151,13 +150,13 @@ def test_a_filter_that_matches_few_reads_at_most_scan_ids_and_says_so(root):
 
 def test_no_index_is_written_when_the_list_is_off(taskrunner_settings):
     taskrunner_settings(FINISHED_LIST_SIZE=0)
-    finish("t-1", "succeeded", clock.now_ms())
+    finish("t-1", "succeeded", app_now_ms())
     assert lookup("t-1").status == "succeeded"
     assert index_ids() == []
 
 
 def test_output_is_escaped_and_the_page_needs_the_view_permission(root):
-    finish("<b>id</b>", "failed", clock.now_ms(), name="<script>x</script>")
+    finish("<b>id</b>", "failed", app_now_ms(), name="<script>x</script>")
     html = root.get(TASKS, {"queue": "default", "status": "finished"}).content.decode()
     assert "<script>x</script>" not in html and "&lt;script&gt;x&lt;/script&gt;" in html
     assert "<b>id</b>" not in html
@@ -173,7 +172,7 @@ def test_output_is_escaped_and_the_page_needs_the_view_permission(root):
 
 
 def test_a_crafted_cursor_or_outcome_shows_the_first_page(root):
-    finish("t-1", "succeeded", clock.now_ms())
+    finish("t-1", "succeeded", app_now_ms())
     for cursor, outcome in (("nope", "x"), ("1:-1", ""), ("9" * 60 + ":0", "running")):
         html = root.get(TASKS, {"queue": "default", "status": "finished", "after": cursor,
                                 "outcome": outcome}).content.decode()
@@ -183,16 +182,16 @@ def test_a_crafted_cursor_or_outcome_shows_the_first_page(root):
 def test_the_index_expires_with_its_longest_record_and_is_never_shortened():
     broker = get_store().streams
     index = keys.finished_key(broker.prefix, "default")
-    finish("short", "succeeded", clock.now_ms(), ttl_s=30)
+    finish("short", "succeeded", app_now_ms(), ttl_s=30)
     assert 0 < broker.client.ttl(index) <= 30
-    finish("long", "succeeded", clock.now_ms(), ttl_s=7200)
+    finish("long", "succeeded", app_now_ms(), ttl_s=7200)
     assert 7100 < broker.client.ttl(index) <= 7200
-    finish("short-again", "succeeded", clock.now_ms(), ttl_s=30)
+    finish("short-again", "succeeded", app_now_ms(), ttl_s=30)
     assert broker.client.ttl(index) > 7100
 
 
 def test_a_task_name_wraps_after_its_dots_and_stays_escaped(root):
-    now = clock.now_ms()
+    now = app_now_ms()
     finish("t-name", "succeeded", now, name="shop.tasks.<b>send_receipt</b>")
     html = root.get(TASKS, {"queue": "default", "status": "finished"}).content.decode()
     assert "shop.<wbr>tasks.<wbr>&lt;b&gt;send_receipt&lt;/b&gt;</a>" in html

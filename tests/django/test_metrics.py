@@ -9,10 +9,10 @@ import pytest
 from django.contrib.auth.models import User
 from prometheus_client.parser import text_string_to_metric_families
 
+from django_taskrunner import get_redis
 from django_taskrunner.conf import get_settings
 from django_taskrunner.stats.metrics import leader_available, serve_metrics
 from django_taskrunner.store import keys
-from django_taskrunner.store.connection import get_redis
 from tests.testapp.tasks import always_fails, sleep_50ms
 from tests.worker_helpers import wait_for
 

@@ -8,8 +8,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from django_taskrunner import task
-from django_taskrunner.core.registry import registry
 from django_taskrunner.models import PeriodicTask
+from tests.internals import unregister_task
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,7 +23,7 @@ def declared():
     task(name=names[1], schedule=10, queue="other")(lambda payload: None)
     yield names
     for name in names:
-        registry.unregister(name)
+        unregister_task(name)
 
 
 def test_code_schedules_are_shown_next_to_the_rows(declared):

@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from django_taskrunner.stats.figures import get_stats
+from django_taskrunner import get_stats
 from django_taskrunner.store import get_store, keys
 from tests.testapp.tasks import noop, unique_order
 

@@ -11,9 +11,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from django_taskrunner.core import unique as locks
 from django_taskrunner.store import get_store, keys
 from tests.django.admin_helpers import logged_in, make_user
+from tests.internals import holder_value
 from tests.testapp.tasks import noop, on_other_queue, unique_order
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -65,7 +65,7 @@ def test_a_purge_removes_waiting_and_delayed_and_frees_their_locks(root, full_qu
     assert sid.decode() == full_queue["running_sid"]  # the running one stays
     assert client.zcard(keys.delayed_key(broker.prefix, "default")) == 0
     running = full_queue["running"]
-    assert client.get(running.lock_key) == locks.holder_value(running).encode()
+    assert client.get(running.lock_key) == holder_value(running).encode()
     waiting_lock, delayed_lock = full_queue["waiting"][1], full_queue["delayed"][1]
     for message in (waiting_lock, delayed_lock):
         assert not client.exists(message.lock_key)

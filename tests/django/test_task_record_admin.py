@@ -12,6 +12,7 @@ from django.test import Client
 from django_taskrunner import dispatch, lookup
 from tests.django.admin_helpers import logged_in, make_user
 from tests.testapp import tasks
+from tests.worker_helpers import app_now_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -75,7 +76,7 @@ def test_cancel_asks_first_then_cancels_and_frees_the_lock(root, r):
 
 
 def test_cancel_needs_post_csrf_and_the_permission():
-    message = dispatch("tests.testapp.tasks.noop", {"n": 1})
+    message = dispatch(tasks.noop, {"n": 1})
     viewer = logged_in(make_user("viewer", "view_task"))
     canceller = logged_in(make_user("canceller", "view_task", "cancel_task"),
                           enforce_csrf_checks=True)
@@ -91,7 +92,7 @@ def test_cancel_needs_post_csrf_and_the_permission():
 
 
 def test_an_unknown_id_or_another_queues_task_answers_404(root):
-    other = dispatch("tests.testapp.tasks.noop", {"n": 1}, queue="other")
+    other = dispatch(tasks.noop, {"n": 1}, queue="other")
     assert root.post(CANCEL, {"queue": "default", "id": "no-such"}).status_code == 404
     # a task of queue "other" cannot be cancelled through a crafted queue=default
     assert root.post(CANCEL, {"queue": "default", "id": other.id,
@@ -104,9 +105,9 @@ def test_a_task_page_by_id_reads_the_entry_its_record_names_without_searching(ro
     from django_taskrunner import dispatch_many
 
     # On a cluster too: there the record, in another slot, follows the XADD with its id.
-    plain = dispatch("tests.testapp.tasks.noop", {"n": 1})
+    plain = dispatch(tasks.noop, {"n": 1})
     unique = tasks.unique_records.dispatch({"n": 3})
-    many = dispatch_many("tests.testapp.tasks.noop", [{"n": i} for i in range(3)])
+    many = dispatch_many(tasks.noop, [{"n": i} for i in range(3)])
     for message in (plain, unique, *many):
         record = lookup(message.id)
         assert record.shard == "default"
@@ -126,7 +127,7 @@ def test_a_task_page_by_id_reads_the_entry_its_record_names_without_searching(ro
 def test_a_record_without_its_stream_id_is_found_by_a_search_from_its_dispatch_time(root):
     from django_taskrunner.store import get_store, keys
 
-    message = dispatch("tests.testapp.tasks.noop", {"n": 1})
+    message = dispatch(tasks.noop, {"n": 1})
     broker = get_store().streams
     broker.client.hdel(keys.record_key(broker.prefix, message.id), "sid")  # an older record
 
@@ -144,13 +145,12 @@ def _last_entry(stream: str) -> str:
 
 def test_a_promoted_delayed_tasks_page_reads_its_new_entry_without_searching(root):
     from django_taskrunner import dispatch_delayed
-    from django_taskrunner.core import clock
     from django_taskrunner.store import get_store
 
     broker = get_store().streams
-    message = dispatch_delayed("tests.testapp.tasks.noop", {"n": 1}, delay=3600)
+    message = dispatch_delayed(tasks.noop, {"n": 1}, delay=3600)
     assert lookup(message.id).stream_id is None
-    moved, _ = broker.promote_due("default", clock.now_ms() + 3_601_000, 100)
+    moved, _ = broker.promote_due("default", app_now_ms() + 3_601_000, 100)
     assert moved == 1
 
     record = lookup(message.id)
@@ -163,14 +163,13 @@ def test_a_promoted_delayed_tasks_page_reads_its_new_entry_without_searching(roo
 
 
 def test_a_retried_tasks_page_reads_its_new_entry_without_searching(root):
-    from django_taskrunner.core import clock
     from django_taskrunner.store import get_store
 
     broker = get_store().streams
     message = tasks.fails_then_retries_later.dispatch({"n": 1})
     call_command("runtasks", "--burst")  # the first attempt fails: retried in 60 s
     assert lookup(message.id).status == "retrying"
-    broker.promote_due("default", clock.now_ms() + 61_000, 100)
+    broker.promote_due("default", app_now_ms() + 61_000, 100)
 
     record = lookup(message.id)
     assert (record.status, record.attempt) == ("retrying", 2)
@@ -187,7 +186,7 @@ def test_a_message_requeued_onto_its_stream_gives_its_record_the_new_entry(root)
     from django_taskrunner.worker.outage import RedisStatus
 
     broker = get_store().streams
-    message = dispatch("tests.testapp.tasks.noop", {"n": 1})
+    message = dispatch(tasks.noop, {"n": 1})
     broker.ensure_group("default")
     ((stream_id, body),) = broker.read("default", "someone", 1, None)
     acker = Acker(broker, "someone", RedisStatus())  # as a retry without backoff is sent
@@ -205,7 +204,7 @@ def test_a_delayed_entry_run_now_gives_its_record_the_new_entry():
     from django_taskrunner.store import get_store
 
     broker = get_store().streams
-    message = dispatch_delayed("tests.testapp.tasks.noop", {"n": 1}, delay=3600)
+    message = dispatch_delayed(tasks.noop, {"n": 1}, delay=3600)
     due_ms = int(lookup(message.id).due_at.timestamp() * 1000)
     store = broker.store.schedule
     assert store.take_delayed("default", due_ms, message.id, run=True) is not None

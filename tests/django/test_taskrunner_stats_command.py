@@ -57,7 +57,7 @@ def test_a_bad_queue_name_is_refused():
 
 
 def test_the_table_shows_lag_failures_consumers_and_the_leader(run_burst, r, prefix):
-    from django_taskrunner.scheduling.election import LeaderElection
+    from django_taskrunner import LeaderElection
     from django_taskrunner.store import get_store, keys
     from tests.testapp.tasks import always_fails
 

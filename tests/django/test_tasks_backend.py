@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from django_taskrunner import InvalidTaskPayload, get_redis
+from django_taskrunner import InvalidTaskPayload, TaskMessage, get_redis
 from django_taskrunner.backends import level_for
 from django_taskrunner.compat import (
     InvalidTask,
@@ -23,7 +23,6 @@ from django_taskrunner.compat import (
     task_started,
 )
 from django_taskrunner.conf import get_settings
-from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import keys
 from tests.testapp import framework_tasks
@@ -69,7 +68,7 @@ def test_a_failing_task_reports_its_error_and_traceback(run_burst):
 
 
 def test_stats_count_framework_tasks_under_their_own_names(run_burst):
-    from django_taskrunner.stats.figures import get_stats
+    from django_taskrunner import get_stats
 
     framework_tasks.add.enqueue(1, 1)
     framework_tasks.fails.enqueue("broken")
@@ -188,7 +187,7 @@ def test_a_deferred_task_waits_in_the_delayed_set_until_run_after(run_burst, r, 
     assert queue_sizes(r, prefix) == (0, 1)
 
     # A real wait: the result's started_at is stamped with timezone.now(), not the app's
-    # clock (django_taskrunner.core.clock), so moving that clock would not reach it
+    # clock (tests/worker_helpers.app_now_ms), so moving that clock would not reach it
     time.sleep(max(0.0, (run_after - timezone.now()).total_seconds()) + 0.05)
     run_burst()
     result.refresh()

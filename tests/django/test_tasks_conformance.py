@@ -13,6 +13,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from django_taskrunner import get_redis
 from django_taskrunner.compat import (
     InvalidTask,
     TaskResult,
@@ -20,7 +21,6 @@ from django_taskrunner.compat import (
     TaskResultStatus,
     task_backends,
 )
-from django_taskrunner.store.connection import get_redis
 from tests.testapp import framework_tasks
 from tests.testapp.tasks import runs_key
 

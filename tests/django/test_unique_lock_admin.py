@@ -13,10 +13,10 @@ from django.test import Client
 from django.urls import reverse
 
 from django_taskrunner import TaskAlreadyDispatched
-from django_taskrunner.core.unique import holder_value
 from django_taskrunner.models import UniqueLock
 from django_taskrunner.store import get_store, keys
 from tests.django.admin_helpers import logged_in, make_user, page_of
+from tests.internals import holder_value
 from tests.testapp.tasks import unique_order, unique_whole
 
 pytestmark = pytest.mark.django_db

@@ -11,11 +11,10 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from django_taskrunner import dispatch
-from django_taskrunner.core import clock
 from django_taskrunner.store import get_store, keys
 from tests.django.admin_helpers import logged_in, make_user
 from tests.testapp.tasks import marked_sleeper, runs_key
-from tests.worker_helpers import wait_for, worker_thread
+from tests.worker_helpers import app_now_ms, wait_for, worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 PAGE = "/admin/django_taskrunner/worker/"
@@ -46,7 +45,7 @@ def test_a_running_worker_is_listed_with_its_running_task_and_leaves_when_stoppe
 
 
 def test_a_worker_whose_heartbeat_expired_is_marked_lost_then_dropped(root, r, prefix):
-    now = clock.now_ms()
+    now = app_now_ms()
     r.zadd(keys.workers_key(prefix), {"gone-1": now - 30_000, "long-gone-2": now - 20 * 60_000})
     page = root.get(PAGE).content.decode()
     assert "gone-1" in page and ">lost<" in page
@@ -56,7 +55,7 @@ def test_a_worker_whose_heartbeat_expired_is_marked_lost_then_dropped(root, r, p
 
 
 def test_a_heartbeat_key_of_the_wrong_type_is_a_row_marked_unreadable(root, r, prefix):
-    r.zadd(keys.workers_key(prefix), {"odd-1": clock.now_ms()})
+    r.zadd(keys.workers_key(prefix), {"odd-1": app_now_ms()})
     r.rpush(keys.worker_key(prefix, "odd-1"), "x")
     page = root.get(PAGE).content.decode()
     assert "odd-1" in page and ">unreadable<" in page

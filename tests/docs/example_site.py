@@ -24,7 +24,7 @@ from django.dispatch import Signal
 from django.test import override_settings
 
 from django_taskrunner import compat
-from django_taskrunner.core.registry import registry
+from tests.internals import saved_registry
 
 BASE_APP = Path(__file__).with_name("example_app")
 
@@ -64,17 +64,15 @@ def _forget_modules(names: list[str]) -> None:
 @contextmanager
 def _snapshot_globals() -> Iterator[None]:
     """Restore the task registry and signal receivers the page changed."""
-    tasks = dict(registry._registry)
     receivers = {signal: list(signal.receivers) for signal in SIGNALS}
-    try:
-        yield
-    finally:
-        registry._registry.clear()
-        registry._registry.update(tasks)
-        for signal, saved in receivers.items():
-            with signal.lock:
-                signal.receivers = saved
-                signal.sender_receivers_cache.clear()
+    with saved_registry():
+        try:
+            yield
+        finally:
+            for signal, saved in receivers.items():
+                with signal.lock:
+                    signal.receivers = saved
+                    signal.sender_receivers_cache.clear()
 
 
 @contextmanager

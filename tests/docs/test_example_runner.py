@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from django.apps import apps
 
-from django_taskrunner.core.registry import registry
 from tests.docs.markdown_blocks import parse_blocks
 from tests.docs.page_runner import ExampleFailed, run_page
+from tests.internals import registered_names
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -75,9 +75,8 @@ def test_a_page_task_is_run_by_the_burst_worker_against_the_test_redis(tmp_path,
     run_page(page(tmp_path, """\
         '''python
         # shop/tasks.py
-        from django_taskrunner import task
+        from django_taskrunner import get_redis, task
         from django_taskrunner.conf import get_settings
-        from django_taskrunner.store.connection import get_redis
 
         @task
         def mark(payload):
@@ -96,7 +95,7 @@ def test_a_page_task_is_run_by_the_burst_worker_against_the_test_redis(tmp_path,
 
 
 def test_the_page_site_is_taken_down_afterwards(tmp_path):
-    before = set(registry._registry)
+    before = registered_names()
     run_page(page(tmp_path, """\
         '''python
         # shop/tasks.py
@@ -106,7 +105,7 @@ def test_the_page_site_is_taken_down_afterwards(tmp_path):
         def only_here(payload): ...
         '''
         """), tmp_path / "site")
-    assert set(registry._registry) == before
+    assert registered_names() == before
     assert "shop" not in sys.modules and "shop.tasks" not in sys.modules
     assert not apps.is_installed("shop") and "shop" not in apps.all_models
 

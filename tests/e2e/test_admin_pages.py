@@ -10,10 +10,11 @@ from django.utils import timezone
 from selenium.webdriver.common.by import By
 
 from django_taskrunner import TaskMessage
-from django_taskrunner.core import unique as locks
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import get_store, keys
 from tests.e2e.conftest import click_and_wait
+from tests.internals import holder_value
+from tests.worker_helpers import app_now_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -115,7 +116,7 @@ def test_an_operator_releases_a_unique_lock(admin_browser, screenshot_dir):
     assert "Released 1 lock(s)." in browser.page_source
     broker = get_store().streams
     assert not broker.client.exists(stuck.lock_key)
-    assert broker.client.get(other.lock_key) == locks.holder_value(other).encode()
+    assert broker.client.get(other.lock_key) == holder_value(other).encode()
 
 
 def test_an_operator_reads_the_queues_dashboard(admin_browser, screenshot_dir, run_burst):
@@ -146,11 +147,10 @@ def write_an_hour_of_history(broker) -> None:  # type: ignore[no-untyped-def]
     a worker whose heartbeat is fresh."""
     import random
 
-    from django_taskrunner.core import clock
     from django_taskrunner.stats.recorder import StatsRecorder, WorkerReport, write
 
     rng = random.Random(7)  # noqa: S311
-    now = clock.now_ms()
+    now = app_now_ms()
     broker.ensure_group("default")  # a consumer the group knows, whose worker is live
     broker.add("default", "{}")
     [(entry_id, _body)] = broker.read("default", "web-1-1234-4e2f", 1, None)

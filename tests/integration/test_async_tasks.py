@@ -14,7 +14,7 @@ from django_taskrunner.store import get_store
 from tests.integration.test_shutdown import wait_until_started
 from tests.testapp.async_tasks import async_always_fails, async_ping
 from tests.testapp.tasks import runs_key
-from tests.worker_helpers import wait_for, worker_thread
+from tests.worker_helpers import app_now_ms, set_app_clock, wait_for, worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -222,11 +222,10 @@ def test_an_async_task_frees_its_unique_lock_when_it_finishes(r, run_burst):
 
 
 def test_an_async_task_that_expired_before_it_started_is_not_run(r, run_burst, monkeypatch):
-    from django_taskrunner.core import clock
 
     message = async_ping.dispatch({"n": 9}, expires=1)
-    later = clock.now_ms() + 5000
-    monkeypatch.setattr(clock, "now_ms", lambda: later)
+    later = app_now_ms() + 5000
+    set_app_clock(monkeypatch, now_ms=lambda: later)
 
     run_burst()
 

@@ -13,12 +13,11 @@ import time
 import pytest
 from django.core.management import CommandError, call_command
 
-from django_taskrunner.runner import build_worker
-from django_taskrunner.stats.figures import get_stats
+from django_taskrunner import get_stats
 from django_taskrunner.store import get_store
 from django_taskrunner.worker.pool import ScalingPolicy
-from django_taskrunner.worker.settings import worker_settings
 from tests.testapp.tasks import sleep_20ms
+from tests.worker_helpers import new_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -39,9 +38,8 @@ def test_a_burst_grows_the_pool_and_an_idle_queue_shrinks_it_back_to_one(
     broker = get_store().streams
     policy = ScalingPolicy(min_workers=1, max_workers=8, desired_wait=0.2, tolerance=0.1,
                            cooldown=0.3)
-    worker = build_worker(broker, worker_settings(
-        ["default"], concurrency=1, batch_size=10, block_ms=100, shutdown_timeout=10,
-        scaling=policy))
+    worker = new_worker(["default"], concurrency=1, batch_size=10, block_ms=100,
+                        shutdown_timeout=10, scaling=policy)
     thread = threading.Thread(target=worker.run)
     thread.start()
     sizes, reported = [], []
@@ -119,9 +117,8 @@ def test_the_monitor_changes_the_pool_at_most_once_per_cooldown_on_its_clock():
     now = [1000.0]
     policy = ScalingPolicy(min_workers=1, max_workers=8, desired_wait=1.0, tolerance=0.5,
                            cooldown=30.0)
-    worker = build_worker(get_store().streams, worker_settings(
-        ["default"], concurrency=1, batch_size=10, block_ms=100, shutdown_timeout=1,
-        scaling=policy))
+    worker = new_worker(["default"], concurrency=1, batch_size=10, block_ms=100,
+                        shutdown_timeout=1, scaling=policy)
     worker.monitor.now = lambda: now[0]
     worker.pool.resize(1)
     long, idle = figures_with_wait(12.0), figures_with_wait(0.0)

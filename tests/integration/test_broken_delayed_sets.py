@@ -9,17 +9,17 @@ import logging
 
 import pytest
 
-from django_taskrunner.core import clock
 from django_taskrunner.core.dispatch import new_message
 from django_taskrunner.scheduling.scheduler import Scheduler
 from django_taskrunner.store import get_store, keys
 from tests.testapp.tasks import noop
+from tests.worker_helpers import app_now_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def put_due(r, queue: str, body: str) -> None:
-    r.zadd(keys.delayed_key(get_store().prefix, queue), {body: clock.now_ms() - 1000})
+    r.zadd(keys.delayed_key(get_store().prefix, queue), {body: app_now_ms() - 1000})
 
 
 def test_a_delayed_set_of_the_wrong_type_does_not_stop_other_queues(r, caplog):

@@ -8,7 +8,6 @@ import json
 import pytest
 
 from django_taskrunner import lookup
-from django_taskrunner.core import clock
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import get_store, keys
 from tests.integration.scheduling_helpers import leads, running_worker, wait_for
@@ -20,6 +19,7 @@ from tests.testapp.limit_tasks import (
     one_per_key,
     spans_key,
 )
+from tests.worker_helpers import app_now_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -60,7 +60,7 @@ def test_one_key_runs_one_at_a_time_on_two_workers_while_other_keys_run_in_paral
     assert {lookup(m.id).attempt for m in messages} == {1}
     store = get_store().limits
     key = keys.limit_key(store.prefix, LIMITS_QUEUE, "concurrency", one_per_key.name, "a")
-    assert store.slot_holders(key, clock.now_ms()) == []
+    assert store.slot_holders(key, app_now_ms()) == []
 
 
 def test_a_slot_is_a_lease_held_while_running_and_freed_with_the_ack(r):
@@ -70,10 +70,10 @@ def test_a_slot_is_a_lease_held_while_running_and_freed_with_the_ack(r):
         wait_for(lambda: leads(worker), 10)
         message = one_per_key.dispatch({"k": "z", "n": "z", "hold": 1.5})
         # While it runs, its id holds the slot
-        assert wait_for(lambda: store.slot_holders(key, clock.now_ms()), 10) == [message.id]
+        assert wait_for(lambda: store.slot_holders(key, app_now_ms()), 10) == [message.id]
         wait_for(lambda: r.hget(limit_runs_key(), "one_per_key:z"), 10)
         # Once it ended, the slot is free again
-        wait_for(lambda: not store.slot_holders(key, clock.now_ms()), 5)
+        wait_for(lambda: not store.slot_holders(key, app_now_ms()), 5)
 
 
 def test_a_concurrency_key_returning_no_string_fails_the_task_clearly(r):
@@ -96,4 +96,4 @@ def test_async_tasks_on_the_event_loop_hold_and_free_their_slots_too(r):
     assert most_at_once([(s, e) for _k, s, e in spans(r)]) == 1
     store = get_store().limits
     key = keys.limit_key(store.prefix, LIMITS_QUEUE, "concurrency", async_one_at_a_time.name, "")
-    assert store.slot_holders(key, clock.now_ms()) == []
+    assert store.slot_holders(key, app_now_ms()) == []

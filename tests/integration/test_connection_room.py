@@ -10,10 +10,10 @@ import pytest
 import redis
 from redis.exceptions import MaxConnectionsError
 
-from django_taskrunner import RedisUnavailable, dispatch
-from django_taskrunner.store.connection import get_redis, make_room
+from django_taskrunner import RedisUnavailable, dispatch, get_redis
+from django_taskrunner.store.connection import make_room
 from django_taskrunner.worker.outage import RedisStatus
-from tests.testapp.tasks import runs_key
+from tests.testapp.tasks import noop, runs_key
 from tests.worker_helpers import wait_for, worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -23,7 +23,7 @@ QUEUES = tuple(f"many-{n}" for n in range(110))
 
 def test_a_worker_on_110_queues_runs_a_task_of_each(r):
     for queue in QUEUES:
-        dispatch("tests.testapp.tasks.noop", {"n": queue}, queue=queue)
+        dispatch(noop, {"n": queue}, queue=queue)
     with worker_thread(QUEUES, concurrency=2, block_ms=200):
         wait_for(lambda: r.hlen(runs_key()) == len(QUEUES), timeout=60)
     assert get_redis().connection_pool.max_connections >= len(QUEUES) + 2
@@ -47,13 +47,13 @@ def test_a_full_pool_is_named_as_such_not_as_redis_being_down(redis_url, taskrun
     held = get_redis().connection_pool.get_connection()
     try:
         with pytest.raises(RedisUnavailable) as raised:
-            dispatch("tests.testapp.tasks.noop", {"n": "full"})
+            dispatch(noop, {"n": "full"})
     finally:
         get_redis().connection_pool.release(held)
     assert "connection pool is full" in str(raised.value)
     assert "max_connections" in str(raised.value)
     assert raised.value.maybe_queued is False  # refused before anything was sent
-    dispatch("tests.testapp.tasks.noop", {"n": "room again"})  # and works once there is room
+    dispatch(noop, {"n": "room again"})  # and works once there is room
 
 
 def test_a_worker_logs_a_full_pool_as_such(caplog):

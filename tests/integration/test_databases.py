@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from django_taskrunner import dispatch_on_commit
-from django_taskrunner.core.message import TaskMessage
+from django_taskrunner import TaskMessage, dispatch_on_commit
 from django_taskrunner.models import FailedTask, PeriodicTask
 from django_taskrunner.scheduling.periodic import RELOAD_SECONDS
 from django_taskrunner.worker.failures import record_failure

@@ -10,10 +10,8 @@ from typing import Any
 
 import pytest
 
-from django_taskrunner import dispatch, lookup, task
-from django_taskrunner.core.message import TaskMessage
+from django_taskrunner import TaskMessage, dispatch, get_redis, lookup, task
 from django_taskrunner.store import get_store, keys
-from django_taskrunner.store.connection import get_redis
 from tests.testapp.tasks import runs_key
 from tests.worker_helpers import MovableClock, wait_for, worker_thread
 

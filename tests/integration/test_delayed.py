@@ -18,11 +18,10 @@ from django_taskrunner import (
     dispatch_delayed,
     schedule_for,
 )
-from django_taskrunner.core import clock
 from django_taskrunner.store import get_store, keys
 from tests.integration.scheduling_helpers import leads, running_worker, wait_for
 from tests.testapp.tasks import fails_once_with_backoff, noop, runs_key, stamp, stamps_key
-from tests.worker_helpers import MovableClock
+from tests.worker_helpers import MovableClock, app_now_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,10 +40,10 @@ def test_delays_of_0_02_and_2_seconds_and_a_past_when_run_once_on_time(r):
     with running_worker() as worker:
         wait_for(lambda: leads(worker), 5)
         # Given four tasks: due now, in 0.2 s, in 2 s, and at a time already past
-        now = clock.now_ms()
+        now = app_now_ms()
         dues = {0: now, 1: now + 200, 2: now + 2000, 3: now}
         stamp.dispatch_delayed({"n": 0}, delay=0)
-        dispatch_delayed("tests.testapp.tasks.stamp", {"n": 1}, delay=0.2)
+        dispatch_delayed(stamp, {"n": 1}, delay=0.2)
         stamp.dispatch_delayed({"n": 2}, delay=timedelta(seconds=2))
         schedule_for(stamp, {"n": 3}, when=datetime.now(UTC) - timedelta(hours=1))
 
@@ -79,7 +78,7 @@ def test_a_delayed_task_waits_in_the_delayed_set_until_due(r):
                                 withscores=True)
     assert message.id in body.decode()
     due = int(score)
-    assert abs(due - (clock.now_ms() + 30_000)) < 1000
+    assert abs(due - (app_now_ms() + 30_000)) < 1000
     # expires counts from the due time, not from the dispatch
     assert message.expires_at_ms == due + 10_000
     assert r.xlen(get_store().streams.stream("default")) == 0
@@ -128,7 +127,7 @@ def test_an_earlier_task_wakes_a_scheduler_sleeping_until_a_later_one(r):
         wait_for(lambda: worker.scheduling.scheduler._next_due.get("default") == late_due, 5)
 
         # When a task due in 0.3 s is added
-        due = clock.now_ms() + 300
+        due = app_now_ms() + 300
         stamp.dispatch_delayed({"n": "early"}, delay=0.3)
 
         # Then it runs on time, not at the scheduler's next 5 s resync
@@ -208,6 +207,6 @@ def test_a_unique_delayed_dispatch_takes_its_lock_now_and_runs_once_when_due(
 def test_a_delayed_dispatch_with_a_task_id_reserves_it_while_waiting():
     from django_taskrunner import TaskIdConflict, dispatch_delayed
 
-    dispatch_delayed("tests.testapp.tasks.noop", {"n": 1}, delay=60, task_id="later-1")
+    dispatch_delayed(noop, {"n": 1}, delay=60, task_id="later-1")
     with pytest.raises(TaskIdConflict):
-        dispatch_delayed("tests.testapp.tasks.noop", {"n": 2}, delay=5, task_id="later-1")
+        dispatch_delayed(noop, {"n": 2}, delay=5, task_id="later-1")

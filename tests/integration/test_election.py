@@ -12,12 +12,11 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_taskrunner.core import clock
-from django_taskrunner.scheduling.election import LeaderElection
+from django_taskrunner import LeaderElection
 from django_taskrunner.store import get_store, keys
 from tests.integration.scheduling_helpers import wait_for
 from tests.testapp.tasks import stamp, stamps_key
-from tests.worker_helpers import exit_code_of
+from tests.worker_helpers import app_monotonic, exit_code_of, new_worker
 
 
 @pytest.fixture
@@ -111,12 +110,12 @@ def test_a_leader_that_cannot_reach_redis_stops_leading_when_its_lease_runs_out(
                        retry=Retry(NoBackoff(), 0))
     a = LeaderElection(dead, lease_key, lease=1, identity="a")
     a._leading.set()  # as if it had led before Redis went away
-    a._valid_until = clock.monotonic() + 30
+    a._valid_until = app_monotonic() + 30
 
     a.step()
     assert a.is_leader  # still within the lease it last extended
 
-    a._valid_until = clock.monotonic()  # that lease has now run out
+    a._valid_until = app_monotonic()  # that lease has now run out
     a.step()
     assert not a.is_leader
 
@@ -151,15 +150,13 @@ def test_a_lease_key_that_holds_no_lease_heals_and_a_leader_steps_down_from_it(
 @pytest.mark.django_db(transaction=True)
 def test_a_leader_thread_that_dies_takes_the_worker_down_non_zero(r, monkeypatch, caplog):
     """The election and the scheduler's threads are watched as the worker's own are."""
-    from django_taskrunner.runner import build_worker
-    from django_taskrunner.worker.settings import worker_settings
 
     def broken(self):  # a bug in the election's loop
         raise RuntimeError("a bug in the election")
 
     monkeypatch.setattr(LeaderElection, "step", broken)
-    worker = build_worker(get_store().streams, worker_settings(
-        ("default",), concurrency=1, block_ms=100, shutdown_timeout=5))
+    worker = new_worker(
+        ("default",), concurrency=1, block_ms=100, shutdown_timeout=5)
     code = exit_code_of(worker)
     assert code is not None, "the worker went on without its election"
     assert code == 70

@@ -9,9 +9,8 @@ import tempfile
 
 import pytest
 
-from django_taskrunner import conf
+from django_taskrunner import conf, get_redis
 from django_taskrunner.store import embedded, get_store
-from django_taskrunner.store.connection import get_redis
 from tests.conftest import ROOT, worker_env
 from tests.testapp.tasks import noop, runs_key
 
@@ -33,7 +32,7 @@ def run_worker_process(prefix: str, folder: str) -> str:
     code = (
         "import django; django.setup();"
         "from django.core.management import call_command;"
-        "from django_taskrunner.store.connection import get_redis;"
+        "from django_taskrunner import get_redis;"
         "call_command('runtasks', '--burst', '--queue', 'default');"
         "print('pid', get_redis().info('server')['process_id'])"
     )

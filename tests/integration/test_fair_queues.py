@@ -21,12 +21,10 @@ from django_taskrunner import (
     lookup,
     task,
 )
-from django_taskrunner.core import clock
-from django_taskrunner.core.registry import registry
 from django_taskrunner.scheduling.periodic import PeriodicRunner
-from django_taskrunner.store import Store, get_store
-from django_taskrunner.store.keys import fair_ring_key, stream_key
-from tests.worker_helpers import wait_for, worker_thread
+from django_taskrunner.store import Store, get_store, keys
+from tests.internals import unregister_task
+from tests.worker_helpers import app_now_ms, wait_for, worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -69,7 +67,7 @@ def test_a_burst_of_one_key_does_not_starve_another(r, prefix):
     dispatch_many(job, [{"k": "A", "n": n} for n in range(10_000)])
     dispatch_many(job, [{"k": "B", "n": n} for n in range(100)])
 
-    assert not r.exists(stream_key(prefix, "default"))  # waiting for their turns
+    assert not r.exists(keys.stream_key(prefix, "default"))  # waiting for their turns
     with worker_thread(concurrency=1):
         wait_for(lambda: started.count("B") == 100, timeout=120)
     with lock:
@@ -97,7 +95,7 @@ def test_tasks_without_a_key_and_with_one_all_run_once(r, prefix):
     with worker_thread(concurrency=4):
         wait_for(lambda: len(started) == 75)
     assert sorted(started).count("plain") == 5
-    assert not r.exists(fair_ring_key(prefix, "default"))
+    assert not r.exists(keys.fair_ring_key(prefix, "default"))
 
 
 def test_a_higher_priority_is_served_first_and_fairly_within_its_level(r, prefix):
@@ -115,7 +113,7 @@ def test_a_due_delayed_fair_task_joins_its_keys_turn(r, prefix):
     dispatch_delayed(job, {"k": "D", "n": 0}, delay=0.2)
     with worker_thread(concurrency=1):
         wait_for(lambda: started == ["D"], timeout=30)
-    assert not r.exists(fair_ring_key(prefix, "default"))
+    assert not r.exists(keys.fair_ring_key(prefix, "default"))
 
 
 def test_unique_fair_tasks_keep_their_locks(r, prefix):
@@ -208,9 +206,9 @@ def test_an_outbox_task_without_a_key_joins_the_unkeyed_turn_of_a_fair_queue(r, 
     with transaction.atomic():
         dispatch(plain, {"n": 0}, transactional=True)
     wait_for(lambda: r.zcard(f"{prefix}:{{default}}:delayed") == 1)  # due now, to its turn
-    get_store().streams.promote_due("default", clock.now_ms(), 10)
+    get_store().streams.promote_due("default", app_now_ms(), 10)
 
-    assert r.lrange(fair_ring_key(prefix, "default"), 0, -1) == [b"B", b""]
+    assert r.lrange(keys.fair_ring_key(prefix, "default"), 0, -1) == [b"B", b""]
     with worker_thread(concurrency=1):
         wait_for(lambda: sorted(started) == ["-", "B"], timeout=30)
 
@@ -232,9 +230,9 @@ def test_a_rate_limited_key_yields_its_turn_and_its_due_tasks_rejoin_its_list(r,
     # When they are due, they join their key's list, not the stream head.
     r.zadd(f"{prefix}:{{default}}:delayed",
            {member: 0 for member in r.zrange(f"{prefix}:{{default}}:delayed", 0, -1)})
-    get_store().streams.promote_due("default", clock.now_ms(), 10)
+    get_store().streams.promote_due("default", app_now_ms(), 10)
     assert r.llen(f"{prefix}:{{default}}:fair:slow") == 2
-    assert r.lrange(fair_ring_key(prefix, "default"), 0, -1) == [b"slow"]
+    assert r.lrange(keys.fair_ring_key(prefix, "default"), 0, -1) == [b"slow"]
 
 
 def test_a_periodic_fair_task_joins_its_keys_turn(r, prefix):
@@ -248,11 +246,11 @@ def test_a_periodic_fair_task_joins_its_keys_turn(r, prefix):
         runner.run_due(T0 + 60_000)
         assert r.zcard(f"{prefix}:{{default}}:delayed") == 1  # due at once, to its turn
         get_store().streams.promote_due("default", T0 + 60_000, 10)
-        assert r.lrange(fair_ring_key(prefix, "default"), 0, -1) == [b"tick"]
+        assert r.lrange(keys.fair_ring_key(prefix, "default"), 0, -1) == [b"tick"]
         with worker_thread(concurrency=1):
             wait_for(lambda: started == ["tick"], timeout=30)
     finally:
-        registry.unregister("tests.fair.periodic")
+        unregister_task("tests.fair.periodic")
 
 
 def test_a_periodic_task_without_a_key_joins_the_unkeyed_turn_of_a_fair_queue(r, prefix):
@@ -267,9 +265,9 @@ def test_a_periodic_task_without_a_key_joins_the_unkeyed_turn_of_a_fair_queue(r,
         runner.run_due(T0 + 60_000)
         assert r.zcard(f"{prefix}:{{default}}:delayed") == 1  # due at once, to its turn
         get_store().streams.promote_due("default", T0 + 60_000, 10)
-        assert r.lrange(fair_ring_key(prefix, "default"), 0, -1) == [b"B", b""]
+        assert r.lrange(keys.fair_ring_key(prefix, "default"), 0, -1) == [b"B", b""]
     finally:
-        registry.unregister("tests.fair.periodic_plain")
+        unregister_task("tests.fair.periodic_plain")
 
 
 def test_a_server_that_lost_its_scripts_still_takes_and_feeds_fair_tasks(r, prefix):
@@ -297,7 +295,7 @@ def test_tasks_without_a_key_form_one_more_turn_beside_a_key(r, prefix):
     dispatch_many(job, [{"k": "B", "n": n} for n in range(1, 10)])
 
     assert r.llen(f"{prefix}:{{default}}:fair:") == 1_000  # the unkeyed turn's list
-    assert not r.exists(stream_key(prefix, "default"))
+    assert not r.exists(keys.stream_key(prefix, "default"))
     with worker_thread(concurrency=1, batch_size=1):
         wait_for(lambda: started.count("B") == 10, timeout=120)
     with lock:
@@ -309,7 +307,7 @@ def test_a_burst_of_one_key_does_not_hold_back_tasks_without_a_key(r, prefix):
     dispatch_many(job, [{"k": "B", "n": n} for n in range(1_000)])
     dispatch_many(plain, [{"n": n} for n in range(10)])
 
-    assert not r.exists(stream_key(prefix, "default"))
+    assert not r.exists(keys.stream_key(prefix, "default"))
     with worker_thread(concurrency=1, batch_size=1):
         wait_for(lambda: started.count("-") == 10, timeout=120)
     with lock:
@@ -321,7 +319,7 @@ def test_a_queue_that_never_saw_a_key_sends_its_tasks_straight_to_the_stream(r, 
     dispatch_many(plain, [{"n": n} for n in range(5)])
     dispatch(plain, {"n": 5})
 
-    assert r.xlen(stream_key(prefix, "default")) == 6
+    assert r.xlen(keys.stream_key(prefix, "default")) == 6
     assert not r.keys(f"{prefix}:*fair*")
 
 
@@ -331,7 +329,7 @@ def test_a_process_that_makes_a_queue_fair_sends_its_unkeyed_tasks_to_the_turn_a
     dispatch(job, {"k": "B", "n": 0})
     dispatch(plain, {"n": 1})
 
-    assert r.xlen(stream_key(prefix, "default")) == 1
+    assert r.xlen(keys.stream_key(prefix, "default")) == 1
     assert r.llen(f"{prefix}:{{default}}:fair:") == 1
 
 
@@ -346,8 +344,8 @@ def test_unique_tasks_without_a_key_join_the_unkeyed_turn_of_a_fair_queue(r, pre
     dispatch(unique_plain, {"n": 0})
     dispatch_many(unique_plain, [{"n": n} for n in range(1, 4)])
 
-    assert not r.exists(stream_key(prefix, "default"))  # due at once, to their turn
-    get_store().streams.promote_due("default", clock.now_ms(), 10)
+    assert not r.exists(keys.stream_key(prefix, "default"))  # due at once, to their turn
+    get_store().streams.promote_due("default", app_now_ms(), 10)
     assert r.llen(f"{prefix}:{{default}}:fair:") == 4
     with worker_thread(concurrency=1):
         wait_for(lambda: sorted(started) == ["-"] * 4 + ["B"], timeout=30)
@@ -356,10 +354,10 @@ def test_unique_tasks_without_a_key_join_the_unkeyed_turn_of_a_fair_queue(r, pre
 def test_a_due_task_without_a_key_joins_the_unkeyed_turn_of_a_fair_queue(r, prefix):
     dispatch(job, {"k": "B", "n": 0})
     dispatch_delayed(plain, {"n": 0}, delay=0.05)
-    wait_for(lambda: r.zrangebyscore(f"{prefix}:{{default}}:delayed", 0, clock.now_ms()))
-    get_store().streams.promote_due("default", clock.now_ms(), 10)
+    wait_for(lambda: r.zrangebyscore(f"{prefix}:{{default}}:delayed", 0, app_now_ms()))
+    get_store().streams.promote_due("default", app_now_ms(), 10)
 
-    assert r.lrange(fair_ring_key(prefix, "default"), 0, -1) == [b"B", b""]
+    assert r.lrange(keys.fair_ring_key(prefix, "default"), 0, -1) == [b"B", b""]
     assert r.llen(f"{prefix}:{{default}}:fair:") == 1
 
 

@@ -7,12 +7,12 @@ import time
 
 import pytest
 
-from django_taskrunner.core import clock
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import get_store, keys
 from django_taskrunner.worker.lost_workers import LostWorkerWatch
 from django_taskrunner.worker.reclaim import Started, hand_back
 from tests.testapp.tasks import noop
+from tests.worker_helpers import app_monotonic, app_now_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,7 +35,7 @@ def test_fetched_messages_go_to_a_sibling_keeping_their_place_and_the_running_on
     for n in range(3):
         noop.dispatch({"n": n})
     ids = read_as(r, "dead-1.0")
-    running = {("default", ids[0]): Started("default", ids[0], clock.monotonic() - 1)}
+    running = {("default", ids[0]): Started("default", ids[0], app_monotonic() - 1)}
     # When its messages are handed back, with a live sibling
     done = hand_back(get_store().streams, "dead-1.0", ["default"], running,
                      "killed by signal 11 (SIGSEGV)", ["alive-0.0"])
@@ -77,7 +77,7 @@ def test_the_leader_hands_back_a_silent_worker_without_heartbeat_not_a_beating_o
     deadline = time.monotonic() + 30
     lost: list[str] = []
     while not lost and time.monotonic() < deadline:
-        r.hset(keys.worker_key(broker.prefix, "busy"), "seen", clock.now_ms())
+        r.hset(keys.worker_key(broker.prefix, "busy"), "seen", app_now_ms())
         lost = watch.check()
         time.sleep(0.2)
     assert lost == ["ghost"]
@@ -90,7 +90,7 @@ def test_a_running_message_with_retries_left_goes_to_a_sibling_counted_as_a_deat
 
     always_fails.dispatch({"n": 1})
     [stream_id] = read_as(r, "dead-1.0")
-    running = {("default", stream_id): Started("default", stream_id, clock.monotonic())}
+    running = {("default", stream_id): Started("default", stream_id, app_monotonic())}
     done = hand_back(get_store().streams, "dead-1.0", ["default"], running,
                      "killed by signal 9 (SIGKILL)", ["alive-0.0"])
     # its counter says one run died: the sibling's reclaimed-run check counts it
@@ -104,12 +104,12 @@ def test_a_message_whose_runs_died_goes_back_to_its_queue_with_them_counted(r):
     # (its counter raised to 2), which died too before starting it, with no live sibling
     # left: it goes back to its queue as a new entry, delivered once; the run that died
     # must be counted in its attempt, else the task runs max_retry + 2 times.
-    from django_taskrunner.core.message import TaskMessage
+    from django_taskrunner import TaskMessage
     from tests.testapp.tasks import always_fails  # max_retry=2
 
     always_fails.dispatch({"n": 1})
     [stream_id] = read_as(r, "dead-0.0")
-    running = {("default", stream_id): Started("default", stream_id, clock.monotonic())}
+    running = {("default", stream_id): Started("default", stream_id, app_monotonic())}
     hand_back(get_store().streams, "dead-0.0", ["default"], running,
               "killed by signal 11 (SIGSEGV)", ["dead-1.0"])
     done = hand_back(get_store().streams, "dead-1.0", ["default"], {},

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from django_taskrunner import get_stats
-from django_taskrunner.core import clock
 from django_taskrunner.store import get_store
 from django_taskrunner.worker.reclaim import Started, hand_back
+from tests.worker_helpers import app_monotonic
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,7 +24,7 @@ def died_running(r, task, consumer: str, adopters: list[str]) -> None:
     """`task` dispatched, fetched by `consumer`, which died running it; handed back."""
     task.dispatch({"n": 1})
     [stream_id] = read_as(r, consumer)
-    running = {("default", stream_id): Started("default", stream_id, clock.monotonic() - 0.5)}
+    running = {("default", stream_id): Started("default", stream_id, app_monotonic() - 0.5)}
     done = hand_back(get_store().streams, consumer, ["default"], running,
                      "killed by signal 9 (SIGKILL)", adopters)
     assert done.failed_attempts == 1

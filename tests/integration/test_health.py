@@ -11,15 +11,14 @@ from pathlib import Path
 import pytest
 import redis
 
-from django_taskrunner.core import clock
-from django_taskrunner.scheduling.election import LeaderElection
+from django_taskrunner import LeaderElection, get_health, get_leader
 from django_taskrunner.stats import figures as stats_figures
-from django_taskrunner.stats.figures import get_health, get_leader
 from django_taskrunner.stats.recorder import WorkerReport, write
 from django_taskrunner.store import Store, get_store, keys, server
 from django_taskrunner.store.streams import Broker
 from tests.conftest import start_private_redis
 from tests.testapp.tasks import always_fails, noop
+from tests.worker_helpers import app_now_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -88,7 +87,7 @@ def test_consumers_with_idle_times_live_ones_first(prefix, r):
     broker = get_store().streams
     five_dispatched_two_delivered(broker)
     broker.read("default", "c2", 1, None)
-    now = clock.now_ms()
+    now = app_now_ms()
     pipe = r.pipeline()
     report = WorkerReport("c2", ["default"], threads=4, busy=1, min_workers=None,
                           max_workers=4, started_ms=now)
@@ -147,7 +146,7 @@ def test_failures_of_the_last_hour_and_the_minutes(run_burst):
     assert figures.failed_last_hour == 1
     assert sum(m.succeeded for m in figures.minutes) == 3
     assert sum(m.retried for m in figures.minutes) == 2
-    assert figures.minutes[-1].start_ms == clock.now_ms() // 60_000 * 60_000
+    assert figures.minutes[-1].start_ms == app_now_ms() // 60_000 * 60_000
 
 
 @pytest.fixture
@@ -169,7 +168,7 @@ def test_a_queue_with_a_consumer_is_read_in_five_round_trips_and_written_in_one(
     # Given a queue with messages delivered to a live worker
     broker = get_store().streams
     five_dispatched_two_delivered(broker)
-    now_ms = clock.now_ms()
+    now_ms = app_now_ms()
     heartbeat = WorkerReport(consumer="c1", queues=["default"], threads=2, busy=1,
                           min_workers=None, max_workers=2, started_ms=now_ms)
     pipe = broker.client.pipeline(transaction=False)

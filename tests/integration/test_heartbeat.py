@@ -8,7 +8,7 @@ import time
 import pytest
 import redis
 
-from django_taskrunner.core.message import TaskMessage
+from django_taskrunner import TaskMessage
 from django_taskrunner.store import Store, get_store
 from django_taskrunner.worker.keepalive import Heartbeat, heartbeat_interval
 from django_taskrunner.worker.outage import RedisStatus

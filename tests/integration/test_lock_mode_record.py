@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from django_taskrunner import TaskAlreadyDispatched
+from django_taskrunner import TaskAlreadyDispatched, TaskMessage
 from django_taskrunner.core import unique as locks
-from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.store import Store, get_store, keys
+from tests.internals import holder_value
 from tests.testapp.tasks import unique_order
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,7 +33,7 @@ def test_the_mode_record_sits_next_to_the_lock_with_its_ttl(r):
     assert recorded_mode(r, message) == b"until_executed"
     assert 29_000 < r.pttl(mode_key_of(message)) <= 30_000
     # The value stays the holder (id and dispatch token)
-    assert r.get(message.lock_key) == locks.holder_value(message).encode()
+    assert r.get(message.lock_key) == holder_value(message).encode()
 
 
 def test_delayed_and_many_dispatches_record_the_mode_too(r):
@@ -68,7 +68,7 @@ def test_an_older_holders_release_leaves_the_newer_holders_record(r):
 
     locks.release(get_store(), old, locks.SUCCEEDED)
 
-    assert r.get(new.lock_key) == locks.holder_value(new).encode()
+    assert r.get(new.lock_key) == holder_value(new).encode()
     assert recorded_mode(r, new) == b"while_locked"
 
 
@@ -76,7 +76,7 @@ def test_release_held_frees_only_the_holder_shown(r):
     message = unique_order.dispatch({"order": "m-7"})
     prefix = get_store().prefix
 
-    holder = locks.holder_value(message)
+    holder = holder_value(message)
 
     store = Store(r, prefix)
     assert locks.release_held(store, "default", message.lock_key, "someone-else") == holder

@@ -9,11 +9,10 @@ from dataclasses import replace
 
 import pytest
 
-from django_taskrunner.runner import build_worker
 from django_taskrunner.stats.figures import LongQueueHook, QueueStats
 from django_taskrunner.store import get_store, keys
-from django_taskrunner.worker.settings import worker_settings
 from tests.testapp.tasks import runs_key, sleep_50ms
+from tests.worker_helpers import new_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -102,8 +101,8 @@ def test_a_worker_with_a_long_queue_calls_the_hook_once_and_keeps_working(
     taskrunner_settings(STATS_INTERVAL=0.1, LONG_QUEUE_HOOK=RAISING, LONG_QUEUE_THRESHOLD=0.5,
                         LONG_QUEUE_COOLDOWN=60)
     sleep_50ms.dispatch_many({"n": n} for n in range(20))
-    worker = build_worker(get_store().streams, worker_settings(
-        ["default"], concurrency=1, batch_size=5, block_ms=100, shutdown_timeout=10, burst=True))
+    worker = new_worker(
+        ["default"], concurrency=1, batch_size=5, block_ms=100, shutdown_timeout=10, burst=True)
 
     # When it runs them all (its hook raising every time it is called)
     thread = threading.Thread(target=worker.run)

@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 
-from django_taskrunner import TaskAlreadyDispatched, TaskMessage, dispatch, task
-from django_taskrunner.core.message import TaskMessage as Message
+from django_taskrunner import TaskAlreadyDispatched, TaskMessage, dispatch, get_redis, task
+from django_taskrunner import TaskMessage as Message
 from django_taskrunner.store import get_store, keys
-from django_taskrunner.store.connection import get_redis
 from tests.testapp.tasks import runs_key
 
 pytestmark = pytest.mark.django_db(transaction=True)

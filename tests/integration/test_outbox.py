@@ -18,6 +18,7 @@ from django.db.models.signals import post_save
 from django_taskrunner import (
     InvalidTaskOptions,
     InvalidTaskPayload,
+    TaskMessage,
     TaskNotFound,
     dispatch,
     dispatch_on,
@@ -26,7 +27,6 @@ from django_taskrunner import (
     task,
 )
 from django_taskrunner.core import outbox
-from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.models import FailedTask, OutboxMessage
 from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.errors import REDIS_DOWN

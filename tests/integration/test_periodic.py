@@ -10,12 +10,12 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from django_taskrunner import InvalidTaskOptions, task
-from django_taskrunner.core.registry import registry
 from django_taskrunner.models import PeriodicTask
 from django_taskrunner.scheduling.periodic import PeriodicRunner
 from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.streams import Broker
 from tests.integration.scheduling_helpers import leads, running_worker, wait_for
+from tests.internals import registered_names, unregister_task
 from tests.testapp.tasks import runs_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -31,7 +31,7 @@ def temporary_task():
 
     def declare(name: str, **options):
         def record(ctx, payload):
-            from django_taskrunner.store.connection import get_redis
+            from django_taskrunner import get_redis
 
             get_redis().hincrby(runs_key(), f"{name}:{ctx.id}", 1)
 
@@ -40,7 +40,7 @@ def temporary_task():
 
     yield declare
     for name in names:
-        registry.unregister(name)
+        unregister_task(name)
 
 
 def fired(r, broker: Broker, queue: str = "default") -> list[dict]:
@@ -116,7 +116,7 @@ def test_a_bad_cron_expression_fails_when_the_task_is_declared():
         task(name="tests.bad_cron", cron="every monday")(lambda payload: None)
     with pytest.raises(InvalidTaskOptions, match="not both"):
         task(name="tests.both", cron="* * * * *", schedule=5)(lambda payload: None)
-    assert "tests.bad_cron" not in registry
+    assert "tests.bad_cron" not in registered_names()
 
 
 def test_a_periodic_task_fires_once_per_occurrence_with_two_workers_and_a_hand_over(

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from django_taskrunner.core import clock
+from django_taskrunner import get_redis
 from django_taskrunner.store import get_store
-from django_taskrunner.store.connection import get_redis
 from django_taskrunner.worker.fetcher import PREFETCH_MAX
 from tests.testapp.tasks import noop, runs_key
-from tests.worker_helpers import wait_for, worker_thread
+from tests.worker_helpers import app_monotonic, new_worker, wait_for, worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,12 +42,9 @@ def test_a_fetcher_waiting_for_room_sees_the_read_shrink_under_it():
     # room that can never come (a stall seen with four shards per worker).
     import threading
 
-    from django_taskrunner.runner import build_worker
-    from django_taskrunner.worker.settings import worker_settings
 
-    worker = build_worker(get_store().streams,
-                          worker_settings(["default"], concurrency=4, batch_size=10))
-    prefetch, start = worker.prefetch, clock.monotonic()
+    worker = new_worker(["default"], concurrency=4, batch_size=10)
+    prefetch, start = worker.prefetch, app_monotonic()
     prefetch.update(0, start - 1.0)
     worker.completed = 10_000
     prefetch.update(worker.completed, start - 0.9)  # 100,000 tasks/s

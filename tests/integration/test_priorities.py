@@ -11,8 +11,7 @@ import threading
 import pytest
 
 from django_taskrunner import dispatch, dispatch_delayed, dispatch_many, task
-from django_taskrunner.store import get_store
-from django_taskrunner.store.keys import delayed_key, stream_key
+from django_taskrunner.store import get_store, keys
 from django_taskrunner.worker import fetcher
 from tests.worker_helpers import MovableClock, age_pending, wait_for, worker_thread
 
@@ -53,9 +52,9 @@ def test_high_priority_overtakes_a_backlog_of_low(r, prefix):
     for n in range(5):
         dispatch(step, {"n": f"high-{n}"}, priority=8)
 
-    assert r.xlen(stream_key(prefix, "default!1")) == 200
-    assert r.xlen(stream_key(prefix, "default!8")) == 5
-    assert not r.exists(stream_key(prefix, "default"))
+    assert r.xlen(keys.stream_key(prefix, "default!1")) == 200
+    assert r.xlen(keys.stream_key(prefix, "default!8")) == 5
+    assert not r.exists(keys.stream_key(prefix, "default"))
     with worker_thread(concurrency=1):
         wait_for(lambda: len(started) == 205)
     assert started[:5] == [f"high-{n}" for n in range(5)]
@@ -79,7 +78,7 @@ def test_a_level_that_comes_into_use_while_the_worker_runs_is_read_first(
         wait_for(lambda: "gate" in started)
         for n in range(5):
             urgent.dispatch({"n": f"high-{n}"})  # the task's own priority, 9
-        wait_for(lambda: r.exists(stream_key(prefix, "default!9")))
+        wait_for(lambda: r.exists(keys.stream_key(prefix, "default!9")))
         moved.advance(fetcher.LEVELS_EVERY)  # the fetcher's next look for levels is due
         release.set()
         wait_for(lambda: len(started) == 206)
@@ -92,7 +91,7 @@ def test_a_level_that_comes_into_use_while_the_worker_runs_is_read_first(
 def test_the_default_priority_stays_on_the_queue_stream(r, prefix):
     dispatch(step, {"n": "a"}, priority=5)
     dispatch(step, {"n": "b"})
-    assert r.xlen(stream_key(prefix, "default")) == 2
+    assert r.xlen(keys.stream_key(prefix, "default")) == 2
     assert not [key for key in r.scan_iter(f"{prefix}:*stream!*")]
 
 
@@ -102,11 +101,11 @@ def test_priorities_on_a_sharded_queue(r, prefix, taskrunner_settings):
         dispatch(step, {"n": f"low-{n}"}, queue="hot", priority=0)
     for n in range(4):
         dispatch(step, {"n": f"high-{n}"}, queue="hot", priority=9)
-    assert {r.xlen(stream_key(prefix, f"hot#{i}!9")) for i in range(2)} == {2}
-    assert {r.xlen(stream_key(prefix, f"hot#{i}!0")) for i in range(2)} == {20}
+    assert {r.xlen(keys.stream_key(prefix, f"hot#{i}!9")) for i in range(2)} == {2}
+    assert {r.xlen(keys.stream_key(prefix, f"hot#{i}!0")) for i in range(2)} == {20}
     shard_of = {json.loads(fields[b"m"])["payload"]["n"]: i for i in range(2)
                 for level in (0, 9)
-                for _id, fields in r.xrange(stream_key(prefix, f"hot#{i}!{level}"))}
+                for _id, fields in r.xrange(keys.stream_key(prefix, f"hot#{i}!{level}"))}
     with worker_thread(("hot",), concurrency=1, batch_size=2):
         wait_for(lambda: len(started) == 44)
     # one fetcher per shard, each reading its own highs first
@@ -118,7 +117,7 @@ def test_priorities_on_a_sharded_queue(r, prefix, taskrunner_settings):
 
 def test_a_delayed_message_keeps_its_priority(r, prefix):
     message = dispatch_delayed(step, {"n": "later"}, delay=0.2, priority=7)
-    assert r.zcard(delayed_key(prefix, "default!7")) == 1
+    assert r.zcard(keys.delayed_key(prefix, "default!7")) == 1
     with worker_thread(concurrency=1):
         wait_for(lambda: started == ["later"])
     assert message.priority == 7
@@ -163,9 +162,9 @@ def test_a_failed_attempt_retries_on_its_level(r, prefix):
     with worker_thread(concurrency=1) as worker:
         wait_for(lambda: len(runs) == 2)
         wait_for(lambda: worker.outstanding == 0)
-        wait_for(lambda: r.xlen(stream_key(prefix, "default!2")) == 0)  # acked
+        wait_for(lambda: r.xlen(keys.stream_key(prefix, "default!2")) == 0)  # acked
     assert runs == [1, 1]
-    assert r.xlen(stream_key(prefix, "default")) == 0
+    assert r.xlen(keys.stream_key(prefix, "default")) == 0
 
 
 def test_queues_given_in_order_are_read_strictly_in_that_order(r):

@@ -314,7 +314,7 @@ def test_the_reclaim_period_is_a_tenth_of_the_shortest_timeout_within_bounds(
 
 
 def test_dispatch_puts_the_tasks_reservation_timeout_on_the_wire(r):
-    message = dispatch("tests.testapp.tasks.patient", {"n": 1})
+    message = dispatch(patient, {"n": 1})
     body = r.xrange(get_store().streams.stream("default"))[0][1][b"m"]
     assert b'"rt":4000' in body
     assert noop.dispatch({"n": 1}).reservation_timeout_ms is None

@@ -9,11 +9,10 @@ import time
 import pytest
 
 from django_taskrunner import cancel, dispatch, dispatch_delayed, lookup, wait
-from django_taskrunner.core import clock
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import get_store, keys
 from tests.testapp import async_tasks, tasks
-from tests.worker_helpers import MovableClock, wait_for, worker_thread
+from tests.worker_helpers import MovableClock, app_now_ms, wait_for, worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -96,7 +95,7 @@ def test_a_delayed_task_is_delayed_then_queued_once_due(r, monkeypatch):
     # The app's clock moves, not the wall's: a busy machine cannot make it due early
     # (a 0.3 s delay once read "queued" at the first look on a loaded run).
     moved = MovableClock.install(monkeypatch)
-    message = dispatch_delayed("tests.testapp.tasks.noop", {"n": 1}, delay=60)
+    message = dispatch_delayed(tasks.noop, {"n": 1}, delay=60)
     assert lookup(message.id).status == "delayed"
     assert lookup(message.id).due_at is not None
     moved.advance(61)
@@ -121,7 +120,7 @@ def test_a_failing_task_is_retrying_then_failed(r, run_burst):
 
 
 def test_a_task_not_started_before_it_expires_is_expired(r, run_burst):
-    message = dispatch("tests.testapp.tasks.noop", {"n": 1}, expires=0.05)
+    message = dispatch(tasks.noop, {"n": 1}, expires=0.05)
     time.sleep(0.1)
     run_burst()
     assert lookup(message.id).status == "expired"
@@ -196,7 +195,7 @@ def test_a_cancelled_queued_task_never_runs_and_frees_its_lock(r, run_burst):
 
 
 def test_a_cancelled_delayed_task_never_runs(r, run_burst):
-    message = dispatch_delayed("tests.testapp.tasks.unique_records", {"n": 2}, delay=0.3)
+    message = dispatch_delayed(tasks.unique_records, {"n": 2}, delay=0.3)
     assert cancel(message.id) is True
     assert not r.exists(message.lock_key)
     assert lookup(message.id).status == "cancelled"
@@ -209,10 +208,10 @@ def test_a_cancelled_delayed_task_never_runs(r, run_burst):
 
 
 def test_a_task_id_is_freed_by_cancel_and_a_new_dispatch_gets_a_fresh_record(r, run_burst):
-    first = dispatch("tests.testapp.tasks.returns_double", {"n": 1}, task_id="report-1")
+    first = dispatch(tasks.returns_double, {"n": 1}, task_id="report-1")
     assert cancel("report-1") is True
 
-    again = dispatch("tests.testapp.tasks.returns_double", {"n": 2}, task_id="report-1")
+    again = dispatch(tasks.returns_double, {"n": 2}, task_id="report-1")
     assert again.id == first.id
     assert lookup("report-1").status == "queued"
 
@@ -224,7 +223,7 @@ def test_a_task_id_is_freed_by_cancel_and_a_new_dispatch_gets_a_fresh_record(r, 
 
 
 def test_a_task_id_with_braces_has_both_record_keys_in_one_slot(r, run_burst):
-    message = dispatch("tests.testapp.tasks.returns_double", {"n": 3}, task_id="a}{b")
+    message = dispatch(tasks.returns_double, {"n": 3}, task_id="a}{b")
     record_key = keys.record_key(get_store().prefix, message.id)
     done_key = keys.record_done_key(get_store().prefix, message.id)
     assert keys.record_tag(message.id) in record_key and keys.record_tag(message.id) in done_key
@@ -256,7 +255,7 @@ def test_a_cancelled_retry_never_runs_its_next_attempt(r, run_burst):
     assert lookup(message.id).status == "cancelled"
 
     # its next attempt falls due (moved now, instead of waiting the 60 s backoff)
-    moved, _next = get_store().streams.promote_due("default", clock.now_ms() + 120_000, 10)
+    moved, _next = get_store().streams.promote_due("default", app_now_ms() + 120_000, 10)
     assert moved == 1
     run_burst()
 
@@ -299,7 +298,7 @@ def test_a_message_cancelled_while_in_the_buffer_never_starts(r, monkeypatch):
     (its listener is stopped): the heartbeat must read the set, or the cancelled message
     starts once the blocker ends. Its lock stays held until the worker skips it."""
     from django_taskrunner.core import records as core_records
-    from django_taskrunner.core import unique
+    from tests.internals import holder_value
 
     monkeypatch.setattr(core_records, "CANCEL_ANSWER_S", 0.1)  # no answer comes
     blocker = tasks.gated_report.dispatch({"k": "buffer"})
@@ -315,7 +314,7 @@ def test_a_message_cancelled_while_in_the_buffer_never_starts(r, monkeypatch):
 
         assert cancel(buffered.id) is True
         assert r.exists(buffered.lock_key)  # fetched: its worker frees it when it skips it
-        holder = unique.holder_value(buffered)
+        holder = holder_value(buffered)
         # the heartbeat (every 0.5 s while the blocker runs) reads the cancelled set
         wait_for(lambda: holder in worker.executor.cancelled.get("default", ()))
 
@@ -331,10 +330,9 @@ def test_a_message_cancelled_while_in_the_buffer_never_starts(r, monkeypatch):
 
 
 def test_a_stream_id_after_a_move_goes_only_to_the_record_of_that_dispatch(r):
-    from django_taskrunner.core.records import records
     from django_taskrunner.store.records import RecordWrite
 
-    store = records()
+    store = get_store().records
     prefix = get_store().prefix
     mine = tasks.noop.dispatch({"n": 1})
     store.set_stream_ids([(mine.id, "", "1-1")])

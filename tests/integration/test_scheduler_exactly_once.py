@@ -8,13 +8,13 @@ import time
 
 import pytest
 
-from django_taskrunner.core import clock
 from django_taskrunner.core.dispatch import new_message
 from django_taskrunner.scheduling.scheduler import Scheduler, promote_all_due
 from django_taskrunner.store import Store, get_store, keys
 from django_taskrunner.store.streams import Broker
 from tests.integration.scheduling_helpers import wait_for
 from tests.testapp.tasks import noop, runs_key
+from tests.worker_helpers import app_now_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,7 +40,7 @@ def stream_ids(r, broker: Broker) -> list[str]:
 
 def test_promote_moves_due_messages_in_batches_and_reports_the_next_due_time(r):
     broker = get_store().streams
-    now = clock.now_ms()
+    now = app_now_ms()
     add_delayed_many(broker, 120, now - 1000, spread=120)
     later = new_message(noop, {"n": "later"})
     broker.add_delayed("default", later.to_json(), now + 60_000)
@@ -58,7 +58,7 @@ def test_promote_moves_due_messages_in_batches_and_reports_the_next_due_time(r):
 def test_two_schedulers_at_once_move_10000_due_messages_exactly_once(r, redis_target):
     # Given 10,000 messages falling due within a few ms of each other
     broker = get_store().streams
-    due = clock.now_ms() + 300
+    due = app_now_ms() + 300
     ids = add_delayed_many(broker, 10_000, due)
 
     # When two schedulers, each with its own connection, compete for them in small batches
@@ -86,7 +86,7 @@ def test_two_schedulers_at_once_move_10000_due_messages_exactly_once(r, redis_ta
 
 def test_every_moved_message_then_runs_exactly_once(r, run_burst):
     broker = get_store().streams
-    add_delayed_many(broker, 2_000, clock.now_ms() - 10)
+    add_delayed_many(broker, 2_000, app_now_ms() - 10)
 
     run_burst("--queue", "default", "--concurrency", "4", "--batch-size", "100")
 

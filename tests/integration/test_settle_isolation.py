@@ -11,12 +11,10 @@ import pytest
 from django_taskrunner import chain, lookup, lookup_workflow
 from django_taskrunner.conf import get_settings
 from django_taskrunner.models import FailedTask
-from django_taskrunner.runner import build_worker
 from django_taskrunner.store import get_store, keys
-from django_taskrunner.worker.settings import worker_settings
 from tests.testapp import tasks
 from tests.testapp.workflow_tasks import wf_member
-from tests.worker_helpers import exit_code_of, wait_for, worker_thread
+from tests.worker_helpers import exit_code_of, new_worker, wait_for, worker_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -87,8 +85,8 @@ def test_a_task_record_of_the_wrong_type_spoils_only_its_own_record(r, caplog):
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_an_internal_thread_that_dies_takes_the_worker_down_non_zero(r, caplog):
-    worker = build_worker(get_store().streams, worker_settings(
-        ("default",), concurrency=2, block_ms=100, shutdown_timeout=5))
+    worker = new_worker(
+        ("default",), concurrency=2, block_ms=100, shutdown_timeout=5)
 
     def broken(*_args, **_kwargs):
         raise RuntimeError("a bug in the fetcher")

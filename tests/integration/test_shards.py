@@ -19,16 +19,22 @@ from django_taskrunner import (
     dispatch,
     dispatch_delayed,
     dispatch_many,
+    get_stats,
 )
 from django_taskrunner.core.sharding import shard_for, shards
-from django_taskrunner.core.unique import holder_value
 from django_taskrunner.models import DelayedTask, FailedTask
-from django_taskrunner.stats.figures import get_stats
-from django_taskrunner.store import get_store
-from django_taskrunner.store.keys import delayed_key, queue_of, stream_key
+from django_taskrunner.store import get_store, keys
 from tests.django.admin_helpers import page_module
 from tests.integration.scheduling_helpers import wait_for
-from tests.testapp.tasks import runs_key
+from tests.internals import holder_value
+from tests.testapp.tasks import (
+    always_fails,
+    context_queue,
+    fails_twice,
+    noop,
+    runs_key,
+    unique_order,
+)
 from tests.worker_helpers import MovableClock
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -42,7 +48,7 @@ def four_shards(taskrunner_settings):
 
 
 def stream_lengths(r, prefix: str, names: list[str]) -> list[int]:
-    return [r.xlen(stream_key(prefix, name)) for name in names]
+    return [r.xlen(keys.stream_key(prefix, name)) for name in names]
 
 
 def run_counts(r, task: str) -> Counter[str]:
@@ -52,19 +58,19 @@ def run_counts(r, task: str) -> Counter[str]:
 
 def test_a_split_queue_has_one_stream_per_shard_and_plain_dispatches_go_round_robin(r, prefix):
     for n in range(200):
-        dispatch("tests.testapp.tasks.noop", {"n": n}, queue="hot")
-    dispatch_many("tests.testapp.tasks.noop", [{"n": n} for n in range(200, 400)], queue="hot")
+        dispatch(noop, {"n": n}, queue="hot")
+    dispatch_many(noop, [{"n": n} for n in range(200, 400)], queue="hot")
 
     assert shards("hot") == HOT
     assert stream_lengths(r, prefix, HOT) == [100, 100, 100, 100]
-    assert not r.exists(stream_key(prefix, "hot"))
+    assert not r.exists(keys.stream_key(prefix, "hot"))
     # a queue not named in SHARDS keeps its one stream under its old key name
-    dispatch("tests.testapp.tasks.noop", {"n": 0})
+    dispatch(noop, {"n": 0})
     assert r.xlen(f"{prefix}:{{default}}:stream") == 1
 
 
 def test_a_unique_task_keeps_its_lock_in_the_shard_of_its_message(r, prefix):
-    messages = [dispatch("tests.testapp.tasks.unique_order", {"order": f"o-{n}"}, queue="hot")
+    messages = [dispatch(unique_order, {"order": f"o-{n}"}, queue="hot")
                 for n in range(40)]
 
     used = set()
@@ -75,21 +81,21 @@ def test_a_unique_task_keeps_its_lock_in_the_shard_of_its_message(r, prefix):
                                     f"tests.testapp.tasks.unique_order:{order}")
         assert r.get(message.lock_key).decode() == holder_value(message)
         stream = [json.loads(fields[b"m"])["id"] for _id, fields in
-                  r.xrange(stream_key(prefix, shard))]
+                  r.xrange(keys.stream_key(prefix, shard))]
         assert message.id in stream
         used.add(shard)
     assert used == set(HOT)  # 40 keys spread over the 4 shards
 
     with pytest.raises(TaskAlreadyDispatched) as caught:
-        dispatch("tests.testapp.tasks.unique_order", {"order": "o-7"}, queue="hot")
+        dispatch(unique_order, {"order": "o-7"}, queue="hot")
     assert caught.value.holder_id == messages[7].id
     assert sum(stream_lengths(r, prefix, HOT)) == 40
 
 
 def test_a_task_id_is_reserved_in_one_shard_and_a_second_dispatch_meets_it(r, prefix):
-    first = dispatch("tests.testapp.tasks.noop", {"n": 1}, queue="hot", task_id="job-42")
+    first = dispatch(noop, {"n": 1}, queue="hot", task_id="job-42")
     with pytest.raises(TaskIdConflict):
-        dispatch("tests.testapp.tasks.noop", {"n": 2}, queue="hot", task_id="job-42")
+        dispatch(noop, {"n": 2}, queue="hot", task_id="job-42")
 
     shard = shard_for("hot", "job-42")
     assert r.get(f"{prefix}:{{{shard}}}:id:job-42").decode() == holder_value(first)
@@ -98,7 +104,7 @@ def test_a_task_id_is_reserved_in_one_shard_and_a_second_dispatch_meets_it(r, pr
 
 def test_unique_with_a_task_id_is_refused_on_a_split_queue_and_nothing_is_written(r, prefix):
     with pytest.raises(InvalidTaskOptions, match="split into shards"):
-        dispatch("tests.testapp.tasks.unique_order", {"order": "x"}, queue="hot",
+        dispatch(unique_order, {"order": "x"}, queue="hot",
                  task_id="job-1")
     assert list(r.scan_iter(match=f"{prefix}:*")) == []
 
@@ -106,7 +112,7 @@ def test_unique_with_a_task_id_is_refused_on_a_split_queue_and_nothing_is_writte
 def test_two_worker_processes_drain_every_shard_and_run_each_task_exactly_once(
         r, prefix, spawn_worker):
     for n in range(600):
-        dispatch("tests.testapp.tasks.noop", {"n": n}, queue="hot")
+        dispatch(noop, {"n": n}, queue="hot")
     assert min(stream_lengths(r, prefix, HOT)) == 150
 
     env = {"TASKRUNNER_TEST_SETTINGS": json.dumps({"SHARDS": {"hot": 4}})}
@@ -125,7 +131,7 @@ def test_two_worker_processes_drain_every_shard_and_run_each_task_exactly_once(
 
 def test_stats_add_up_the_shards(r):
     for n in range(10):
-        dispatch("tests.testapp.tasks.noop", {"n": n}, queue="hot")
+        dispatch(noop, {"n": n}, queue="hot")
     stats = get_stats("hot")
     assert (stats.length, stats.waiting, stats.pending) == (10, 10, 0)
     assert stats.oldest_wait is not None and stats.oldest_wait >= 0
@@ -135,8 +141,8 @@ def test_delayed_tasks_wait_in_their_shard_and_run_once_when_due(
     r, prefix, run_burst, monkeypatch
 ):
     for n in range(8):
-        dispatch_delayed("tests.testapp.tasks.noop", {"n": n}, delay=0.3, queue="hot")
-    assert [r.zcard(delayed_key(prefix, name)) for name in HOT] == [2, 2, 2, 2]
+        dispatch_delayed(noop, {"n": n}, delay=0.3, queue="hot")
+    assert [r.zcard(keys.delayed_key(prefix, name)) for name in HOT] == [2, 2, 2, 2]
     assert len(page_module(DelayedTask).DelayedSet(get_store().streams, "hot")) == 8
 
     MovableClock.install(monkeypatch).advance(0.35)
@@ -144,12 +150,12 @@ def test_delayed_tasks_wait_in_their_shard_and_run_once_when_due(
 
     assert set(run_counts(r, "noop").values()) == {1}
     assert len(run_counts(r, "noop")) == 8
-    assert [r.zcard(delayed_key(prefix, name)) for name in HOT] == [0, 0, 0, 0]
+    assert [r.zcard(keys.delayed_key(prefix, name)) for name in HOT] == [0, 0, 0, 0]
 
 
 def test_the_delayed_admin_view_merges_the_shards_by_due_time_and_finds_each_entry(r):
     for n in range(12):
-        dispatch_delayed("tests.testapp.tasks.noop", {"n": n}, delay=60 + n, queue="hot")
+        dispatch_delayed(noop, {"n": n}, delay=60 + n, queue="hot")
     view = page_module(DelayedTask).DelayedSet(get_store().streams, "hot")
 
     page = view[3:9]
@@ -165,8 +171,8 @@ def test_the_delayed_admin_view_merges_the_shards_by_due_time_and_finds_each_ent
 
 
 def test_a_retry_stays_in_its_shard_and_a_failure_row_names_the_queue(r, prefix, run_burst):
-    dispatch("tests.testapp.tasks.fails_twice", {"n": 1}, queue="hot")
-    dispatch("tests.testapp.tasks.always_fails", {"n": 2}, queue="hot")
+    dispatch(fails_twice, {"n": 1}, queue="hot")
+    dispatch(always_fails, {"n": 2}, queue="hot")
 
     run_burst("--queue", "hot")
 
@@ -182,8 +188,8 @@ def test_a_retry_stays_in_its_shard_and_a_failure_row_names_the_queue(r, prefix,
 
 
 def test_a_task_context_names_the_queue_not_the_shard(r, run_burst):
-    dispatch("tests.testapp.tasks.context_queue", {"n": 5}, queue="hot")
+    dispatch(context_queue, {"n": 5}, queue="hot")
     run_burst("--queue", "hot")
     wait_for(lambda: r.hget(runs_key(), "context_queue:5"), 5)
     assert r.hget(runs_key(), "context_queue:5") == b"hot"
-    assert queue_of("hot#3") == "hot"
+    assert keys.queue_of("hot#3") == "hot"

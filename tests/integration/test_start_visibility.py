@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from django_taskrunner import lookup, task, wait
-from django_taskrunner.store.connection import get_redis
+from django_taskrunner import get_redis, lookup, task, wait
 from django_taskrunner.worker import keepalive
 from tests.testapp.tasks import runs_key
 from tests.worker_helpers import wait_for, worker_thread

@@ -6,10 +6,11 @@ import socket
 
 import pytest
 
+from django_taskrunner import get_stats
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock
 from django_taskrunner.stats import recorder as stats_writes
-from django_taskrunner.stats.figures import get_stats, minute_counts, percentile, predict_wait
+from django_taskrunner.stats.figures import minute_counts, percentile, predict_wait
 from django_taskrunner.stats.recorder import PICKUP_LABELS, StatsRecorder
 from django_taskrunner.store import Store, get_store, keys
 from django_taskrunner.worker.executor import Executor

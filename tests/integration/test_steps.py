@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from django_taskrunner import DuplicateStep, TaskContext
-from django_taskrunner.core.records import PENDING_TTL_S
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import get_store, keys
+from tests.internals import PENDING_TTL_S
 from tests.testapp.step_tasks import (
     age_steps,
     allow_key,

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from django_taskrunner import TaskMessage
 from django_taskrunner.core.context import first_run, stored_steps
-from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.core.records import PENDING_TTL_S
 from django_taskrunner.store import Store, get_store
 from django_taskrunner.worker.steps import put_back
+from tests.internals import PENDING_TTL_S
 
 
 class Counting:

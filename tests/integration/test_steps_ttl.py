@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from django_taskrunner import lookup
-from django_taskrunner.core.records import PENDING_TTL_S
 from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.records import RecordWrite
+from tests.internals import PENDING_TTL_S
 from tests.testapp.step_tasks import retries_late, three_steps
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,10 +12,10 @@ from django_taskrunner import (
     TaskMessage,
     dispatch,
 )
-from django_taskrunner.core.unique import TASK_ID_TTL_MS, holder_value
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import get_store
-from tests.testapp.tasks import runs_key
+from tests.internals import TASK_ID_TTL_MS, holder_value
+from tests.testapp.tasks import runs_key, unique_order
 from tests.worker_helpers import MovableClock
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -104,14 +104,14 @@ def test_the_same_id_on_another_queue_is_another_reservation(r, prefix):
 
 
 def test_task_id_with_a_unique_lock_reserves_both_and_reports_the_id_first(r, prefix):
-    message = dispatch("tests.testapp.tasks.unique_order", {"order": "o-9"}, task_id="o9")
+    message = dispatch(unique_order, {"order": "o-9"}, task_id="o9")
 
     assert r.get(message.lock_key).decode() == holder_value(message)
     assert r.get(id_key(prefix, "o9")).decode() == holder_value(message)
     with pytest.raises(TaskIdConflict):
-        dispatch("tests.testapp.tasks.unique_order", {"order": "o-9"}, task_id="o9")
+        dispatch(unique_order, {"order": "o-9"}, task_id="o9")
     with pytest.raises(TaskAlreadyDispatched) as held:
-        dispatch("tests.testapp.tasks.unique_order", {"order": "o-9"}, task_id="o10")
+        dispatch(unique_order, {"order": "o-9"}, task_id="o10")
     assert held.value.holder_id == "o9"
     assert r.exists(id_key(prefix, "o10")) == 0  # refused: nothing reserved
 

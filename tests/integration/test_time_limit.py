@@ -7,15 +7,14 @@ import threading
 
 import pytest
 
-from django_taskrunner import dispatch
-from django_taskrunner.core.registry import registry
-from django_taskrunner.core.task import Task
+from django_taskrunner import Task, dispatch, register_task
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import get_store
 from django_taskrunner.worker.executor import Executor
 from django_taskrunner.worker.fetcher import Delivery
 from django_taskrunner.worker.pool import Pool
 from django_taskrunner.worker.running import RunningSet
+from tests.internals import unregister_task
 from tests.testapp.tasks import blocks_in_c, noop, runs_key, spins_in_python, stops_when_cancelled
 from tests.worker_helpers import wait_for, worker_thread
 
@@ -91,7 +90,7 @@ def test_a_result_that_arrives_after_the_watchdog_gave_up_is_ignored(r):
         [attempt] = running.snapshot()
         assert running.settle(attempt)  # what the watchdog does when it gives up
 
-    registry.register(Task(fn=late, name="tests.late"))
+    register_task(Task(fn=late, name="tests.late"))
     try:
         message = dispatch("tests.late", None)
         executor = Executor(get_store().streams, "me", lambda queue, sid: acked.append(sid),
@@ -101,7 +100,7 @@ def test_a_result_that_arrives_after_the_watchdog_gave_up_is_ignored(r):
         # When the task then returns successfully
         executor.handle(Delivery("default", message.stream_id, body))
     finally:
-        registry.unregister("tests.late")
+        unregister_task("tests.late")
 
     # Then its worker thread does nothing more with the message: no ack, no retry
     assert acked == []

@@ -20,11 +20,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 from opentelemetry.util._once import Once  # noqa: E402
 
 from django_taskrunner import task, tracing  # noqa: E402
-from django_taskrunner.core import clock  # noqa: E402
 from django_taskrunner.models import FailedTask  # noqa: E402
 from django_taskrunner.store import get_store  # noqa: E402
 from tests.testapp.tasks import always_fails, blocks_in_c, noop  # noqa: E402
-from tests.worker_helpers import wait_for, worker_thread  # noqa: E402
+from tests.worker_helpers import (  # noqa: E402
+    set_app_clock,  # noqa: E402
+    wait_for,
+    worker_thread,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -126,7 +129,7 @@ def test_a_provider_set_while_tasks_run_is_used_within_the_check_interval(monkey
     # The worker asks for the provider once per PROVIDER_CHECK_S, not for every task: a
     # provider set later is picked up by the next span after that interval.
     now = [1000.0]
-    monkeypatch.setattr(clock, "monotonic", lambda: now[0])
+    set_app_clock(monkeypatch, monotonic=lambda: now[0])
     tracing.forget_provider()
     message = noop.dispatch({"n": 3})
     assert message.trace_context is None  # no provider: not traced, and "none" is trusted
@@ -152,8 +155,7 @@ import sys
 {block}
 import django
 django.setup()
-from django_taskrunner import tracing
-from django_taskrunner.core.message import TaskMessage
+from django_taskrunner import TaskMessage, tracing
 message = TaskMessage(id="a" * 32, task_name="t", queue="default", payload=None)
 print(tracing.ENABLED, tracing.producer_context(message), tracing.consumer_span(message),
       "opentelemetry" in sys.modules and sys.modules["opentelemetry"] is not None)

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from django_taskrunner import TaskAlreadyDispatched, TaskMessage, dispatch
-from django_taskrunner.core.unique import holder_value
 from django_taskrunner.store import get_store
 from tests.conftest import ROOT, RedisTarget, worker_env
+from tests.internals import holder_value
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -19,13 +19,14 @@ from django_taskrunner import (
     dispatch,
     dispatch_many,
     dispatch_on_commit,
+    payload_key,
 )
-from django_taskrunner.core import clock
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.dispatch import prepare
 from django_taskrunner.core.unique import holder_value
 from django_taskrunner.store import Store, get_store, keys
-from tests.testapp.tasks import unique_order
+from tests.testapp.tasks import noop, unique_order
+from tests.worker_helpers import app_now_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -64,11 +65,11 @@ DATA_COMMANDS = frozenset({"xadd", "evalsha", "eval", "script|load", "get", "set
 
 
 def test_a_plain_dispatch_is_one_xadd_and_a_unique_one_is_one_evalsha(r):
-    dispatch("tests.testapp.tasks.noop", {"n": 0})  # connect first
+    dispatch(noop, {"n": 0})  # connect first
     dispatch(ORDER, {"order": "warm-up"})  # and load the script
 
     reset_counts(r)
-    dispatch("tests.testapp.tasks.noop", {"n": 1})
+    dispatch(noop, {"n": 1})
     # One EVALSHA (record_add.lua): the XADD, then the task's record with its stream id
     # (HSET, EXPIRE). On a cluster the record lives in the id's slot, not the queue's:
     # the XADD, then one EVALSHA (record_new.lua) writing the record with the id.
@@ -109,8 +110,8 @@ def test_dispatch_many_of_a_unique_task_skips_duplicates_in_one_round_trip(r, ca
 
 
 def test_dispatch_many_with_a_unique_override_locks_each_payload(r):
-    queued = dispatch_many("tests.testapp.tasks.noop", [{"n": 1}, {"n": 2}, {"n": 1}],
-                           unique_key=locks.payload_key, unique_for=10)
+    queued = dispatch_many(noop, [{"n": 1}, {"n": 2}, {"n": 1}],
+                           unique_key=payload_key, unique_for=10)
 
     assert [message.payload for message in queued] == [{"n": 1}, {"n": 2}]
     assert 9_000 < r.pttl(queued[0].lock_key) <= 10_000
@@ -118,7 +119,7 @@ def test_dispatch_many_with_a_unique_override_locks_each_payload(r):
 
 def test_dispatch_on_commit_checks_now_and_skips_a_duplicate_found_at_commit(r, caplog):
     with pytest.raises(UniqueForRequired):
-        dispatch_on_commit("tests.testapp.tasks.noop", {}, unique_mode="until_executed")
+        dispatch_on_commit(noop, {}, unique_mode="until_executed")
 
     first = unique_order.dispatch({"order": "c-1"})
     caplog.set_level(logging.INFO, logger="django_taskrunner")
@@ -164,7 +165,7 @@ def test_an_unreadable_lock_adds_no_message(r, prefix):
 
 
 def test_enqueue_into_the_delayed_set_takes_the_lock_at_dispatch_time(r, prefix):
-    due_ms = clock.now_ms() + 3_600_000
+    due_ms = app_now_ms() + 3_600_000
     message, claim = prepare(unique_order, {"order": "later"}, task_id="later-1",
                              start_ms=due_ms)
     delayed = keys.delayed_key(prefix, message.queue)
@@ -181,4 +182,4 @@ def test_enqueue_into_the_delayed_set_takes_the_lock_at_dispatch_time(r, prefix)
     with pytest.raises(TaskAlreadyDispatched):
         dispatch(ORDER, {"order": "later"})
     with pytest.raises(TaskIdConflict):
-        dispatch("tests.testapp.tasks.noop", {}, task_id="later-1")
+        dispatch(noop, {}, task_id="later-1")

@@ -14,7 +14,8 @@ from django_taskrunner import TaskAlreadyDispatched, TaskMessage, dispatch
 from django_taskrunner.core import unique as locks
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import Store, get_store
-from tests.testapp.tasks import runs_key, unique_order
+from tests.internals import holder_value
+from tests.testapp.tasks import noop, runs_key, unique_order
 from tests.worker_helpers import MovableClock, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -43,11 +44,11 @@ def test_seed_scenarios_duplicate_refused_other_key_free_and_free_again_after_fi
     first = unique_order.dispatch({"order": "order-123"})
     lock_key = f"{prefix}:{{default}}:unique:tests.testapp.tasks.unique_order:order-123"
     assert first.lock_key == lock_key
-    assert r.get(lock_key).decode() == locks.holder_value(first)
+    assert r.get(lock_key).decode() == holder_value(first)
 
     # When order-123 is dispatched again, it is refused with the first task's id
     with pytest.raises(TaskAlreadyDispatched) as refused:
-        dispatch("tests.testapp.tasks.unique_order", {"order": "order-123"})
+        dispatch(unique_order, {"order": "order-123"})
     assert refused.value.holder_id == first.id
     assert refused.value.lock_key == lock_key
 
@@ -61,7 +62,7 @@ def test_seed_scenarios_duplicate_refused_other_key_free_and_free_again_after_fi
     assert r.hget(runs_key(), "unique_order:order-123") == b"1"
     assert r.exists(lock_key) == 0
     again = unique_order.dispatch({"order": "order-123"})
-    assert r.get(lock_key).decode() == locks.holder_value(again)
+    assert r.get(lock_key).decode() == holder_value(again)
 
 
 def test_lock_ttl_is_unique_for_and_a_per_call_override_wins(r):
@@ -78,17 +79,17 @@ def test_the_same_key_on_two_queues_is_two_locks(r):
 
     assert on_default.lock_key != on_other.lock_key
     assert "{other}" in on_other.lock_key
-    assert r.get(on_default.lock_key).decode() == locks.holder_value(on_default)
-    assert r.get(on_other.lock_key).decode() == locks.holder_value(on_other)
+    assert r.get(on_default.lock_key).decode() == holder_value(on_default)
+    assert r.get(on_other.lock_key).decode() == holder_value(on_other)
     with pytest.raises(TaskAlreadyDispatched):
         unique_order.dispatch({"order": "q-1"}, queue="other")
 
 
 def test_an_override_makes_a_plain_task_unique_for_one_call(r):
-    first = dispatch("tests.testapp.tasks.noop", {"n": 1}, unique_key="nightly", unique_for=30)
+    first = dispatch(noop, {"n": 1}, unique_key="nightly", unique_for=30)
     with pytest.raises(TaskAlreadyDispatched) as refused:
-        dispatch("tests.testapp.tasks.noop", {"n": 2}, unique_key="nightly", unique_for=30)
-    plain = dispatch("tests.testapp.tasks.noop", {"n": 3})
+        dispatch(noop, {"n": 2}, unique_key="nightly", unique_for=30)
+    plain = dispatch(noop, {"n": 3})
 
     assert refused.value.holder_id == first.id
     assert plain.lock_key is None
@@ -141,7 +142,7 @@ def test_until_executed_keeps_the_lock_when_the_task_fails_for_good(r, run_burst
     run_burst()
 
     assert FailedTask.objects.get().message_id == message.id
-    assert r.get(message.lock_key).decode() == locks.holder_value(message)
+    assert r.get(message.lock_key).decode() == holder_value(message)
     assert 0 < r.pttl(message.lock_key) <= 60_000
     with pytest.raises(TaskAlreadyDispatched) as refused:
         dispatch(PROBE, {"k": "ue-fail"})
@@ -153,7 +154,7 @@ def test_until_executed_keeps_the_lock_when_the_task_fails_for_good(r, run_burst
 
 def test_until_executing_frees_the_lock_when_a_worker_starts_the_task(r, run_burst):
     message = dispatch(PROBE, {"k": "ux"}, unique_mode="until_executing")
-    assert r.get(message.lock_key).decode() == locks.holder_value(message)  # held while pending
+    assert r.get(message.lock_key).decode() == holder_value(message)  # held while pending
 
     run_burst()
 
@@ -187,7 +188,7 @@ def test_while_locked_keeps_the_lock_after_success_until_the_ttl(r, run_burst):
     run_burst()
 
     assert probes(r, "wl") == {1: f"held:{message.id}"}
-    assert r.get(message.lock_key).decode() == locks.holder_value(message)
+    assert r.get(message.lock_key).decode() == holder_value(message)
     assert 0 < r.pttl(message.lock_key) <= 2_000
     with pytest.raises(TaskAlreadyDispatched):
         dispatch(PROBE, {"k": "wl"})
@@ -203,7 +204,7 @@ def test_a_lock_that_expired_and_was_retaken_survives_the_older_tasks_release(r,
     wait_for(lambda: r.exists(older.lock_key) == 0)
     # And task B that took the lock afterwards
     newer = dispatch(PROBE, {"k": "retaken"})
-    assert r.get(newer.lock_key).decode() == locks.holder_value(newer)
+    assert r.get(newer.lock_key).decode() == holder_value(newer)
 
     # When a worker runs only A (B is moved aside) and A releases at its finish
     stream = get_store().streams.stream("default")
@@ -214,7 +215,7 @@ def test_a_lock_that_expired_and_was_retaken_survives_the_older_tasks_release(r,
 
     # Then B still holds its lock with its TTL
     assert probes(r, "retaken") == {1: f"held:{newer.id}"}
-    assert r.get(newer.lock_key).decode() == locks.holder_value(newer)
+    assert r.get(newer.lock_key).decode() == holder_value(newer)
     assert r.pttl(newer.lock_key) > 50_000
 
 
@@ -228,7 +229,7 @@ def test_an_expired_task_frees_its_lock_but_while_locked_keeps_it(r, run_burst, 
     assert probes(r, "exp-1") == {} and probes(r, "exp-2") == {}  # neither ran
     assert FailedTask.objects.count() == 2
     assert r.exists(until_finished.lock_key) == 0
-    assert r.get(while_locked.lock_key).decode() == locks.holder_value(while_locked)
+    assert r.get(while_locked.lock_key).decode() == holder_value(while_locked)
 
 
 def test_a_message_for_an_unknown_task_frees_its_lock(r, run_burst, prefix):

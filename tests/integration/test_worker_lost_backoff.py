@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from django_taskrunner import lookup
-from django_taskrunner.core import clock
-from django_taskrunner.core.message import TaskMessage
+from django_taskrunner import TaskMessage, lookup
 from django_taskrunner.store import get_store, keys
 from django_taskrunner.worker.reclaim import Started, hand_back
+from tests.worker_helpers import app_monotonic, app_now_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -39,9 +38,9 @@ def test_a_handed_back_running_attempt_waits_its_backoff_instead_of_going_to_a_s
     # Given a dead child that was running a task whose retries wait 60 s
     message = fails_then_retries_later.dispatch({"n": 1})
     [stream_id] = read_as(r, "dead-1.0")
-    running = {("default", stream_id): Started("default", stream_id, clock.monotonic())}
+    running = {("default", stream_id): Started("default", stream_id, app_monotonic())}
     # When its messages are handed back with a live sibling
-    before = clock.now_ms()
+    before = app_now_ms()
     done = hand_back(get_store().streams, "dead-1.0", ["default"], running,
                      "killed by signal 9 (SIGKILL)", ["alive-0.0"])
     # Then the attempt counts as failed and its retry waits the backoff, not on the sibling

@@ -21,7 +21,7 @@ def runs(r, name: str) -> dict[str, int]:
 def test_a_thousand_dispatched_tasks_each_run_exactly_once(r, run_burst):
     # Given 1,000 tasks, half dispatched one by one and half in one round trip
     for n in range(500):
-        dispatch("tests.testapp.tasks.noop", {"n": n})
+        dispatch(noop, {"n": n})
     noop.dispatch_many({"n": n} for n in range(500, 1000))
 
     # When a worker drains the queue

@@ -10,6 +10,7 @@ import pytest
 from django_taskrunner import (
     InvalidTaskOptions,
     InvalidTaskPayload,
+    Task,
     TaskNotFound,
     cancel_workflow,
     chain,
@@ -17,7 +18,6 @@ from django_taskrunner import (
     lookup,
     lookup_workflow,
 )
-from django_taskrunner.core.task import Task
 from django_taskrunner.core.workflows import Signature, from_dict
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import get_store, keys

@@ -15,9 +15,8 @@ def main(name: str, rounds: int) -> None:
     import django
 
     django.setup()
-    from django_taskrunner import TaskAlreadyDispatched, dispatch
+    from django_taskrunner import TaskAlreadyDispatched, dispatch, get_redis
     from django_taskrunner.conf import get_settings
-    from django_taskrunner.store.connection import get_redis
 
     base = f"{get_settings().PREFIX}:test"
     redis = get_redis()

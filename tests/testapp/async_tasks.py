@@ -11,9 +11,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from django_taskrunner import task
-from django_taskrunner.core.context import TaskContext
-from django_taskrunner.store.connection import get_redis
+from django_taskrunner import TaskContext, get_redis, task
 from tests.testapp.models import Note
 from tests.testapp.tasks import record, runs_key
 

@@ -12,9 +12,8 @@ from typing import Any
 
 import redis
 
-from django_taskrunner import task
+from django_taskrunner import get_redis, task
 from django_taskrunner.conf import get_settings
-from django_taskrunner.store.connection import get_redis
 
 _lock = threading.Lock()
 _counter: list[Any] = []

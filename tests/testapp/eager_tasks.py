@@ -7,8 +7,7 @@ from typing import Any
 
 from django.db.models.signals import post_save
 
-from django_taskrunner import dispatch_on, task
-from django_taskrunner.core.context import TaskContext
+from django_taskrunner import TaskContext, dispatch_on, task
 from tests.testapp.models import Note
 
 # How many times each eager fixture ran, by text (attempts included).

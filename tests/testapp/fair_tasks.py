@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_taskrunner import task
+from django_taskrunner import get_redis, task
 from django_taskrunner.conf import get_settings
-from django_taskrunner.store.connection import get_redis
 
 FAIR_QUEUE = "fair"
 FAIR_CHAOS_QUEUE = "fair-chaos"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django_taskrunner.store.connection import get_redis
+from django_taskrunner import get_redis
 from tests.testapp.tasks import runs_key
 
 

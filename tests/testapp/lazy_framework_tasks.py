@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from django_taskrunner import get_redis
 from django_taskrunner.compat import task
-from django_taskrunner.store.connection import get_redis
 from tests.testapp.tasks import runs_key
 
 

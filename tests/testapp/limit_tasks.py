@@ -11,9 +11,8 @@ import json
 import time
 from typing import Any
 
-from django_taskrunner import task
+from django_taskrunner import get_redis, task
 from django_taskrunner.conf import get_settings
-from django_taskrunner.store.connection import get_redis
 
 LIMITS_QUEUE = "limits"
 

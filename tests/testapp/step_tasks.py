@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_taskrunner import task
+from django_taskrunner import get_redis, task
 from django_taskrunner.conf import get_settings
-from django_taskrunner.store.connection import get_redis
 
 
 def log_key() -> str:

@@ -10,9 +10,9 @@ import threading
 import time
 from typing import Any
 
-from django_taskrunner import task
+from django_taskrunner import Task, get_redis, task
 from django_taskrunner.conf import get_settings
-from django_taskrunner.store.connection import get_redis
+from django_taskrunner.store import keys
 
 
 def runs_key() -> str:
@@ -81,11 +81,11 @@ def nothing(payload: Any) -> None:
 @task
 def timed_noop(payload: Any) -> None:
     """Counts its runs and records when it last started, in one hash (bench/cluster.py)."""
-    from django_taskrunner.core import clock
+    from tests.worker_helpers import app_now_ms
 
     pipe = get_redis().pipeline(transaction=False)
     pipe.hincrby(runs_key(), f"timed_noop:{payload['n']}", 1)
-    pipe.hset(runs_key(), f"started:{payload['n']}", clock.now_ms())
+    pipe.hset(runs_key(), f"started:{payload['n']}", app_now_ms())
     pipe.execute()
 
 
@@ -105,12 +105,12 @@ def unique_order(payload: Any) -> None:
     get_redis().hincrby(runs_key(), f"unique_order:{payload['order']}", 1)
 
 
-def _try_dispatch(name: str, payload: Any, **options: Any) -> str:
+def _try_dispatch(fixture: Task, payload: Any, **options: Any) -> str:
     """'ok:<id>' if the dispatch went in, else 'held:<holder id>'."""
     from django_taskrunner import TaskAlreadyDispatched, TaskIdConflict, dispatch
 
     try:
-        return f"ok:{dispatch(name, payload, **options).id}"
+        return f"ok:{dispatch(fixture, payload, **options).id}"
     except (TaskAlreadyDispatched, TaskIdConflict) as exc:
         return f"held:{exc.holder_id}"
 
@@ -127,7 +127,7 @@ def unique_probe(ctx: Any, payload: Any) -> None:
     if payload.get("inner"):
         redis.hincrby(runs_key(), f"unique_probe:inner:{payload['k']}", 1)
         return
-    seen = _try_dispatch("tests.testapp.tasks.unique_probe", {"k": payload["k"], "inner": True},
+    seen = _try_dispatch(unique_probe, {"k": payload["k"], "inner": True},
                          queue=ctx.queue)
     redis.hset(runs_key(), f"probe:{payload['k']}:{ctx.attempt}", seen)
     if ctx.attempt <= int(payload.get("fail", 0)):
@@ -144,11 +144,9 @@ def id_probe(ctx: Any, payload: Any) -> None:
     if payload.get("inner"):
         redis.hincrby(runs_key(), f"id_probe:inner:{ctx.id}", 1)
         return
-    from django_taskrunner.store.keys import task_id_key
-
-    id_ttl = redis.pttl(task_id_key(get_settings().PREFIX, ctx.queue, ctx.id))
+    id_ttl = redis.pttl(keys.task_id_key(get_settings().PREFIX, ctx.queue, ctx.id))
     redis.hset(runs_key(), f"idttl:{ctx.id}:{ctx.attempt}", id_ttl)
-    seen = _try_dispatch("tests.testapp.tasks.id_probe", {"inner": True}, task_id=ctx.id,
+    seen = _try_dispatch(id_probe, {"inner": True}, task_id=ctx.id,
                          queue=ctx.queue)
     redis.hset(runs_key(), f"idprobe:{ctx.id}:{ctx.attempt}", seen)
     if ctx.attempt <= int(payload.get("fail", 0)):
@@ -231,20 +229,20 @@ def stamps_key() -> str:
 @task
 def stamp(payload: Any) -> None:
     """Counts its runs and records when each started (epoch ms), keyed by payload["n"]."""
-    from django_taskrunner.core import clock
+    from tests.worker_helpers import app_now_ms
 
     client = get_redis()
-    client.rpush(f"{stamps_key()}:{payload['n']}", clock.now_ms())
+    client.rpush(f"{stamps_key()}:{payload['n']}", app_now_ms())
     record("stamp", payload)
 
 
 @task(max_retry=1, retry_backoff=0.6)
 def fails_once_with_backoff(payload: Any) -> None:
     """Fails its first attempt; retried after 0.6 s. Records each attempt's start."""
-    from django_taskrunner.core import clock
+    from tests.worker_helpers import app_now_ms
 
     client = get_redis()
-    client.rpush(f"{stamps_key()}:backoff:{payload['n']}", clock.now_ms())
+    client.rpush(f"{stamps_key()}:backoff:{payload['n']}", app_now_ms())
     if client.hincrby(runs_key(), f"fails_once_with_backoff:{payload['n']}", 1) == 1:
         raise RuntimeError("first attempt fails")
 

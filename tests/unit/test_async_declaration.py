@@ -7,15 +7,13 @@ import functools
 import pytest
 
 from django_taskrunner import InvalidTaskOptions, Task
-from django_taskrunner.core.registry import registry
+from tests.internals import saved_registry
 
 
 @pytest.fixture(autouse=True)
 def restore_registry():
-    saved = dict(registry._registry)
-    yield
-    registry._registry.clear()
-    registry._registry.update(saved)
+    with saved_registry():
+        yield
 
 
 async def pings(payload):

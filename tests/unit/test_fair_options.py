@@ -6,19 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-from django_taskrunner import InvalidTaskOptions, task
+from django_taskrunner import InvalidTaskOptions, TaskMessage, task
 from django_taskrunner.core.dispatch import prepare
-from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.store import keys
+from tests.internals import saved_registry
 
 
 @pytest.fixture(autouse=True)
 def restore_registry():
-    saved = dict(registry._registry)
-    yield
-    registry._registry = saved
+    with saved_registry():
+        yield
 
 
 @pytest.mark.parametrize("bad", ["acct", 3, {"k": 1}])

@@ -6,20 +6,25 @@ from __future__ import annotations
 
 import pytest
 
-from django_taskrunner import InvalidTaskOptions, dispatch, dispatch_delayed, dispatch_many, task
+from django_taskrunner import (
+    InvalidTaskOptions,
+    TaskMessage,
+    dispatch,
+    dispatch_delayed,
+    dispatch_many,
+    task,
+)
 from django_taskrunner.core.dispatch import prepare
-from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.core.registry import registry
 from django_taskrunner.store import keys
+from tests.internals import saved_registry
 
 BAD = [-1, 10, 1.0, 5.5, "5", True, False, [9], float("nan")]
 
 
 @pytest.fixture(autouse=True)
 def restore_registry():
-    saved = dict(registry._registry)
-    yield
-    registry._registry = saved
+    with saved_registry():
+        yield
 
 
 @pytest.mark.parametrize("bad", BAD)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django_taskrunner.stats.recorder import BUCKET_LABELS, RUN_TIME_BUCKETS, StatsRecorder
+from tests.worker_helpers import set_app_clock
 
 
 def test_attempts_and_outcomes_are_counted_per_queue_and_task():
@@ -61,10 +62,9 @@ def test_a_batch_put_back_after_a_failed_write_merges_with_newer_figures_in_orde
 
 
 def test_a_pickup_delay_is_counted_from_the_stream_ids_milliseconds(monkeypatch):
-    from django_taskrunner.core import clock
     from django_taskrunner.stats.recorder import PICKUP_BUCKETS, PICKUP_LABELS
 
-    monkeypatch.setattr(clock, "now_ms", lambda: 1_000_000)
+    set_app_clock(monkeypatch, now_ms=lambda: 1_000_000)
     recorder = StatsRecorder()
     recorder.picked_up("q", "t", "999700-0", None)  # added 300 ms ago
     recorder.picked_up("q", "t", "1000005-3", None)  # "later" than now: another clock

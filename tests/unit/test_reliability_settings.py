@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from django_taskrunner import TaskMessage
 from django_taskrunner.conf import get_settings, validate_settings
-from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.runner import build_worker
 from django_taskrunner.store import get_store
 from django_taskrunner.worker.reclaim import dead_consumer_timeout

@@ -5,14 +5,13 @@ from __future__ import annotations
 import pytest
 
 from django_taskrunner import TaskNotFound, dispatch, task
-from django_taskrunner.core.registry import registry
+from tests.internals import saved_registry
 
 
 @pytest.fixture(autouse=True)
 def restore_registry():
-    saved = dict(registry._registry)
-    yield
-    registry._registry = saved
+    with saved_registry():
+        yield
 
 
 def test_a_misspelt_name_is_answered_with_the_registered_name_it_resembles():

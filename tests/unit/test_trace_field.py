@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from django_taskrunner.core.message import TaskMessage
+from django_taskrunner import TaskMessage
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 

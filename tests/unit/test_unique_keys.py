@@ -11,13 +11,14 @@ import pytest
 from django_taskrunner import (
     InvalidTaskOptions,
     InvalidTaskPayload,
+    Task,
     TaskAlreadyDispatched,
     TaskIdConflict,
     UniqueForRequired,
     dispatch,
     payload_key,
 )
-from django_taskrunner.core.task import Task, TaskOptions
+from django_taskrunner.core.task import TaskOptions
 from django_taskrunner.core.unique import LockSpec, UniqueClaim, derive_key, lock_spec
 
 

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from django_taskrunner import InvalidTaskOptions, task
+from django_taskrunner import InvalidTaskOptions, TaskMessage, task
 from django_taskrunner.core.dispatch import prepare
-from django_taskrunner.core.message import TaskMessage, holder_parts
-from django_taskrunner.core.registry import registry
+from django_taskrunner.core.message import holder_parts
 from django_taskrunner.core.unique import new_dispatch_token
+from tests.internals import saved_registry
 
 
 @pytest.fixture(autouse=True)
 def restore_registry():
-    saved = dict(registry._registry)
-    yield
-    registry._registry = saved
+    with saved_registry():
+        yield
 
 
 def test_on_conflict_defaults_to_raise():

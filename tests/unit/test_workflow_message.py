@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from django_taskrunner.core.message import TaskMessage
+from django_taskrunner import TaskMessage
 from django_taskrunner.exceptions import InvalidTaskPayload
 
 
