@@ -8,8 +8,10 @@ and the producers). Two parts, with task records on (the default) and off:
 
 - *against the server*: per call, wall time and this process's CPU (user + system) of
   `dispatch()`, of the very `EVALSHA` (or `XADD`) it sends, sent bare by the same client
-  (what redis-py and the round trip cost), and of a raw `XADD`; with the server's own
-  time per call (`INFO commandstats`);
+  (what redis-py and the round trip cost), of a script doing nothing but the `XADD`
+  (the least a dispatch whose record keeps its stream id can cost: a pipeline cannot
+  hand the `XADD`'s reply to the record's write) and of a raw `XADD`; with the server's
+  own time per call of each (`INFO commandstats`);
 - *Python only*: the same steps timed with the client's `execute_command` answering at
   once, best of 5: the whole `dispatch()`, and its parts (the message, its JSON, the
   record's first write and its script arguments, `Broker.add`, `scripts.run`).
@@ -58,7 +60,11 @@ def sent_by(client: Any, send: Callable[[], Any]) -> tuple[Any, ...]:
     return seen[-1]
 
 
+XADD_ALONE = "return redis.call('XADD', KEYS[1], '*', ARGV[1], ARGV[2])"
+
+
 def against_server(job: Any, client: Any, calls: int, rounds: int) -> None:
+    alone_sha = client.script_load(XADD_ALONE)
     command = sent_by(client, lambda: job.dispatch({}))
     for round_no in range(1, rounds + 1):
         client.flushall()
@@ -72,10 +78,21 @@ def against_server(job: Any, client: Any, calls: int, rounds: int) -> None:
         bare = per_call(lambda: client.execute_command(*command), calls)
         xadd = per_call(lambda: client.execute_command(
             "XADD", "bench:raw", "*", "m", "x" * 200), calls)
+        # The least any script costs: one doing the XADD alone (a dispatch whose record
+        # keeps the stream id needs a script: a pipeline cannot pass on the XADD's reply).
+        client.config_resetstat()
+        alone = per_call(lambda: client.evalsha(alone_sha, 1, "bench:raw", "m",
+                                                "x" * 200), calls)
+        alone_us = client.info("commandstats").get("cmdstat_evalsha", {}).get("usec_per_call")
+        client.config_resetstat()
+        per_call(lambda: client.execute_command("XADD", "bench:raw", "*", "m", "x" * 200),
+                 calls)
+        xadd_us = client.info("commandstats").get("cmdstat_xadd", {}).get("usec_per_call")
         print(f"  round {round_no}: dispatch {dispatch[0]:6.1f} µs wall {dispatch[1]:6.1f} µs "
-              f"CPU | its {command[0]} sent bare {bare[0]:6.1f} / {bare[1]:6.1f} | raw XADD "
-              f"{xadd[0]:6.1f} / {xadd[1]:6.1f} | server {server_us} µs per {command[0]}",
-              flush=True)
+              f"CPU | its {command[0]} sent bare {bare[0]:6.1f} / {bare[1]:6.1f} | a script "
+              f"doing the XADD alone {alone[0]:6.1f} / {alone[1]:6.1f} | raw XADD "
+              f"{xadd[0]:6.1f} / {xadd[1]:6.1f} | server µs per call: {command[0]} "
+              f"{server_us}, the one-XADD script {alone_us}, XADD {xadd_us}", flush=True)
 
 
 def best_us(fn: Callable[[], Any], number: int) -> float:
