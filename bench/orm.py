@@ -410,6 +410,11 @@ def table(results: Results, mode: str) -> str:
     return "\n".join(lines)
 
 
+# The runner's own CPU per task on top of the ORM work, at most (the performance issue's
+# third round; ahead of every peer on drain and worker CPU too).
+OWN_GOAL = 0.15
+
+
 def targets(results: Results) -> str:
     """The issue's targets for this workload, each figure with met or missed."""
     lines = ["| target | CONN_MAX_AGE | measured | goal | |", "|---|---|---|---|---|"]
@@ -422,13 +427,13 @@ def targets(results: Results) -> str:
                 if key in by:
                     own = (med(by[key]["worker_cpu"]) - loop) / loop
                     lines.append(f"| {BY_KEY[key].label}: own CPU on top of the ORM work | "
-                                 f"{shown} | {own:+.0%} | ≤ 10% | "
-                                 f"{'met' if own <= 0.10 else '**missed**'} |")
+                                 f"{shown} | {own:+.0%} | ≤ {OWN_GOAL:.0%} | "
+                                 f"{'met' if own <= OWN_GOAL else '**missed**'} |")
         peers = [k for k in by if BY_KEY[k].peer]
         for key in ("taskrunner1", "taskrunner"):
             if key not in by or not peers:
                 continue
-            for metric, name, higher in METRICS[:3]:
+            for metric, name, higher in METRICS[:2]:  # drain and worker CPU
                 best = (max if higher else min)(med(by[p][metric]) for p in peers)
                 ours = med(by[key][metric])
                 ok = ours >= best if higher else ours <= best

@@ -158,7 +158,7 @@ def section(args: argparse.Namespace, results: report.Results, argv: list[str]) 
         "in the table. Rates: higher is better; CPU "
         "and latency: lower is better.", "",
         report.table(results), "",
-        "Targets of the performance issue (its second round), from the same run:", "",
+        "Targets of the performance issue (its third round), from the same run:", "",
         report.targets(results), "",
         *([f"Against `{args.against}` ({commit_of(args.against)}): this checkout's figure "
            "÷ that one's, repetition by repetition (both ran in the same rounds), and each "

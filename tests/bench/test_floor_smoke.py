@@ -24,5 +24,7 @@ def test_each_drain_runs_every_task_and_prints_its_figures() -> None:
                           re.M)) == 9
     for runner, floor in (("runner8", "records"), ("runner8", "pool"), ("runner8off", "delete")):
         assert re.search(rf"^{runner}: floor \({floor}\) \d+ us/task = \d+\.\d\dx the bare "
-                         r"loop; 1\.15x leaves -?\d+ us/task for the rest of the runner, "
+                         r"loop; 1\.3x leaves -?\d+ us/task for the rest of the runner, "
                          r"which takes -?\d+$", out, re.M), out
+    assert re.search(r"^runner8 ÷ the pool floor: \d+\.\d\dx \(goal ≤ 1\.15x: (met|missed)\)$",
+                     out, re.M), out
