@@ -119,14 +119,14 @@ def python_only(job: Any, client: Any, number: int) -> None:
             ("Broker.add, no record", lambda: broker.add(message.queue, body, None)),
         ]
         if record is not None:
-            add_args = broker.records._add_args([(broker.stream(message.queue), body, record)])
+            stream = broker.stream(message.queue)
+            add_args = broker.records._add_one_args(stream, body, record)
             parts += [
                 ("dispatch_record (its fields)",
                  lambda: records.dispatch_record(message, job, message.queue)),
-                ("record_add.lua's arguments",
-                 lambda: broker.records._add_args([(broker.stream(message.queue), body,
-                                                     record)])),
-                ("scripts.run", lambda: scripts.run(client, "record_add", *add_args)),
+                ("record_add_one.lua's arguments",
+                 lambda: broker.records._add_one_args(stream, body, record)),
+                ("scripts.run", lambda: scripts.run(client, "record_add_one", *add_args)),
                 ("Broker.add with the record", lambda: broker.add(message.queue, body, record)),
             ]
         for label, fn in parts:

@@ -12,7 +12,7 @@ one record's two keys; `cancel_entry.lua`, the cancel's second step, in the slot
 task's shard.
 
 Writes ride in round trips their callers already make: the dispatch's (inside
-`record_add.lua` or `enqueue.lua` on one server, `enqueue_args`; a delayed message's ZADD
+`record_add_one.lua`, `record_add.lua` or `enqueue.lua` on one server, `enqueue_args`; a delayed message's ZADD
 pipeline, `queue_new`), the acker's batch (`queue_writes`), the heartbeat's
 (`queue_writes`, `queue_flags`). One exception: on a cluster the record of a message
 added now follows its XADD in a round trip of its own (`save_new`), since it needs the
@@ -41,7 +41,7 @@ from django_taskrunner.store.connection import WakeSubscription, text
 
 SCRIPTS = ("record_write", "record_index")  # queued as bare EVALSHA: loaded on NOSCRIPT
 SID_SCRIPTS = ("record_sid",)  # the same, for `set_stream_ids`
-ADD_SCRIPTS = ("record_add",)  # the dispatch's, queued the same way
+ADD_SCRIPTS = ("record_add",)  # a dispatch_many's, queued the same way
 NEW_SCRIPTS = ("record_new",)  # the same, for `save_new` (a cluster's dispatch)
 # Records per script call on one server: the script's own cost is paid once per call,
 # and a call stays short enough (well under a millisecond) not to hold up other clients.
@@ -131,9 +131,16 @@ class Records:
             scripts.queue(pipe, "record_add", *self._add_args(entries[start:start + ADD_BATCH]))
 
     def add(self, stream: str, body: str, write: RecordWrite) -> Any:
-        """`record_add.lua` for one message (one round trip); its stream id."""
-        return scripts.run(self.client, "record_add",
-                           *self._add_args([(stream, body, write)]))[0]
+        """`record_add_one.lua`: `record_add.lua` for one message (a plain `dispatch()`,
+        one round trip), its record's fields as plain arguments (no JSON to encode and
+        decode for one record); its stream id."""
+        return scripts.run(self.client, "record_add_one", *self._add_one_args(stream, body, write))
+
+    def _add_one_args(self, stream: str, body: str, write: RecordWrite,
+                      ) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of `record_add_one.lua` (see the script)."""
+        return ([stream, keys.record_key(self.prefix, write.task_id)],
+                [keys.ENTRY_FIELD, body, write.ttl_s, *_flat(write.fields)])
 
     def _add_args(
         self, entries: Sequence[tuple[str, str, RecordWrite]],

@@ -135,7 +135,7 @@ class Broker:
 
     def add(self, queue: str, body: str, record: RecordWrite | None = None) -> str:
         """XADD one message; returns its stream id. With `record`, its task record is
-        written with that stream id: in the same script on one server (`record_add.lua`),
+        written with that stream id: in the same script on one server (`record_add_one.lua`),
         in the round trip after the XADD on a cluster (another slot: `Records.save_new`)."""
         if record is None:  # execute_command, not xadd(): skips building its options
             return text(self.client.execute_command("XADD", self.stream(queue), "*",

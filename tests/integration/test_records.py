@@ -59,6 +59,22 @@ def test_a_dispatched_task_is_queued_then_succeeded_with_its_result(r, run_burst
     assert 0 < r.ttl(keys.record_key(get_store().prefix, message.id)) <= 86400
 
 
+def test_each_dispatched_task_gets_its_own_queued_record_with_its_stream_id(r):
+    # dispatch() writes its record with record_add_one.lua, dispatch_many with
+    # record_add.lua: each record says what its own message is, and where.
+    one = tasks.returns_double.dispatch({"n": 1})
+    batch = tasks.returns_double.dispatch_many([{"n": n} for n in range(3)])
+
+    for message in [one, *batch]:
+        record = lookup(message.id)
+        assert (record.status, record.task_name, record.queue, record.attempt) == (
+            "queued", "tests.testapp.tasks.returns_double", "default", 1)
+        assert record.stream_id == message.stream_id
+        assert record.dispatched_at == message.dispatched_at
+        assert 6 * 86400 < r.ttl(keys.record_key(get_store().prefix, message.id))
+    assert len({message.stream_id for message in [one, *batch]}) == 4
+
+
 def test_wait_returns_when_the_worker_finishes(r):
     message = tasks.sleeper.dispatch({"seconds": 0.3, "n": 1})
     with worker_thread():

@@ -1,5 +1,5 @@
--- Part (not a script): included by record_add.lua, record_new.lua and enqueue.lua at their
--- include line (store/scripts.py puts it in at load time).
+-- Part (not a script): included by record_add.lua, record_add_one.lua, record_new.lua and
+-- enqueue.lua at their include line (store/scripts.py puts it in at load time).
 --
 -- write_new_record(record, fields, sid, ttl): a dispatch's new task record, whole: its
 -- field, value pairs `fields`, the stream id its message was added as ('sid'; none when
