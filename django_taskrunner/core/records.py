@@ -14,7 +14,7 @@ import json
 import logging
 import math
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -228,6 +228,29 @@ def dispatch_record(
             fields.append(("ik", "1"))
     wait_s = 0 if due_ms is None else max(0, (due_ms - clock.now_ms()) // 1000)
     return RecordWrite(message.id, tuple(fields), PENDING_TTL_S + wait_s)
+
+
+def dispatch_records(
+    messages: Sequence[TaskMessage], task: Task, shards: Sequence[str],
+) -> list[RecordWrite]:
+    """`dispatch_record` of each message added now, onto its shard (a `dispatch_many`
+    batch): messages alike but for their ids (one task, queue, attempt and dispatch
+    time, one shard: a plain batch) share one tuple of fields, built once."""
+    shared: dict[tuple[str, str, int, int, str], RecordWrite] = {}
+    records = []
+    for message, shard in zip(messages, shards, strict=True):
+        alike = (message.task_name, message.queue, message.attempt, message.dispatched_at_ms,
+                 shard)
+        first = shared.get(alike)
+        if first is not None:
+            records.append(RecordWrite(message.id, first.fields, first.ttl_s))
+            continue
+        record = dispatch_record(message, task, shard)
+        if record is None:  # the task keeps no record
+            return []
+        shared[alike] = record
+        records.append(record)
+    return records
 
 
 def records() -> Records:

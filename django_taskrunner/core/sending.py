@@ -17,7 +17,7 @@ from django_taskrunner.conf import on_reset
 from django_taskrunner.core import clock, sharding
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
-from django_taskrunner.core.records import dispatch_record, keeps_records
+from django_taskrunner.core.records import dispatch_record, dispatch_records, keeps_records
 from django_taskrunner.core.unique import UniqueClaim
 from django_taskrunner.exceptions import RedisUnavailable, TaskAlreadyDispatched
 from django_taskrunner.store import get_store, keys
@@ -187,9 +187,7 @@ def add_plain(
     if any(message.fair_key is not None for message in messages) or any(
             fair_queue(broker, shard) for shard in set(shards)):
         return add_fair_batch(broker, task, messages, bodies)
-    records = [dispatch_record(message, task, shard)
-               for message, shard in zip(messages, shards, strict=True)
-               ] if keeps_records(task) else []
+    records = dispatch_records(messages, task, shards) if keeps_records(task) else []
     if sharding.shard_count(queue) == 1:
         return broker.add_many(shards[0], bodies, records)
     return broker.add_each(list(zip(shards, bodies, strict=True)), records)
