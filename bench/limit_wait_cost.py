@@ -15,7 +15,6 @@ read is the ratio: the limit waits' part on a task that never waited.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -39,7 +38,7 @@ def without_waits(source: str) -> str:
 
 
 def batch_args(round_no: int, batch_no: int, size: int, status: str) -> tuple[list, list]:
-    keys, specs = [], []
+    keys, args = [], []
     for n in range(size):
         task_id = f"t{round_no}-{batch_no}-{n}"
         keys += [f"bench:record:{{{task_id}}}", f"bench:record:{{{task_id}}}:done"]
@@ -48,9 +47,9 @@ def batch_args(round_no: int, batch_no: int, size: int, status: str) -> tuple[li
                   if status == "running" else
                   ["s", "succeeded", "t", "app.tasks.noop", "q", "default", "a", "1", "w",
                    "host-1-1234", "f", "1733200000100", "st", "1733200000000", "r", "null"])
-        specs.append(["update" if status == "running" else "final", "3600", "0", "0", "0",
-                      task_id, fields])
-    return keys, [json.dumps(specs)]
+        args += ["update" if status == "running" else "final", "3600", "0", "0", "0",
+                 task_id, "0", len(fields), *fields]
+    return keys, args
 
 
 def turn(client, sha: str, round_no: int, batches: int, size: int) -> float:  # type: ignore[no-untyped-def]

@@ -65,18 +65,18 @@ def ensure_group(client: redis.Redis, stream: str) -> None:
 def record_call(sha: str, done: list[tuple[str, int]], finished_ms: int) -> list[object]:
     """EVALSHA arguments of `record_write.lua` for the succeeded tasks `done` (id, start ms)."""
     script_keys: list[str] = []
-    specs = []
+    args: list[object] = []
     index = keys.finished_key(PREFIX, QUEUE)
     cutoff = str(finished_ms - RESULT_TTL_S * 1000)
     finished = str(finished_ms)
     for task_id, started_ms in done:
         script_keys += [keys.record_key(PREFIX, task_id), keys.record_done_key(PREFIX, task_id),
                         index]
-        specs.append(["final", str(RESULT_TTL_S), "1", str(FINISHED_KEEP), cutoff, task_id,
-                      ["s", "succeeded", "t", "job", "q", QUEUE, "a", "1", "w", CONSUMER,
-                       "st", str(started_ms), "f", finished, "r", "null"]])
-    return ["EVALSHA", sha, len(script_keys), *script_keys,
-            json.dumps(specs, separators=(",", ":"))]
+        fields = ["s", "succeeded", "t", "job", "q", QUEUE, "a", "1", "w", CONSUMER,
+                  "st", str(started_ms), "f", finished, "r", "null"]
+        args += ["final", RESULT_TTL_S, "1", FINISHED_KEEP, cutoff, task_id, "0", len(fields),
+                 *fields]
+    return ["EVALSHA", sha, len(script_keys), *script_keys, *args]
 
 
 def send(client: redis.Redis, sha: str, stream: str, level: str, ids: list[bytes],

@@ -37,12 +37,12 @@
 -- <prefix>:record:{<id>}:done, when its task may have steps its steps hash
 -- <prefix>:record:{<id>}:steps, then, when it is indexed, its queue's finished index
 -- <prefix>:{<queue>}:finished
--- ARGV[1] the writes as one JSON array (one argument, not a dozen per record: the
--- client's cost is per argument), each [mode, TTL in seconds, indexed (1 or 0), the ids
--- the index keeps, the oldest finish time it keeps (epoch ms), the task id (its member),
--- [field, value, ...], steps (1: its steps hash is among the KEYS, or 0)]: mode
--- 'update' or 'final', field 's' the status, 'h' the dispatch's holder; every number and
--- value a JSON string
+-- ARGV, for each record in turn (plain arguments, not a JSON batch: the client packs
+-- them in C, where encoding a batch's JSON and decoding it here cost more per record):
+-- mode ('update' or 'final'), TTL in seconds, indexed (1 or 0), the ids the index
+-- keeps, the oldest finish time it keeps (epoch ms), the task id (its member), steps (1:
+-- its steps hash is among the KEYS, or 0), n, then n arguments: field, value, ... (field
+-- 's' the status, 'h' the dispatch's holder)
 -- Returns the status now recorded, per record (false: none).
 
 -- include: record_final.lua
@@ -171,16 +171,20 @@ local function write(record, done, steps, index_key, mode, ttl, keep, cutoff, me
 end
 
 local statuses = {}
-local key = 1
-for k, spec in ipairs(cjson.decode(ARGV[1])) do
-  local indexed = spec[3] == '1'
-  local stepped = spec[8] == '1'
+local key, arg, k = 1, 1, 0
+while arg <= #ARGV do
+  k = k + 1
+  local indexed = ARGV[arg + 2] == '1'
+  local stepped = ARGV[arg + 6] == '1'
+  local n = tonumber(ARGV[arg + 7])
   local at = key + (stepped and 3 or 2)
   -- false, not nil, for a record without a status: a nil would cut the reply short.
   statuses[k] = write(KEYS[key], KEYS[key + 1], stepped and KEYS[key + 2],
-                      indexed and KEYS[at], spec[1], spec[2], tonumber(spec[4]), spec[5],
-                      spec[6], spec[7]) or false
+                      indexed and KEYS[at], ARGV[arg], ARGV[arg + 1],
+                      tonumber(ARGV[arg + 3]), ARGV[arg + 4], ARGV[arg + 5],
+                      {unpack(ARGV, arg + 8, arg + 7 + n)}) or false
   key = at + (indexed and 1 or 0)
+  arg = arg + 8 + n
 end
 for index_key, seen in pairs(listed_in) do
   tend_index(index_key, seen[1], seen[2], seen[3])
