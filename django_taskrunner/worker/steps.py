@@ -16,7 +16,7 @@ import math
 import random
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from django.dispatch import Signal
@@ -60,32 +60,43 @@ if TYPE_CHECKING:
 
 # `Run`: what the steps know of one delivery so far, filled in as it goes through them.
 
-@dataclass(slots=True)
 class Run:
-    """One delivery on its way through the steps."""
+    """One delivery on its way through the steps.
 
-    delivery: Delivery
-    message: TaskMessage | None = None  # set by the decode step
-    task: Task | None = None  # set by the lookup step
-    attempt: Attempt | None = None  # set while and after the task function runs
-    error: BaseException | None = None  # what the attempt raised (None: it succeeded)
-    on_loop: bool = False  # an async attempt handed to the event loop, which settles it
-    slots: tuple[Slot, ...] = ()  # concurrency slots taken (`check_limits`, below)
+    A plain class with slots rather than a dataclass: one is built per delivery, and the
+    steps read its shard, stream id and shown name several times each (attributes set
+    once, not properties).
+    """
+
+    __slots__ = ("delivery", "shard", "stream_id", "message", "task", "attempt", "error",
+                 "on_loop", "slots", "_shown")
+
+    def __init__(
+        self, delivery: Delivery, message: TaskMessage | None = None, task: Task | None = None,
+        attempt: Attempt | None = None, error: BaseException | None = None,
+        on_loop: bool = False, slots: tuple[Slot, ...] = (),
+    ) -> None:
+        self.delivery = delivery
+        self.shard = delivery.shard  # the stream it was read from
+        self.stream_id = delivery.stream_id
+        self.message = message  # set by the decode step
+        self.task = task  # set by the lookup step
+        self.attempt = attempt  # set while and after the task function runs
+        self.error = error  # what the attempt raised (None: it succeeded)
+        self.on_loop = on_loop  # an async attempt handed to the event loop, which settles it
+        self.slots = slots  # concurrency slots taken (`check_limits`, below)
+        self._shown: str | None = None
 
     @property
     def shown_name(self) -> str:
         """The task name stats and metrics count this run under (`tasks.shown_name`: a
-        Django Tasks framework task's own path, not the shim's)."""
-        assert self.message is not None
-        return shown_name(self.message.task_name, self.message.payload)
-
-    @property
-    def shard(self) -> str:
-        return self.delivery.shard
-
-    @property
-    def stream_id(self) -> str:
-        return self.delivery.stream_id
+        Django Tasks framework task's own path, not the shim's); worked out once (its
+        message's task name and payload do not change)."""
+        shown = self._shown
+        if shown is None:
+            assert self.message is not None
+            shown = self._shown = shown_name(self.message.task_name, self.message.payload)
+        return shown
 
 
 # The default retry backoff: exponential with jitter. Pure, so tests can pin it.
