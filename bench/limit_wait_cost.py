@@ -24,9 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.delayed_timing import start_redis, wait_until  # noqa: E402
-
-SCRIPT = ROOT / "django_taskrunner" / "store" / "lua" / "record_write.lua"
-
+from django_taskrunner.store import scripts  # noqa: E402
 
 def without_waits(source: str) -> str:
     """The script as it was before limit waits: the HMGET of five fields, no close."""
@@ -89,7 +87,7 @@ def main() -> None:
         try:
             client = redis.Redis.from_url(url)
             wait_until(lambda: _answers(client), 10)
-            source = SCRIPT.read_text()
+            source = scripts.source("record_write")  # with its shared parts put in
             shas = {"with limit waits": client.script_load(source),
                     "without": client.script_load(without_waits(source))}
             figures: dict[str, list[float]] = {name: [] for name in shas}
