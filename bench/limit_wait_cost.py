@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 from bench.delayed_timing import start_redis, wait_until  # noqa: E402
 from django_taskrunner.store import scripts  # noqa: E402
 
+
 def without_waits(source: str) -> str:
     """The script as it was before limit waits: the HMGET of five fields, no close."""
     close = ("  if now[6] then\n    close_wait(record, now[6], now[7], kv, status_at and "
