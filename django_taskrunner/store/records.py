@@ -12,8 +12,8 @@ one record's two keys; `cancel_entry.lua`, the cancel's second step, in the slot
 task's shard.
 
 Writes ride in round trips their callers already make: the dispatch's (inside
-`record_add_one.lua`, `record_add.lua` or `enqueue.lua` on one server, `enqueue_args`; a delayed message's ZADD
-pipeline, `queue_new`), the acker's batch (`queue_writes`), the heartbeat's
+`record_add_one.lua`, `record_add.lua` or `enqueue.lua` on one server, `enqueue_args`; a
+delayed message's ZADD pipeline, `queue_new`), the acker's batch (`queue_writes`), the heartbeat's
 (`queue_writes`, `queue_flags`). One exception: on a cluster the record of a message
 added now follows its XADD in a round trip of its own (`save_new`), since it needs the
 stream id the XADD gives. Redis outage errors (`errors.REDIS_DOWN`) pass through every
