@@ -20,6 +20,7 @@ bugs, and retrying would hide them.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from redis.exceptions import (
@@ -69,12 +70,18 @@ _REFUSING_CODES = ("OOM ", "READONLY ", "LOADING ", "NOSCRIPT ", "MASTERDOWN ", 
 
 # How redis-py words an error reply met in a pipeline, before the reply itself.
 _IN_PIPELINE = " of pipeline caused error: "
+# How Redis before 7 words an error a script's redis.call met, before its code ("-NOREPLICAS
+# ..."); Redis 7 replies with the code as it is.
+_IN_SCRIPT = re.compile(r"^Error running script \(call to f_[0-9a-f]+\): "
+                        r"@user_script:\d+: (?:@user_script: \d+: )?-")
 
 
 def refuses_writes(exc: BaseException) -> bool:
     """Whether `exc` is a server refusing writes for now (see `REFUSING`), not bad data;
     in a pipeline too, where redis-py puts "Command # 1 (...) of pipeline caused error: "
-    before the reply and keeps no class for the codes it does not know (NOREPLICAS...)."""
+    before the reply and keeps no class for the codes it does not know (NOREPLICAS...),
+    and met by a script on Redis before 7, which wraps the code ("Error running script
+    ...: -NOREPLICAS ...")."""
     if isinstance(exc, REFUSING):
         return True
     if not isinstance(exc, ResponseError):
@@ -82,6 +89,7 @@ def refuses_writes(exc: BaseException) -> bool:
     reply = str(exc)
     if reply.startswith("Command # ") and _IN_PIPELINE in reply:
         reply = reply.split(_IN_PIPELINE, 1)[1]
+    reply = _IN_SCRIPT.sub("", reply, count=1)
     return f"{reply} ".startswith(_REFUSING_CODES)
 
 

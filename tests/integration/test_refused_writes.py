@@ -76,6 +76,30 @@ def test_a_refusal_in_a_pipeline_is_a_refusal_and_bad_data_is_not(private_redis)
     assert not refuses_writes(wrong_type.value) and not stalls_writes(wrong_type.value)
 
 
+def test_a_refusal_met_inside_a_script_is_a_refusal_and_bad_data_is_not(private_redis):
+    """A write a script's redis.call makes, refused: Redis 7 replies with the code as is,
+    Redis 6.2 wraps it ("Error running script (call to f_...): @user_script:1: ...
+    -NOREPLICAS ..."). Either way it is a refusal (the heartbeat's and the acker's scripts
+    ride it out), and a script's WRONGTYPE stays bad data."""
+    private_redis.rpush("a-list", "x")
+    write = "return redis.call('SET', KEYS[1], '1')"
+    private_redis.config_set("min-replicas-to-write", 1)
+    try:
+        for client in (private_redis, private_redis.pipeline(transaction=False)):
+            with pytest.raises(redis.ResponseError) as refused:
+                client.eval(write, 1, "probe")
+                if client is not private_redis:
+                    client.execute()
+            assert "NOREPLICAS" in str(refused.value)
+            assert refuses_writes(refused.value) and stalls_writes(refused.value)
+    finally:
+        private_redis.config_set("min-replicas-to-write", 0)
+    with pytest.raises(redis.ResponseError) as wrong_type:
+        private_redis.eval("return redis.call('HSET', KEYS[1], 'f', '1')", 1, "a-list")
+    assert "WRONGTYPE" in str(wrong_type.value)
+    assert not refuses_writes(wrong_type.value) and not stalls_writes(wrong_type.value)
+
+
 def test_a_redis_refusing_writes_with_noreplicas_loses_nothing_and_runs_nothing_twice(
         private_redis, caplog):
     RUNS.clear()
