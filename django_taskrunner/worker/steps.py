@@ -336,7 +336,7 @@ def write_outcome(
     now_ms = clock.now_ms()
     fields = [("s", status), ("t", message.task_name), ("q", message.queue),
               ("a", str(message.attempt + (0 if final else 1))), ("w", executor.consumer)]
-    fields += (end_fields(message, now_ms) if final
+    fields += (end_fields(message, now_ms, run.stream_id) if final
                else [("d", str(message.dispatched_at_ms)), ("ttl", str(ttl))])
     if attempt is not None:  # its start, and its trace (the task page's timeline)
         fields += [("st", str(attempt.started_ms)),
@@ -361,11 +361,15 @@ def write_outcome(
         note_outcome(executor, run, status)
 
 
-def end_fields(message: TaskMessage, now_ms: int) -> list[tuple[str, str]]:
+def end_fields(message: TaskMessage, now_ms: int, stream_id: str | None) -> list[tuple[str, str]]:
     """A final record keeps the dispatch's 'd', needs no 'ttl' any more, and gets its end
-    (`now_ms`) and the payload it ran with (its message leaves Redis with this ack: the
-    task page shows it from here; one too large or not JSON is left out)."""
+    (`now_ms`), the stream id of the entry it ran from ('sid': a move's own write of it,
+    riding the acker's batch, may come after the task ended and finds the record final)
+    and the payload it ran with (its message leaves Redis with this ack: the task page
+    shows it from here; one too large or not JSON is left out)."""
     fields = [("f", str(now_ms))]
+    if stream_id:
+        fields.append(("sid", stream_id))
     payload, _why = encode_value(message.payload, "payload")
     if payload is not None:
         fields.append(("pl", payload))

@@ -75,6 +75,19 @@ def test_each_dispatched_task_gets_its_own_queued_record_with_its_stream_id(r):
     assert len({message.stream_id for message in [one, *batch]}) == 4
 
 
+def test_a_finished_record_keeps_the_stream_id_of_the_entry_it_ran_from(r, run_burst):
+    """A move's own write of the new stream id rides the acker's batch and finds the
+    record final when the task ended first (a fair task fed onto the stream and run at
+    once): the final record carries it itself. Its task drops the id while it runs."""
+    message = tasks.forgets_its_stream_id.dispatch({})
+    queued = lookup(message.id)
+    assert queued is not None and queued.stream_id
+    run_burst()
+    done = lookup(message.id)
+    assert done is not None and done.status == "succeeded"
+    assert done.stream_id == queued.stream_id
+
+
 def test_wait_returns_when_the_worker_finishes(r):
     message = tasks.sleeper.dispatch({"seconds": 0.3, "n": 1})
     with worker_thread():

@@ -387,3 +387,13 @@ from tests.testapp import (
     step_tasks,  # noqa: E402,F401 - registers the durable steps tasks
     workflow_tasks,  # noqa: E402,F401 - registers the workflow tests tasks
 )
+
+
+@task(takes_context=True)
+def forgets_its_stream_id(ctx: Any, payload: Any) -> None:
+    """Drops its record's stream id while it runs, as a task does whose move onto the
+    stream (a fair feed, a promotion) sent its record's 'sid' in a batch still on its way
+    (tests/integration/test_records.py). It drops it once its "running" record, which
+    carries the id too, was written (2 to 22 ms after its start)."""
+    time.sleep(0.1)
+    get_redis().hdel(keys.record_key(get_settings().PREFIX, ctx.id), "sid")
