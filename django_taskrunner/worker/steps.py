@@ -290,10 +290,7 @@ def skip_cancelled(executor: Executor, run: Run) -> bool:
     if not executor.cancels.should_skip(run.shard, run.stream_id, locks.holder_value(message),
                                         executor.cancelled.get(run.shard, _NONE)):
         return True
-    release_locks(executor, run, locks.CANCELLED)
-    write_outcome(executor, run, "cancelled", uncancel=run.shard)
-    executor.ack(run.shard, run.stream_id)
-    return False
+    return settle_cancelled(executor, run)
 
 
 def stop_cancelled(executor: Executor, run: Run) -> bool:
@@ -302,6 +299,12 @@ def stop_cancelled(executor: Executor, run: Run) -> bool:
     attempt = run.attempt
     if attempt is None or not attempt.cancel_requested:
         return True
+    return settle_cancelled(executor, run)
+
+
+def settle_cancelled(executor: Executor, run: Run) -> bool:
+    """A cancelled message settled: what it holds freed, its record "cancelled" (and its
+    shard's cancelled mark cleared), its entry acked; False, as a step that settled."""
     release_locks(executor, run, locks.CANCELLED)
     write_outcome(executor, run, "cancelled", uncancel=run.shard)
     executor.ack(run.shard, run.stream_id)
