@@ -44,16 +44,21 @@ def thread_cpu(pid: int) -> dict[int, tuple[float, float]]:
     return times
 
 
-def thread_names(pid: int) -> dict[int, str]:
-    """Thread id -> the Python thread's name, from `py-spy dump` ({} without py-spy)."""
+def thread_names(pid: int, tries: int = 5) -> dict[int, str]:
+    """Thread id -> the Python thread's name, from `py-spy dump` ({} without py-spy). A
+    dump taken while the process is between two states can come back empty: tried again."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    try:
-        dump = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True,
-                              text=True, timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    return {int(tid): name for tid, name in re.findall(r'^Thread (\d+) \([^)]*\): "([^"]+)"',
-                                                      dump, re.M)}
+    for _ in range(tries):
+        try:
+            dump = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True,
+                                  text=True, timeout=60).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return {}
+        names = {int(tid): name
+                 for tid, name in re.findall(r'^Thread (\d+) \([^)]*\): "([^"]+)"', dump, re.M)}
+        if names:
+            return names
+    return {}
 
 
 def main(argv: list[str]) -> int:
@@ -90,9 +95,8 @@ def main(argv: list[str]) -> int:
     rows.sort(key=lambda row: row[0] + row[1], reverse=True)
     print(f"runtasks --concurrency {args.concurrency}: {tasks} tasks in {seconds:.2f} s "
           f"({tasks / seconds:,.0f} tasks/s), CPU µs per task by thread:")
-    for user, system, name in rows:
-        if user + system > 0:
-            print(f"  {user + system:7.1f}  (user {user:6.1f}, system {system:5.1f})  {name}")
+    for user, system, name in rows:  # in clock ticks (10 ms): a quiet thread may read 0
+        print(f"  {user + system:7.1f}  (user {user:6.1f}, system {system:5.1f})  {name}")
     print(f"  {sum(u + s for u, s, _ in rows):7.1f}  in all")
     return 0
 

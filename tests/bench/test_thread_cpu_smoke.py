@@ -1,5 +1,6 @@
 """bench/thread_cpu.py in a small run: the pool's, the acker's and the fetcher's threads
-are found by name and each gets a figure; figures are printed, never compared."""
+are found by name and each gets a figure (which may read 0: CPU comes in 10 ms ticks);
+figures are printed, never compared."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ pytestmark = [
 
 
 def test_each_thread_of_the_worker_gets_its_cpu_per_task() -> None:
-    code, out, err = run_bench("thread_cpu.py", "--jobs", "3000", "--concurrency", "2",
+    code, out, err = run_bench("thread_cpu.py", "--jobs", "6000", "--concurrency", "2",
                                timeout=180, merge_stderr=False)
     assert code == 0, out + err
     assert re.search(r"runtasks --concurrency 2: \d+ tasks in \d+\.\d\d s", out), out
