@@ -99,7 +99,8 @@ def one_drain(client: Any, declared: Any, jobs: int, threads: int) -> dict[str, 
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     trips = RoundTrips.count - trips
     done = commands(client) - 1  # the INFO itself
-    left = client.xlen(get_store().streams.stream(QUEUE)) + client.zcard(f"bench:{{{QUEUE}}}:delayed")
+    left = (client.xlen(get_store().streams.stream(QUEUE))
+            + client.zcard(f"bench:{{{QUEUE}}}:delayed"))
     if left:
         raise SystemExit(f"{declared.name}: {left} tasks not drained")
     return {"trips": trips / jobs, "commands": done / jobs, "cpu_us": 1e6 * cpu / jobs,

@@ -59,8 +59,8 @@ def drain(n: int, levels: tuple[int | None, ...]) -> tuple[float, float]:
         for index, level in enumerate(levels):
             share = size // len(levels) + (1 if index < size % len(levels) else 0)
             task.dispatch_many([{"i": i} for i in range(share)], priority=level)
-    worker = build_worker(get_store().streams, worker_settings(("default",), concurrency=4, batch_size=10,
-                                                  burst=True))
+    settings = worker_settings(("default",), concurrency=4, batch_size=10, burst=True)
+    worker = build_worker(get_store().streams, settings)
     began, cpu = time.perf_counter(), time.process_time()
     worker.run()
     return time.perf_counter() - began, time.process_time() - cpu

@@ -45,7 +45,8 @@ def worker(url: str, *args: str) -> subprocess.Popen[bytes]:
             os.sched_setaffinity(0, CPUS)
 
     return subprocess.Popen(
-        procs.python("-m", "django", "runtasks", "--log-level", os.environ.get("BENCH_LOG_LEVEL", "WARNING"), *args),
+        procs.python("-m", "django", "runtasks", "--log-level",
+                     os.environ.get("BENCH_LOG_LEVEL", "WARNING"), *args),
         cwd=procs.bench_dir(), env=procs.child_env(url),
         stdout=None if os.environ.get("BENCH_LOG_LEVEL") else subprocess.DEVNULL,
         stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=pin)

@@ -47,7 +47,7 @@ def main() -> None:
         for label, prefix, first in (("first run of its task id", "f", True),
                                      ("a later run, nothing kept", "l", False)):
             before = calls(client)
-            took = measure(lambda i: steps(f"{prefix}{i}", first)
+            took = measure(lambda i, prefix=prefix, first=first: steps(f"{prefix}{i}", first)
                            .run("charge", lambda: {"id": i}, (), {}), count)
             trips = (calls(client) - before - 1) / count
             print(f"first step, not kept yet, {label}: {took:.2f} µs, "

@@ -3,3 +3,6 @@ from django.db import models
 
 class Note(models.Model):
     text = models.CharField(max_length=200)
+
+    def __str__(self) -> str:
+        return self.text

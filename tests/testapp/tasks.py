@@ -378,7 +378,7 @@ def fails_with_nul(payload: Any) -> None:
     raise ValueError("before\x00after")
 
 
-from tests.testapp import (
+from tests.testapp import (  # noqa: E402 - after the tasks above, which they import
     async_tasks,  # noqa: E402,F401 - registers the async fixture tasks
     chaos_tasks,  # noqa: E402,F401 - registers the chaos suite's tasks
     fair_tasks,  # noqa: E402,F401 - registers the fair queue tests tasks
