@@ -74,7 +74,10 @@ def test_redis_down_for_seconds_and_restarted_from_its_aof_loses_nothing(site: A
     assert result.failed_rows == 0
     assert result.notes["workers_alive"]
     assert result.notes["dispatch_failed_in_s"] < 3
-    assert result.notes["ran_while_down"] > 0  # buffered tasks kept running
+    # Not asserted: how many tasks finished while Redis was down ("ran_while_down" in the
+    # line printed above). Those running at the kill finish, but none starts once a
+    # worker's acks cannot reach Redis (docs/guarantees.md), so the count is whatever the
+    # timing of the kill leaves: 0 under load (seen in CI), dozens on a quiet machine.
     check_stopped_cleanly(chaos)
 
 
