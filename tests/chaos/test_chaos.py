@@ -77,7 +77,7 @@ def test_redis_down_for_seconds_and_restarted_from_its_aof_loses_nothing(site: A
     # Not asserted: how many tasks finished while Redis was down ("ran_while_down" in the
     # line printed above). Those running at the kill finish, but none starts once a
     # worker's acks cannot reach Redis (docs/guarantees.md), so the count is whatever the
-    # timing of the kill leaves: 0 under load (seen in CI), dozens on a quiet machine.
+    # timing of the kill leaves: 0 under load (seen in CI), a few on a quieter machine.
     check_stopped_cleanly(chaos)
 
 

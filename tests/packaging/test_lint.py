@@ -1,7 +1,7 @@
 """The package, its tests and its benchmarks pass the lint rules of pyproject.toml's
 [tool.ruff] (pyflakes, pycodestyle, import order, bugbear, pyupgrade, Django and bandit's
-security checks), so CI fails on an unused import, a name that shadows a module, or a
-line too long as it does on a failing test."""
+security checks), so CI fails on an unused import, an undefined name or a line too long
+as it does on a failing test."""
 
 from __future__ import annotations
 
@@ -16,11 +16,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def ruff() -> str:
-    """The ruff of this environment (the test group installs it)."""
-    found = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
-    if not Path(found).exists():
+    """The ruff of this environment (the test group installs it), else one on PATH."""
+    found = Path(sys.executable).with_name("ruff")
+    if found.exists():
+        return str(found)
+    on_path = shutil.which("ruff")
+    if on_path is None:
         pytest.fail("ruff is not installed: pip install -e . --group test")
-    return found
+    return on_path
 
 
 def test_the_code_passes_the_lint_rules() -> None:
