@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
 import signal
 import subprocess
 import sys
@@ -103,11 +102,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", help="keep py-spy's collapsed stacks in this file")
     args = parser.parse_args(argv)
     procs.pin_self(procs.LOAD_CPU)
-    with procs.private_redis("bench-profile-") as (workdir, url, redis_proc):
-        os.environ["BENCH_DB"] = str(Path(workdir) / "bench.sqlite3")
-        ctx = measure.Context(url=url, redis_proc=redis_proc, jobs=args.jobs, latency_jobs=0,
-                              idle_jobs=0, smoke=False, timeout=600, workdir=workdir)
-        stacks = Path(args.out or Path(workdir) / "stacks.txt")
+    with measure.drain_site("bench-profile-", args.jobs) as ctx:
+        url = ctx.url
+        stacks = Path(args.out or Path(ctx.workdir) / "stacks.txt")
         measure.produce(ctx, "taskrunner", "many", args.jobs)
         spy_args = ["py-spy", "record", *(["--gil"] if args.gil else []), "-r", args.rate,
                     "-f", "raw", "-o", str(stacks)]

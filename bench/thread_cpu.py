@@ -67,14 +67,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--concurrency", default="8")
     args = parser.parse_args(argv)
     procs.pin_self(procs.LOAD_CPU)
-    with procs.private_redis("bench-threads-") as (workdir, url, redis_proc):
-        os.environ["BENCH_DB"] = str(Path(workdir) / "bench.sqlite3")
-        ctx = measure.Context(url=url, redis_proc=redis_proc, jobs=args.jobs, latency_jobs=0,
-                              idle_jobs=0, smoke=False, timeout=600, workdir=workdir)
+    with measure.drain_site("bench-threads-", args.jobs) as ctx:
         measure.produce(ctx, "taskrunner", "many", args.jobs)
         worker = procs.spawn(procs.python(*TASKRUNNER_WORKER, "--concurrency",
                                           args.concurrency),
-                             cpu=procs.WORKER_CPU, env=procs.child_env(url))
+                             cpu=procs.WORKER_CPU, env=procs.child_env(ctx.url))
         try:
             measure.wait_for_count(ctx.client, args.jobs // 10, time.monotonic() + 600, 0.005)
             before, done_before = thread_cpu(worker.pid), int(ctx.client.get(job.DONE))

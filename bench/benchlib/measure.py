@@ -6,11 +6,15 @@ value (rates in tasks/s, CPU in microseconds per task, latency in milliseconds).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import statistics
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import redis
 from benchlib import job, procs
@@ -42,6 +46,16 @@ class Context:
     @property
     def client(self) -> redis.Redis:
         return redis.Redis.from_url(self.url)
+
+
+@contextlib.contextmanager
+def drain_site(prefix: str, jobs: int) -> Iterator[Context]:
+    """A private redis-server and the bench site's database beside it, and the Context of
+    one drain of `jobs` tasks (no latency phases): what a one-worker script needs."""
+    with procs.private_redis(prefix) as (workdir, url, redis_proc):
+        os.environ["BENCH_DB"] = str(Path(workdir) / "bench.sqlite3")
+        yield Context(url=url, redis_proc=redis_proc, jobs=jobs, latency_jobs=0, idle_jobs=0,
+                      smoke=False, timeout=600, workdir=workdir)
 
 
 def produce(ctx: Context, producer: str, mode: str, n: int, *, cpu: int = procs.LOAD_CPU,
