@@ -147,20 +147,19 @@ class Records:
     ) -> tuple[list[str], list[str]]:
         """KEYS and ARGV of `record_add.lua` for `entries` (see the script)."""
         script_keys: list[str] = []
-        specs: list[str] = []
         bodies: list[str] = []
         # The records of a batch are most often alike but for their ids (one task, one
-        # queue, one dispatch time): each distinct (TTL, fields) is encoded once.
-        encoded: dict[tuple[int, tuple[tuple[str, str], ...]], str] = {}
+        # queue, one dispatch time): each distinct (TTL, fields) is sent, and decoded by
+        # the script, once; each message names its own by position.
+        positions: dict[tuple[int, tuple[tuple[str, str], ...]], int] = {}
+        which: list[int] = []
         for stream, body, write in entries:
             script_keys += [stream, keys.record_key(self.prefix, write.task_id)]
-            spec = encoded.get((write.ttl_s, write.fields))
-            if spec is None:
-                spec = encoded[(write.ttl_s, write.fields)] = _encode(
-                    [str(write.ttl_s), _flat(write.fields)])
-            specs.append(spec)
+            which.append(positions.setdefault((write.ttl_s, write.fields), len(positions) + 1))
             bodies.append(body)
-        return script_keys, [keys.ENTRY_FIELD, f"[{','.join(specs)}]", *bodies]
+        specs = ",".join(_encode([str(ttl_s), _flat(fields)]) for ttl_s, fields in positions)
+        return script_keys, [keys.ENTRY_FIELD, f"[{specs}]",
+                             "" if len(positions) == 1 else _encode(which), *bodies]
 
     def save_new(self, added: Sequence[tuple[RecordWrite, str]]) -> None:
         """`record_new.lua` for each (record, stream id of its message's entry, or

@@ -185,7 +185,8 @@ class Broker:
         self, entries: Sequence[tuple[str, str]], records: Sequence[RecordWrite],
     ) -> list[str]:
         """`record_add.lua` for the (queue, body) entries and their records, one pipeline."""
-        adds = [(self.stream(queue), body, record)
+        streams = {queue: self.stream(queue) for queue, _body in entries}  # a batch has few
+        adds = [(streams[queue], body, record)
                 for (queue, body), record in zip(entries, records, strict=True)]
         replies = scripts.execute_loading(
             self.client, lambda pipe: self.records.queue_adds(pipe, adds), ADD_SCRIPTS)

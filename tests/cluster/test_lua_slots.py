@@ -70,5 +70,5 @@ def test_record_add_which_says_no_is_refused_on_the_cluster(r, prefix):
     node = r.get_node_from_key(stream)
     with pytest.raises((ResponseError, RedisClusterException)):
         r.execute_command("EVAL", scripts.source("record_add"), 2, stream, record, "m",
-                          json.dumps([["60", ["s", "queued"]]]), "{}", target_nodes=node)
+                          json.dumps([["60", ["s", "queued"]]]), "", "{}", target_nodes=node)
     assert r.xlen(stream) == 0

@@ -75,6 +75,28 @@ def test_each_dispatched_task_gets_its_own_queued_record_with_its_stream_id(r):
     assert len({message.stream_id for message in [one, *batch]}) == 4
 
 
+def test_a_batch_of_unlike_records_gives_each_message_its_own(r):
+    # record_add.lua gets each distinct record once and, per message, which is its own:
+    # messages of two tasks and queues, interleaved, each keep their own fields and TTL.
+    from django_taskrunner.store.records import RecordWrite
+
+    store = get_store()
+    writes = [RecordWrite(f"unlike-{n}", (("s", "queued"), ("t", task), ("q", queue)), ttl)
+              for n, (task, queue, ttl) in enumerate(
+                  [("a.one", "default", 500), ("b.two", "other", 900),
+                   ("a.one", "default", 500), ("a.one", "default", 700)])]
+    entries = [(write.fields[2][1], f"body-{write.task_id}") for write in writes]
+
+    stream_ids = store.streams.add_each(entries, writes)
+
+    assert len(stream_ids) == 4 and all(stream_ids)
+    for write, stream_id in zip(writes, stream_ids, strict=True):
+        key = keys.record_key(store.prefix, write.task_id)
+        assert {k.decode(): v.decode() for k, v in r.hgetall(key).items()} == {
+            **dict(write.fields), "sid": stream_id}
+        assert write.ttl_s - 5 < r.ttl(key) <= write.ttl_s
+
+
 def test_a_finished_record_keeps_the_stream_id_of_the_entry_it_ran_from(r, run_burst):
     """A move's own write of the new stream id rides the acker's batch and finds the
     record final when the task ended first (a fair task fed onto the stream and run at

@@ -12,7 +12,7 @@ from django_taskrunner.store import scripts
 def add_one(client: Any, stream: str, record: str) -> Any:
     """record_add.lua with one message: an XADD and its record (see the script)."""
     return scripts.run(client, "record_add", [stream, record],
-                       ["m", '[["60", ["s", "queued"]]]', "body"])
+                       ["m", '[["60", ["s", "queued"]]]', "", "body"])
 
 
 def test_a_plain_client_loads_a_script_the_server_lost_and_runs_it_once(r, prefix):

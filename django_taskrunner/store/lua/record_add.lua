@@ -12,17 +12,27 @@
 -- KEYS[2k-1], KEYS[2k]   message k's stream <prefix>:{<queue>}:stream, its record
 --                        <prefix>:record:{<id>}
 -- ARGV[1]                the entry's field name
--- ARGV[2]                the records as one JSON array (one argument, not a dozen per
---                        message: the client's cost is per argument), each [the TTL in
---                        seconds, [field, value, ...]], every value a JSON string
--- ARGV[2 + k]            message k's body
+-- ARGV[2]                the distinct records as one JSON array (one argument, not a
+--                        dozen per message: the client's cost is per argument), each
+--                        [the TTL in seconds, [field, value, ...]], every value a JSON
+--                        string; a batch of one task's messages most often has one
+-- ARGV[3]                which of them each message gets: '' (the first, for every
+--                        message) or a JSON array, message k's 1-based position in ARGV[2]
+-- ARGV[3 + k]            message k's body
 -- Returns the stream ids, in order.
+--
+-- Each distinct record is decoded once and its table shared by the messages that get it
+-- (`write_new_record` leaves it as it is): decoding one copy per message cost the server
+-- more than the XADD and HSET together.
 
 -- include: new_record.lua
 
+local records = cjson.decode(ARGV[2])
+local which = ARGV[3] ~= '' and cjson.decode(ARGV[3]) or nil
 local ids = {}
-for k, spec in ipairs(cjson.decode(ARGV[2])) do
-  local id = redis.call('XADD', KEYS[2 * k - 1], '*', ARGV[1], ARGV[2 + k])
+for k = 1, #KEYS / 2 do
+  local spec = records[which and which[k] or 1]
+  local id = redis.call('XADD', KEYS[2 * k - 1], '*', ARGV[1], ARGV[3 + k])
   write_new_record(KEYS[2 * k], spec[2], id, spec[1])
   ids[k] = id
 end
