@@ -15,6 +15,10 @@ and the producers). Two parts, with task records on (the default) and off:
 - *Python only*: the same steps timed with the client's `execute_command` answering at
   once, best of 5: the whole `dispatch()`, and its parts (the message, its JSON, the
   record's first write and its script arguments, `Broker.add`, `scripts.run`).
+- *batches*: per message, wall time and this process's CPU of `dispatch_many` in
+  batches of 100, and of raw `XADD`s pipelined by 100, with the server's own time per
+  message of each (all its commands, `INFO commandstats`): what peers.py's
+  `dispatch_many` ratio is made of.
 """
 
 from __future__ import annotations
@@ -95,6 +99,43 @@ def against_server(job: Any, client: Any, calls: int, rounds: int) -> None:
               f"{server_us}, the one-XADD script {alone_us}, XADD {xadd_us}", flush=True)
 
 
+BATCH = 100
+
+
+def server_us(client: Any) -> float:
+    """The server's time in all commands since the last CONFIG RESETSTAT, in µs."""
+    return sum(float(stats["usec"]) for stats in client.info("commandstats").values())
+
+
+def batches(job: Any, client: Any, calls: int, rounds: int) -> None:
+    """`dispatch_many` in batches of `BATCH` against raw XADDs pipelined as many."""
+    payloads = [{"n": n} for n in range(BATCH)]
+    body = "x" * 200
+    count = max(1, calls // BATCH)
+
+    def raw_batch() -> None:
+        pipe = client.pipeline(transaction=False)
+        for _ in range(BATCH):
+            pipe.execute_command("XADD", "bench:raw", "*", "m", body)
+        pipe.execute()
+
+    for round_no in range(1, rounds + 1):
+        client.flushall()
+        client.config_resetstat()
+        many = per_call(lambda: job.dispatch_many(payloads), count)
+        many_server = server_us(client) / (count * BATCH)
+        queued = sum(int(client.xlen(key)) for key in client.scan_iter("bench:*:stream"))
+        if queued != count * BATCH:
+            raise SystemExit(f"{count * BATCH} messages dispatched, {queued} queued")
+        client.config_resetstat()
+        raw = per_call(raw_batch, count)
+        raw_server = server_us(client) / (count * BATCH)
+        print(f"  round {round_no}: dispatch_many of {BATCH} {many[0] / BATCH:6.2f} µs wall "
+              f"{many[1] / BATCH:6.2f} µs CPU per message, server {many_server:6.2f} | raw "
+              f"XADD pipelined by {BATCH} {raw[0] / BATCH:6.2f} / {raw[1] / BATCH:6.2f}, server "
+              f"{raw_server:6.2f}", flush=True)
+
+
 def best_us(fn: Callable[[], Any], number: int) -> float:
     return min(timeit.repeat(fn, number=number, repeat=5)) / number * 1e6
 
@@ -154,6 +195,9 @@ def measure(args: argparse.Namespace, records_on: bool) -> None:
     print(f"records {'on' if records_on else 'off'}, Python only (the client answering at "
           "once; best of 5):")
     python_only(job, client, args.number)
+    print(f"records {'on' if records_on else 'off'}, batches ({args.calls:,} messages a "
+          "round):")
+    batches(job, client, args.calls, args.rounds)
 
 
 def main(argv: list[str]) -> int:

@@ -1,5 +1,6 @@
-"""bench/dispatch_cost.py in a small run: every dispatch queued one message (the script
-counts them and fails otherwise) and each figure is printed, never compared."""
+"""bench/dispatch_cost.py in a small run: every dispatch queued one message, every batch
+its hundred (the script counts them and fails otherwise) and each figure is printed,
+never compared."""
 
 from __future__ import annotations
 
@@ -17,3 +18,6 @@ def test_each_part_gets_its_figures_with_records_on_and_off() -> None:
                          rf"bare", out), out
     assert len(re.findall(r"^  dispatch\(\) +\d+\.\d\d µs$", out, re.M)) == 2, out
     assert re.search(r"^  scripts\.run +\d+\.\d\d µs$", out, re.M), out
+    batch_lines = re.findall(r"dispatch_many of 100 +\d+\.\d\d µs wall +\d+\.\d\d µs CPU "
+                             r"per message, server +\d+\.\d\d \| raw XADD pipelined by 100", out)
+    assert len(batch_lines) == 2, out  # records on and off
