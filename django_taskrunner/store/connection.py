@@ -30,7 +30,7 @@ import redis
 from django.core.exceptions import ImproperlyConfigured
 from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
-from redis.connection import parse_url
+from redis.connection import Encoder, PythonRespSerializer, parse_url
 from redis.exceptions import RedisClusterException, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
@@ -38,6 +38,11 @@ from redis.retry import Retry
 from django_taskrunner.conf import get_settings, on_reset, parse_node
 from django_taskrunner.store import embedded
 from django_taskrunner.store.errors import REDIS_DOWN
+
+try:
+    import hiredis
+except ImportError:  # redis-py without its hiredis extra: it packs in Python
+    hiredis = None
 
 logger = logging.getLogger(__name__)
 
@@ -126,8 +131,51 @@ def _build_client(within: float | None = None) -> Any:
         client = redis.Redis.from_url(
             url, health_check_interval=30, retry=Retry(NoBackoff(), 0), **timeouts
         )
+    pack_with_hiredis(client)
     client._taskrunner_owned = True
     return client
+
+
+class HiredisPacker:
+    """A command's arguments packed by hiredis in one C call.
+
+    redis-py 8 (`HiredisRespSerializer`) first encodes every argument in Python, about
+    0.5-1 µs each here: 17 µs of a plain `dispatch()`'s script call (20 arguments), and
+    most of a worker's cost of writing a batch of records (33 arguments a record), where
+    `hiredis.pack_command` takes str, int, float and bytes as they are, 2-3 µs in all.
+    Anything else (a bool, None, a bytearray) goes to redis-py's own packing, which
+    raises its `DataError` or packs it as before. Only for clients that encode text as
+    strict UTF-8, as hiredis does (`pack_with_hiredis`).
+    """
+
+    def __init__(self, buffer_cutoff: int = 6000) -> None:
+        self._fallback = PythonRespSerializer(
+            buffer_cutoff, Encoder("utf-8", "strict", False).encode)
+
+    def pack(self, *args: Any) -> list[bytes]:
+        command = args[0]
+        if " " in command if isinstance(command, str) else b" " in command:
+            args = (*command.split(), *args[1:])  # "CLIENT SETNAME": two words
+        try:
+            return [hiredis.pack_command(args)]
+        except TypeError:
+            return self._fallback.pack(*args)
+
+
+def pack_with_hiredis(client: Any) -> None:
+    """Make every connection `client` opens pack commands with `HiredisPacker`; nothing
+    when hiredis is missing, or a connection encodes text otherwise than as strict
+    UTF-8. Call it before the client connects: a connection keeps the packer it was
+    made with."""
+    if getattr(hiredis, "pack_command", None) is None:
+        return
+    packer = HiredisPacker()
+    kinds = [client.nodes_manager.connection_kwargs] if hasattr(client, "nodes_manager") else []
+    kinds += [server.connection_pool.connection_kwargs for server in server_clients(client)]
+    for kwargs in kinds:
+        if (kwargs.get("encoding", "utf-8"), kwargs.get("encoding_errors", "strict")) == (
+                "utf-8", "strict"):
+            kwargs["command_packer"] = packer
 
 
 def server_clients(client: Any) -> list[Any]:
