@@ -20,7 +20,8 @@ trip once 10 ms passed or 100 wait; the reader reads again once a read's worth o
 is free (at most 8 running plus 100 waiting; a task's room frees when it finishes, its
 ack following with the acker's next round trip).
 
-No validation beyond `json.loads`, no statistics, no cancel checks, no time limits, and
+Its client packs commands as the runner's does (`pack_with_hiredis`). No validation
+beyond `json.loads`, no statistics, no cancel checks, no time limits, and
 no threads but at `pool`: what is left of the runner's cost above this floor is
 everything else it does.
 """
@@ -38,6 +39,7 @@ import redis
 from benchlib.job import job
 
 from django_taskrunner.store import keys, scripts
+from django_taskrunner.store.connection import pack_with_hiredis
 
 PREFIX = "bench"  # the benchmark site's PREFIX
 QUEUE = "default"
@@ -106,6 +108,7 @@ def main(level: str) -> None:
     if level not in LEVELS:
         raise SystemExit(f"level must be one of {', '.join(LEVELS)}")
     client = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
+    pack_with_hiredis(client)
     stream = keys.stream_key(PREFIX, QUEUE)
     ensure_group(client, stream)
     sha = client.script_load(SCRIPT)
