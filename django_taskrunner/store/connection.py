@@ -140,9 +140,10 @@ class HiredisPacker:
     """A command's arguments packed by hiredis in one C call.
 
     redis-py 8 (`HiredisRespSerializer`) first encodes every argument in Python, about
-    0.5-1 µs each here: 17 µs of a plain `dispatch()`'s script call (20 arguments), and
-    most of a worker's cost of writing a batch of records (33 arguments a record), where
-    `hiredis.pack_command` takes str, int, float and bytes as they are, 2-3 µs in all.
+    1 µs an argument on the benchmark machine: 17 µs of a plain `dispatch()`'s script
+    call (20 arguments), and most of a worker's cost of writing a batch of records (33
+    arguments a record), where `hiredis.pack_command` takes str, int, float and bytes as
+    they are, 2-3 µs in all.
     Anything else (a bool, None, a bytearray) goes to redis-py's own packing, which
     raises its `DataError` or packs it as before. Only for clients that encode text as
     strict UTF-8, as hiredis does (`pack_with_hiredis`).
@@ -165,14 +166,16 @@ class HiredisPacker:
 def pack_with_hiredis(client: Any) -> None:
     """Make every connection `client` opens pack commands with `HiredisPacker`; nothing
     when hiredis is missing, or a connection encodes text otherwise than as strict
-    UTF-8. Call it before the client connects: a connection keeps the packer it was
-    made with."""
+    UTF-8. A connection keeps the packer it was made with: call it before the client
+    connects (a cluster client's first connections, made as it starts, keep redis-py's).
+    """
     if getattr(hiredis, "pack_command", None) is None:
         return
     packer = HiredisPacker()
-    kinds = [client.nodes_manager.connection_kwargs] if hasattr(client, "nodes_manager") else []
-    kinds += [server.connection_pool.connection_kwargs for server in server_clients(client)]
-    for kwargs in kinds:
+    # A cluster's nodes found later are made from its nodes manager's keywords.
+    keywords = [client.nodes_manager.connection_kwargs] if hasattr(client, "nodes_manager") else []
+    keywords += [server.connection_pool.connection_kwargs for server in server_clients(client)]
+    for kwargs in keywords:
         if (kwargs.get("encoding", "utf-8"), kwargs.get("encoding_errors", "strict")) == (
                 "utf-8", "strict"):
             kwargs["command_packer"] = packer
