@@ -1,6 +1,8 @@
 """What a finished task's record write costs, in one process: the worker's Python time to
 queue it (`Records.queue_writes`, the acker's part) and Redis' time to run it
-(`record_write.lua`, from `INFO commandstats`), with the finished index and without.
+(`record_write.lua`, from `INFO commandstats`), with the finished index and without;
+and what packing the batch's commands costs the worker, with the store's client's packer
+and with redis-py's own, side by side.
 
     taskset -c 0,1 python bench/record_write_cost.py     # --batches 200 --batch 100
     python bench/record_write_cost.py --smoke            # a few batches: figures only
@@ -51,19 +53,25 @@ def main() -> None:
 
         django.setup()
         for size in INDEX_SIZES:
-            python_us, redis_us = measure(size, options.batches, options.batch, options.smoke)
+            python_us, redis_us, packing = measure(size, options.batches, options.batch,
+                                                   options.smoke)
             label = f"FINISHED_LIST_SIZE {size:,}" if size else "no index (FINISHED_LIST_SIZE 0)"
             print(f"{label}: worker {python_us:.2f} µs per record (queue_writes), "
-                  f"Redis {redis_us:.2f} µs per record (record_write.lua)")
+                  f"Redis {redis_us:.2f} µs per record (record_write.lua); packing "
+                  f"{packing[0]:.2f} µs per record (the store's client), {packing[1]:.2f} "
+                  "(redis-py's own)")
     finally:
         stop_store()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def measure(index_size: int, batches: int, batch: int, smoke: bool) -> tuple[float, float]:
-    """(worker µs, Redis µs) per final record write, with the index at `index_size`."""
+def measure(index_size: int, batches: int, batch: int,
+            smoke: bool) -> tuple[float, float, tuple[float, float]]:
+    """(worker µs, Redis µs, (packing µs: the store's packer, redis-py's)) per final record
+    write, with the index at `index_size`."""
     from django.conf import settings
     from django.test.utils import override_settings
+    from redis.connection import Connection
 
     from django_taskrunner.conf import reset
     from django_taskrunner.core.dispatch import new_message_ids
@@ -104,6 +112,15 @@ def measure(index_size: int, batches: int, batch: int, smoke: bool) -> tuple[flo
         python_s = min(timeit.repeat(
             lambda: store.queue_writes(client.pipeline(transaction=False), sample),
             number=max(1, 2000 // batch), repeat=5)) / max(1, 2000 // batch)
+        pipe = client.pipeline(transaction=False)
+        store.queue_writes(pipe, sample)
+        commands = [args for args, _options in pipe.command_stack]
+        packers = (client.connection_pool.connection_kwargs.get("command_packer")
+                   or Connection()._command_packer, Connection()._command_packer)
+        packing = tuple(min(timeit.repeat(
+            lambda packer=packer: [packer.pack(*args) for args in commands],
+            number=max(1, 2000 // batch), repeat=5)) / max(1, 2000 // batch) / batch * 1e6
+            for packer in packers)
         prepared = [finals(dispatched(batch)) for _ in range(batches)]
         client.config_resetstat()
         for writes in prepared:
@@ -112,7 +129,7 @@ def measure(index_size: int, batches: int, batch: int, smoke: bool) -> tuple[flo
         check_written(client, prepared[-1], index_size)
         if not script.get("calls"):
             sys.exit("no record_write.lua call in INFO commandstats: nothing was measured")
-        return python_s / batch * 1e6, script.get("usec", 0) / (batches * batch)
+        return python_s / batch * 1e6, script.get("usec", 0) / (batches * batch), packing
 
 
 def check_written(client: Any, writes: list[Any], index_size: int) -> None:

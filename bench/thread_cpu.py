@@ -2,7 +2,7 @@
 
     taskset -c 0,1 python bench/thread_cpu.py                  # --jobs 40000 -c 8
     python bench/thread_cpu.py --concurrency 1
-    PYTHONPATH=<other checkout> python bench/thread_cpu.py   # that checkout's package
+    BENCH_CHECKOUT=<other checkout> python bench/thread_cpu.py   # that checkout's worker
 
 Queues N tasks of the peers' job (one INCR) with `dispatch_many`, starts `runtasks`
 pinned like `peers.py`, and reads every thread's user and system CPU from
