@@ -109,18 +109,19 @@ def measure(index_size: int, batches: int, batch: int,
         for _ in range(0, fill, 1000):
             store.write(finals(dispatched(1000)))
         sample = finals(dispatched(batch))
+        number = max(1, 2000 // batch)
         python_s = min(timeit.repeat(
             lambda: store.queue_writes(client.pipeline(transaction=False), sample),
-            number=max(1, 2000 // batch), repeat=5)) / max(1, 2000 // batch)
+            number=number, repeat=5)) / number
         pipe = client.pipeline(transaction=False)
         store.queue_writes(pipe, sample)
         commands = [args for args, _options in pipe.command_stack]
-        packers = (client.connection_pool.connection_kwargs.get("command_packer")
-                   or Connection()._command_packer, Connection()._command_packer)
+        redis_pys = Connection()._command_packer
+        packers = (client.connection_pool.connection_kwargs.get("command_packer") or redis_pys,
+                   redis_pys)
         packing = tuple(min(timeit.repeat(
             lambda packer=packer: [packer.pack(*args) for args in commands],
-            number=max(1, 2000 // batch), repeat=5)) / max(1, 2000 // batch) / batch * 1e6
-            for packer in packers)
+            number=number, repeat=5)) / number / batch * 1e6 for packer in packers)
         prepared = [finals(dispatched(batch)) for _ in range(batches)]
         client.config_resetstat()
         for writes in prepared:
