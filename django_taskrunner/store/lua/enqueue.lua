@@ -273,6 +273,6 @@ if record_ttl ~= '' then
   if added == 'delayed' then
     sid = ''
   end
-  write_new_record(KEYS[n], {unpack(ARGV, 15)}, sid, record_ttl)
+  write_new_record(KEYS[n], sid, record_ttl, unpack(ARGV, 15))
 end
 return {'ok', added}

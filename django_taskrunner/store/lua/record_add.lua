@@ -33,7 +33,7 @@ local ids = {}
 for k = 1, #KEYS / 2 do
   local spec = records[which and which[k] or 1]
   local id = redis.call('XADD', KEYS[2 * k - 1], '*', ARGV[1], ARGV[3 + k])
-  write_new_record(KEYS[2 * k], spec[2], id, spec[1])
+  write_new_record(KEYS[2 * k], id, spec[1], unpack(spec[2]))
   ids[k] = id
 end
 return ids

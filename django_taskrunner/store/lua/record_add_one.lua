@@ -13,5 +13,5 @@
 -- include: new_record.lua
 
 local id = redis.call('XADD', KEYS[1], '*', ARGV[1], ARGV[2])
-write_new_record(KEYS[2], {unpack(ARGV, 4)}, id, ARGV[3])
+write_new_record(KEYS[2], id, ARGV[3], unpack(ARGV, 4))
 return id

@@ -38,7 +38,7 @@ if stale or (status and ours ~= '' and not holder) then
   status = nil
 end
 if not status then
-  write_new_record(KEYS[1], {unpack(ARGV, 3)}, sid, ARGV[1])
+  write_new_record(KEYS[1], sid, ARGV[1], unpack(ARGV, 3))
   return 1
 end
 for i = 3, #ARGV, 2 do

@@ -1,15 +1,16 @@
 -- Part (not a script): included by record_add.lua, record_add_one.lua, record_new.lua and
 -- enqueue.lua at their include line (store/scripts.py puts it in at load time).
 --
--- write_new_record(record, fields, sid, ttl): a dispatch's new task record, whole: its
--- field, value pairs `fields`, the stream id its message was added as ('sid'; none when
--- `sid` is '': a message in the delayed set has no entry yet), and its TTL in seconds.
--- `fields` is left as it is: one table may serve several records (record_add.lua).
-local function write_new_record(record, fields, sid, ttl)
+-- write_new_record(record, sid, ttl, ...): a dispatch's new task record, whole: the
+-- stream id its message was added as ('sid'; none when `sid` is '': a message in the
+-- delayed set has no entry yet), its TTL in seconds, and its field, value pairs as the
+-- remaining arguments (a caller passes `unpack(ARGV, n)` or `unpack(t)`: no table is
+-- built to hold them, a microsecond of a dispatch's script).
+local function write_new_record(record, sid, ttl, ...)
   if sid ~= '' then
-    redis.call('HSET', record, 'sid', sid, unpack(fields))
+    redis.call('HSET', record, 'sid', sid, ...)
   else
-    redis.call('HSET', record, unpack(fields))
+    redis.call('HSET', record, ...)
   end
   redis.call('EXPIRE', record, ttl)
 end
