@@ -7,14 +7,15 @@ Starts a private redis-server on the same CPU as this process (as peers.py place
 and the producers). Two parts, with task records on (the default) and off:
 
 - *against the server*: per call, wall time and this process's CPU (user + system) of
-  `dispatch()`, of the very `EVALSHA` (or `XADD`) it sends, sent bare by the same client
-  (what redis-py and the round trip cost), of a script doing nothing but the `XADD`
-  (the least a dispatch whose record keeps its stream id can cost: a pipeline cannot
-  hand the `XADD`'s reply to the record's write) and of a raw `XADD`; with the server's
-  own time per call of each (`INFO commandstats`);
-- *Python only*: the same steps timed with the client's `execute_command` answering at
-  once, best of 5: the whole `dispatch()`, and its parts (the message, its JSON, the
-  record's first write and its script arguments, `Broker.add`, `scripts.run`).
+  `dispatch()`, of the very `EVALSHA` (or `XADD`) it sends, sent bare on the same
+  thread's connection (what redis-py and the round trip cost) and through redis-py's
+  pool (what `dispatch()` saves by not taking a pooled connection), of a script doing
+  nothing but the `XADD` (the least a dispatch whose record keeps its stream id can
+  cost: a pipeline cannot hand the `XADD`'s reply to the record's write) and of a raw
+  `XADD`; with the server's own time per call of each (`INFO commandstats`);
+- *Python only*: the same steps timed with the commands answered at once, best of 5:
+  the whole `dispatch()`, and its parts (the message, its JSON, the record's first
+  write and its script arguments, `Broker.add`, `scripts.run`).
 - *batches*: per message, wall time and this process's CPU of `dispatch_many` in
   batches of 100, and of raw `XADD`s pipelined by 100, with the server's own time per
   message of each (all its commands, `INFO commandstats`): what peers.py's
@@ -68,8 +69,11 @@ XADD_ALONE = "return redis.call('XADD', KEYS[1], '*', ARGV[1], ARGV[2])"
 
 
 def against_server(job: Any, client: Any, calls: int, rounds: int) -> None:
+    from django_taskrunner.store import get_store
+
+    own = get_store().streams.own_connections  # what dispatch() sends its command on
     alone_sha = client.script_load(XADD_ALONE)
-    command = sent_by(client, lambda: job.dispatch({}))
+    command = sent_by(own, lambda: job.dispatch({}))
     for round_no in range(1, rounds + 1):
         client.flushall()
         client.config_resetstat()
@@ -79,7 +83,8 @@ def against_server(job: Any, client: Any, calls: int, rounds: int) -> None:
             raise SystemExit(f"{calls} dispatches queued {queued} messages")
         stats = client.info("commandstats")
         server_us = stats.get(f"cmdstat_{str(command[0]).lower()}", {}).get("usec_per_call")
-        bare = per_call(lambda: client.execute_command(*command), calls)
+        bare = per_call(lambda: own.execute_command(*command), calls)
+        pooled = per_call(lambda: client.execute_command(*command), calls)
         xadd = per_call(lambda: client.execute_command(
             "XADD", "bench:raw", "*", "m", "x" * 200), calls)
         # The least any script costs: one doing the XADD alone (a dispatch whose record
@@ -93,10 +98,11 @@ def against_server(job: Any, client: Any, calls: int, rounds: int) -> None:
                  calls)
         xadd_us = client.info("commandstats").get("cmdstat_xadd", {}).get("usec_per_call")
         print(f"  round {round_no}: dispatch {dispatch[0]:6.1f} µs wall {dispatch[1]:6.1f} µs "
-              f"CPU | its {command[0]} sent bare {bare[0]:6.1f} / {bare[1]:6.1f} | a script "
-              f"doing the XADD alone {alone[0]:6.1f} / {alone[1]:6.1f} | raw XADD "
-              f"{xadd[0]:6.1f} / {xadd[1]:6.1f} | server µs per call: {command[0]} "
-              f"{server_us}, the one-XADD script {alone_us}, XADD {xadd_us}", flush=True)
+              f"CPU | its {command[0]} sent bare {bare[0]:6.1f} / {bare[1]:6.1f}, through "
+              f"redis-py's pool {pooled[0]:6.1f} / {pooled[1]:6.1f} | a script doing the XADD "
+              f"alone {alone[0]:6.1f} / {alone[1]:6.1f} | raw XADD (pool) {xadd[0]:6.1f} / "
+              f"{xadd[1]:6.1f} | server µs per call: {command[0]} {server_us}, the one-XADD "
+              f"script {alone_us}, XADD {xadd_us}", flush=True)
 
 
 BATCH = 100
@@ -151,7 +157,9 @@ def python_only(job: Any, client: Any, number: int) -> None:
     record = records.dispatch_record(message, job, message.queue)
     # The look at a queue's fair mark (EXISTS) answers 0, the rest a stream id: answered
     # with a stream id, the look found every queue fair and dispatch() took that path.
-    client.execute_command = lambda *args, **options: 0 if args[0] == "EXISTS" else [b"1-0"]
+    answer = lambda *args, **options: 0 if args[0] == "EXISTS" else [b"1-0"]  # noqa: E731
+    client.execute_command = answer
+    broker.own_connections.execute_command = answer  # dispatch()'s own command
     try:
         parts: list[tuple[str, Callable[[], Any]]] = [
             ("dispatch()", lambda: job.dispatch({})),
@@ -174,6 +182,7 @@ def python_only(job: Any, client: Any, number: int) -> None:
             print(f"  {label:34s} {best_us(fn, number):6.2f} µs", flush=True)
     finally:
         del client.execute_command
+        del broker.own_connections.execute_command
 
 
 def measure(args: argparse.Namespace, records_on: bool) -> None:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from django_taskrunner.store import keys, scripts
-from django_taskrunner.store.connection import WakeSubscription, text
+from django_taskrunner.store.connection import WakeSubscription, text, thread_connections
 
 SCRIPTS = ("record_write", "record_index")  # queued as bare EVALSHA: loaded on NOSCRIPT
 SID_SCRIPTS = ("record_sid",)  # the same, for `set_stream_ids`
@@ -105,6 +105,8 @@ class Records:
         self.client = client
         self.prefix = prefix
         self.limits = limits or FinishedLimits()
+        # A dispatch's one script call, on the calling thread's own connection.
+        self.own_connections = thread_connections(client)
 
     @property
     def clustered(self) -> bool:
@@ -134,7 +136,8 @@ class Records:
         """`record_add_one.lua`: `record_add.lua` for one message (a plain `dispatch()`,
         one round trip), its record's fields as plain arguments (no JSON to encode and
         decode for one record); its stream id."""
-        return scripts.run(self.client, "record_add_one", *self._add_one_args(stream, body, write))
+        return scripts.run(self.own_connections, "record_add_one",
+                           *self._add_one_args(stream, body, write))
 
     def _add_one_args(self, stream: str, body: str, write: RecordWrite,
                       ) -> tuple[list[str], list[Any]]:

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import NoScriptError, ResponseError
 
 from django_taskrunner.store import keys, scripts, server
-from django_taskrunner.store.connection import text
+from django_taskrunner.store.connection import text, thread_connections
 from django_taskrunner.store.errors import refuses_writes
 from django_taskrunner.store.fair import FAIR_QUEUE_TTL_S
 from django_taskrunner.store.limits import RENEW_SCRIPT, Limits, Slot
@@ -127,6 +127,8 @@ class Broker:
         self.prefix = store.prefix
         self.group = group
         self.delete_on_ack = delete_on_ack
+        # A dispatch's one command, on the calling thread's own connection.
+        self.own_connections = thread_connections(store.client)
 
     @property
     def records(self) -> Records:
@@ -138,8 +140,8 @@ class Broker:
         written with that stream id: in the same script on one server (`record_add_one.lua`),
         in the round trip after the XADD on a cluster (another slot: `Records.save_new`)."""
         if record is None:  # execute_command, not xadd(): skips building its options
-            return text(self.client.execute_command("XADD", self.stream(queue), "*",
-                                                    keys.ENTRY_FIELD, body))
+            return text(self.own_connections.execute_command(
+                "XADD", self.stream(queue), "*", keys.ENTRY_FIELD, body))
         if not self.records.clustered:
             return text(self.records.add(self.stream(queue), body, record))
         stream_id = text(self.client.xadd(self.stream(queue), {keys.ENTRY_FIELD: body}))

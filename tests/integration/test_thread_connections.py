@@ -1,0 +1,196 @@
+"""A dispatch's one command goes out on a connection of the calling thread's own
+(`store/connection.py`, `ThreadConnections`), outside redis-py's pool: each thread keeps
+one, a connection the server closed is replaced before the command is sent (never after:
+nothing is sent twice), an error reply keeps it, a connection error closes it, a forked
+child opens its own, and a thread's connection closes when the thread ends."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from redis.exceptions import ResponseError
+
+from django_taskrunner import dispatch
+from django_taskrunner.store import get_store, keys
+from tests.conftest import start_private_redis
+from tests.testapp.tasks import noop
+from tests.worker_helpers import wait_for
+
+
+def own_connections() -> Any:
+    return get_store().streams.own_connections
+
+
+def client_id(own: Any) -> int:
+    return int(own.execute_command("CLIENT", "ID"))
+
+
+def in_thread(fn: Any) -> Any:
+    found: list[Any] = []
+    thread = threading.Thread(target=lambda: found.append(fn()))
+    thread.start()
+    thread.join(30)
+    return found[0]
+
+
+def test_each_thread_keeps_one_connection_of_its_own_outside_the_pool() -> None:
+    own = own_connections()
+    pool = get_store().client.connection_pool
+
+    first, again = client_id(own), client_id(own)
+    other = in_thread(lambda: client_id(own))
+
+    assert first == again  # the same connection, command after command
+    assert other != first  # another thread, another connection
+    assert own is get_store().records.own_connections  # one per client
+    assert not pool._in_use_connections  # the pool lent nothing out
+
+
+def test_dispatch_sends_on_the_threads_connection_and_queues_once(prefix: str) -> None:
+    own = own_connections()
+    before = client_id(own)
+
+    message = dispatch(noop, {"n": 1})
+
+    client = get_store().client
+    entries = client.xrange(keys.stream_key(prefix, "default"))
+    assert [json.loads(fields[b"m"])["id"] for _id, fields in entries] == [message.id]
+    assert client_id(own) == before
+
+
+def test_an_error_reply_is_raised_and_keeps_the_connection(prefix: str) -> None:
+    own = own_connections()
+    key = f"{prefix}:a-hash"
+    own.execute_command("HSET", key, "f", "v")
+    before = client_id(own)
+
+    with pytest.raises(ResponseError, match="WRONGTYPE"):
+        own.execute_command("INCR", key)
+
+    assert client_id(own) == before
+
+
+def test_a_connection_the_server_closed_is_replaced_before_sending(prefix: str) -> None:
+    own = own_connections()
+    key = f"{prefix}:counter"
+    killed = client_id(own)
+    get_store().client.execute_command("CLIENT", "KILL", "ID", killed)
+
+    # The next command finds the connection closed, opens another and sends once.
+    assert own.execute_command("INCR", key) == 1
+    assert client_id(own) != killed
+    assert own.execute_command("INCR", key) == 2
+
+
+@pytest.fixture
+def restartable(taskrunner_settings: Any) -> Iterator[dict[str, Any]]:
+    """A private server the test may stop and start again on the same port."""
+    workdir = tempfile.mkdtemp(prefix="trtest-thread-conn-")
+    proc, url = start_private_redis(workdir)
+    taskrunner_settings(REDIS_URL=url, SOCKET_TIMEOUT=2, CONNECT_TIMEOUT=2)
+    state = {"proc": proc, "url": url, "workdir": workdir}
+    yield state
+    state["proc"].terminate()
+    state["proc"].wait(10)
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_dispatch_after_a_redis_restart_succeeds_on_a_new_connection(
+    restartable: dict[str, Any], prefix: str,
+) -> None:
+    # Given a dispatch that left this thread's connection open
+    dispatch(noop, {"n": 0})
+    # When the server restarts (empty) on the same port
+    restartable["proc"].terminate()
+    restartable["proc"].wait(10)
+    port = int(restartable["url"].rsplit(":", 1)[1].split("/")[0])
+    restartable["proc"], _url = start_private_redis(restartable["workdir"], port=port)
+
+    # Then the next dispatch goes through (a stale connection is not an outage) and
+    # queues its message once
+    message = dispatch(noop, {"n": 1})
+    probe = redis.Redis.from_url(restartable["url"])
+    try:
+        entries = probe.xrange(keys.stream_key(prefix, "default"))
+    finally:
+        probe.close()
+    assert [json.loads(fields[b"m"])["id"] for _id, fields in entries] == [message.id]
+
+
+def test_a_connection_error_closes_the_connection_and_the_next_command_reconnects(
+    restartable: dict[str, Any],
+) -> None:
+    own = own_connections()
+    client_id(own)
+    restartable["proc"].terminate()
+    restartable["proc"].wait(10)
+
+    with pytest.raises(redis.ConnectionError):
+        own.execute_command("PING")
+
+    port = int(restartable["url"].rsplit(":", 1)[1].split("/")[0])
+    restartable["proc"], _url = start_private_redis(restartable["workdir"], port=port)
+    assert own.execute_command("PING") == b"PONG"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_opens_its_own_connection() -> None:
+    own = own_connections()
+    parent = client_id(own)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its connection's id, or -1 on any error
+        try:
+            os.write(write_end, str(client_id(own)).encode())
+        except BaseException:
+            os.write(write_end, b"-1")
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    child = int(os.read(read_end, 64) or b"-1")
+    os.close(read_end)
+    os.waitpid(pid, 0)
+
+    assert child not in (-1, parent)
+    assert client_id(own) == parent  # the parent's connection was left alone
+
+
+def test_a_threads_connection_closes_when_the_thread_ends() -> None:
+    own = own_connections()
+    ended = in_thread(lambda: client_id(own))
+    gc.collect()
+
+    def open_ids() -> set[int]:
+        return {int(entry["id"]) for entry in get_store().client.client_list()}
+
+    wait_for(lambda: ended not in open_ids())
+
+
+def test_renamed_connections_reach_the_threads_connection_too() -> None:
+    from django_taskrunner.store.connection import name_connections
+
+    own = own_connections()
+    client_id(own)  # a connection made before the name
+
+    assert name_connections(get_store().client, "taskrunner:thread-conn-test")
+
+    assert own.execute_command("CLIENT", "GETNAME") == b"taskrunner:thread-conn-test"
+
+
+def test_a_client_whose_connections_need_their_pool_keeps_the_pool() -> None:
+    from django_taskrunner.store.connection import thread_connections
+
+    class PoolBound(redis.Connection):
+        """Stands for a sentinel's connection, which is made with its pool."""
+
+    client = redis.Redis(connection_pool=redis.ConnectionPool(connection_class=PoolBound))
+    assert thread_connections(client) is client
