@@ -16,6 +16,7 @@ Redis. The decoder and the check of each field come first below, `TaskMessage` a
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -308,6 +309,12 @@ def _plainly_valid(text: str) -> bool:
             and text.count("{") + text.count("[") <= PAYLOAD_MAX_DEPTH)
 
 
+@functools.lru_cache(maxsize=1024)
+def _json_text(value: str) -> str:
+    """The JSON of a text a process sends again and again (a task name, a queue)."""
+    return encode(value)
+
+
 @dataclass(slots=True)
 class TaskMessage:
     """One dispatched task: its id stays the same across retries."""
@@ -364,7 +371,7 @@ class TaskMessage:
         Raises `InvalidTaskPayload` (naming the task) when the payload is not JSON.
         """
         try:
-            text = encode(self._wire_fields())
+            text = self._wire_text()
         except RecursionError:
             check_payload(self.payload, self.task_name)  # raises: it is nested too deep
             raise
@@ -377,6 +384,24 @@ class TaskMessage:
         if not _plainly_valid(text):
             self._check_text(text)
         return text
+
+    def _wire_text(self) -> str:
+        """`encode(self._wire_fields())`; for a message with none of the optional fields
+        (a plain dispatch's), the same text put together around its encoded payload, at
+        a third of the cost (tests/unit/test_message.py compares the two)."""
+        if (self.lock_key is None and not self.has_task_id and self.expires_at_ms is None
+                and self.reservation_timeout_ms is None and self.dispatch_token is None
+                and self.trace_context is None and self.workflow is None
+                and self.priority is None and self.fair_key is None
+                and self.fair_weight is None and not self.ran_before
+                and type(self.attempt) is int and type(self.dispatched_at_ms) is int):
+            message_id = self.id
+            quoted = (f'"{message_id}"' if message_id.isascii() and message_id.isalnum()
+                      else encode(message_id))  # a random id needs no escaping
+            return (f'{{"v":{WIRE_VERSION},"id":{quoted},"task":{_json_text(self.task_name)},'
+                    f'"queue":{_json_text(self.queue)},"payload":{encode(self.payload)},'
+                    f'"attempt":{self.attempt},"ts":{self.dispatched_at_ms}}}')
+        return encode(self._wire_fields())
 
     def _wire_fields(self) -> dict[str, Any]:
         data: dict[str, Any] = {

@@ -304,3 +304,38 @@ def test_a_payload_that_contains_itself_is_refused_in_a_batch_and_alone():
         batch_bodies(batch([cycle]))
     with pytest.raises(InvalidTaskPayload, match="contains itself"):
         batch([cycle])[0].to_json()
+
+
+PLAIN_CASES = [
+    ("0123456789abcdef0123456789abcdef", "app.tasks.send", "default", {}),
+    ("an id with spaces", "app.tasks.send", "emails", {"to": "a@example.com", "n": [1, 2.5]}),
+    ('quote " and \\ backslash', "app.tâches.envoyer", "files d'attente", ["é", None, True]),
+    ("ünïcode-ïd", "t", "q", "text with \n newline and \u2028 separator"),
+    ("12345", "t", "q", None),
+    ("x", "t", "q", 10**30),
+]
+
+
+@pytest.mark.parametrize(("message_id", "task_name", "queue", "payload"), PLAIN_CASES)
+def test_a_plain_message_encodes_exactly_as_its_wire_fields_do(
+    message_id, task_name, queue, payload,
+):
+    # A message with none of the optional fields is put together around its payload:
+    # it must be the very text json.dumps gives for its wire fields, in their order.
+    message = TaskMessage(id=message_id, task_name=task_name, queue=queue, payload=payload,
+                          attempt=3, dispatched_at_ms=1_733_000_000_123)
+    expected = {"v": 1, "id": message_id, "task": task_name, "queue": queue,
+                "payload": payload, "attempt": 3, "ts": 1_733_000_000_123}
+
+    text = message.to_json()
+
+    assert text == json.dumps(expected, separators=(",", ":"), ensure_ascii=False)
+    assert TaskMessage.from_json(text) == message
+
+
+def test_an_optional_field_gives_the_same_text_as_the_plain_form_plus_that_field():
+    plain = TaskMessage(id="abc", task_name="t", queue="q", payload={"a": 1})
+    with_priority = TaskMessage(id="abc", task_name="t", queue="q", payload={"a": 1},
+                                priority=7)
+
+    assert with_priority.to_json() == plain.to_json()[:-1] + ',"pr":7}'
