@@ -25,7 +25,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import redis
@@ -220,18 +220,24 @@ class ThreadConnections:
             local.generation, local.forks = self._generation, _forks
         return connection
 
+    def _ready(self) -> Any:
+        """This thread's connection, connected, and not one the server closed (a
+        restart) or left data on: what the pool checks when it lends a connection."""
+        connection = self._connection()
+        connection.connect()  # nothing when connected; raises when it cannot connect
+        try:
+            stale = connection.can_read()
+        except (RedisConnectionError, RedisTimeoutError, OSError):
+            stale = True
+        if stale:
+            connection.disconnect()
+            connection.connect()
+        return connection
+
     def execute_command(self, *args: Any) -> Any:
         """Send one command and return its raw reply; redis-py's errors as the client's."""
-        connection = self._connection()
+        connection = self._ready()
         try:
-            connection.connect()  # nothing when connected; raises when it cannot connect
-            try:  # as the pool does on taking a connection
-                stale = connection.can_read()  # data left, or closed by the server
-            except (RedisConnectionError, RedisTimeoutError, OSError):
-                stale = True
-            if stale:
-                connection.disconnect()
-                connection.connect()
             connection.send_command(*args)
             return connection.read_response()
         except ResponseError:
@@ -240,9 +246,34 @@ class ThreadConnections:
             connection.disconnect()
             raise
 
+    def execute_many(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Send `commands` in one round trip: their raw replies in order, an error reply
+        as its `ResponseError` (as a redis-py pipeline with `raise_on_error=False`)."""
+        connection = self._ready()
+        try:
+            connection.send_packed_command(connection.pack_commands(commands))
+            replies: list[Any] = []
+            for _command in commands:
+                try:
+                    replies.append(connection.read_response())
+                except ResponseError as error:
+                    replies.append(error)
+            return replies
+        except BaseException:
+            connection.disconnect()
+            raise
+
     def script_load(self, script: str) -> Any:
         """SCRIPT LOAD, as the client's method of that name (for `scripts.run`)."""
         return self.execute_command("SCRIPT", "LOAD", script)
+
+    def batch(self) -> CommandBatch:
+        """An empty batch to queue commands on, for `send_batch`."""
+        return CommandBatch()
+
+    def send_batch(self, batch: CommandBatch) -> list[Any]:
+        """`execute_many` of the batch's commands (nothing sent for none)."""
+        return self.execute_many(batch.commands) if batch.commands else []
 
     def drop(self) -> None:
         """Make every thread replace its connection at its next command (after the pool's
@@ -272,13 +303,54 @@ _thread_connections: weakref.WeakKeyDictionary[Any, ThreadConnections] = (
 _thread_connections_lock = threading.Lock()
 
 
-def thread_connections(client: Any) -> Any:
-    """`client`'s `ThreadConnections` (one per client), for its hot single commands; the
-    client itself where its connections cannot be made that way (a cluster, a sentinel).
-    Either has `execute_command` and `script_load`."""
+class PooledCommands:
+    """`ThreadConnections`' methods on a client's own pool, for a client whose connections
+    cannot be made outside it (a cluster, a sentinel's pool). Replies go through redis-py's
+    response callbacks: a caller reads either form."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def execute_command(self, *args: Any) -> Any:
+        return self._client.execute_command(*args)
+
+    def execute_many(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        pipe = self.batch()
+        for command in commands:
+            pipe.execute_command(*command)
+        return self.send_batch(pipe)
+
+    def script_load(self, script: str) -> Any:
+        return self._client.script_load(script)
+
+    def batch(self) -> Any:
+        """A redis-py pipeline of the client (a cluster's routes each command)."""
+        return self._client.pipeline(transaction=False)
+
+    def send_batch(self, batch: Any) -> list[Any]:
+        return list(batch.execute(raise_on_error=False))
+
+
+class CommandBatch:
+    """Commands queued for one round trip on a thread's own connection: what code that
+    builds a pipelined batch queues on (`execute_command`, and the batch's length)."""
+
+    def __init__(self) -> None:
+        self.commands: list[tuple[Any, ...]] = []
+
+    def execute_command(self, *args: Any) -> None:
+        self.commands.append(args)
+
+    def __len__(self) -> int:
+        return len(self.commands)
+
+
+def thread_connections(client: Any) -> ThreadConnections | PooledCommands:
+    """`client`'s `ThreadConnections` (one per client), for its hot commands; where its
+    connections cannot be made that way (a cluster, a sentinel), its `PooledCommands`."""
     pool = getattr(client, "connection_pool", None)
     if type(pool) not in _PLAIN_POOLS or pool.connection_class not in _PLAIN_CONNECTIONS:
-        return client
+        return PooledCommands(client)
     with _thread_connections_lock:
         own = _thread_connections.get(client)
         if own is None:
@@ -447,7 +519,7 @@ def name_connections(client: Any, name: str) -> bool:
         pool.disconnect(inuse_connections=False)
         pool.reset()
         own = thread_connections(server)
-        if own is not server:
+        if isinstance(own, ThreadConnections):
             own.drop()
     return True
 

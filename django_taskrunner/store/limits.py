@@ -90,7 +90,7 @@ class Limits:
     def queue_releases(pipe: Any, slots: Sequence[Slot]) -> None:
         """Queue the release of each slot (ZREM by its holder) on a pipeline (the acker's)."""
         for slot in slots:
-            pipe.zrem(slot.key, slot.holder)
+            pipe.execute_command("ZREM", slot.key, slot.holder)
 
     def release(self, slots: Sequence[Slot]) -> None:
         """Free slots now, in one round trip."""

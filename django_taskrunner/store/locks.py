@@ -139,7 +139,7 @@ class UniqueLocks:
 
         def build(pipe: Any) -> None:
             for key in delete:
-                pipe.delete(key)
+                pipe.execute_command("DEL", key)
             for call in calls:
                 scripts.queue(pipe, "enqueue", *call)
 

@@ -254,8 +254,8 @@ class Records:
                 self._queue_index(pipe, writes[start], keep, result_ttl_s)
         for write in writes:
             if write.uncancel:
-                pipe.srem(keys.cancelled_key(self.prefix, write.uncancel),
-                          write.cancel_member or write.task_id)
+                pipe.execute_command("SREM", keys.cancelled_key(self.prefix, write.uncancel),
+                                     write.cancel_member or write.task_id)
 
     def _queue_index(
         self, pipe: Any, write: RecordWrite, keep: int, result_ttl_s: int,
@@ -276,7 +276,7 @@ class Records:
     def queue_flags(self, pipe: Any, task_ids: Sequence[str]) -> None:
         """Queue HGET of each record's cancel flag on `pipe` (see `cancelled_ids`)."""
         for task_id in task_ids:
-            pipe.hget(keys.record_key(self.prefix, task_id), "c")
+            pipe.execute_command("HGET", keys.record_key(self.prefix, task_id), "c")
 
     @staticmethod
     def cancelled_ids(task_ids: Sequence[str], replies: Sequence[Any]) -> set[str]:
@@ -286,7 +286,7 @@ class Records:
 
     def queue_cancelled(self, pipe: Any, shard: str) -> None:
         """Queue SMEMBERS of a shard's cancelled set (the fetch reads it after XREADGROUP)."""
-        pipe.smembers(keys.cancelled_key(self.prefix, shard))
+        pipe.execute_command("SMEMBERS", keys.cancelled_key(self.prefix, shard))
 
     # -- clients ---------------------------------------------------------------------
 

@@ -34,6 +34,8 @@ from redis.cluster import ClusterPipeline, RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
+from django_taskrunner.store.connection import thread_connections
+
 SCRIPT_DIR = Path(__file__).with_name("lua")
 PART_DIR = SCRIPT_DIR / "parts"
 INCLUDE = re.compile(r"^-- include: ([\w-]+\.lua)$", re.MULTILINE)
@@ -118,18 +120,34 @@ def _node_of(pipe: ClusterPipeline, keys: list[Any]) -> dict[str, Any]:
 
 
 def execute_loading(client: Any, build: Callable[[Any], None], names: Sequence[str]) -> list[Any]:
-    """Build a pipeline with `build(pipe)` and execute it; on NOSCRIPT (a server that has
-    not seen a script `queue()`d, e.g. after a restart) load `names` and send it again.
+    """Build a batch with `build(batch)` and send it in one round trip (on the calling
+    thread's own connection where the client allows, `connection.thread_connections`,
+    else a pipeline); on NOSCRIPT (a server that has not seen a script `queue()`d, e.g.
+    after a restart) load `names` and send it again. Raises the first error reply, as a
+    redis-py pipeline does; returns the replies.
 
     Only for batches that are safe to send twice (acks, requeues, record writes are).
     """
-    pipe = client.pipeline(transaction=False)
-    build(pipe)
-    try:
-        return pipe.execute()
-    except NoScriptError:
+    return raise_first(send_loading(thread_connections(client), build, names))
+
+
+def send_loading(sender: Any, build: Callable[[Any], None], names: Sequence[str]) -> list[Any]:
+    """`execute_loading` on `sender` (`thread_connections`), each error kept as its reply."""
+    batch = sender.batch()
+    build(batch)
+    replies = sender.send_batch(batch)
+    if any(isinstance(reply, NoScriptError) for reply in replies):
         for name in names:
-            client.script_load(source(name))
-        pipe = client.pipeline(transaction=False)
-        build(pipe)
-        return pipe.execute()
+            sender.script_load(source(name))
+        batch = sender.batch()
+        build(batch)
+        replies = sender.send_batch(batch)
+    return replies
+
+
+def raise_first(replies: list[Any]) -> list[Any]:
+    """The replies, unless one is an error: then that error (the first)."""
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies

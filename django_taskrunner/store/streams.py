@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 
 from django_taskrunner.store import keys, scripts, server
 from django_taskrunner.store.connection import text, thread_connections
@@ -56,6 +56,10 @@ if TYPE_CHECKING:
 
 # An entry as read: (stream id, body or None when the entry was deleted meanwhile).
 Entry = tuple[str, bytes | None]
+# Scripts a batch queues as bare EVALSHAs, loaded when the server answers NOSCRIPT: the
+# heartbeat's (`hold`) and the acker's put-backs (`requeue`).
+HOLD_SCRIPTS = ("hold",)
+REQUEUE_SCRIPTS = ("requeue",)
 
 
 @dataclass(frozen=True)
@@ -224,20 +228,11 @@ class Broker:
         self, queue: str, consumer: str, count: int, block_ms: int | None,
     ) -> tuple[list[Entry], set[str]]:
         """`read()`, and then the ids cancelled on this stream (SMEMBERS of its cancelled
-        set, `keys.cancelled_key`) in the same pipelined round trip: read after the
-        XREADGROUP returned, so a cancel made before a message was read is seen with it."""
-        pipe = self.client.pipeline(transaction=False)
-        pipe.xreadgroup(self.group, consumer, {self.stream(queue): ">"}, count=count,
-                        block=block_ms)
-        self.records.queue_cancelled(pipe, queue)
-        try:
-            reply, cancelled = pipe.execute()
-        except ResponseError as exc:
-            if "NOGROUP" not in str(exc):
-                raise
-            self.ensure_group(queue)
-            return [], set()
-        return _entries(reply), {text(task_id) for task_id in cancelled}
+        set, `keys.cancelled_key`) in the same round trip, on the calling thread's own
+        connection (a fetcher's): read after the XREADGROUP returned, so a cancel made
+        before a message was read is seen with it."""
+        read, cancelled = self.read_checked_many([queue], consumer, count, block_ms)
+        return read.get(queue, []), cancelled
 
     def read_checked_many(
         self, queues: Sequence[str], consumer: str, count: int, block_ms: int | None,
@@ -246,23 +241,26 @@ class Broker:
         XREADGROUP: up to `count` entries from each stream that has some, by name, and
         the shard's cancelled ids (one set for all its levels)."""
         names = {self.stream(queue): queue for queue in queues}
-        pipe = self.client.pipeline(transaction=False)
-        pipe.xreadgroup(self.group, consumer, dict.fromkeys(names, ">"), count=count,
-                        block=block_ms)
-        self.records.queue_cancelled(pipe, queues[0])
-        try:
-            reply, cancelled = pipe.execute()
-        except ResponseError as exc:
-            if "NOGROUP" not in str(exc):
-                raise
+        block = () if block_ms is None else ("BLOCK", block_ms)
+        reply, cancelled = self.own_connections.execute_many([
+            ("XREADGROUP", "GROUP", self.group, consumer, "COUNT", count, *block,
+             "STREAMS", *names, *(">",) * len(names)),
+            ("SMEMBERS", keys.cancelled_key(self.prefix, queues[0]))])
+        if isinstance(reply, ResponseError):
+            if "NOGROUP" not in str(reply):
+                raise reply
+            # A stream was deleted (by hand, or a Redis restart without persistence).
             for queue in queues:
                 self.ensure_group(queue)
             return {}, set()
+        if isinstance(cancelled, Exception):
+            raise cancelled
         streams = (reply or {}).items() if isinstance(reply, dict) else (reply or [])
         read = {}
         for stream, entries in streams:
-            if isinstance(reply, dict):
-                entries = entries[0]
+            if isinstance(reply, dict) and entries and entries[0] and isinstance(
+                    entries[0][0], tuple):
+                entries = entries[0]  # redis-py's RESP3 callback wraps them: [[(id, fields)]]
             read[names[text(stream)]] = [(text(stream_id), body_of(fields))
                                          for stream_id, fields in entries]
         return read, {text(task_id) for task_id in cancelled}
@@ -285,10 +283,10 @@ class Broker:
         if self.delete_on_ack and server.features(self.client).xackdel:
             pipe.execute_command("XACKDEL", stream, self.group, "IDS", len(stream_ids),
                                  *stream_ids)
-        else:
-            pipe.xack(stream, self.group, *stream_ids)
+        else:  # execute_command: a settle batch may be a thread connection's, not a pipeline
+            pipe.execute_command("XACK", stream, self.group, *stream_ids)
             if self.delete_on_ack:
-                pipe.xdel(stream, *stream_ids)
+                pipe.execute_command("XDEL", stream, *stream_ids)
         if own:
             pipe.execute()
 
@@ -299,7 +297,8 @@ class Broker:
 
         Returns None when the entry is no longer ours (another worker reclaimed it).
         """
-        result = self._requeue(self.client, consumer, Requeue(queue, stream_id, body, due_ms))
+        result = scripts.run(self.client, "requeue",
+                             *self._requeue_call(consumer, Requeue(queue, stream_id, body, due_ms)))
         return None if result is None else text(result)
 
     def settle(
@@ -316,14 +315,12 @@ class Broker:
         return settle_batch(self, consumer, acks, requeues, record_writes, freed_slots,
                             members_done)
 
-    def _requeue(self, client: Any, consumer: str, requeue: Requeue) -> Any:
-        """Run (or, on a pipeline, queue) `requeue.lua` for one entry."""
+    def _requeue_call(self, consumer: str, requeue: Requeue) -> tuple[list[str], list[str]]:
+        """KEYS and ARGV of `requeue.lua` for one entry."""
         queue = requeue.queue
-        return scripts.run(
-            client, "requeue", [self.stream(queue), keys.delayed_key(self.prefix, queue)],
-            [self.group, consumer, requeue.stream_id, requeue.body, str(requeue.due_ms),
-             "1" if self.delete_on_ack else "0", keys.wake_channel(self.prefix, queue)],
-        )
+        return ([self.stream(queue), keys.delayed_key(self.prefix, queue)],
+                [self.group, consumer, requeue.stream_id, requeue.body, str(requeue.due_ms),
+                 "1" if self.delete_on_ack else "0", keys.wake_channel(self.prefix, queue)])
 
     def add_delayed(
         self, queue: str, body: str, due_ms: int, record: RecordWrite | None = None,
@@ -367,20 +364,24 @@ class Broker:
         and [] returned: the lost ids come with the pipeline's results.
         """
         args = [self.group, consumer, "" if runs is None else str(runs), *stream_ids]
-        result = scripts.run(pipe if pipe is not None else self.client, "hold",
-                             [self.stream(queue)], args)
-        return [] if pipe is not None else [text(lost) for lost in result]
+        if pipe is not None:  # a bare EVALSHA: the batch's sender loads it on NOSCRIPT
+            scripts.queue(pipe, "hold", [self.stream(queue)], args)
+            return []
+        return [text(lost) for lost in scripts.run(self.client, "hold", [self.stream(queue)],
+                                                   args)]
 
     def hold_many(
         self, consumer: str, held: Mapping[str, Sequence[str]]
     ) -> dict[str, list[str]]:
         """`hold()` for every queue of `held` (`{queue: [stream id, ...]}`) in one pipelined
         round trip (`hold.lua` per queue); returns the lost ids per queue."""
-        pipe = self.client.pipeline(transaction=False)
-        for queue, stream_ids in held.items():
-            self.hold(queue, consumer, stream_ids, pipe=pipe)
+        def build(pipe: Any) -> None:
+            for queue, stream_ids in held.items():
+                self.hold(queue, consumer, stream_ids, pipe=pipe)
+
+        replies = scripts.execute_loading(self.client, build, HOLD_SCRIPTS)
         return {queue: [text(lost) for lost in lost_ids]
-                for queue, lost_ids in zip(held, pipe.execute(), strict=True)}
+                for queue, lost_ids in zip(held, replies, strict=True)}
 
     def hold_and_sync(
         self, consumer: str, held: Mapping[str, Sequence[str]], writes: Sequence[RecordWrite],
@@ -403,7 +404,7 @@ class Broker:
             for shard in buffered:
                 store.queue_cancelled(pipe, shard)
 
-        names = (*SCRIPTS, RENEW_SCRIPT) if renewals else SCRIPTS
+        names = (*SCRIPTS, *HOLD_SCRIPTS, *((RENEW_SCRIPT,) if renewals else ()))
         replies = scripts.execute_loading(self.client, build, names)
         lost = {queue: [text(lost) for lost in lost_ids]
                 for queue, lost_ids in zip(held, replies, strict=False)}
@@ -570,14 +571,17 @@ def _entries(reply: Any) -> list[Entry]:
     return [(text(stream_id), body_of(fields)) for stream_id, fields in entries]
 
 
-def body_of(fields: dict[bytes, bytes] | None) -> bytes | None:
-    """The message body of an entry; None for an entry deleted while pending.
+def body_of(fields: dict[bytes, bytes] | list[bytes] | None) -> bytes | None:
+    """The message body of an entry (its fields as redis-py's callbacks give them, or
+    the raw field, value list); None for an entry deleted while pending.
 
     An entry written by something else (no `m` field) yields its fields as text, which
     the worker then records as an undecodable message.
     """
     if not fields:
         return None
+    if isinstance(fields, list):
+        fields = dict(zip(fields[::2], fields[1::2], strict=False))
     body = fields.get(keys.ENTRY_FIELD)
     return body if body is not None else repr(fields).encode()
 
@@ -599,7 +603,7 @@ def settle_batch(
         ack_entries(spans, pipe, broker, acks)
         requeue_entries(spans, pipe, broker, consumer, requeues)
 
-    scripts_used = SCRIPTS + WORKFLOW_SCRIPTS if members_done else SCRIPTS
+    scripts_used = (*SCRIPTS, *REQUEUE_SCRIPTS, *(WORKFLOW_SCRIPTS if members_done else ()))
     replies = _send(broker.client, build, scripts_used)
     unsettled: list[Unsettled] = []
     for span in spans:
@@ -652,7 +656,7 @@ def requeue_entries(spans: list[_Span], pipe: Any, broker: Broker, consumer: str
     """Queue `requeue.lua` for each entry put back, last in the batch; one item each."""
     for requeue in requeues:
         with _span(spans, pipe, "requeue on", broker.stream(requeue.queue)):
-            broker._requeue(pipe, consumer, requeue)
+            scripts.queue(pipe, "requeue", *broker._requeue_call(consumer, requeue))
 
 
 def _write_each(broker: Broker, records: Sequence[RecordWrite]) -> list[Unsettled]:
@@ -675,15 +679,7 @@ def _send(client: Any, build: Callable[[Any], None], names: Sequence[str]) -> li
     """Execute the pipeline `build(pipe)` makes, each error kept as its reply; after
     NOSCRIPT (a restarted or flushed server) load `names` and send it once more. A reply
     of a server refusing writes is raised (the batch was not all applied)."""
-    pipe = client.pipeline(transaction=False)
-    build(pipe)
-    replies = pipe.execute(raise_on_error=False)
-    if any(isinstance(reply, NoScriptError) for reply in replies):
-        for name in names:
-            client.script_load(scripts.source(name))
-        pipe = client.pipeline(transaction=False)
-        build(pipe)
-        replies = pipe.execute(raise_on_error=False)
+    replies = scripts.send_loading(thread_connections(client), build, names)
     for reply in replies:
         if isinstance(reply, Exception) and refuses_writes(reply):
             raise reply

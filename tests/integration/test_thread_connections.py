@@ -186,11 +186,95 @@ def test_renamed_connections_reach_the_threads_connection_too() -> None:
     assert own.execute_command("CLIENT", "GETNAME") == b"taskrunner:thread-conn-test"
 
 
-def test_a_client_whose_connections_need_their_pool_keeps_the_pool() -> None:
-    from django_taskrunner.store.connection import thread_connections
+def test_many_commands_go_in_one_round_trip_each_error_kept_as_its_reply(prefix: str) -> None:
+    own = own_connections()
+    key = f"{prefix}:a-hash"
+    before = client_id(own)
+
+    replies = own.execute_many([("HSET", key, "f", "v"), ("INCR", key), ("HGET", key, "f")])
+
+    assert replies[0] == 1 and replies[2] == b"v"
+    assert isinstance(replies[1], ResponseError) and "WRONGTYPE" in str(replies[1])
+    assert client_id(own) == before  # an error reply keeps the connection
+
+
+def test_a_client_whose_connections_need_their_pool_sends_through_the_pool(
+    redis_url: str, prefix: str,
+) -> None:
+    from django_taskrunner.store.connection import PooledCommands, thread_connections
 
     class PoolBound(redis.Connection):
         """Stands for a sentinel's connection, which is made with its pool."""
 
-    client = redis.Redis(connection_pool=redis.ConnectionPool(connection_class=PoolBound))
-    assert thread_connections(client) is client
+    pool = redis.ConnectionPool.from_url(redis_url, connection_class=PoolBound)
+    client = redis.Redis(connection_pool=pool)
+    key = f"{prefix}:pooled"
+    try:
+        commands = thread_connections(client)
+        assert isinstance(commands, PooledCommands)
+
+        replies = commands.execute_many([("SET", key, "1"), ("HGET", key, "f")])
+        assert commands.execute_command("INCR", key) == 2
+    finally:
+        client.close()
+    assert replies[0] is True  # through redis-py's response callbacks
+    assert isinstance(replies[1], ResponseError)
+
+
+class PoolBoundConnection(redis.Connection):
+    """A connection class `ThreadConnections` does not make: its client keeps its pool."""
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+@pytest.mark.parametrize("connections", ["own", "pooled"])
+def test_a_fetch_reads_the_same_entries_and_cancelled_ids_either_way(
+    redis_url: str, prefix: str, protocol: int, connections: str,
+) -> None:
+    # Given a store on a client of that protocol, whose fetches go on the thread's own
+    # connection (raw replies) or through its pool (redis-py's parsed replies)
+    kind = redis.Connection if connections == "own" else PoolBoundConnection
+    client = redis.Redis(connection_pool=redis.ConnectionPool.from_url(
+        redis_url, connection_class=kind, protocol=protocol))
+    store = get_store().on_client(client)
+    broker = store.streams
+    try:
+        broker.ensure_group("default")
+        first = broker.add("default", '{"body": 1}')
+        second = broker.add("default", '{"body": 2}')
+        client.sadd(keys.cancelled_key(prefix, "default"), "some-id")
+
+        # When a worker's fetch reads them
+        entries, cancelled = broker.read_checked("default", "w1", 10, 100)
+        nothing, _ = broker.read_checked("default", "w1", 10, 100)  # blocks 0.1 s: none
+    finally:
+        client.close()
+
+    # Then it gets each entry's id and body, and the shard's cancelled ids
+    assert entries == [(first, b'{"body": 1}'), (second, b'{"body": 2}')]
+    assert cancelled == {"some-id"}
+    assert nothing == []
+
+
+def test_the_worker_batches_load_their_scripts_after_the_server_lost_them() -> None:
+    # Given an entry a worker holds, and a server that forgot every script (a restart)
+    from django_taskrunner.store.streams import Requeue
+
+    broker = get_store().streams
+    broker.ensure_group("default")
+    stream_id = broker.add("default", '{"body": 1}')
+    entries, _ = broker.read_checked("default", "w1", 10, None)
+    assert [sid for sid, _body in entries] == [stream_id]
+    get_store().client.script_flush()
+
+    # When its heartbeat holds the entry, and its acker puts it back, both as one batch
+    lost = broker.hold_many("w1", {"default": [stream_id]})
+    get_store().client.script_flush()
+    settled = broker.settle("w1", {}, [Requeue("default", stream_id, '{"body": 2}')])
+
+    # Then each batch loaded what it runs and did its work
+    assert lost == {"default": []}
+    assert settled.unsettled == []
+    new_id = settled.requeued[0]
+    assert new_id and new_id != stream_id
+    stream = keys.stream_key(get_store().prefix, "default")
+    assert get_store().client.xrange(stream) == [(new_id, {b"m": b'{"body": 2}'})]
