@@ -1,6 +1,6 @@
 """`get_redis()`: the one Redis client of the process; below it, the other connections
-(a worker's own, named after it; the scheduler's pub/sub) and `text()`, the one
-bytes-to-text conversion of the store.
+(each thread's own, `thread_connections`, for the hot paths; a worker's named after it;
+the scheduler's pub/sub) and `text()`, the one bytes-to-text conversion of the store.
 
 Chosen in this order: `CLUSTER_NODES` (a Redis Cluster, by its startup nodes);
 `REDIS_URL`; a django-redis cache alias in `CONNECTION`; otherwise the embedded Redis
@@ -185,14 +185,16 @@ def pack_with_hiredis(client: Any) -> None:
 
 
 class ThreadConnections:
-    """Single commands on a connection of the calling thread's own, made from `pool`'s
-    keywords but outside it.
+    """Commands on a connection of the calling thread's own, made from `pool`'s keywords
+    but outside it: a dispatch's one command, a worker's fetches and batches.
 
-    A dispatch is one command, and redis-py spends about 20 µs of the caller's CPU
-    around it (taking a connection from the pool and giving it back: locks, metrics, an
-    event, a fork check), as much as the rest of the command's client side. Each thread
-    here keeps a connection of its own, made with the pool's keywords (address, auth,
-    timeouts, packer, name), and sends on it directly.
+    Around each command (or pipeline) redis-py spends about 20 µs of the caller's CPU
+    taking a connection from the pool and giving it back (locks, metrics, an event, a
+    fork check), as much as the rest of a command's client side, and a pipeline adds
+    its own bookkeeping. Each thread here keeps a connection of its own, made with the
+    pool's keywords (address, auth, timeouts, packer, name), and sends on it directly:
+    `execute_command` for one command, `execute_many` (or a `CommandBatch` built by
+    code written for a pipeline) for several in one round trip.
 
     What the pool does on taking a connection is kept: a connection the server closed
     (a restart) or that holds unread data is replaced before the command is sent, never
