@@ -20,7 +20,9 @@ trip once 10 ms passed or 100 wait; the reader reads again once a read's worth o
 is free (at most 8 running plus 100 waiting; a task's room frees when it finishes, its
 ack following with the acker's next round trip).
 
-Its client packs commands as the runner's does (`pack_with_hiredis`). No validation
+Its client packs commands as the runner's does (`pack_with_hiredis`), and each thread
+sends on a connection of its own as the runner's threads do (`thread_connections`, no
+redis-py pool or pipeline in the way). No validation
 beyond `json.loads`, no statistics, no cancel checks, no time limits, and
 no threads but at `pool`: what is left of the runner's cost above this floor is
 everything else it does.
@@ -39,7 +41,7 @@ import redis
 from benchlib.job import job
 
 from django_taskrunner.store import keys, scripts
-from django_taskrunner.store.connection import pack_with_hiredis
+from django_taskrunner.store.connection import pack_with_hiredis, thread_connections
 
 PREFIX = "bench"  # the benchmark site's PREFIX
 QUEUE = "default"
@@ -84,16 +86,28 @@ def record_call(sha: str, done: list[tuple[str, int]], finished_ms: int) -> list
 def send(client: redis.Redis, sha: str, stream: str, level: str, ids: list[bytes],
          done: list[tuple[str, int]]) -> None:
     """One round trip: the records (at `records` and `pool`), XACK, XDEL (but at `read`)."""
-    pipe = client.pipeline(transaction=False)
+    commands: list[tuple[object, ...]] = []
     if level in ("records", "pool"):
         finished_ms = time.time_ns() // 1_000_000
-        for start in range(0, len(done), WRITE_BATCH):
-            pipe.execute_command(*record_call(sha, done[start:start + WRITE_BATCH],
-                                              finished_ms))
-    pipe.xack(stream, GROUP, *ids)
+        commands += [tuple(record_call(sha, done[start:start + WRITE_BATCH], finished_ms))
+                     for start in range(0, len(done), WRITE_BATCH)]
+    commands.append(("XACK", stream, GROUP, *ids))
     if level != "read":
-        pipe.xdel(stream, *ids)
-    pipe.execute()
+        commands.append(("XDEL", stream, *ids))
+    for reply in thread_connections(client).execute_many(commands):
+        if isinstance(reply, Exception):
+            raise reply
+
+
+def read(client: redis.Redis, stream: str) -> list[tuple[bytes, bytes]]:
+    """XREADGROUP COUNT `READ` BLOCK 1 s: (stream id, body) of each entry read."""
+    reply = thread_connections(client).execute_command(
+        "XREADGROUP", "GROUP", GROUP, CONSUMER, "COUNT", READ, "BLOCK", 1000, "STREAMS",
+        stream, ">")
+    if not reply:
+        return []
+    return [(stream_id, fields[fields.index(keys.ENTRY_FIELD) + 1])
+            for stream_id, fields in reply[0][1]]
 
 
 def run_one(body: bytes) -> tuple[str, int]:
@@ -115,10 +129,9 @@ def main(level: str) -> None:
     if level == "pool":
         Pool(client, sha, stream).run()
     while True:
-        reply = client.xreadgroup(GROUP, CONSUMER, {stream: ">"}, count=READ, block=1000)
-        if reply:
-            entries = reply[0][1]
-            done = [run_one(fields[keys.ENTRY_FIELD]) for _stream_id, fields in entries]
+        entries = read(client, stream)
+        if entries:
+            done = [run_one(body) for _stream_id, body in entries]
             send(client, sha, stream, level, [stream_id for stream_id, _ in entries], done)
 
 
@@ -142,14 +155,12 @@ class Pool:
             with self.room:  # room for a whole read: at most THREADS held
                 while self.held > THREADS:
                     self.room.wait()
-            reply = self.client.xreadgroup(GROUP, CONSUMER, {self.stream: ">"}, count=READ,
-                                           block=1000)
-            if reply:
-                entries = reply[0][1]
+            entries = read(self.client, self.stream)
+            if entries:
                 with self.room:
                     self.held += len(entries)
-                for stream_id, fields in entries:
-                    self.inbox.put((stream_id, fields[keys.ENTRY_FIELD]))
+                for entry in entries:
+                    self.inbox.put(entry)
 
     def work(self) -> None:
         while True:
