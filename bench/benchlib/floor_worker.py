@@ -106,8 +106,9 @@ def read(client: redis.Redis, stream: str) -> list[tuple[bytes, bytes]]:
         stream, ">")
     if not reply:
         return []
+    entries = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]  # RESP3
     return [(stream_id, fields[fields.index(keys.ENTRY_FIELD) + 1])
-            for stream_id, fields in reply[0][1]]
+            for stream_id, fields in entries]
 
 
 def run_one(body: bytes) -> tuple[str, int]:
