@@ -131,7 +131,8 @@ class Broker:
         self.prefix = store.prefix
         self.group = group
         self.delete_on_ack = delete_on_ack
-        # A dispatch's one command, on the calling thread's own connection.
+        # A dispatch's one command and a worker's fetches, on the calling thread's own
+        # connection (batches too, through `scripts.execute_loading`).
         self.own_connections = thread_connections(store.client)
 
     @property
@@ -676,7 +677,7 @@ def _write_each(broker: Broker, records: Sequence[RecordWrite]) -> list[Unsettle
 
 
 def _send(client: Any, build: Callable[[Any], None], names: Sequence[str]) -> list[Any]:
-    """Execute the pipeline `build(pipe)` makes, each error kept as its reply; after
+    """Send the batch `build(pipe)` makes, each error kept as its reply; after
     NOSCRIPT (a restarted or flushed server) load `names` and send it once more. A reply
     of a server refusing writes is raised (the batch was not all applied)."""
     replies = scripts.send_loading(thread_connections(client), build, names)
