@@ -353,10 +353,12 @@ def thread_connections(client: Any) -> ThreadConnections | PooledCommands:
     pool = getattr(client, "connection_pool", None)
     if type(pool) not in _PLAIN_POOLS or pool.connection_class not in _PLAIN_CONNECTIONS:
         return PooledCommands(client)
-    with _thread_connections_lock:
-        own = _thread_connections.get(client)
-        if own is None:
-            own = _thread_connections[client] = ThreadConnections(pool)
+    own = _thread_connections.get(client)  # the lock only to make the first one
+    if own is None:
+        with _thread_connections_lock:
+            own = _thread_connections.get(client)
+            if own is None:
+                own = _thread_connections[client] = ThreadConnections(pool)
     return own
 
 

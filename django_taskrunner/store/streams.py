@@ -243,10 +243,11 @@ class Broker:
         the shard's cancelled ids (one set for all its levels)."""
         names = {self.stream(queue): queue for queue in queues}
         block = () if block_ms is None else ("BLOCK", block_ms)
-        reply, cancelled = self.own_connections.execute_many([
-            ("XREADGROUP", "GROUP", self.group, consumer, "COUNT", count, *block,
-             "STREAMS", *names, *(">",) * len(names)),
-            ("SMEMBERS", keys.cancelled_key(self.prefix, queues[0]))])
+        batch = self.own_connections.batch()
+        batch.execute_command("XREADGROUP", "GROUP", self.group, consumer, "COUNT", count,
+                              *block, "STREAMS", *names, *(">",) * len(names))
+        self.records.queue_cancelled(batch, queues[0])
+        reply, cancelled = self.own_connections.send_batch(batch)
         if isinstance(reply, ResponseError):
             if "NOGROUP" not in str(reply):
                 raise reply
@@ -605,7 +606,7 @@ def settle_batch(
         requeue_entries(spans, pipe, broker, consumer, requeues)
 
     scripts_used = (*SCRIPTS, *REQUEUE_SCRIPTS, *(WORKFLOW_SCRIPTS if members_done else ()))
-    replies = _send(broker.client, build, scripts_used)
+    replies = _send(broker.own_connections, build, scripts_used)
     unsettled: list[Unsettled] = []
     for span in spans:
         error = _error_in(replies[span.start:span.end])
@@ -671,16 +672,17 @@ def _write_each(broker: Broker, records: Sequence[RecordWrite]) -> list[Unsettle
                                                                    write.task_id)):
                 broker.records.queue_writes(pipe, [write])
 
-    replies = _send(broker.client, build, SCRIPTS)
+    replies = _send(broker.own_connections, build, SCRIPTS)
     return [Unsettled(span.what, span.key, str(error)) for span in spans
             if (error := _error_in(replies[span.start:span.end])) is not None]
 
 
-def _send(client: Any, build: Callable[[Any], None], names: Sequence[str]) -> list[Any]:
-    """Send the batch `build(pipe)` makes, each error kept as its reply; after
-    NOSCRIPT (a restarted or flushed server) load `names` and send it once more. A reply
-    of a server refusing writes is raised (the batch was not all applied)."""
-    replies = scripts.send_loading(thread_connections(client), build, names)
+def _send(sender: Any, build: Callable[[Any], None], names: Sequence[str]) -> list[Any]:
+    """Send the batch `build(pipe)` makes on `sender` (the broker's `own_connections`),
+    each error kept as its reply; after NOSCRIPT (a restarted or flushed server) load
+    `names` and send it once more. A reply of a server refusing writes is raised (the
+    batch was not all applied)."""
+    replies = scripts.send_loading(sender, build, names)
     for reply in replies:
         if isinstance(reply, Exception) and refuses_writes(reply):
             raise reply
