@@ -22,12 +22,20 @@ from django_taskrunner.stats.recorder import WorkerReport, write
 from django_taskrunner.store import get_store
 
 __all__ = ["PENDING_TTL_S", "TASK_ID_TTL_MS", "holder_value", "registered_names",
-           "saved_registry", "unregister_task", "write_heartbeat"]
+           "saved_registry", "stream_messages", "unregister_task", "write_heartbeat"]
 
 
 def holder_value(message: TaskMessage) -> str:
     """What the unique lock (and task-id key) of `message` holds while it is the holder."""
     return _holder_value(message)
+
+
+def stream_messages(queue: str = "default") -> list[TaskMessage]:
+    """Every message on `queue`'s stream (a queue, shard or level name), oldest first,
+    decoded as a worker reads it: through the store's reader, which puts a plain
+    dispatch's task id (its entry's) in its body."""
+    entries = get_store().browse.waiting_after(queue, "0-0", 1_000_000)
+    return [TaskMessage.from_json(entry.body, stream_id=entry.stream_id) for entry in entries]
 
 
 def registered_names() -> set[str]:

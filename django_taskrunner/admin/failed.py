@@ -39,7 +39,7 @@ from django.utils.safestring import mark_safe
 from django_taskrunner.admin.shared import NulFreeChangeListMixin, page_path
 from django_taskrunner.admin.timeline import moment
 from django_taskrunner.core.context import with_kept_steps
-from django_taskrunner.core.dispatch import dispatch, dispatch_many
+from django_taskrunner.core.dispatch import dispatch, dispatch_again, dispatch_many
 from django_taskrunner.core.message import nested_too_deep
 from django_taskrunner.core.records import PENDING_TTL_S
 from django_taskrunner.core.registry import registry
@@ -284,8 +284,11 @@ def _one_by_one(task_name: str, queue: str, entries: list[tuple[FailedTask, obje
     done = []
     for row, payload in entries:
         try:
-            task_id = row.message_id if row.message_id in stepped else None
-            dispatch(task_name, payload, queue=queue, task_id=task_id)
+            if row.message_id in stepped:  # under its id: its kept steps hold
+                dispatch_again(registry.get(task_name), payload, queue=queue,
+                               task_id=row.message_id)
+            else:
+                dispatch(task_name, payload, queue=queue)
         except TaskRunnerError as exc:
             report.keep(row, exc)
             continue

@@ -167,7 +167,7 @@ def new_message_ids(count: int) -> list[str]:
 def new_message(
     task: Task, payload: Any, *, queue: str | None = None, expires: float | None = None,
     start_ms: int | None = None, task_id: str | None = None, priority: int | None = None,
-    fair_key: str | None = None,
+    fair_key: str | None = None, id_ran_before: bool = False,
 ) -> TaskMessage:
     """A first-attempt message for `task`; `start_ms` is when it may first run.
 
@@ -178,7 +178,8 @@ def new_message(
                            task.name)
     now = clock.now_ms()
     message = TaskMessage(
-        id=new_message_id() if task_id is None else locks.check_task_id(task_id, task.name),
+        id=new_message_id() if task_id is None else locks.check_task_id(
+            task_id, task.name, ran_before=id_ran_before),
         task_name=task.name,
         queue=resolve_queue(task, queue),
         payload=payload,
@@ -210,6 +211,7 @@ def prepare(
     unique_key: KeySource = None, unique_for: float | None = None,
     unique_mode: str | None = None, expires: float | None = None, start_ms: int | None = None,
     on_conflict: str | None = None, priority: int | None = None, fair_key: str | None = None,
+    id_ran_before: bool = False,
 ) -> tuple[TaskMessage, UniqueClaim | None]:
     """The message and what it must reserve (lock, task_id), all checked, without Redis.
 
@@ -217,7 +219,8 @@ def prepare(
     reservation with the delayed set as destination.
     """
     message = new_message(task, payload, queue=queue, expires=expires, start_ms=start_ms,
-                          task_id=task_id, priority=priority, fair_key=fair_key)
+                          task_id=task_id, priority=priority, fair_key=fair_key,
+                          id_ran_before=id_ran_before)
     claim = locks.claim_for(task, message, get_settings().PREFIX, unique_key=unique_key,
                             unique_for=unique_for, unique_mode=unique_mode,
                             on_conflict=on_conflict)
@@ -277,15 +280,29 @@ def dispatch(
     message, claim = prepare(task, payload, queue=queue, task_id=task_id, unique_key=unique_key,
                              unique_for=unique_for, unique_mode=unique_mode, expires=expires,
                              on_conflict=on_conflict, priority=priority, fair_key=fair_key)
-    body = message.to_json()
     if get_settings().EAGER:
-        return eager.run_eagerly(task, message, body, claim)
+        return eager.run_eagerly(task, message, message.to_json(), claim)
     if transactional:
-        return outbox.put(message, body, claim)
+        return outbox.put(message, message.to_json(), claim)
     quiet_ms = debounce_ms(claim)
     if quiet_ms is not None:  # unique_mode="debounce": it waits out its quiet period
         return add_delayed(message, clock.now_ms() + quiet_ms, claim, task=task)
-    return add_now(message, body, claim, task)
+    return add_now(message, claim, task)
+
+
+def dispatch_again(task: Task, payload: Any, *, queue: str, task_id: str) -> TaskMessage:
+    """`dispatch(task, payload, queue=queue, task_id=task_id)` of a task id that ran and
+    finished: an admin retry of a failed task that kept durable steps, which hold under
+    its id. That id may name the stream entry of its plain dispatch
+    (`keys.entry_task_id`), which `dispatch()` refuses of a caller's `task_id`: the
+    entry's run is over, and no new entry can get that stream id again."""
+    message, claim = prepare(task, payload, queue=queue, task_id=task_id, id_ran_before=True)
+    if get_settings().EAGER:
+        return eager.run_eagerly(task, message, message.to_json(), claim)
+    quiet_ms = debounce_ms(claim)
+    if quiet_ms is not None:
+        return add_delayed(message, clock.now_ms() + quiet_ms, claim, task=task)
+    return add_now(message, claim, task)
 
 
 def dispatch_delayed(

@@ -20,7 +20,7 @@ import functools
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -30,8 +30,17 @@ from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.store import keys
 
 WIRE_VERSION = 1
-# Largest wire version this release reads; newer ones are refused clearly.
-READABLE_VERSIONS = frozenset({1})
+# A plain dispatch's message, whose task id names its stream entry (`keys.entry_task_id`):
+# version 1 without "id". Every reader of a stream entry puts the id in first
+# (`store/entries.py` `entry_body`), so a decoded message has its id whatever its version; a
+# release older than the one that wrote it refuses it (upgrade workers first).
+WIRE_VERSION_WITHOUT_ID = 2
+# What a reader adds to a message without its id, at most: `"id":"<stream id>@<stream>",`
+# (a stream id of two 20-digit numbers, a level name of a 100-character queue). A
+# message's size limit counts it, so the message a worker reads is within the limit too.
+ENTRY_ID_ROOM = 160
+# The wire versions this release reads; others are refused clearly.
+READABLE_VERSIONS = frozenset({WIRE_VERSION, WIRE_VERSION_WITHOUT_ID})
 # One encoder for every message: json.dumps() with options builds a new one per call.
 encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 # A dispatch token (wire key "tok"): letters and digits, so it never contains the "#" that
@@ -276,7 +285,7 @@ def required(data: dict[str, Any]) -> tuple[str, str, str, int, int]:
     version = get("v")
     if type(version) is not int or version not in READABLE_VERSIONS:
         raise InvalidTaskPayload(
-            f"message has wire version {short(version)}; this release reads 1")
+            f"message has wire version {short(version)}; this release reads 1 and 2")
     task_name = get("task")
     if type(task_name) is not str or not task_name:
         task_name = text_field(data, "task", None)  # raises
@@ -302,10 +311,11 @@ def check_payload(payload: Any, task_name: str) -> None:
             f"deep (or contains itself)", task_name=task_name)
 
 
-def _plainly_valid(text: str) -> bool:
-    """ASCII, within MESSAGE_MAX_BYTES and with too few brackets to nest too deep: the
-    common message, which passes in a few C calls (anything else gets `_check_text`)."""
-    return (text.isascii() and len(text) <= MESSAGE_MAX_BYTES
+def _plainly_valid(text: str, room: int = 0) -> bool:
+    """ASCII, within MESSAGE_MAX_BYTES (less `room`) and with too few brackets to nest
+    too deep: the common message, which passes in a few C calls (anything else gets
+    `_check_text`)."""
+    return (text.isascii() and len(text) + room <= MESSAGE_MAX_BYTES
             and text.count("{") + text.count("[") <= PAYLOAD_MAX_DEPTH)
 
 
@@ -370,8 +380,21 @@ class TaskMessage:
 
         Raises `InvalidTaskPayload` (naming the task) when the payload is not JSON.
         """
+        return self._checked(self._wire_text)
+
+    def to_json_without_id(self) -> str:
+        """The wire form of a plain message (`is_plain`) without its id (version 2): what
+        a plain dispatch adds, whose task id is then its entry's (`keys.entry_task_id`).
+        The same checks as `to_json`."""
+        if not self.is_plain():
+            raise ValueError("only a plain message goes without its id")
+        return self._checked(self._text_without_id, ENTRY_ID_ROOM)
+
+    def _checked(self, build: Callable[[], str], room: int = 0) -> str:
+        """The text `build` gives, checked: JSON, depth, Unicode, size (with `room` bytes
+        left for what a reader adds)."""
         try:
-            text = self._wire_text()
+            text = build()
         except RecursionError:
             check_payload(self.payload, self.task_name)  # raises: it is nested too deep
             raise
@@ -381,27 +404,40 @@ class TaskMessage:
                 f"payload of task {self.task_name!r} is not JSON-serialisable: {exc}",
                 task_name=self.task_name,
             ) from exc
-        if not _plainly_valid(text):
-            self._check_text(text)
+        if not _plainly_valid(text, room):
+            self._check_text(text, room)
         return text
+
+    def is_plain(self) -> bool:
+        """None of the optional fields is set: a plain dispatch's message (a priority
+        aside, which only chooses its stream)."""
+        return (self.lock_key is None and not self.has_task_id and self.expires_at_ms is None
+                and self.reservation_timeout_ms is None and self.dispatch_token is None
+                and self.trace_context is None and self.workflow is None
+                and self.fair_key is None and self.fair_weight is None
+                and not self.ran_before and type(self.attempt) is int
+                and type(self.dispatched_at_ms) is int)
 
     def _wire_text(self) -> str:
         """`encode(self._wire_fields())`; for a message with none of the optional fields
         (a plain dispatch's), the same text put together around its encoded payload, at
         a third of the cost (tests/unit/test_message.py compares the two)."""
-        if (self.lock_key is None and not self.has_task_id and self.expires_at_ms is None
-                and self.reservation_timeout_ms is None and self.dispatch_token is None
-                and self.trace_context is None and self.workflow is None
-                and self.priority is None and self.fair_key is None
-                and self.fair_weight is None and not self.ran_before
-                and type(self.attempt) is int and type(self.dispatched_at_ms) is int):
+        if self.priority is None and self.is_plain():
             message_id = self.id
             quoted = (f'"{message_id}"' if message_id.isascii() and message_id.isalnum()
                       else encode(message_id))  # a random id needs no escaping
-            return (f'{{"v":{WIRE_VERSION},"id":{quoted},"task":{_json_text(self.task_name)},'
-                    f'"queue":{_json_text(self.queue)},"payload":{encode(self.payload)},'
-                    f'"attempt":{self.attempt},"ts":{self.dispatched_at_ms}}}')
+            return (f'{{"v":{WIRE_VERSION},"id":{quoted},{self._plain_fields()}}}')
         return encode(self._wire_fields())
+
+    def _text_without_id(self) -> str:
+        """Version 2: the plain message's fields, and its priority if it has one."""
+        level = "" if self.priority is None else f',"pr":{int(self.priority)}'
+        return f'{{"v":{WIRE_VERSION_WITHOUT_ID},{self._plain_fields()}{level}}}'
+
+    def _plain_fields(self) -> str:
+        return (f'"task":{_json_text(self.task_name)},"queue":{_json_text(self.queue)},'
+                f'"payload":{encode(self.payload)},"attempt":{self.attempt},'
+                f'"ts":{self.dispatched_at_ms}')
 
     def _wire_fields(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -438,9 +474,10 @@ class TaskMessage:
             data["rb"] = True
         return data
 
-    def _check_text(self, text: str) -> None:
+    def _check_text(self, text: str, room: int = 0) -> None:
         """Refuse a payload nested too deep (walked only when the text holds enough
-        brackets), text that is not valid Unicode, or over MESSAGE_MAX_BYTES as UTF-8."""
+        brackets), text that is not valid Unicode, or over MESSAGE_MAX_BYTES as UTF-8
+        (counting `room` bytes a reader adds: a task id put in, `ENTRY_ID_ROOM`)."""
         if could_nest_past(text):
             check_payload(self.payload, self.task_name)
         if text.isascii():  # constant time: CPython knows it of every string
@@ -454,6 +491,7 @@ class TaskMessage:
                     f"payload of task {self.task_name!r} holds a lone surrogate {bad!r}, "
                     f"which is not text and cannot be sent", task_name=self.task_name,
                 ) from None
+        size += room
         if size > MESSAGE_MAX_BYTES:
             raise InvalidTaskPayload(
                 f"message of task {self.task_name!r} is {size} bytes of JSON, over the limit "

@@ -26,8 +26,11 @@ from django_taskrunner.core import clock, outbox_rows
 from django_taskrunner.core.context import kept_steps
 from django_taskrunner.core.eager import eager_records
 from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.core.registry import registry
+from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.connection import bounded, built_client, get_redis
+from django_taskrunner.store.entries import names_its_entry
 from django_taskrunner.store.errors import REDIS_DOWN, unavailable, unreadable
 from django_taskrunner.store.records import (
     CANCELLED_TTL_S,
@@ -211,8 +214,30 @@ def dispatch_record(
     """The first write of a task's record ("queued", or "delayed" until `due_ms`);
     None when the task keeps no record."""
     ttl = result_ttl(task)
-    if ttl <= 0:
+    return None if ttl <= 0 else _first_write(message, ttl, shard, due_ms, claim)
+
+
+def entry_record(body: bytes | str, shard: str, due_ms: int | None = None) -> RecordWrite | None:
+    """`dispatch_record` of the message in `body`, on `shard`, when its task id names its
+    stream entry: a plain dispatch writes no record (`core.sending.add_now`), so a move
+    of its message before any worker recorded it (put back at a stop, sent back by a
+    paused queue, given up by a process that ended) writes it. None for any other
+    message, one that does not decode, or a task that keeps no record."""
+    if not names_its_entry(body):  # most moves: no decoding
         return None
+    try:
+        message = TaskMessage.from_json(body)
+    except InvalidTaskPayload:
+        return None
+    if keys.task_id_entry(message.id) is None:
+        return None
+    task = registry.find(message.task_name)
+    ttl = int(get_settings().RESULT_TTL) if task is None else result_ttl(task)
+    return None if ttl <= 0 else _first_write(message, ttl, shard, due_ms)
+
+
+def _first_write(message: TaskMessage, ttl: int, shard: str, due_ms: int | None = None,
+                 claim: UniqueClaim | None = None) -> RecordWrite:
     fields = [("s", "queued" if due_ms is None else "delayed"), ("t", message.task_name),
               ("q", message.queue), ("a", str(message.attempt)),
               ("d", str(message.dispatched_at_ms)), ("ttl", str(ttl))]
@@ -277,11 +302,14 @@ def lookup(task_id: str) -> TaskRecord | None:
     if get_settings().EAGER:  # eager mode: the records of this process's runs, no Redis
         return _eager_record(checked)
     try:
-        fields = records().load(checked)
+        fields, entry = records().load_or_entry(checked, get_store().group)
     except REDIS_DOWN as exc:
         fields = _in_outbox(checked)  # a task still in the outbox has a "queued" record
         if fields is None:
             raise unreadable(f"cannot look task {checked!r} up", exc) from exc
+        entry = None
+    if entry is not None:  # a plain dispatch's, no worker recorded yet: its entry says
+        fields = _entry_fields(checked, entry)
     if fields is None:
         fields = _in_outbox(checked)
     if fields is None:
@@ -296,6 +324,31 @@ def _with_steps(rec: TaskRecord) -> TaskRecord:
         return replace(rec, steps=kept_steps(rec.id))
     except REDIS_DOWN:
         return rec
+
+
+def _entry_fields(task_id: str, body: bytes) -> dict[str, str]:
+    """The "queued" record of a task whose id names its stream entry, no worker having
+    recorded it yet, read from the entry (`entry_record`, with the entry's stream id);
+    one whose message does not decode gets its status and stream id only (its worker
+    fails it, and records why)."""
+    stream, stream_id = keys.task_id_entry(task_id) or ("", "")
+    write = entry_record(body, stream)
+    return {**(dict(write.fields) if write is not None else {"s": "queued"}), "sid": stream_id}
+
+
+def _record_entry(store: Records, task_id: str) -> None:
+    """Before `wait()` or `cancel()` writes to the record of a task whose id names its
+    entry: the "queued" record from the entry, if no worker wrote one yet
+    (`record_new.lua`: a record a worker writes meanwhile only gains the fields it
+    lacks, never goes back to "queued")."""
+    entry = keys.task_id_entry(task_id)
+    if entry is None:
+        return
+    _fields, body = store.load_or_entry(task_id, get_store().group)
+    if body is not None:
+        fields = _entry_fields(task_id, body)
+        del fields["sid"]  # `save_new` writes the stream id it is given
+        store.save_new([(RecordWrite(task_id, tuple(fields.items()), PENDING_TTL_S), entry[1])])
 
 
 def _eager_record(task_id: str) -> TaskRecord | None:
@@ -348,6 +401,8 @@ def _wait(task_id: str, timeout: float, deadline: float) -> TaskRecord | None:
     client = get_redis(within=timeout + WAIT_MARGIN_S)
     store = get_store()
     key = keys.record_key(store.prefix, task_id)
+    with bounded(client, _left(deadline) + WAIT_MARGIN_S, key) as near:
+        _record_entry(store.on_client(near).records, task_id)
     while True:
         with bounded(client, _left(deadline) + WAIT_MARGIN_S, key) as near:
             fields = store.on_client(near).records.watch(task_id)
@@ -387,6 +442,7 @@ def cancel(task_id: str, *, terminate: bool = False) -> bool:
         return False
     try:
         store = records()
+        _record_entry(store, checked)
         reply = store.cancel(checked, clock.now_ms(), int(get_settings().RESULT_TTL) or 1,
                              terminate)
         if reply.outcome != "ok":

@@ -100,20 +100,28 @@ def redis_down(task: Task, exc: Exception) -> RedisUnavailable:
     return unavailable(f"cannot dispatch {task.name!r}", exc, built_client())
 
 
-def add_now(message: TaskMessage, body: str, claim: UniqueClaim | None, task: Task) -> TaskMessage:
+def add_now(message: TaskMessage, claim: UniqueClaim | None, task: Task) -> TaskMessage:
     """Put `message` on its stream (the one immediate add path), taking its unique lock /
     task_id in the same script when it has a `claim`, its record in the same round trip.
     Returns the message the dispatch gives back (the holder's, under on_conflict
-    "return")."""
+    "return").
+
+    A plain message (`TaskMessage.is_plain`) of a task that keeps records goes without
+    its id: its task id is its stream entry's (`keys.entry_task_id`), the dispatch is
+    one XADD, and its record is written by the worker that starts it (`lookup()` reads
+    the entry meanwhile). Not on a cluster, where the record and the entry live in
+    different slots, which no script can read together; nor in a fair queue, whose
+    turns hold messages off the stream."""
+    # Encoded (and checked) before anything reaches Redis: bad input fails the same way
+    # whether Redis answers or not.
+    named = claim is None and message.is_plain() and keeps_records(task)
+    body = message.to_json_without_id() if named else message.to_json()
     try:
         broker = get_store().streams
+        if named and broker.records.clustered:
+            named, body = False, message.to_json()
         if claim is None:
-            shard = keys.level_name(sharding.next_shard(message.queue), message.priority)
-            record = dispatch_record(message, task, shard)
-            if message.fair_key is None and not fair_queue(broker, shard):
-                message.stream_id = broker.add(shard, body, record)
-            else:  # it waits for its key's turn (store/fair.py), or the unkeyed one
-                add_fair(broker, shard, [message], [body], [record] if record else [])
+            add_unclaimed(broker, message, body, named, task)
         elif message.fair_key is not None or fair_queue(broker, claim_level(claim, message)):
             # through the delayed set, due now: its promotion joins the turn
             return add_delayed(message, clock.now_ms(), claim, task)
@@ -126,6 +134,24 @@ def add_now(message: TaskMessage, body: str, claim: UniqueClaim | None, task: Ta
         raise redis_down(task, exc) from exc
     announce_queue(broker, message.queue)
     return message
+
+
+def add_unclaimed(broker: Broker, message: TaskMessage, body: str, named: bool,
+                  task: Task) -> None:
+    """`add_now` of a message that claims nothing: onto its stream (its `body` without
+    its id when `named`: its task id is then its entry's), or into its fair key's turn."""
+    shard = keys.level_name(sharding.next_shard(message.queue), message.priority)
+    if message.fair_key is not None or fair_queue(broker, shard):
+        # it waits for its key's turn (store/fair.py), or the unkeyed one
+        record = dispatch_record(message, task, shard)
+        add_fair(broker, shard, [message], [message.to_json() if named else body],
+                 [record] if record else [])
+    elif named:
+        stream_id = broker.add(shard, body)
+        message.id = keys.entry_task_id(shard, stream_id)
+        message.stream_id = stream_id
+    else:
+        message.stream_id = broker.add(shard, body, dispatch_record(message, task, shard))
 
 
 def add_delayed(

@@ -95,8 +95,8 @@ class Store:
             cancelled on this stream
         streams.read_checked_many(queues, consumer, count, block_ms)  `read_checked()` of
             several streams of one shard
-        streams.requeue(queue, consumer, stream_id, body, due_ms)  Move a held entry back, with
-            `body`, to the stream
+        streams.requeue(queue, consumer, stream_id, body, due_ms, record)  Move a held entry
+            back, with `body`, to the stream
         streams.settle(consumer, acks, requeues, record_writes, freed_slots, members_done)
             Write what the ended attempts leave, then ack and requeue entries
         streams.stream(queue)  The stream key of a queue, shard or priority level
@@ -116,6 +116,8 @@ class Store:
         records.enqueue_args(write)  The KEYS and ARGV `enqueue.lua` appends to write the record
             in its own step
         records.load(task_id)  HGETALL of the record of `task_id`
+        records.load_or_entry(task_id, group)  The record, or for an id that names its
+            stream entry with no record yet, that entry's body (`record_or_entry.lua`)
         records.promoted_entries(reply)  (task id, holder value, stream id) of each message
             `promote_due.lua` moved
         records.queue_adds(pipe, entries)  Queue `record_add.lua` on `pipe` for each message
@@ -125,6 +127,8 @@ class Store:
             fields, EXPIRE its TTL
         records.queue_writes(pipe, writes)  Queue `record_write.lua` for `writes` on `pipe`,
             `WRITE_BATCH` records per call on one server
+        records.queue_saves(pipe, added)  Queue `save_new`'s calls on `pipe` (a batch that moves
+            messages whose records may not exist yet)
         records.save_new(added)  Write new records after their XADD (`record_new.lua`, a cluster)
         records.set_stream_ids(moved)  Give moved messages' records their new stream ids
         records.subscription()  A pub/sub connection of its own, subscribed to nothing yet

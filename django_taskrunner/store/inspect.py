@@ -20,6 +20,7 @@ from redis.exceptions import ResponseError
 
 from django_taskrunner.store import keys, scripts
 from django_taskrunner.store.connection import text
+from django_taskrunner.store.entries import entry_body
 from django_taskrunner.store.streams import levels_in_use
 
 
@@ -326,7 +327,7 @@ class StreamBrowser:
     def waiting_after(self, queue: str, after: str, count: int) -> list[StreamEntry]:
         """Up to `count` entries after stream id `after` (exclusive), oldest first (XRANGE)."""
         rows = self.client.xrange(self.stream(queue), f"({after}", "+", count=count)
-        return [_entry(row) for row in rows]
+        return [_entry(queue, row) for row in rows]
 
     def waiting_before(self, queue: str, before: str, floor: str, count: int
                        ) -> list[StreamEntry]:
@@ -334,12 +335,12 @@ class StreamBrowser:
         first: the previous page (XREVRANGE, reversed)."""
         end = "+" if before == "+" else f"({before}"
         rows = self.client.xrevrange(self.stream(queue), end, f"({floor}", count=count)
-        return [_entry(row) for row in reversed(rows)]
+        return [_entry(queue, row) for row in reversed(rows)]
 
     def entry(self, queue: str, stream_id: str) -> StreamEntry | None:
         """The entry with this id (XRANGE id id), None when there is none."""
         rows = self.client.xrange(self.stream(queue), stream_id, stream_id)
-        return _entry(rows[0]) if rows else None
+        return _entry(queue, rows[0]) if rows else None
 
     def held(self, queue: str, after: str, count: int, consumer: str | None = None
              ) -> list[Held]:
@@ -381,7 +382,7 @@ class StreamBrowser:
         pipe = self.client.pipeline(transaction=False)
         for stream_id in stream_ids:
             pipe.xrange(self.stream(queue), stream_id, stream_id)
-        return {stream_id: (_entry(rows[0]).body if rows else None)
+        return {stream_id: (_entry(queue, rows[0]).body if rows else None)
                 for stream_id, rows in zip(stream_ids, pipe.execute(), strict=True)}
 
     def find_in_stream(self, queue: str, after: str, count: int, needle: bytes
@@ -448,9 +449,7 @@ class StreamBrowser:
         return int(scripts.run(self.client, script, call_keys, args))
 
 
-def _entry(row: Any) -> StreamEntry:
+def _entry(queue: str, row: Any) -> StreamEntry:
+    """An entry of `queue`'s stream, its body with its task id (`streams.entry_body`)."""
     stream_id, fields = row
-    body = fields.get(keys.ENTRY_FIELD) if fields else None
-    if fields and body is None:
-        body = repr(fields).encode()
-    return StreamEntry(text(stream_id), body)
+    return StreamEntry(text(stream_id), entry_body(queue, text(stream_id), fields))

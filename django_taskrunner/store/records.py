@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 
 from django_taskrunner.store import keys, scripts
 from django_taskrunner.store.connection import WakeSubscription, text, thread_connections
+from django_taskrunner.store.entries import entry_body
 
 SCRIPTS = ("record_write", "record_index")  # queued as bare EVALSHA: loaded on NOSCRIPT
 SID_SCRIPTS = ("record_sid",)  # the same, for `set_stream_ids`
@@ -170,18 +171,24 @@ class Records:
         or `enqueue.lua` (another slot), with the entry's stream id ('sid'). A record a
         worker already wrote (running, finished) only gains the fields it lacks: it
         never goes back to "queued"; one of an earlier dispatch of the id is replaced."""
-        calls = [([keys.record_key(self.prefix, write.task_id),
-                   keys.record_done_key(self.prefix, write.task_id)],
-                  [str(write.ttl_s), "" if stream_id == "delayed" else stream_id,
-                   *_flat(write.fields)]) for write, stream_id in added]
-        if len(calls) == 1:  # one dispatch: a plain EVALSHA, no pipeline to build
-            scripts.run(self.client, "record_new", *calls[0])
-        elif calls:
-            def build(pipe: Any) -> None:
-                for call in calls:
-                    scripts.queue(pipe, "record_new", *call)
+        if len(added) == 1:  # one dispatch: a plain EVALSHA, no pipeline to build
+            scripts.run(self.client, "record_new", *self._new_args(*added[0]))
+        elif added:
+            scripts.execute_loading(self.client, lambda pipe: self.queue_saves(pipe, added),
+                                    NEW_SCRIPTS)
 
-            scripts.execute_loading(self.client, build, NEW_SCRIPTS)
+    def queue_saves(self, pipe: Any, added: Sequence[tuple[RecordWrite, str]]) -> None:
+        """Queue `save_new`'s calls on `pipe` (executed with `scripts.execute_loading`,
+        `NEW_SCRIPTS`): for a batch that moves messages whose records may not exist yet."""
+        for write, stream_id in added:
+            scripts.queue(pipe, "record_new", *self._new_args(write, stream_id))
+
+    def _new_args(self, write: RecordWrite, stream_id: str) -> tuple[list[str], list[str]]:
+        """KEYS and ARGV of `record_new.lua` (see the script)."""
+        return ([keys.record_key(self.prefix, write.task_id),
+                 keys.record_done_key(self.prefix, write.task_id)],
+                [str(write.ttl_s), "" if stream_id == "delayed" else stream_id,
+                 *_flat(write.fields)])
 
     def enqueue_args(self, write: RecordWrite) -> tuple[list[str], list[str]]:
         """The KEYS and ARGV `enqueue.lua` appends to write the record in its own step
@@ -293,6 +300,27 @@ class Records:
     def load(self, task_id: str) -> dict[str, str] | None:
         """HGETALL of the record of `task_id`; None when there is none (or it expired)."""
         return _fields(self.client.hgetall(keys.record_key(self.prefix, task_id)))
+
+    def load_or_entry(self, task_id: str, group: str
+                      ) -> tuple[dict[str, str] | None, bytes | None]:
+        """(record, None) of `task_id`; for an id that names its stream entry
+        (`keys.entry_task_id`) with no record yet, (None, the body of that entry) while it
+        waits or a worker of `group` holds it (`record_or_entry.lua`, one call: a worker
+        recording and acking it meanwhile cannot make the task look unknown); (None,
+        None) for neither. On a cluster no dispatch names its entry: the record only."""
+        entry = keys.task_id_entry(task_id)
+        if entry is None or self.clustered:
+            return self.load(task_id), None
+        stream, stream_id = entry
+        reply = scripts.run(self.client, "record_or_entry",
+                            [keys.record_key(self.prefix, task_id),
+                             keys.stream_key(self.prefix, stream)], [stream_id, group])
+        kind = int(reply[0])
+        if kind == 1:
+            return _fields(dict(zip(reply[1::2], reply[2::2], strict=True))), None
+        if kind == 2:
+            return None, entry_body(stream, stream_id, [keys.ENTRY_FIELD, reply[1]])
+        return None, None
 
     def watch(self, task_id: str) -> dict[str, str] | None:
         """`record_watch.lua`: the record, marked watched unless final; None: no record."""

@@ -44,10 +44,17 @@ from redis.exceptions import ResponseError
 
 from django_taskrunner.store import keys, scripts, server
 from django_taskrunner.store.connection import text, thread_connections
+from django_taskrunner.store.entries import entry_body
 from django_taskrunner.store.errors import refuses_writes
 from django_taskrunner.store.fair import FAIR_QUEUE_TTL_S
 from django_taskrunner.store.limits import RENEW_SCRIPT, Limits, Slot
-from django_taskrunner.store.records import ADD_SCRIPTS, SCRIPTS, Records, RecordWrite
+from django_taskrunner.store.records import (
+    ADD_SCRIPTS,
+    NEW_SCRIPTS,
+    SCRIPTS,
+    Records,
+    RecordWrite,
+)
 from django_taskrunner.store.workflows import SCRIPTS as WORKFLOW_SCRIPTS
 from django_taskrunner.store.workflows import MemberDone
 
@@ -83,12 +90,15 @@ class Claim:
 
 @dataclass(frozen=True)
 class Requeue:
-    """A held entry to move back, with `body`, to its stream (`due_ms` 0) or delayed set."""
+    """A held entry to move back, with `body`, to its stream (`due_ms` 0) or delayed set;
+    with `record`, the task's record is written first unless it exists (a message whose
+    task id names its entry, moved before any worker recorded it: `Records.save_new`)."""
 
     queue: str
     stream_id: str
     body: str | bytes
     due_ms: int = 0
+    record: RecordWrite | None = None
 
 
 @dataclass(frozen=True)
@@ -223,7 +233,7 @@ class Broker:
             # The stream was deleted (by hand, or a Redis restart without persistence).
             self.ensure_group(queue)
             return []
-        return _entries(reply)
+        return _entries(queue, reply)
 
     def read_checked(
         self, queue: str, consumer: str, count: int, block_ms: int | None,
@@ -263,8 +273,10 @@ class Broker:
             if isinstance(reply, dict) and entries and entries[0] and isinstance(
                     entries[0][0], tuple):
                 entries = entries[0]  # redis-py's RESP3 callback wraps them: [[(id, fields)]]
-            read[names[text(stream)]] = [(text(stream_id), body_of(fields))
-                                         for stream_id, fields in entries]
+            name = names[text(stream)]
+            read[name] = [(sid, entry_body(name, sid, fields))
+                          for sid, fields in ((text(stream_id), fields)
+                                              for stream_id, fields in entries)]
         return read, {text(task_id) for task_id in cancelled}
 
     def levels_in_use(self, shards: Sequence[str]) -> dict[str, list[str]]:
@@ -293,12 +305,16 @@ class Broker:
             pipe.execute()
 
     def requeue(
-        self, queue: str, consumer: str, stream_id: str, body: str | bytes, due_ms: int = 0
+        self, queue: str, consumer: str, stream_id: str, body: str | bytes, due_ms: int = 0,
+        record: RecordWrite | None = None,
     ) -> str | None:
-        """Move a held entry back, with `body`, to the stream (or the delayed set).
+        """Move a held entry back, with `body`, to the stream (or the delayed set), after
+        writing `record` unless the task has one (see `Requeue`).
 
         Returns None when the entry is no longer ours (another worker reclaimed it).
         """
+        if record is not None:
+            self.records.save_new([(record, "")])
         result = scripts.run(self.client, "requeue",
                              *self._requeue_call(consumer, Requeue(queue, stream_id, body, due_ms)))
         return None if result is None else text(result)
@@ -451,7 +467,7 @@ class Broker:
             pipe.xrange(self.stream(queue), stream_id, stream_id)
         found: dict[str, bytes | None] = {}
         for stream_id, entries in zip(stream_ids, pipe.execute(), strict=True):
-            found[stream_id] = body_of(entries[0][1]) if entries else None
+            found[stream_id] = entry_body(queue, stream_id, entries[0][1]) if entries else None
         return found
 
     def claim(self, queue: str, consumer: str, claims: Sequence[Claim]) -> list[Entry]:
@@ -465,8 +481,8 @@ class Broker:
                         [claim.stream_id], retrycount=claim.deliveries)
         claimed: list[Entry] = []
         for entries in pipe.execute():
-            claimed.extend((text(stream_id), body_of(fields)) for stream_id, fields in entries
-                           if stream_id is not None)
+            claimed.extend((text(stream_id), entry_body(queue, text(stream_id), fields))
+                           for stream_id, fields in entries if stream_id is not None)
         return claimed
 
     def adopt(self, queue: str, dead: str, alive: str, counters: Mapping[str, int | None]
@@ -565,27 +581,13 @@ def levels_in_use(client: Any, prefix: str, shards: Sequence[str]) -> dict[str, 
     return {shard: keys.by_level(names) for shard, names in streams.items()}
 
 
-def _entries(reply: Any) -> list[Entry]:
+def _entries(queue: str, reply: Any) -> list[Entry]:
     """The entries of one stream's XREADGROUP reply (RESP2 list or RESP3 dict)."""
     if not reply:
         return []
     entries = reply[0][1] if isinstance(reply, list) else next(iter(reply.values()))[0]
-    return [(text(stream_id), body_of(fields)) for stream_id, fields in entries]
-
-
-def body_of(fields: dict[bytes, bytes] | list[bytes] | None) -> bytes | None:
-    """The message body of an entry (its fields as redis-py's callbacks give them, or
-    the raw field, value list); None for an entry deleted while pending.
-
-    An entry written by something else (no `m` field) yields its fields as text, which
-    the worker then records as an undecodable message.
-    """
-    if not fields:
-        return None
-    if isinstance(fields, list):
-        fields = dict(zip(fields[::2], fields[1::2], strict=False))
-    body = fields.get(keys.ENTRY_FIELD)
-    return body if body is not None else repr(fields).encode()
+    return [(text(stream_id), entry_body(queue, text(stream_id), fields))
+            for stream_id, fields in entries]
 
 
 def settle_batch(
@@ -599,13 +601,15 @@ def settle_batch(
     def build(pipe: Any) -> None:
         spans.clear()
         write_task_records(spans, pipe, broker, record_writes)
+        write_moved_records(spans, pipe, broker, requeues)
         # After the records: a workflow's next step reads its parents' results.
         count_workflow_members(spans, pipe, broker, members_done)
         free_concurrency_slots(spans, pipe, freed_slots)
         ack_entries(spans, pipe, broker, acks)
         requeue_entries(spans, pipe, broker, consumer, requeues)
 
-    scripts_used = (*SCRIPTS, *REQUEUE_SCRIPTS, *(WORKFLOW_SCRIPTS if members_done else ()))
+    scripts_used = (*SCRIPTS, *REQUEUE_SCRIPTS, *(WORKFLOW_SCRIPTS if members_done else ()),
+                    *(NEW_SCRIPTS if any(requeue.record for requeue in requeues) else ()))
     replies = _send(broker.own_connections, build, scripts_used)
     unsettled: list[Unsettled] = []
     for span in spans:
@@ -626,6 +630,17 @@ def write_task_records(spans: list[_Span], pipe: Any, broker: Broker,
     """Queue the attempts' task record writes (`record_write.lua`), one item."""
     with _span(spans, pipe, "task records", ""):
         broker.records.queue_writes(pipe, writes)
+
+
+def write_moved_records(spans: list[_Span], pipe: Any, broker: Broker,
+                        requeues: Sequence[Requeue]) -> None:
+    """Queue the records of moved messages no worker recorded yet (`Requeue.record`),
+    before their moves: whole where missing, else only the fields they lack; one item.
+    The requeue's own reply gives the stream id after (`Records.set_stream_ids`)."""
+    added = [(requeue.record, "") for requeue in requeues if requeue.record is not None]
+    if added:
+        with _span(spans, pipe, "moved task records", ""):
+            broker.records.queue_saves(pipe, added)
 
 
 def count_workflow_members(spans: list[_Span], pipe: Any, broker: Broker,

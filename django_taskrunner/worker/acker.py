@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from django_taskrunner.core.records import entry_record
 from django_taskrunner.store.connection import text
 from django_taskrunner.store.errors import REDIS_ERROR, stalls_writes
 from django_taskrunner.store.limits import Slot
@@ -123,8 +124,9 @@ class Acker(threading.Thread):
 
     def requeue(self, shard: str, stream_id: str, body: str | bytes, due_ms: int = 0) -> None:
         """Move held `stream_id` back to `shard` with `body` (at `due_ms`, 0: now), and ack it."""
+        record = entry_record(body, shard, due_ms or None)  # None for most messages
         with self._cond:
-            self._batch.requeues.append(Requeue(shard, stream_id, body, due_ms))
+            self._batch.requeues.append(Requeue(shard, stream_id, body, due_ms, record))
             self._added()
 
     def _added(self) -> None:

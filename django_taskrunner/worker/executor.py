@@ -34,7 +34,7 @@ from django.db.backends.signals import connection_created
 from django_taskrunner.conf import get_settings
 from django_taskrunner.core.awaitables import returned_awaitable, run_to_end
 from django_taskrunner.core.context import TaskContext, first_run, stored_steps
-from django_taskrunner.core.records import PENDING_TTL_S, encode_value
+from django_taskrunner.core.records import PENDING_TTL_S, encode_value, entry_record
 from django_taskrunner.exceptions import TaskExpired, TaskRunnerError
 from django_taskrunner.stats.recorder import StatsRecorder
 from django_taskrunner.store.limits import Slot
@@ -264,7 +264,8 @@ class Executor:
         )
 
     def _requeue_now(self, shard: str, stream_id: str, body: str, due_ms: int) -> None:
-        self.broker.requeue(shard, self.consumer, stream_id, body, due_ms)
+        self.broker.requeue(shard, self.consumer, stream_id, body, due_ms,
+                            entry_record(body, shard, due_ms or None))
 
     def record_and_ack(
         self, run: Run, error: BaseException, *, attempts: int,

@@ -41,6 +41,7 @@ from django_taskrunner.conf import get_settings
 from django_taskrunner.core import clock, sharding
 from django_taskrunner.core import unique as locks
 from django_taskrunner.core.message import TaskMessage
+from django_taskrunner.core.records import entry_record
 from django_taskrunner.core.registry import registry
 from django_taskrunner.core.task import Task
 from django_taskrunner.exceptions import InvalidTaskPayload, WorkerLost
@@ -391,8 +392,9 @@ class Settler:
             else:
                 # a new entry, delivered once: the runs its counter says died go into
                 # its attempt, else a task that kills its process would run once more
-                requeues.append(Requeue(stream, stream_id,
-                                        put_back(body, counters[stream_id])))
+                moved = put_back(body, counters[stream_id])
+                requeues.append(Requeue(stream, stream_id, moved,
+                                        record=entry_record(moved, stream)))
         self._adopt(stream, given, counters)
         if requeues:
             self.broker.settle(self.consumer, {}, requeues)

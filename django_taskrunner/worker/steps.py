@@ -365,12 +365,13 @@ def write_outcome(
 
 
 def end_fields(message: TaskMessage, now_ms: int, stream_id: str | None) -> list[tuple[str, str]]:
-    """A final record keeps the dispatch's 'd', needs no 'ttl' any more, and gets its end
-    (`now_ms`), the stream id of the entry it ran from ('sid': a move's own write of it,
-    riding the acker's batch, may come after the task ended and finds the record final)
-    and the payload it ran with (its message leaves Redis with this ack: the task page
-    shows it from here; one too large or not JSON is left out)."""
-    fields = [("f", str(now_ms))]
+    """A final record needs no 'ttl' any more, and gets its end (`now_ms`), the dispatch
+    time ('d': a plain dispatch wrote no record, `core.sending.entry_named`), the stream
+    id of the entry it ran from ('sid': a move's own write of it, riding the acker's
+    batch, may come after the task ended and finds the record final) and the payload it
+    ran with (its message leaves Redis with this ack: the task page shows it from here;
+    one too large or not JSON is left out)."""
+    fields = [("f", str(now_ms)), ("d", str(message.dispatched_at_ms))]
     if stream_id:
         fields.append(("sid", stream_id))
     payload, _why = encode_value(message.payload, "payload")

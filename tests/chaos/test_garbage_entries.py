@@ -91,7 +91,7 @@ def malformed_entries(prefix: str) -> list[dict[str, bytes]]:
         # huge: over the size limit, and 2 MiB of "{" (under it, too deep to parse)
         js(24, payload="x" * (5 * 1024 * 1024)), b"{" * (2 * 1024 * 1024),
         # not JSON, not an object, a wire version this release does not read
-        b"\xff\xfe binary", b"{not json", b"[1, 2, 3]", js(29, v=2),
+        b"\xff\xfe binary", b"{not json", b"[1, 2, 3]", js(29, v=3),
     ]
     return [{"m": body} for body in bodies] + [{"other": b"field"}]  # 30: no message field
 
@@ -110,7 +110,8 @@ def held_by(chaos: Chaos, consumer: str) -> set[str]:
             entries = client.xrange(broker.stream("default"), row["message_id"],
                                     row["message_id"])
             body = entries[0][1].get(b"m", b"") if entries else b""
-            if body.startswith(b'{"v":1,"id":') and len(body) < 1000:  # one of dispatch's
+            if body.startswith((b'{"v":1,"id":', b'{"v":2,"task":')) and len(body) < 1000:
+                # one of dispatch's (with its id, or a plain one's, without)
                 found.add(str(json.loads(body)["payload"]["n"]))
         return found
     finally:

@@ -11,7 +11,6 @@ from django.db.models.signals import post_save
 from django_taskrunner import (
     InvalidTaskPayload,
     RedisUnavailable,
-    TaskMessage,
     TaskNotFound,
     dispatch,
     dispatch_many,
@@ -20,15 +19,9 @@ from django_taskrunner import (
 )
 from django_taskrunner.exceptions import InvalidTaskOptions
 from django_taskrunner.store import get_store, keys
-from tests.internals import registered_names
+from tests.internals import registered_names, stream_messages
 from tests.testapp.models import Note
 from tests.testapp.tasks import noop, on_other_queue
-
-
-def stream_messages(queue: str = "default") -> list[TaskMessage]:
-    broker = get_store().streams
-    entries = broker.client.xrange(broker.stream(queue))
-    return [TaskMessage.from_json(fields[b"m"]) for _id, fields in entries]
 
 
 def test_tasks_modules_of_installed_apps_are_autodiscovered():

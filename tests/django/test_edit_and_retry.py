@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from django_taskrunner import TaskMessage
 from django_taskrunner.models import FailedTask
-from django_taskrunner.store import get_store
 from tests.django.admin_helpers import logged_in, make_user
+from tests.internals import stream_messages
 
 pytestmark = pytest.mark.django_db
 
@@ -30,9 +30,7 @@ def url(row: FailedTask) -> str:
 
 
 def queued(r) -> list[TaskMessage]:
-    broker = get_store().streams
-    return [TaskMessage.from_json(fields[b"m"])
-            for _id, fields in r.xrange(broker.stream("default"))]
+    return stream_messages("default")
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ and queue, paged by a score cursor; expired records skipped and dropped."""
 from __future__ import annotations
 
 import re
+from urllib.parse import quote
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -65,7 +66,7 @@ def test_tasks_the_worker_finished_are_listed_newest_first_with_their_outcome(ro
     finished_at = [lookup(task_id).finished_at for task_id in ran]
     assert finished_at == sorted(finished_at, reverse=True)
     assert "tr-status-failed" in html and "ValueError: boom" in html
-    assert f'?queue=default&amp;id={ok.id}"' in html  # the link to its task page
+    assert f'?queue=default&amp;id={quote(ok.id)}"' in html  # the link to its task page
     assert root.get(TASKS, {"queue": "default", "id": ok.id}).status_code == 200
 
     failed = root.get(TASKS, {"queue": "default", "status": "finished",

@@ -127,7 +127,7 @@ def test_a_task_page_by_id_reads_the_entry_its_record_names_without_searching(ro
 def test_a_record_without_its_stream_id_is_found_by_a_search_from_its_dispatch_time(root):
     from django_taskrunner.store import get_store, keys
 
-    message = dispatch(tasks.noop, {"n": 1})
+    message = dispatch(tasks.noop, {"n": 1}, task_id="older-record")  # a record at dispatch
     broker = get_store().streams
     broker.client.hdel(keys.record_key(broker.prefix, message.id), "sid")  # an older record
 
@@ -186,7 +186,7 @@ def test_a_message_requeued_onto_its_stream_gives_its_record_the_new_entry(root)
     from django_taskrunner.worker.outage import RedisStatus
 
     broker = get_store().streams
-    message = dispatch(tasks.noop, {"n": 1})
+    message = dispatch(tasks.noop, {"n": 1}, task_id="requeued")  # a record at dispatch
     broker.ensure_group("default")
     ((stream_id, body),) = broker.read("default", "someone", 1, None)
     acker = Acker(broker, "someone", RedisStatus())  # as a retry without backoff is sent

@@ -4,7 +4,6 @@ staff only, everything escaped, unknown ids and queues 404."""
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 
 import pytest
@@ -16,6 +15,7 @@ from django.utils import timezone
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import get_store
 from tests.django.admin_helpers import logged_in, make_user
+from tests.internals import stream_messages
 from tests.testapp.tasks import noop, unique_order
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -32,10 +32,10 @@ def root() -> Client:
 
 
 def stream_id_of(message_id: str, queue: str = "default") -> str:
-    broker = get_store().streams
-    for stream_id, fields in broker.client.xrange(broker.stream(queue)):
-        if json.loads(fields[b"m"])["id"] == message_id:
-            return stream_id.decode()
+    for message in stream_messages(queue):
+        if message.id == message_id:
+            assert message.stream_id is not None
+            return message.stream_id
     raise AssertionError(f"{message_id} is not in the stream")
 
 

@@ -31,6 +31,7 @@ from django_taskrunner.models import FailedTask, OutboxMessage
 from django_taskrunner.store import get_store, keys
 from django_taskrunner.store.errors import REDIS_DOWN
 from tests.conftest import start_private_redis
+from tests.internals import stream_messages
 from tests.testapp.models import Note
 from tests.testapp.tasks import noop, runs_key, unique_order
 from tests.worker_helpers import wait_for, worker_thread
@@ -39,8 +40,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def queued(r: Any, prefix: str, queue: str = "default") -> list[TaskMessage]:
-    entries = r.xrange(keys.stream_key(prefix, queue))
-    return [TaskMessage.from_json(fields[keys.ENTRY_FIELD]) for _id, fields in entries]
+    assert prefix == get_store().prefix
+    return stream_messages(queue)
 
 
 def runs(r: Any) -> dict[str, int]:

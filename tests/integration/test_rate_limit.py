@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from django_taskrunner import lookup
+from django_taskrunner import TaskMessage, lookup
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import get_store, keys
 from tests.integration.scheduling_helpers import leads, running_worker, wait_for
@@ -98,7 +98,7 @@ def test_a_task_over_the_limit_waits_unchanged_as_delayed_without_spending_an_at
     (second,) = [m for m in messages if lookup(m.id).status != "succeeded"]
     ((body, due),) = r.zrange(keys.delayed_key(get_store().prefix, LIMITS_QUEUE), 0, -1,
                               withscores=True)
-    assert body.decode() == second.to_json()
+    assert TaskMessage.from_json(body) == second
     record = lookup(second.id)
     assert record.status == "delayed" and record.attempt == 1
     assert r.hget(keys.record_key(get_store().prefix, second.id), "lw") == b"rate 1/h"

@@ -25,9 +25,9 @@ def held_by_a_dead_worker(r) -> tuple[str, bytes]:
     """The queue's one entry, delivered to a worker that then died: (stream id, body)."""
     broker = get_store().streams
     broker.ensure_group("default")
-    reply = r.xreadgroup(broker.group, "dead-worker", {broker.stream("default"): ">"}, count=1)
-    stream_id, fields = reply[0][1][0]
-    return stream_id.decode(), fields[keys.ENTRY_FIELD]
+    ((stream_id, body),) = broker.read("default", "dead-worker", 1, None)
+    assert body is not None
+    return stream_id, body
 
 
 def kept_by_the_dead_run(r, task_id: str, n: int) -> None:

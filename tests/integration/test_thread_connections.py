@@ -7,7 +7,6 @@ child opens its own, and a thread's connection closes when the thread ends."""
 from __future__ import annotations
 
 import gc
-import json
 import os
 import shutil
 import tempfile
@@ -19,9 +18,12 @@ import pytest
 import redis
 from redis.exceptions import ResponseError
 
-from django_taskrunner import dispatch
+from django_taskrunner import TaskMessage, dispatch
 from django_taskrunner.store import get_store, keys
+from django_taskrunner.store.connection import text
+from django_taskrunner.store.entries import entry_body
 from tests.conftest import start_private_redis
+from tests.internals import stream_messages
 from tests.testapp.tasks import noop
 from tests.worker_helpers import wait_for
 
@@ -61,9 +63,8 @@ def test_dispatch_sends_on_the_threads_connection_and_queues_once(prefix: str) -
 
     message = dispatch(noop, {"n": 1})
 
-    client = get_store().client
-    entries = client.xrange(keys.stream_key(prefix, "default"))
-    assert [json.loads(fields[b"m"])["id"] for _id, fields in entries] == [message.id]
+    assert prefix == get_store().prefix
+    assert [queued.id for queued in stream_messages("default")] == [message.id]
     assert client_id(own) == before
 
 
@@ -123,7 +124,8 @@ def test_dispatch_after_a_redis_restart_succeeds_on_a_new_connection(
         entries = probe.xrange(keys.stream_key(prefix, "default"))
     finally:
         probe.close()
-    assert [json.loads(fields[b"m"])["id"] for _id, fields in entries] == [message.id]
+    assert [TaskMessage.from_json(entry_body("default", text(sid), fields)).id
+            for sid, fields in entries] == [message.id]
 
 
 def test_a_connection_error_closes_the_connection_and_the_next_command_reconnects(

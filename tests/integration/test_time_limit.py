@@ -95,7 +95,8 @@ def test_a_result_that_arrives_after_the_watchdog_gave_up_is_ignored(r):
         message = dispatch("tests.late", None)
         executor = Executor(get_store().streams, "me", lambda queue, sid: acked.append(sid),
                             running)
-        body = r.xrange(get_store().streams.stream("default"))[0][1][b"m"]
+        get_store().streams.ensure_group("default")
+        ((_sid, body),) = get_store().streams.read("default", "me", 1, None)
 
         # When the task then returns successfully
         executor.handle(Delivery("default", message.stream_id, body))

@@ -13,7 +13,7 @@ from tests.testapp.tasks import always_fails, noop
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-FINISHED = re.compile(r"task=tests\.testapp\.tasks\.noop id=[0-9a-f]{32} queue=default "
+FINISHED = re.compile(r"task=tests\.testapp\.tasks\.noop id=\d+-\d+@default queue=default "
                       r"attempt=1 duration=\d+\.\d{3}s outcome=succeeded")
 
 
@@ -50,9 +50,9 @@ def test_verbosity_2_prints_one_line_per_finished_task(spawn_worker):
     always_fails.dispatch({"n": "x"})
     output = burst_output(spawn_worker, "-v", "2")
     assert len(FINISHED.findall(output)) == 3, output
-    assert len(re.findall(r"tasks\.always_fails id=\w+ queue=default attempt=\d "
+    assert len(re.findall(r"tasks\.always_fails id=\S+ queue=default attempt=\d "
                           r"duration=\S+ outcome=retried error=ValueError", output)) == 2, output
-    assert re.search(r"always_fails id=\w+ queue=default attempt=3 duration=\S+ "
+    assert re.search(r"always_fails id=\S+ queue=default attempt=3 duration=\S+ "
                      r"outcome=failed error=ValueError", output), output
 
 

@@ -30,7 +30,7 @@ def test_unknown_fields_are_ignored_and_missing_optional_ones_defaulted():
     b"\xff\xfe",
     b"[1,2]",
     b'"a string"',
-    b'{"v": 2, "id": "x", "task": "t"}',
+    b'{"v": 3, "id": "x", "task": "t"}',
     b'{"id": "x", "task": "t"}',
     b'{"v": 1, "task": "t"}',
     b'{"v": 1, "id": "", "task": "t"}',
