@@ -14,8 +14,9 @@ and the producers). Two parts, with task records on (the default) and off:
   cost: a pipeline cannot hand the `XADD`'s reply to the record's write) and of a raw
   `XADD`; with the server's own time per call of each (`INFO commandstats`);
 - *Python only*: the same steps timed with the commands answered at once, best of 5:
-  the whole `dispatch()`, and its parts (the message, its JSON, the record's first
-  write and its script arguments, `Broker.add`, `scripts.run`).
+  the whole `dispatch()`, and its parts (the message, its JSON without and with its id,
+  `Broker.add`); with records on, what a message that carries its id (an expiry, a
+  trace) adds: the record's first write and its script arguments, `scripts.run`.
 - *batches*: per message, wall time and this process's CPU of `dispatch_many` in
   batches of 100, and of raw `XADD`s pipelined by 100, with the server's own time per
   message of each (all its commands, `INFO commandstats`): what peers.py's
@@ -164,19 +165,23 @@ def python_only(job: Any, client: Any, number: int) -> None:
         parts: list[tuple[str, Callable[[], Any]]] = [
             ("dispatch()", lambda: job.dispatch({})),
             ("prepare (the message, checked)", lambda: prepare(job, {})),
-            ("TaskMessage.to_json", message.to_json),
-            ("Broker.add, no record", lambda: broker.add(message.queue, body, None)),
         ]
-        if record is not None:
+        if record is not None:  # a plain dispatch's message goes without its id
+            parts += [("TaskMessage.to_json_without_id", message.to_json_without_id)]
+        parts += [("TaskMessage.to_json", message.to_json),
+                  ("Broker.add, no record (the XADD)",
+                   lambda: broker.add(message.queue, body, None))]
+        if record is not None:  # what a message that carries its id adds
             stream = broker.stream(message.queue)
             add_args = broker.records._add_one_args(stream, body, record)
             parts += [
-                ("dispatch_record (its fields)",
+                ("with its id: dispatch_record",
                  lambda: records.dispatch_record(message, job, message.queue)),
-                ("record_add_one.lua's arguments",
+                ("with its id: record_add_one args",
                  lambda: broker.records._add_one_args(stream, body, record)),
-                ("scripts.run", lambda: scripts.run(client, "record_add_one", *add_args)),
-                ("Broker.add with the record", lambda: broker.add(message.queue, body, record)),
+                ("with its id: scripts.run",
+                 lambda: scripts.run(client, "record_add_one", *add_args)),
+                ("with its id: Broker.add", lambda: broker.add(message.queue, body, record)),
             ]
         for label, fn in parts:
             print(f"  {label:34s} {best_us(fn, number):6.2f} µs", flush=True)
