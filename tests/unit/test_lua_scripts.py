@@ -166,10 +166,14 @@ def test_each_shared_part_is_included_by_two_scripts_and_put_in_verbatim():
 
 def test_the_twins_share_their_pieces_through_the_parts():
     # The loops of the purges, the waiting line of the limits, the moves' reply, the
-    # server's time and the record-writing rules (what is final, waking the waiters, a new
-    # record, the finished index), once.
-    assert PARTS == ["finished_index.lua", "free_keys.lua", "moved_entry.lua",
-                     "new_record.lua", "now_ms.lua", "record_final.lua", "waiting_line.lua"]
+    # server's time, whether a group was delivered an entry, and the record-writing rules
+    # (what is final, waking the waiters, a new record, the finished index), once.
+    assert PARTS == ["delivered.lua", "finished_index.lua", "free_keys.lua",
+                     "moved_entry.lua", "new_record.lua", "now_ms.lua", "record_final.lua",
+                     "waiting_line.lua"]
+    for name in ("enqueue", "record_or_entry"):
+        assert "'last-delivered-id'" not in _file(name)
+        assert "-- include: delivered.lua" in _file(name)
     for name in SCRIPTS:  # the server's time in ms, read one way (a rate limit's start
         # member needs TIME's two parts as well)
         assert ("'TIME'" in _file(name)) == (name == "rate_acquire"), name

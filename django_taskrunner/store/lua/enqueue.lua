@@ -56,6 +56,7 @@
 -- {'replaced', <holder>, <stream id> | 'delayed'} when the holder took this payload.
 
 -- include: new_record.lua
+-- include: delivered.lua
 
 local lock_key, mode_key, id_key
 local mode = ARGV[9] or ''
@@ -133,31 +134,6 @@ local function compatible(old_body, old_mode)
   return (old['tid'] == true) == (new['tid'] == true)
 end
 
--- True once the consumer group has been delivered the entry `id` (or a later one).
-local function delivered(id)
-  local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', stream_key)
-  if not ok then
-    return false
-  end
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  for _, group in ipairs(groups) do
-    local name, last
-    for i = 1, #group, 2 do
-      if group[i] == 'name' then
-        name = group[i + 1]
-      elseif group[i] == 'last-delivered-id' then
-        last = group[i + 1]
-      end
-    end
-    if name == ARGV[11] and last then
-      local lms, lseq = string.match(last, '^(%d+)-(%d+)$')
-      lms, lseq = tonumber(lms), tonumber(lseq)
-      return tonumber(ms) < lms or (tonumber(ms) == lms and tonumber(seq) <= lseq)
-    end
-  end
-  return false
-end
-
 -- The holder's body rebuilt around the new payload: same id, same dispatch token.
 local function holder_body(holder)
   local id, token = string.match(holder, '^(.*)#(%w+)$')
@@ -214,7 +190,7 @@ local function on_held(holder)
     return nil  -- on the stream (or an older lock): the quiet period is over
   end
   local old_body = where == 's' and stream_body(ref)
-  if not old_body or delivered(ref) or not compatible(old_body, held_mode) then
+  if not old_body or delivered(stream_key, ARGV[11], ref) or not compatible(old_body, held_mode) then
     return {'lock', holder}  -- started (or not findable, or not alike): as 'raise'
   end
   local body = holder_body(holder)

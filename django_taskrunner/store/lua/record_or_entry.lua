@@ -13,6 +13,8 @@
 -- Returns {1, field, value, ...} for the record, {2, body} for a waiting or held entry,
 -- {0} for neither.
 
+-- include: delivered.lua
+
 local fields = redis.call('HGETALL', KEYS[1])
 if #fields > 0 then
   table.insert(fields, 1, 1)
@@ -33,39 +35,8 @@ if not body then
   return {0}
 end
 
--- Whether stream id `a` comes after `b` (both "<ms>-<seq>").
-local function after(a, b)
-  local a_ms, a_seq = string.match(a, '^(%d+)-(%d+)$')
-  local b_ms, b_seq = string.match(b, '^(%d+)-(%d+)$')
-  a_ms, b_ms = tonumber(a_ms), tonumber(b_ms)
-  if a_ms ~= b_ms then
-    return a_ms > b_ms
-  end
-  return tonumber(a_seq) > tonumber(b_seq)
+if delivered(KEYS[2], ARGV[2], ARGV[1])
+    and #redis.call('XPENDING', KEYS[2], ARGV[2], ARGV[1], ARGV[1], 1) == 0 then
+  return {0}  -- acked (DELETE_ON_ACK off keeps it): its record was written first
 end
-
-local groups = redis.pcall('XINFO', 'GROUPS', KEYS[2])
-if type(groups) ~= 'table' or groups.err then
-  return {2, body}  -- no group yet: nothing was delivered
-end
-for _, group in ipairs(groups) do
-  local name, last
-  for i = 1, #group, 2 do
-    if group[i] == 'name' then
-      name = group[i + 1]
-    elseif group[i] == 'last-delivered-id' then
-      last = group[i + 1]
-    end
-  end
-  if name == ARGV[2] then
-    if last == nil or after(ARGV[1], last) then
-      return {2, body}  -- not delivered yet
-    end
-    local pending = redis.call('XPENDING', KEYS[2], ARGV[2], ARGV[1], ARGV[1], 1)
-    if #pending > 0 then
-      return {2, body}  -- a worker holds it
-    end
-    return {0}  -- acked
-  end
-end
-return {2, body}
+return {2, body}  -- waiting, or held by a worker
