@@ -450,6 +450,6 @@ class StreamBrowser:
 
 
 def _entry(queue: str, row: Any) -> StreamEntry:
-    """An entry of `queue`'s stream, its body with its task id (`streams.entry_body`)."""
+    """An entry of `queue`'s stream, its body with its task id (`entries.entry_body`)."""
     stream_id, fields = row
     return StreamEntry(text(stream_id), entry_body(queue, text(stream_id), fields))

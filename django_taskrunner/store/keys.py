@@ -219,7 +219,7 @@ def record_tag(task_id: str) -> str:
 # A plain dispatch's task id names its stream entry: `<stream id>@<stream name>` (the
 # queue, shard or priority level it was added to). Its message carries no id (wire
 # version 2, core/message.py); a reader puts the id in as it reads the entry
-# (`streams.entry_body`), and `lookup()` of a task no worker wrote a record of yet reads
+# (`entries.entry_body`), and `lookup()` of a task no worker wrote a record of yet reads
 # the entry itself. A caller's `task_id` may not take this shape.
 _ENTRY_TASK_ID = re.compile(r"(\d{1,20}-\d{1,20})@([A-Za-z0-9_][A-Za-z0-9._#!-]{0,120})")
 

@@ -11,7 +11,9 @@ field names and text values, TTLs in seconds. Keys come from `keys.record_key`,
 one record's two keys; `cancel_entry.lua`, the cancel's second step, in the slot of the
 task's shard.
 
-Writes ride in round trips their callers already make: the dispatch's (inside
+A plain dispatch writes none: its task id names its stream entry, which `load_or_entry`
+reads until the worker writes the record (`record_or_entry.lua`). Other writes ride in
+round trips their callers already make: the dispatch's (inside
 `record_add_one.lua`, `record_add.lua` or `enqueue.lua` on one server, `enqueue_args`; a
 delayed message's ZADD pipeline, `queue_new`), the acker's batch (`queue_writes`), the heartbeat's
 (`queue_writes`, `queue_flags`). One exception: on a cluster the record of a message
@@ -134,9 +136,9 @@ class Records:
             scripts.queue(pipe, "record_add", *self._add_args(entries[start:start + ADD_BATCH]))
 
     def add(self, stream: str, body: str, write: RecordWrite) -> Any:
-        """`record_add_one.lua`: `record_add.lua` for one message (a plain `dispatch()`,
-        one round trip), its record's fields as plain arguments (no JSON to encode and
-        decode for one record); its stream id."""
+        """`record_add_one.lua`: `record_add.lua` for one message (a `dispatch()` whose
+        message carries its id, one round trip), its record's fields as plain arguments
+        (no JSON to encode and decode for one record); its stream id."""
         return scripts.run(self.own_connections, "record_add_one",
                            *self._add_one_args(stream, body, write))
 

@@ -366,7 +366,7 @@ def write_outcome(
 
 def end_fields(message: TaskMessage, now_ms: int, stream_id: str | None) -> list[tuple[str, str]]:
     """A final record needs no 'ttl' any more, and gets its end (`now_ms`), the dispatch
-    time ('d': a plain dispatch wrote no record, `core.sending.entry_named`), the stream
+    time ('d': a plain dispatch wrote no record, `core.sending.add_now`), the stream
     id of the entry it ran from ('sid': a move's own write of it, riding the acker's
     batch, may come after the task ended and finds the record final) and the payload it
     ran with (its message leaves Redis with this ack: the task page shows it from here;
