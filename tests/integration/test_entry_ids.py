@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from django_taskrunner import TaskMessage, cancel, dispatch, lookup, wait
-from django_taskrunner.exceptions import InvalidTaskOptions
+from django_taskrunner.exceptions import InvalidTaskOptions, InvalidTaskPayload
 from django_taskrunner.store import get_store, keys
 from django_taskrunner.worker.reclaim import hand_back
 from tests.internals import stream_messages
@@ -201,14 +201,13 @@ def test_a_body_without_its_id_decodes_only_once_a_reader_puts_it_in(r):
     message = noop.dispatch({"n": 1})
     raw = r.xrange(get_store().streams.stream("default"))[0][1][b"m"]
     assert raw.startswith(b'{"v":2,"task":')
-    with pytest.raises(Exception, match="'id'"):
+    with pytest.raises(InvalidTaskPayload, match="field 'id'"):
         TaskMessage.from_json(raw)
     assert stream_messages("default")[0].id == message.id
 
 
 def test_the_size_limit_leaves_room_for_the_id_a_reader_puts_in(r, run_burst):
     from django_taskrunner.core.message import MESSAGE_MAX_BYTES
-    from django_taskrunner.exceptions import InvalidTaskPayload
 
     broker = get_store().streams
     noop.dispatch({"n": 1, "text": ""})
