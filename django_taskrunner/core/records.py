@@ -4,9 +4,10 @@ Every dispatched task has a record under its id (the message id, the same across
 retries), written in round trips that happen anyway: with the dispatch's XADD (but for a
 plain dispatch, whose id names its stream entry: `lookup` reads the entry until the
 worker writes the record), in the worker's acker batch (the outcome) and heartbeat batch
-(started, progress, the cancel flag). A finished record is kept `RESULT_TTL` seconds (per task `@task(result_ttl=...)`;
-0 writes none for that task); one still queued or running `PENDING_TTL_S` at least,
-renewed while it runs. The commands are `store/records.py`'s (`Records`).
+(started, progress, the cancel flag). A finished record is kept `RESULT_TTL` seconds
+(per task `@task(result_ttl=...)`; 0 writes none for that task); one still queued or
+running `PENDING_TTL_S` at least, renewed while it runs. The commands are
+`store/records.py`'s (`Records`).
 """
 
 from __future__ import annotations
