@@ -280,23 +280,24 @@ def dispatch(
     message, claim = prepare(task, payload, queue=queue, task_id=task_id, unique_key=unique_key,
                              unique_for=unique_for, unique_mode=unique_mode, expires=expires,
                              on_conflict=on_conflict, priority=priority, fair_key=fair_key)
-    if get_settings().EAGER:
-        return eager.run_eagerly(task, message, message.to_json(), claim)
-    if transactional:
+    if transactional and not get_settings().EAGER:
         return outbox.put(message, message.to_json(), claim)
-    quiet_ms = debounce_ms(claim)
-    if quiet_ms is not None:  # unique_mode="debounce": it waits out its quiet period
-        return add_delayed(message, clock.now_ms() + quiet_ms, claim, task=task)
-    return add_now(message, claim, task)
+    return _send(task, message, claim)
 
 
 def dispatch_again(task: Task, payload: Any, *, queue: str, task_id: str) -> TaskMessage:
     """`dispatch(task, payload, queue=queue, task_id=task_id)` of a task id that ran and
     finished: an admin retry of a failed task that kept durable steps, which hold under
     its id. That id may name the stream entry of its plain dispatch
-    (`keys.entry_task_id`), which `dispatch()` refuses of a caller's `task_id`: the
+    (`entries.entry_task_id`), which `dispatch()` refuses of a caller's `task_id`: the
     entry's run is over, and no new entry can get that stream id again."""
     message, claim = prepare(task, payload, queue=queue, task_id=task_id, id_ran_before=True)
+    return _send(task, message, claim)
+
+
+def _send(task: Task, message: TaskMessage, claim: UniqueClaim | None) -> TaskMessage:
+    """A prepared message on its way: run at once (eager mode), into the delayed set for
+    its quiet period (unique_mode="debounce"), or onto its stream."""
     if get_settings().EAGER:
         return eager.run_eagerly(task, message, message.to_json(), claim)
     quiet_ms = debounce_ms(claim)

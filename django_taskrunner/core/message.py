@@ -30,7 +30,7 @@ from django_taskrunner.exceptions import InvalidTaskPayload
 from django_taskrunner.store import keys
 
 WIRE_VERSION = 1
-# A plain dispatch's message, whose task id names its stream entry (`keys.entry_task_id`):
+# A plain dispatch's message, whose task id names its stream entry (`entries.entry_task_id`):
 # version 1 without "id". Every reader of a stream entry puts the id in first
 # (`store/entries.py` `entry_body`), so a decoded message has its id whatever its version; a
 # release older than the one that wrote it refuses it (upgrade workers first).
@@ -384,7 +384,7 @@ class TaskMessage:
 
     def to_json_without_id(self) -> str:
         """The wire form of a plain message (`is_plain`) without its id (version 2): what
-        a plain dispatch adds, whose task id is then its entry's (`keys.entry_task_id`).
+        a plain dispatch adds, whose task id is then its entry's (`entries.entry_task_id`).
         The same checks as `to_json`."""
         if not self.is_plain():
             raise ValueError("only a plain message goes without its id")

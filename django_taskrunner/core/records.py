@@ -30,9 +30,8 @@ from django_taskrunner.core.eager import eager_records
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.registry import registry
 from django_taskrunner.exceptions import InvalidTaskPayload
-from django_taskrunner.store import get_store, keys
+from django_taskrunner.store import entries, get_store, keys
 from django_taskrunner.store.connection import bounded, built_client, get_redis
-from django_taskrunner.store.entries import names_its_entry
 from django_taskrunner.store.errors import REDIS_DOWN, unavailable, unreadable
 from django_taskrunner.store.records import (
     CANCELLED_TTL_S,
@@ -225,13 +224,13 @@ def entry_record(body: bytes | str, shard: str, due_ms: int | None = None) -> Re
     of its message before any worker recorded it (put back at a stop, sent back by a
     paused queue, given up by a process that ended) writes it. None for any other
     message, one that does not decode, or a task that keeps no record."""
-    if not names_its_entry(body):  # most moves: no decoding
+    if not entries.names_its_entry(body):  # most moves: no decoding
         return None
     try:
         message = TaskMessage.from_json(body)
     except InvalidTaskPayload:
         return None
-    if keys.task_id_entry(message.id) is None:
+    if entries.task_id_entry(message.id) is None:
         return None
     task = registry.find(message.task_name)
     ttl = int(get_settings().RESULT_TTL) if task is None else result_ttl(task)
@@ -311,7 +310,8 @@ def lookup(task_id: str) -> TaskRecord | None:
             raise unreadable(f"cannot look task {checked!r} up", exc) from exc
         entry = None
     if entry is not None:  # a plain dispatch's, no worker recorded yet: its entry says
-        fields = _entry_fields(checked, entry)
+        _stream, stream_id = entries.task_id_entry(checked) or ("", "")
+        fields = {**_entry_fields(checked, entry), "sid": stream_id}
     if fields is None:
         fields = _in_outbox(checked)
     if fields is None:
@@ -330,12 +330,12 @@ def _with_steps(rec: TaskRecord) -> TaskRecord:
 
 def _entry_fields(task_id: str, body: bytes) -> dict[str, str]:
     """The "queued" record of a task whose id names its stream entry, no worker having
-    recorded it yet, read from the entry (`entry_record`, with the entry's stream id);
-    one whose message does not decode gets its status and stream id only (its worker
-    fails it, and records why)."""
-    stream, stream_id = keys.task_id_entry(task_id) or ("", "")
+    recorded it yet, read from the entry (`entry_record`; its stream id is the caller's
+    to add); one whose message does not decode gets its status only (its worker fails
+    it, and records why)."""
+    stream, _stream_id = entries.task_id_entry(task_id) or ("", "")
     write = entry_record(body, stream)
-    return {**(dict(write.fields) if write is not None else {"s": "queued"}), "sid": stream_id}
+    return dict(write.fields) if write is not None else {"s": "queued"}
 
 
 def _record_entry(store: Records, task_id: str) -> None:
@@ -343,13 +343,12 @@ def _record_entry(store: Records, task_id: str) -> None:
     entry: the "queued" record from the entry, if no worker wrote one yet
     (`record_new.lua`: a record a worker writes meanwhile only gains the fields it
     lacks, never goes back to "queued")."""
-    entry = keys.task_id_entry(task_id)
+    entry = entries.task_id_entry(task_id)
     if entry is None:
         return
     _fields, body = store.load_or_entry(task_id, get_store().group)
     if body is not None:
-        fields = _entry_fields(task_id, body)
-        del fields["sid"]  # `save_new` writes the stream id it is given
+        fields = _entry_fields(task_id, body)  # `save_new` writes the stream id
         store.save_new([(RecordWrite(task_id, tuple(fields.items()), PENDING_TTL_S), entry[1])])
 
 

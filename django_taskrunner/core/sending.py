@@ -20,7 +20,7 @@ from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.records import dispatch_record, dispatch_records, keeps_records
 from django_taskrunner.core.unique import UniqueClaim
 from django_taskrunner.exceptions import RedisUnavailable, TaskAlreadyDispatched
-from django_taskrunner.store import get_store, keys
+from django_taskrunner.store import entries, get_store, keys
 from django_taskrunner.store.connection import built_client
 from django_taskrunner.store.errors import REDIS_DOWN, unavailable
 from django_taskrunner.store.fair import UNKEYED
@@ -107,7 +107,7 @@ def add_now(message: TaskMessage, claim: UniqueClaim | None, task: Task) -> Task
     "return").
 
     A plain message (`TaskMessage.is_plain`) of a task that keeps records goes without
-    its id: its task id is its stream entry's (`keys.entry_task_id`), the dispatch is
+    its id: its task id is its stream entry's (`entries.entry_task_id`), the dispatch is
     one XADD, and its record is written by the worker that starts it (`lookup()` reads
     the entry meanwhile). Not on a cluster, where the record and the entry live in
     different slots, which no script can read together; nor in a fair queue, whose
@@ -148,7 +148,7 @@ def add_unclaimed(broker: Broker, message: TaskMessage, body: str, named: bool,
                  [record] if record else [])
     elif named:
         stream_id = broker.add(shard, body)
-        message.id = keys.entry_task_id(shard, stream_id)
+        message.id = entries.entry_task_id(shard, stream_id)
         message.stream_id = stream_id
     else:
         message.stream_id = broker.add(shard, body, dispatch_record(message, task, shard))

@@ -43,7 +43,7 @@ from django_taskrunner.exceptions import (
     TaskIdConflict,
     UniqueForRequired,
 )
-from django_taskrunner.store import Store, keys
+from django_taskrunner.store import Store, entries, keys
 from django_taskrunner.store.connection import text
 from django_taskrunner.store.errors import REDIS_DOWN
 from django_taskrunner.store.locks import Reservation, UniqueLocks
@@ -129,7 +129,7 @@ def payload_key(payload: Any) -> str:
 
 def check_task_id(task_id: Any, task_name: str, *, ran_before: bool = False) -> str:
     """A `task_id` is a non-empty printable string of at most 200 characters, not shaped
-    as a plain dispatch's id (`keys.entry_task_id`: that id is its stream entry's),
+    as a plain dispatch's id (`entries.entry_task_id`: that id is its stream entry's),
     unless it is the id of a task that ran and finished (`ran_before`: an admin retry
     that keeps its durable steps), whose entry is gone."""
     if (not isinstance(task_id, str) or not task_id or len(task_id) > TASK_ID_MAX_LENGTH
@@ -138,7 +138,7 @@ def check_task_id(task_id: Any, task_name: str, *, ran_before: bool = False) -> 
             f"task_id of task {task_name!r} must be a non-empty printable string of at most "
             f"{TASK_ID_MAX_LENGTH} characters, not {task_id!r}"
         )
-    if not ran_before and keys.task_id_entry(task_id) is not None:
+    if not ran_before and entries.task_id_entry(task_id) is not None:
         raise InvalidTaskOptions(
             f"task_id of task {task_name!r} may not have the shape <stream id>@<queue> "
             f"({task_id!r}): that is the id of a plain dispatch's stream entry")

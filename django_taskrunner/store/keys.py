@@ -26,7 +26,6 @@ never uses a priority has no level and no key more than before.
 from __future__ import annotations
 
 import hashlib
-import re
 
 SHARD_MARK = "#"
 # The one field of a stream entry: it holds the message's wire JSON (core/message.py).
@@ -214,26 +213,6 @@ def record_tag(task_id: str) -> str:
     if "{" in task_id or "}" in task_id:
         return hashlib.sha256(task_id.encode("utf-8", "surrogatepass")).hexdigest()
     return task_id
-
-
-# A plain dispatch's task id names its stream entry: `<stream id>@<stream name>` (the
-# queue, shard or priority level it was added to). Its message carries no id (wire
-# version 2, core/message.py); a reader puts the id in as it reads the entry
-# (`entries.entry_body`), and `lookup()` of a task no worker wrote a record of yet reads
-# the entry itself. A caller's `task_id` may not take this shape.
-_ENTRY_TASK_ID = re.compile(r"(\d{1,20}-\d{1,20})@([A-Za-z0-9_][A-Za-z0-9._#!-]{0,120})")
-
-
-def entry_task_id(stream: str, stream_id: str) -> str:
-    """The task id of the message added to `stream` (a queue, shard or level name) as
-    entry `stream_id`."""
-    return f"{stream_id}@{stream}"
-
-
-def task_id_entry(task_id: str) -> tuple[str, str] | None:
-    """(stream name, stream id) of an entry-named task id, else None."""
-    found = _ENTRY_TASK_ID.fullmatch(task_id) if "@" in task_id else None
-    return None if found is None else (found.group(2), found.group(1))
 
 
 def record_key(prefix: str, task_id: str) -> str:

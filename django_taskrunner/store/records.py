@@ -38,9 +38,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from django_taskrunner.store import keys, scripts
+from django_taskrunner.store import entries, keys, scripts
 from django_taskrunner.store.connection import WakeSubscription, text, thread_connections
-from django_taskrunner.store.entries import entry_body
 
 SCRIPTS = ("record_write", "record_index")  # queued as bare EVALSHA: loaded on NOSCRIPT
 SID_SCRIPTS = ("record_sid",)  # the same, for `set_stream_ids`
@@ -306,11 +305,11 @@ class Records:
     def load_or_entry(self, task_id: str, group: str
                       ) -> tuple[dict[str, str] | None, bytes | None]:
         """(record, None) of `task_id`; for an id that names its stream entry
-        (`keys.entry_task_id`) with no record yet, (None, the body of that entry) while it
+        (`entries.entry_task_id`) with no record yet, (None, the body of that entry) while it
         waits or a worker of `group` holds it (`record_or_entry.lua`, one call: a worker
         recording and acking it meanwhile cannot make the task look unknown); (None,
         None) for neither. On a cluster no dispatch names its entry: the record only."""
-        entry = keys.task_id_entry(task_id)
+        entry = entries.task_id_entry(task_id)
         if entry is None or self.clustered:
             return self.load(task_id), None
         stream, stream_id = entry
@@ -321,7 +320,7 @@ class Records:
         if kind == 1:
             return _fields(dict(zip(reply[1::2], reply[2::2], strict=True))), None
         if kind == 2:
-            return None, entry_body(stream, stream_id, [keys.ENTRY_FIELD, reply[1]])
+            return None, entries.entry_body(stream, stream_id, [keys.ENTRY_FIELD, reply[1]])
         return None, None
 
     def watch(self, task_id: str) -> dict[str, str] | None:

@@ -2,7 +2,7 @@
 --   a single server only, where plain dispatches name their task by their entry
 --
 -- The record of a task whose id names its stream entry (a plain dispatch's,
--- `keys.entry_task_id`), or, while no worker has written that record yet, the entry
+-- `entries.entry_task_id`), or, while no worker has written that record yet, the entry
 -- itself: in one call, so a worker writing the record and acking the entry in between
 -- cannot make the task look unknown. The entry counts while it waits or is held by a
 -- worker (pending); one the group acked (kept with DELETE_ON_ACK off) does not: its
