@@ -138,6 +138,12 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def times(value: float, base: float) -> str:
+    """`value` ÷ `base` as "1.23x"; "n/a" when `base` read as no CPU at all (a run too
+    short for the clock ticks CPU is counted in)."""
+    return f"{value / base:.2f}x" if base > 0 else "n/a"
+
+
 def report(args: argparse.Namespace, rows: dict[str, list[dict[str, float]]]) -> None:
     """The medians, each CPU ÷ the bare loop's, what 1.3x leaves above the floor, and
     runtasks ÷ the pool floor."""
@@ -153,8 +159,8 @@ def report(args: argparse.Namespace, rows: dict[str, list[dict[str, float]]]) ->
     print("|---|---:|---:|---:|---:|---:|")
     for drain in DRAINS:
         figures = medians[drain.key]
-        print(f"| {drain.label} | {figures['drain']:,.0f} | {figures['drain'] / huey:.2f}x | "
-              f"{figures['worker_cpu']:.0f} | {figures['worker_cpu'] / bare:.2f}x | "
+        print(f"| {drain.label} | {figures['drain']:,.0f} | {times(figures['drain'], huey)} | "
+              f"{figures['worker_cpu']:.0f} | {times(figures['worker_cpu'], bare)} | "
               f"{figures['redis_cpu']:.0f} |")
     print()
     budget = TARGET * bare
@@ -162,13 +168,13 @@ def report(args: argparse.Namespace, rows: dict[str, list[dict[str, float]]]) ->
                           ("delete", "runner8off")):
         paid = medians[floor]["worker_cpu"]
         own = medians[runner]["worker_cpu"] - paid
-        print(f"{runner}: floor ({floor}) {paid:.0f} us/task = {paid / bare:.2f}x the bare "
+        print(f"{runner}: floor ({floor}) {paid:.0f} us/task = {times(paid, bare)} the bare "
               f"loop; {TARGET}x leaves {budget - paid:.0f} us/task for the rest of the "
               f"runner, which takes {own:.0f}")
-    pool = medians["pool"]["worker_cpu"]
-    ratio = medians["runner8"]["worker_cpu"] / pool
-    print(f"runner8 ÷ the pool floor: {ratio:.2f}x (goal ≤ {POOL_TARGET}x: "
-          f"{'met' if ratio <= POOL_TARGET else 'missed'})")
+    pool, runner8 = medians["pool"]["worker_cpu"], medians["runner8"]["worker_cpu"]
+    verdict = "n/a" if pool <= 0 else "met" if runner8 / pool <= POOL_TARGET else "missed"
+    print(f"runner8 ÷ the pool floor: {times(runner8, pool)} (goal ≤ {POOL_TARGET}x: "
+          f"{verdict})")
 
 
 if __name__ == "__main__":
