@@ -54,6 +54,12 @@ __all__ = ["FINAL_STATUSES", "TaskRecord", "cancel", "lookup", "wait"]
 VALUE_MAX_BYTES = 64 * 1024
 # The part of a failed task's traceback a record keeps (its FailedTask row has it all).
 TRACEBACK_MAX_CHARS = 16 * 1024
+# The part of an attempt's error its trace keeps (the record keeps the last one whole).
+TRACE_ERROR_CHARS = 300
+# A finished record keeps the message its task ran with (field 'm': its stream entry's
+# body, as the worker read it, whose payload the task page shows) when the body is at
+# most this many bytes: a payload of up to VALUE_MAX_BYTES of JSON and its envelope.
+KEPT_MESSAGE_MAX_BYTES = VALUE_MAX_BYTES + 4096
 # A record not finished yet lives at least this long (a delayed one: past its due time),
 # renewed each time its worker writes it; a task id stays reserved as long.
 PENDING_TTL_S = 7 * 24 * 3600
@@ -89,7 +95,8 @@ class AttemptTrace:
 
 
 def attempt_traces(fields: Mapping[str, str]) -> tuple[AttemptTrace, ...]:
-    """The `x:<n>` fields of a record; one that does not parse is left out."""
+    """The `x:<n>` fields of a record, and a finished record's last attempt (`_last_trace`);
+    one that does not parse is left out."""
     found = []
     for name, raw in fields.items():
         number = name[2:]
@@ -102,7 +109,31 @@ def attempt_traces(fields: Mapping[str, str]) -> tuple[AttemptTrace, ...]:
                                       str(error)))
         except (ValueError, TypeError):
             continue
+    last = _last_trace(fields, found)
+    if last is not None:
+        found.append(last)
     return tuple(sorted(found, key=lambda trace: trace.number))
+
+
+def _last_trace(fields: Mapping[str, str], traced: list[AttemptTrace]) -> AttemptTrace | None:
+    """The trace of a finished record's last attempt, which its final write keeps in the
+    record's own fields, not again as `x:<n>`: attempt 'a', ready at its entry's time
+    ('sid'), started 'st', ended 'f', worker 'w', outcome 's', error 'e'. None when the
+    record is not finished, or its last attempt never started: a start ('st') no later
+    than a traced attempt's is that attempt's (a retry's record keeps it until the next
+    attempt starts; the task was then cancelled or expired while it waited)."""
+    status, attempt = fields.get("s"), fields.get("a", "1")
+    started, ended = fields.get("st", ""), fields.get("f", "")
+    if (status not in FINAL_STATUSES or not started.isdigit() or not ended.isdigit()
+            or not attempt.isdigit()):
+        return None
+    number, started_ms = int(attempt), int(started)
+    if any(trace.number >= number or trace.started_ms >= started_ms for trace in traced):
+        return None
+    ready = fields.get("sid", "").partition("-")[0]
+    error = "" if status == "succeeded" else fields.get("e", "")[:TRACE_ERROR_CHARS]
+    return AttemptTrace(number, int(ready) if ready.isdigit() else None, started_ms,
+                        int(ended), fields.get("w", ""), status, error)
 
 
 @dataclass(frozen=True)
@@ -165,8 +196,8 @@ class TaskRecord:
     steps: dict[str, Any] = field(default_factory=dict)
     # Each ended attempt, oldest first (what the task page's timeline draws).
     attempts: tuple[AttemptTrace, ...] = ()
-    # The payload a finished task ran with (None before it finished, or when it was over
-    # VALUE_MAX_BYTES of JSON: its message, or its failed-task row, has it then).
+    # The payload a finished task ran with (None before it finished, or when its message
+    # was over KEPT_MESSAGE_MAX_BYTES: its failed-task row has it then).
     payload: Any = None
     # Each wait on a rate or concurrency limit, oldest first (the timeline draws them).
     limit_waits: tuple[LimitWait, ...] = ()
@@ -518,6 +549,16 @@ def json_value(raw: str | None) -> Any:
         return None
 
 
+def kept_payload(fields: Mapping[str, str]) -> Any:
+    """The payload a finished record keeps: from the message it ran with ('m'), or, in a
+    record an earlier release wrote, its own field ('pl'); None for none, or for a
+    message that does not decode."""
+    if "pl" in fields:
+        return json_value(fields["pl"])
+    message = json_value(fields.get("m"))
+    return message.get("payload") if isinstance(message, dict) else None
+
+
 def from_fields(task_id: str, fields: Mapping[str, str]) -> TaskRecord:
     """A `TaskRecord` from the record's hash fields (see `store/records.py`)."""
     status = fields.get("s", "queued")
@@ -534,6 +575,6 @@ def from_fields(task_id: str, fields: Mapping[str, str]) -> TaskRecord:
         finished_at=_time(fields, "f"), due_at=_time(fields, "due"),
         cancel_requested=fields.get("c") == "1",
         stream_id=fields.get("sid") or None, shard=fields.get("sh") or fields.get("q") or None,
-        attempts=attempt_traces(fields), payload=json_value(fields.get("pl")),
+        attempts=attempt_traces(fields), payload=kept_payload(fields),
         limit_waits=limit_waits(fields),
     )

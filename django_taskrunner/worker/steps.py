@@ -28,7 +28,13 @@ from django_taskrunner.core import unique as locks
 from django_taskrunner.core.context import first_run
 from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.core.options import LimitKeyError, limit_key_value, parse_rate
-from django_taskrunner.core.records import PENDING_TTL_S, TRACEBACK_MAX_CHARS, encode_value
+from django_taskrunner.core.records import (
+    KEPT_MESSAGE_MAX_BYTES,
+    PENDING_TTL_S,
+    TRACE_ERROR_CHARS,
+    TRACEBACK_MAX_CHARS,
+    encode_value,
+)
 from django_taskrunner.core.registry import registry
 from django_taskrunner.core.sending import fair_queue
 from django_taskrunner.core.task import Task
@@ -277,7 +283,6 @@ def count_run(executor: Executor, run: Run) -> bool:
 # (`worker/keepalive.py`).
 
 NULL_JSON = "null"  # encode_value(None)[0]
-TRACE_ERROR_CHARS = 300  # of an attempt's error in its trace (the record keeps the last whole)
 _NONE: frozenset[str] = frozenset()
 
 
@@ -338,12 +343,14 @@ def write_outcome(
     final = status != "retrying"
     now_ms = clock.now_ms()
     fields = [("s", status), ("t", message.task_name), ("q", message.queue),
-              ("a", str(message.attempt + (0 if final else 1))), ("w", executor.consumer)]
-    fields += (end_fields(message, now_ms, run.stream_id) if final
-               else [("d", str(message.dispatched_at_ms)), ("ttl", str(ttl))])
-    if attempt is not None:  # its start, and its trace (the task page's timeline)
-        fields += [("st", str(attempt.started_ms)),
-                   attempt_trace(executor, message.attempt, attempt, status, error, now_ms)]
+              ("a", str(message.attempt + (0 if final else 1))), ("w", executor.consumer),
+              ("d", str(message.dispatched_at_ms))]
+    fields += end_fields(run, now_ms) if final else [("ttl", str(ttl))]
+    if attempt is not None:  # its start; a retried attempt's trace (the task page's timeline)
+        fields.append(("st", str(attempt.started_ms)))
+        if not final:
+            fields.append(attempt_trace(executor, message.attempt, attempt, status, error,
+                                        now_ms))
     if message.dispatch_token is not None:  # a later dispatch of its task_id is not ours
         fields.append(("h", locks.holder_value(message)))
     if status == "succeeded" and attempt is not None:
@@ -353,10 +360,7 @@ def write_outcome(
             encoded, why = encode_value(attempt.result, "result")
             fields.append(("r", encoded) if encoded is not None else ("e", why or ""))
     if error is not None:
-        fields += [("e", f"{type(error).__name__}: {error}"),
-                   ("ec", f"{type(error).__module__}.{type(error).__qualname__}")]
-        if traceback:
-            fields.append(("tb", traceback[-TRACEBACK_MAX_CHARS:]))
+        fields += error_fields(error, traceback)
     executor.record(RecordWrite(message.id, tuple(fields), ttl if final else PENDING_TTL_S,
                                 final=final, uncancel=uncancel, steps=may_have_steps(run),
                                 cancel_member=locks.holder_value(message)))
@@ -364,19 +368,33 @@ def write_outcome(
         note_outcome(executor, run, status)
 
 
-def end_fields(message: TaskMessage, now_ms: int, stream_id: str | None) -> list[tuple[str, str]]:
-    """A final record needs no 'ttl' any more, and gets its end (`now_ms`), the dispatch
-    time ('d': a plain dispatch wrote no record, `core.sending.add_now`), the stream
-    id of the entry it ran from ('sid': a move's own write of it, riding the acker's
-    batch, may come after the task ended and finds the record final) and the payload it
-    ran with (its message leaves Redis with this ack: the task page shows it from here;
-    one too large or not JSON is left out)."""
-    fields = [("f", str(now_ms)), ("d", str(message.dispatched_at_ms))]
-    if stream_id:
-        fields.append(("sid", stream_id))
-    payload, _why = encode_value(message.payload, "payload")
-    if payload is not None:
-        fields.append(("pl", payload))
+def error_fields(error: BaseException, traceback: str | None) -> list[tuple[str, str]]:
+    """What an attempt that raised writes: the error, its class, the traceback's end."""
+    fields = [("e", f"{type(error).__name__}: {error}"),
+              ("ec", f"{type(error).__module__}.{type(error).__qualname__}")]
+    if traceback:
+        fields.append(("tb", traceback[-TRACEBACK_MAX_CHARS:]))
+    return fields
+
+
+def end_fields(run: Run, now_ms: int) -> list[tuple[str, str]]:
+    """What a final write adds: the end (`now_ms`), the stream id of the entry it ran
+    from ('sid': a move's own write of it, riding the acker's batch, may come after the
+    task ended and finds the record final) and the message it ran with ('m', the entry's
+    body as read: its message leaves Redis with this ack, and the task page shows its
+    payload from here; one over `KEPT_MESSAGE_MAX_BYTES` is left out). The attempt's
+    trace is these fields (`core.records.attempt_traces`): no `x:<n>` field for it."""
+    fields = [("f", str(now_ms))]
+    if run.stream_id:
+        fields.append(("sid", run.stream_id))
+    body = run.delivery.body
+    if body is None and run.message is not None:  # settled by the watchdog (`give_up`)
+        try:
+            body = run.message.to_json()
+        except InvalidTaskPayload:
+            body = None
+    if body is not None and len(body) <= KEPT_MESSAGE_MAX_BYTES:
+        fields.append(("m", body))
     return fields
 
 

@@ -3,12 +3,14 @@ RESULT_TTL and @task(result_ttl=...)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
 import pytest
 
 from django_taskrunner import cancel, dispatch, dispatch_delayed, lookup, wait
+from django_taskrunner.core.records import KEPT_MESSAGE_MAX_BYTES
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import get_store, keys
 from tests.testapp import async_tasks, tasks
@@ -117,6 +119,47 @@ def test_a_finished_record_keeps_the_stream_id_of_the_entry_it_ran_from(r, run_b
     done = lookup(message.id)
     assert done is not None and done.status == "succeeded"
     assert done.stream_id == queued.stream_id
+
+
+def test_a_finished_record_keeps_its_message_and_reads_its_last_attempt_from_its_fields(
+        r, run_burst):
+    """The final write keeps the entry's body ('m'), not the payload encoded again, and
+    no `x:<n>` for the attempt that finished: the trace is the record's own fields."""
+    message = tasks.returns_double.dispatch({"n": 4, "note": "é"})
+    run_burst()
+    fields = get_store().records.load(message.id)
+    assert "pl" not in fields and "x:1" not in fields
+    assert json.loads(fields["m"])["payload"] == {"n": 4, "note": "é"}
+    done = lookup(message.id)
+    assert done.payload == {"n": 4, "note": "é"}
+    [trace] = done.attempts
+    assert (trace.number, trace.outcome, trace.error, trace.worker) == (
+        1, "succeeded", "", done.worker)
+    assert trace.started_ms == int(fields["st"]) and trace.ended_ms == int(fields["f"])
+    assert trace.ready_ms == int(done.stream_id.partition("-")[0])
+
+
+def test_a_message_over_the_kept_size_is_run_but_not_kept_in_its_record(r, run_burst):
+    message = tasks.returns_double.dispatch({"n": 1, "pad": "x" * KEPT_MESSAGE_MAX_BYTES})
+    run_burst()
+    done = lookup(message.id)
+    assert (done.status, done.result, done.payload) == ("succeeded", {"double": 2}, None)
+    assert "m" not in get_store().records.load(message.id)
+
+
+def test_a_record_an_earlier_release_finished_reads_as_before(r):
+    """Records finished before the upgrade hold the payload ('pl') and every attempt's
+    trace (`x:<n>`); the last trace is not counted twice."""
+    key = keys.record_key(get_store().prefix, "earlier-1")
+    trace = '[1000, 1001, 1005, "w1", "succeeded", ""]'
+    r.hset(key, mapping={"s": "succeeded", "t": "t", "q": "default", "a": "2", "w": "w1",
+                         "d": "900", "st": "1001", "f": "1005", "sid": "1000-0", "r": "null",
+                         "pl": '{"n": 3}', "x:1": '[950, 960, 970, "w0", "retrying", "E"]',
+                         "x:2": trace})
+    record = lookup("earlier-1")
+    assert record.payload == {"n": 3}
+    assert [(t.number, t.outcome, t.worker) for t in record.attempts] == [
+        (1, "retrying", "w0"), (2, "succeeded", "w1")]
 
 
 def test_wait_returns_when_the_worker_finishes(r):
@@ -319,7 +362,10 @@ def test_a_cancelled_retry_never_runs_its_next_attempt(r, run_burst):
     assert moved == 1
     run_burst()
 
-    assert lookup(message.id).status == "cancelled"
+    done = lookup(message.id)
+    assert done.status == "cancelled"
+    # one attempt ran: the start it left is not read as a second attempt's
+    assert [t.outcome for t in done.attempts] == ["retrying"]
     assert not FailedTask.objects.filter(message_id=message.id).exists()
     assert get_store().streams.pending("default") == 0
 
