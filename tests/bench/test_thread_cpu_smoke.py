@@ -27,3 +27,13 @@ def test_each_thread_of_the_worker_gets_its_cpu_per_task() -> None:
         assert re.search(rf"^ +\d+\.\d +\(user +\d+\.\d, system +\d+\.\d\) +{name}", out,
                          re.M), out
     assert re.search(r"^ +\d+\.\d +in all$", out, re.M), out
+    assert re.search(r"^context switches per task: \d+\.\d\d voluntary, \d+\.\d\d involuntary$",
+                     out, re.M), out
+
+
+def test_the_pool_floor_gets_its_cpu_and_context_switches() -> None:
+    code, out, err = run_bench("thread_cpu.py", "--jobs", "6000", "--floor", timeout=180,
+                               merge_stderr=False)
+    assert code == 0, out + err
+    assert re.search(r"floor.py's pool floor: \d+ tasks in \d+\.\d\d s", out), out
+    assert re.search(r"^context switches per task: \d+\.\d\d voluntary", out, re.M), out
