@@ -8,6 +8,7 @@ import logging
 
 import pytest
 
+from django_taskrunner import cancel, lookup
 from django_taskrunner.models import FailedTask
 from django_taskrunner.store import get_store, keys
 from tests.integration.scheduling_helpers import running_worker, wait_for
@@ -52,3 +53,21 @@ def test_a_record_of_the_wrong_type_does_not_stop_its_task(r):
         wait_for(lambda: pending(r) == 0, 30)
     assert r.hget(runs_key(), "noop:rec") == b"1"
     assert not FailedTask.objects.exists()
+
+
+@pytest.mark.parametrize("sid", ["garbage", "1-x", ""])
+def test_a_record_naming_no_stream_entry_is_cancelled_by_the_cancelled_set(r, sid):
+    """A queued record whose 'sid' is not a stream id: cancel() answers, deletes no entry
+    (`cancel_entry.lua` asks nothing of the stream with it) and the worker skips the
+    task by the cancelled set."""
+    message = noop.dispatch({"n": "corrupt-sid"}, task_id="corrupt-sid-1")
+    record = keys.record_key(get_store().prefix, message.id)
+    r.hset(record, "sid", sid)
+    stream = get_store().streams.stream("default")
+    assert r.xlen(stream) == 1
+    assert cancel(message.id) is True
+    assert r.xlen(stream) == 1  # left to the worker, which skips it
+    with running_worker("default"):
+        wait_for(lambda: r.xlen(stream) == 0, 30)  # skipped: acked and deleted
+    assert lookup(message.id).status == "cancelled"
+    assert r.hget(runs_key(), "noop:corrupt-sid") is None

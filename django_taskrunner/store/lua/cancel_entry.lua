@@ -26,16 +26,10 @@
 --         holding consumer's name and a newline ('' when no consumer is known)
 -- ARGV[8...] one action per lock key: '0' delete, 'follow' (release_lock.lua)
 -- Returns {'removed'} (deleted and freed), {'held', consumer, idle ms} (pending: the
--- worker frees; idle: since its holder last beat for it), or {'marked', freed 0|1} (no entry known: skipped by the cancelled set).
+-- worker frees; idle: since its holder last beat for it), or {'marked', freed 0|1} (no
+-- entry known: skipped by the cancelled set).
 
-local function after(a, b)  -- stream id a > b
-  local ams, aseq = string.match(a, '^(%d+)-(%d+)$')
-  local bms, bseq = string.match(b, '^(%d+)-(%d+)$')
-  if not ams or not bms then return false end
-  ams, bms = tonumber(ams), tonumber(bms)
-  if ams ~= bms then return ams > bms end
-  return tonumber(aseq) > tonumber(bseq)
-end
+-- include: delivered.lua
 
 local function free()
   local done = {}
@@ -60,17 +54,10 @@ if sid ~= '' and redis.call('EXISTS', KEYS[1]) == 1 then
     redis.call('PUBLISH', ARGV[6], consumer .. '\n' .. ARGV[7])
     return {'held', consumer, rows[1][3]}
   end
-  local last = nil
-  if ok then
-    for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
-      local info = {}
-      for j = 1, #group, 2 do info[group[j]] = group[j + 1] end
-      if info['name'] == ARGV[1] then last = info['last-delivered-id'] end
-    end
-  else
-    last = '0-0'  -- no group yet: nothing was delivered
-  end
-  if last and after(sid, last) and #redis.call('XRANGE', KEYS[1], sid, sid) == 1 then
+  -- Not delivered (no group yet: nothing was), and an id the stream can hold (a corrupt
+  -- record's 'sid' is left to the cancelled set).
+  if string.match(sid, '^%d+%-%d+$') and not delivered(KEYS[1], ARGV[1], sid)
+      and #redis.call('XRANGE', KEYS[1], sid, sid) == 1 then
     redis.call('XDEL', KEYS[1], sid)
     free()
     return {'removed'}

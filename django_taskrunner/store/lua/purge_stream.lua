@@ -17,28 +17,12 @@
 -- Returns how many entries were deleted.
 
 -- include: free_keys.lua
+-- include: delivered.lua
 
-local last = '0-0'
-local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[1])
-if ok then
-  for _, group in ipairs(groups) do
-    local name, delivered
-    for i = 1, #group, 2 do
-      if group[i] == 'name' then name = group[i + 1] end
-      if group[i] == 'last-delivered-id' then delivered = group[i + 1] end
-    end
-    if name == ARGV[1] then last = delivered end
-  end
-end
-
-local function split(id)
-  local dash = string.find(id, '-', 1, true)
-  return tonumber(string.sub(id, 1, dash - 1)), tonumber(string.sub(id, dash + 1))
-end
-local last_ms, last_seq = split(last)
+-- No group yet: nothing was delivered, every entry waits.
+local last = last_delivered(KEYS[1], ARGV[1])
 local function waiting(id)
-  local ms, seq = split(id)
-  return ms > last_ms or (ms == last_ms and seq > last_seq)
+  return last == nil or not at_or_before(id, last)
 end
 
 local deleted = 0
