@@ -214,3 +214,13 @@ def test_the_final_statuses_of_the_scripts_are_the_store_s():
     from django_taskrunner.store.records import FINAL_STATUSES
     table = re.search(r"local final = \{([^}]*)\}", scripts.part("record_final.lua")).group(1)
     assert set(re.findall(r"(\w+) = true", table)) == FINAL_STATUSES
+
+
+@pytest.mark.parametrize("path", sorted([*scripts.SCRIPT_DIR.glob("*.lua"),
+                                         *scripts.PART_DIR.glob("*.lua")]),
+                         ids=lambda path: path.name)
+def test_no_lua_line_is_over_100_characters(path):
+    """The Python's limit (ruff's line length) holds for the scripts too."""
+    long = [number for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+            if len(line) > 100]
+    assert long == [], f"{path.name}: lines {long} are over 100 characters"

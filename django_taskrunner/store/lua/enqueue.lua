@@ -190,7 +190,8 @@ local function on_held(holder)
     return nil  -- on the stream (or an older lock): the quiet period is over
   end
   local old_body = where == 's' and stream_body(ref)
-  if not old_body or delivered(stream_key, ARGV[11], ref) or not compatible(old_body, held_mode) then
+  if not old_body or delivered(stream_key, ARGV[11], ref)
+      or not compatible(old_body, held_mode) then
     return {'lock', holder}  -- started (or not findable, or not alike): as 'raise'
   end
   local body = holder_body(holder)
