@@ -3,6 +3,7 @@
     taskset -c 0,1 python bench/thread_cpu.py                  # --jobs 40000 -c 8
     python bench/thread_cpu.py --concurrency 1
     python bench/thread_cpu.py --floor     # the pool floor of floor.py instead of runtasks
+    python bench/thread_cpu.py --floor pool-decode   # that floor with the runner's decoder
     BENCH_CHECKOUT=<other checkout> python bench/thread_cpu.py   # that checkout's worker
 
 Queues N tasks of the peers' job (one INCR) with `dispatch_many`, starts `runtasks`
@@ -87,13 +88,14 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=40_000)
     parser.add_argument("--concurrency", default="8")
-    parser.add_argument("--floor", action="store_true",
-                        help="the pool floor of floor.py (8 threads) instead of runtasks")
+    parser.add_argument("--floor", nargs="?", const="pool", choices=["pool", "pool-decode"],
+                        help="a pool level of floor.py's floor worker (8 threads; pool by "
+                             "default) instead of runtasks")
     args = parser.parse_args(argv)
     procs.pin_self(procs.LOAD_CPU)
     with measure.drain_site("bench-threads-", args.jobs) as ctx:
         measure.produce(ctx, "taskrunner", "many", args.jobs)
-        command = (("-m", "benchlib.floor_worker", "pool") if args.floor
+        command = (("-m", "benchlib.floor_worker", args.floor) if args.floor
                    else (*TASKRUNNER_WORKER, "--concurrency", args.concurrency))
         worker = procs.spawn(procs.python(*command), cpu=procs.WORKER_CPU,
                              env=procs.child_env(ctx.url))
@@ -117,7 +119,7 @@ def main(argv: list[str]) -> int:
         rows.append(((user - user0) / tasks * 1e6, (system - system0) / tasks * 1e6,
                      names.get(tid, "(not named: a thread of the interpreter or a library)")))
     rows.sort(key=lambda row: row[0] + row[1], reverse=True)
-    drained = ("floor.py's pool floor" if args.floor
+    drained = (f"floor.py's {args.floor} floor" if args.floor
                else f"runtasks --concurrency {args.concurrency}")
     print(f"{drained}: {tasks} tasks in {seconds:.2f} s "
           f"({tasks / seconds:,.0f} tasks/s), CPU µs per task by thread:")

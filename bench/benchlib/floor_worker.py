@@ -1,7 +1,7 @@
 """The bare loop doing the Redis work a django-taskrunner worker must do per task, and
 nothing else: the floor under the runner's CPU per task (bench/floor.py).
 
-    python -m benchlib.floor_worker LEVEL      # LEVEL: read, delete, records or pool
+    python -m benchlib.floor_worker LEVEL      # LEVEL: read, delete, records, pool, pool-decode
 
 Reads the stream django-taskrunner's `dispatch_many` filled (queue `default` of the
 benchmark site) under a consumer group of its own, XREADGROUP COUNT 100 (blocking), and
@@ -20,6 +20,11 @@ trip once 10 ms passed or 100 wait; the reader reads again once a read's worth o
 is free (at most 8 running plus 100 waiting; a task's room frees when it finishes, its
 ack following with the acker's next round trip).
 
+`pool-decode` is `pool` with each body decoded by the runner's own decoder
+(`TaskMessage.from_json`, every check it makes) instead of `json.loads`: a piece of the
+runner's own Python put into the floor, to see what it costs in a drain beside what it
+costs back to back (`bench/thread_cpu.py --floor pool-decode`).
+
 Its client packs commands as the runner's does (`pack_with_hiredis`), and each thread
 sends on a connection of its own as the runner's threads do (`thread_connections`, no
 redis-py pool or pipeline in the way). No validation
@@ -36,10 +41,12 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import redis
 from benchlib.job import job
 
+from django_taskrunner.core.message import TaskMessage
 from django_taskrunner.store import keys, scripts
 from django_taskrunner.store.connection import pack_with_hiredis, thread_connections
 
@@ -47,7 +54,7 @@ PREFIX = "bench"  # the benchmark site's PREFIX
 QUEUE = "default"
 GROUP = "floor"
 CONSUMER = "floor-1"
-LEVELS = ("read", "delete", "records", "pool")
+LEVELS = ("read", "delete", "records", "pool", "pool-decode")
 THREADS = 8
 READ = 100  # entries per read
 ACK_LINGER_S, ACK_BATCH = 0.010, 100  # the acker's
@@ -87,7 +94,7 @@ def send(client: redis.Redis, sha: str, stream: str, level: str, ids: list[bytes
          done: list[tuple[str, int]]) -> None:
     """One round trip: the records (at `records` and `pool`), XACK, XDEL (but at `read`)."""
     commands: list[tuple[object, ...]] = []
-    if level in ("records", "pool"):
+    if level in ("records", "pool", "pool-decode"):
         finished_ms = time.time_ns() // 1_000_000
         commands += [tuple(record_call(sha, done[start:start + WRITE_BATCH], finished_ms))
                      for start in range(0, len(done), WRITE_BATCH)]
@@ -119,6 +126,14 @@ def run_one(body: bytes) -> tuple[str, int]:
     return data["id"], started_ms
 
 
+def run_decoded(body: bytes) -> tuple[str, int]:
+    """`run_one`, the body decoded by the runner's decoder (`pool-decode`)."""
+    message = TaskMessage.from_json(body)
+    started_ms = time.time_ns() // 1_000_000
+    job(message.payload)
+    return message.id, started_ms
+
+
 def main(level: str) -> None:
     if level not in LEVELS:
         raise SystemExit(f"level must be one of {', '.join(LEVELS)}")
@@ -127,8 +142,8 @@ def main(level: str) -> None:
     stream = keys.stream_key(PREFIX, QUEUE)
     ensure_group(client, stream)
     sha = client.script_load(SCRIPT)
-    if level == "pool":
-        Pool(client, sha, stream).run()
+    if level.startswith("pool"):
+        Pool(client, sha, stream, run_decoded if level == "pool-decode" else run_one).run()
     while True:
         entries = read(client, stream)
         if entries:
@@ -139,8 +154,9 @@ def main(level: str) -> None:
 class Pool:
     """The `pool` level: a reader, 8 pool threads and an acker, as the runner has."""
 
-    def __init__(self, client: redis.Redis, sha: str, stream: str) -> None:
-        self.client, self.sha, self.stream = client, sha, stream
+    def __init__(self, client: redis.Redis, sha: str, stream: str,
+                 run: Callable[[bytes], tuple[str, int]] = run_one) -> None:
+        self.client, self.sha, self.stream, self.run_task = client, sha, stream, run
         self.inbox: queue.SimpleQueue[tuple[bytes, bytes]] = queue.SimpleQueue()
         self.room = threading.Condition()  # the reader waits for a read's worth of room
         self.held = 0  # read and not yet finished
@@ -166,7 +182,7 @@ class Pool:
     def work(self) -> None:
         while True:
             stream_id, body = self.inbox.get()
-            finished = run_one(body)
+            finished = self.run_task(body)
             with self.acks:
                 self.ids.append(stream_id)
                 self.done.append(finished)

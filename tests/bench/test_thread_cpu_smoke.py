@@ -31,9 +31,10 @@ def test_each_thread_of_the_worker_gets_its_cpu_per_task() -> None:
                      out, re.M), out
 
 
-def test_the_pool_floor_gets_its_cpu_and_context_switches() -> None:
-    code, out, err = run_bench("thread_cpu.py", "--jobs", "6000", "--floor", timeout=180,
-                               merge_stderr=False)
+@pytest.mark.parametrize("level", ["pool", "pool-decode"])
+def test_a_pool_floor_gets_its_cpu_and_context_switches(level: str) -> None:
+    code, out, err = run_bench("thread_cpu.py", "--jobs", "6000", "--floor", level,
+                               timeout=180, merge_stderr=False)
     assert code == 0, out + err
-    assert re.search(r"floor.py's pool floor: \d+ tasks in \d+\.\d\d s", out), out
+    assert re.search(rf"floor.py's {level} floor: \d+ tasks in \d+\.\d\d s", out), out
     assert re.search(r"^context switches per task: \d+\.\d\d voluntary", out, re.M), out
