@@ -4,6 +4,7 @@ batched round trips, against calling the same task function in a plain loop.
     taskset -c 0,1 python bench/handle_cost.py            # --jobs 3000 --reps 5
     python bench/handle_cost.py --job noop                 # a task that does nothing
     python bench/handle_cost.py --job noop --profile out.prof   # and where its time goes
+    python bench/handle_cost.py --job noop --worker-loop   # the worker's loop around it too
     PYTHONPATH=<other checkout> python bench/handle_cost.py   # that checkout's package
 
 Starts a private redis-server (and, for `--job orm`, a PostgreSQL database of its own,
@@ -16,6 +17,14 @@ acker thread's (with the acker's flushes: how many, tasks each, CPU each); for t
 job also the median of each repetition's own cost. The fetcher, the heartbeat and the
 monitor are left out: what this measures is the per-task path the optimisations touch,
 with far less noise than a drain on a shared machine.
+
+`--worker-loop` runs the messages through the worker's own loop instead, on one thread:
+a `Worker` (not started) takes them 100 at a time as its fetcher hands a read over
+(`Worker.accept`: the deliveries, the held set, the pool's inbox), then each message as
+a pool thread does (`Worker._run_item`: the outage and pause checks, `Executor.handle()`,
+`_release`), with the worker's acker, statistics and heartbeat listener (whose list of
+starts the heartbeat's look empties after each read, as its thread would); what it adds
+to the plain run is the loop's own cost, without the threads' hand-offs.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +54,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--profile", metavar="FILE",
                         help="write cProfile stats of the Executor.handle loop to FILE "
                              "(read them with python -m pstats FILE)")
+    parser.add_argument("--worker-loop", action="store_true",
+                        help="run each message through the worker's own loop "
+                             "(Worker.accept, Worker._run_item), not Executor.handle alone")
     parser.add_argument("--pg-name", default="tr_perf_handle")
     parser.add_argument("--pg-host", default="127.0.0.1")
     parser.add_argument("--pg-port", default="5432")
@@ -103,17 +116,17 @@ class Split:
         acker.flush = counted
 
 
-def handle_all(args: argparse.Namespace, executor: Any, acker: Any, deliveries: list[Any],
+def handle_all(args: argparse.Namespace, run_all: Callable[[], None], acker: Any,
                split: Split) -> None:
-    """`Executor.handle()` on every delivery, until the acker sent the last ack."""
+    """`run_all()` (every delivery through `Executor.handle()`, or the worker's loop),
+    timed until the acker sent the last ack."""
     acker_clock = time.pthread_getcpuclockid(acker.ident)
     start, own, acker_start = (time.process_time(), time.thread_time(),
                                time.clock_gettime(acker_clock))
     profiler = cProfile.Profile() if args.profile else None
     if profiler is not None:
         profiler.enable()
-    for delivery in deliveries:
-        executor.handle(delivery)
+    run_all()
     if profiler is not None:
         profiler.disable()
         profiler.dump_stats(args.profile)
@@ -135,6 +148,8 @@ def repetition(args: argparse.Namespace, rep: int, task: Any) -> Split:
     from django_taskrunner.worker.executor import Executor
     from django_taskrunner.worker.fetcher import Delivery
     from django_taskrunner.worker.outage import RedisStatus
+    from django_taskrunner.worker.settings import worker_settings
+    from django_taskrunner.worker.worker import Worker
 
     broker, consumer, split = get_store().streams, "bench-handle-1", Split()
     if args.job == "orm":
@@ -147,12 +162,27 @@ def repetition(args: argparse.Namespace, rep: int, task: Any) -> Split:
     entries: list[Any] = []
     while len(entries) < args.jobs:
         entries += broker.read(queue, consumer, 1000, None)
-    deliveries = [Delivery(queue, stream_id, body) for stream_id, body in entries]
-    acker = Acker(broker, consumer, RedisStatus())
+    if args.worker_loop:  # the worker's own acker and executor, and its loop around them
+        worker = Worker(broker, worker_settings([queue], concurrency=1, consumer=consumer))
+        acker = worker.acker
+
+        def run_all() -> None:
+            for start in range(0, len(entries), READ):
+                worker.accept(queue, entries[start:start + READ])  # a read handed over
+                for item in worker.pool.drain_inbox():  # as a pool thread takes each
+                    worker._run_item(item)
+                worker.heartbeat.write_starts()  # its look: the ended starts dropped
+    else:
+        deliveries = [Delivery(queue, stream_id, body) for stream_id, body in entries]
+        acker = Acker(broker, consumer, RedisStatus())
+        executor = Executor(broker, consumer, acker.add, requeue=acker.requeue,
+                            record=acker.record)
+
+        def run_all() -> None:
+            for delivery in deliveries:
+                executor.handle(delivery)
     split.count_flushes(acker)
     acker.start()
-    executor = Executor(broker, consumer, acker.add, requeue=acker.requeue,
-                        record=acker.record)
     payloads = [{"i": args.jobs + i} for i in range(args.jobs)]
     for order in ((0, 1) if rep % 2 == 0 else (1, 0)):
         if order == 0:
@@ -161,12 +191,15 @@ def repetition(args: argparse.Namespace, rep: int, task: Any) -> Split:
                 task.fn(payload)
             split.loop_s = time.process_time() - start
         else:
-            handle_all(args, executor, acker, deliveries, split)
+            handle_all(args, run_all, acker, split)
     acker.stop()
     left = broker.pending(queue)
     if left:
         raise SystemExit(f"{left} messages were not acked")
     return split
+
+
+READ = 100  # messages a read hands over with --worker-loop (the prefetch's largest read)
 
 
 def per_task(args: argparse.Namespace, seconds: float) -> float:
@@ -197,6 +230,11 @@ def measure(args: argparse.Namespace) -> int:
     return 0
 
 
+def ran(args: argparse.Namespace) -> str:
+    """What ran each message, for the summary line."""
+    return "the worker's loop" if args.worker_loop else "Executor.handle"
+
+
 def report(args: argparse.Namespace, splits: list[Split]) -> None:
     """The medians; for the ORM job also the median of each repetition's own cost (the
     handle run against the loop run of the same repetition)."""
@@ -211,11 +249,11 @@ def report(args: argparse.Namespace, splits: list[Split]) -> None:
     if args.job == "orm":
         own = median([per_task(args, s.handle_s - s.loop_s) for s in splits])
         print(f"job=orm jobs={args.jobs} reps={args.reps}: task function in a loop "
-              f"{loop:.1f} µs/task, Executor.handle + acker {handle:.1f} µs/task, the "
+              f"{loop:.1f} µs/task, {ran(args)} + acker {handle:.1f} µs/task, the "
               f"runner's own {handle - loop:.1f} µs ({(handle - loop) / loop:+.1%} of the "
               f"task's; per repetition {own:.1f} µs){threads}")
     else:
-        print(f"job={args.job} jobs={args.jobs} reps={args.reps}: Executor.handle + acker "
+        print(f"job={args.job} jobs={args.jobs} reps={args.reps}: {ran(args)} + acker "
               f"{handle:.1f} µs/task (the function itself {loop:.2f} µs){threads}")
 
 
