@@ -274,9 +274,7 @@ class Broker:
                     entries[0][0], tuple):
                 entries = entries[0]  # redis-py's RESP3 callback wraps them: [[(id, fields)]]
             name = names[text(stream)]
-            read[name] = [(sid, entry_body(name, sid, fields))
-                          for sid, fields in ((text(stream_id), fields)
-                                              for stream_id, fields in entries)]
+            read[name] = _with_bodies(name, entries)
         return read, {text(task_id) for task_id in cancelled}
 
     def levels_in_use(self, shards: Sequence[str]) -> dict[str, list[str]]:
@@ -481,8 +479,7 @@ class Broker:
                         [claim.stream_id], retrycount=claim.deliveries)
         claimed: list[Entry] = []
         for entries in pipe.execute():
-            claimed.extend((text(stream_id), entry_body(queue, text(stream_id), fields))
-                           for stream_id, fields in entries if stream_id is not None)
+            claimed += _with_bodies(queue, [row for row in entries if row[0] is not None])
         return claimed
 
     def adopt(self, queue: str, dead: str, alive: str, counters: Mapping[str, int | None]
@@ -586,8 +583,18 @@ def _entries(queue: str, reply: Any) -> list[Entry]:
     if not reply:
         return []
     entries = reply[0][1] if isinstance(reply, list) else next(iter(reply.values()))[0]
-    return [(text(stream_id), entry_body(queue, text(stream_id), fields))
-            for stream_id, fields in entries]
+    return _with_bodies(queue, entries)
+
+
+def _with_bodies(queue: str, rows: Any) -> list[Entry]:
+    """(stream id, body) of each (id, fields) row read from `queue`'s stream (a queue,
+    shard or level name), the body with its task id put in (`entries.entry_body`); None
+    for an entry deleted while pending."""
+    found = []
+    for stream_id, fields in rows:
+        sid = text(stream_id)
+        found.append((sid, entry_body(queue, sid, fields)))
+    return found
 
 
 def settle_batch(
