@@ -124,7 +124,8 @@ class Worker:
         # `async def` tasks: awaited on one event loop beside the pool, holding no thread.
         self.coroutines = AsyncRunner(
             self.executor, settings.async_concurrency, room=self._room_changed,
-            finished=lambda delivery: self._release(delivery.shard, delivery.stream_id))
+            finished=lambda delivery: self._settled_elsewhere(delivery.shard,
+                                                              delivery.stream_id))
         self.executor.coroutines = self.coroutines
         self.executor.free_slots = self.acker.release
         shortest = {shard: shortest_timeout(shard, timeout)
@@ -244,17 +245,24 @@ class Worker:
                 self._release(item.shard, item.stream_id)
 
     def _release(self, queue: str, stream_id: str) -> None:
-        """The message is finished here (or given up on); counted once."""
+        """The message is finished here (or given up on); counted once. The cancel book
+        forgets it in `Executor.handle()`, or in `_settled_elsewhere`."""
         with self._cond:
             if (queue, stream_id) not in self._held:
                 return
             self._held.discard((queue, stream_id))
-            self.executor.cancels.finished(queue, stream_id)
             self.outstanding -= 1
             self.completed += 1
             # Wake the fetcher only once there is room for a batch read.
             if self.limit() - self.outstanding >= self.low_water() or not self.outstanding:
                 self._cond.notify_all()
+
+    def _settled_elsewhere(self, queue: str, stream_id: str) -> None:
+        """A message settled outside `Executor.handle()`, on the event loop or by the
+        watchdog: the cancel book forgets it (handle() does so for the others), then it
+        is released."""
+        self.executor.cancels.finished(queue, stream_id)
+        self._release(queue, stream_id)
 
     def _still_ours(self, item: Delivery) -> bool:
         """A message that sat long in the buffer may have been reclaimed by another worker."""
@@ -277,7 +285,7 @@ class Worker:
         try:
             self.executor.give_up(attempt)
         finally:
-            self._release(attempt.shard, attempt.stream_id)
+            self._settled_elsewhere(attempt.shard, attempt.stream_id)
 
     # -- lifecycle ------------------------------------------------------------------
 
