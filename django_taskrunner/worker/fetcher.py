@@ -216,9 +216,12 @@ def stop_fetchers(fetchers: list[Fetcher], client: Any, name: str, block_ms: int
 # `TaskMessage.queue` always names the queue: the ack, the retry, the heartbeat and the
 # lock release use `shard`; figures, failed rows and the task's context use `queue`.
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Delivery:
-    """An entry read (or reclaimed) from one stream, not yet finished."""
+    """An entry read (or reclaimed) from one stream, not yet finished (not frozen: one is
+    built for every message read, and a frozen dataclass takes four times as long to
+    build; nothing changes one after it is built).
+    """
 
     shard: str  # the stream: a queue, or one shard of it ("emails#2", see core/sharding.py)
     stream_id: str
