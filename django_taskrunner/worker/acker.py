@@ -93,7 +93,10 @@ class Acker(threading.Thread):
         self._batch = Batch()
         self._sending = 0  # size of the batch being sent
         self._in_flight: Batch | None = None  # the batch being sent
-        self._cond = threading.Condition()
+        # Taken as `with self._lock`, the condition's own lock: `with self._cond` adds
+        # two Python calls, and this lock is taken for every task.
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._stopping = False
         # False once this worker is known to have been declared lost (worker/lost_workers.py):
         # its acks and records are dropped, only its (ownership-checked) requeues go out.
@@ -101,31 +104,31 @@ class Acker(threading.Thread):
 
     def add(self, shard: str, stream_id: str) -> None:
         """Ack (and delete) `stream_id` of `shard`: the message is done."""
-        with self._cond:
+        with self._lock:
             self._batch.acks[shard].append(stream_id)
             self._added()
 
     def record(self, write: RecordWrite) -> None:
         """Write a task record with the next batch (the ack or requeue it goes with
         follows at once)."""
-        with self._cond:
+        with self._lock:
             self._batch.records.append(write)
 
     def workflow(self, done: MemberDone) -> None:
         """Count a workflow member's completion with the next batch (its ack follows)."""
-        with self._cond:
+        with self._lock:
             self._batch.workflows.append(done)
 
     def release(self, slots: tuple[Slot, ...]) -> None:
         """Free concurrency slots with the next batch (the attempt's ack or requeue
         follows at once)."""
-        with self._cond:
+        with self._lock:
             self._batch.releases.extend(slots)
 
     def requeue(self, shard: str, stream_id: str, body: str | bytes, due_ms: int = 0) -> None:
         """Move held `stream_id` back to `shard` with `body` (at `due_ms`, 0: now), and ack it."""
         record = entry_record(body, shard, due_ms or None)  # None for most messages
-        with self._cond:
+        with self._lock:
             self._batch.requeues.append(Requeue(shard, stream_id, body, due_ms, record))
             self._added()
 
@@ -136,7 +139,7 @@ class Acker(threading.Thread):
 
     def _take(self) -> Batch | None:
         """The next batch to send; None once stopping with nothing left."""
-        with self._cond:
+        with self._lock:
             while not self._batch.size and not self._stopping:
                 self._cond.wait()
             if not self._batch.size:
@@ -152,7 +155,7 @@ class Acker(threading.Thread):
         """(queue, stream id) of every message whose ack or requeue is not sent yet: still
         this worker's, and kept reserved by its heartbeat (a Redis refusing writes can
         hold them for long: no other worker, nor this one's reclaimer, may take them)."""
-        with self._cond:
+        with self._lock:
             batches = [self._batch] + ([self._in_flight] if self._in_flight else [])
             return {*((queue, stream_id) for batch in batches
                       for queue, ids in batch.acks.items() for stream_id in ids),
@@ -161,7 +164,7 @@ class Acker(threading.Thread):
 
     def idle(self) -> bool:
         """True when nothing waits to be sent and nothing is being sent."""
-        with self._cond:
+        with self._lock:
             return not self._batch.size and not self._sending
 
     @property
@@ -181,14 +184,14 @@ class Acker(threading.Thread):
             if not self.confirm():
                 batch = _abandoned(batch)
             if batch.size and not self._send(batch):
-                with self._cond:
+                with self._lock:
                     left = batch.size + self._batch.size
                 logger.error("giving up on %d acks at exit; those tasks will be delivered "
                              "again", left)
                 return
             if (batch.requeues or batch.workflows) and self.on_requeued is not None:
                 self.on_requeued()  # before idle() can be true: burst mode reads again
-            with self._cond:
+            with self._lock:
                 self._sending = 0
                 self._in_flight = None
 
@@ -238,7 +241,7 @@ class Acker(threading.Thread):
 
     def _pause(self, seconds: float, failures: int) -> bool:
         """Wait before sending again (a stop cuts it short); True: give up, at exit."""
-        with self._cond:
+        with self._lock:
             self._cond.wait(seconds)
             return self._stopping and failures > EXIT_TRIES
 
@@ -276,7 +279,7 @@ class Acker(threading.Thread):
 
     def stop(self) -> None:
         """Send what is waiting, then end."""
-        with self._cond:
+        with self._lock:
             self._stopping = True
             self._cond.notify()
         self.join()

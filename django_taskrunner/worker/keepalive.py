@@ -37,6 +37,7 @@ worker dies, the heartbeats stop with it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections import defaultdict
@@ -68,6 +69,14 @@ def heartbeat_interval(reservation_timeout: float) -> float:
     return min(MAX_INTERVAL, max(MIN_INTERVAL, reservation_timeout / BEATS_PER_TIMEOUT))
 
 
+@functools.lru_cache(maxsize=64)
+def beat_within(reservation_timeout: float) -> float:
+    """Seconds after its start by which a running attempt needs a beat: its interval,
+    and `CANCEL_CHECK_S` for its cancel flag (cached: asked at every start, of the few
+    timeouts a worker's tasks have)."""
+    return min(heartbeat_interval(reservation_timeout), CANCEL_CHECK_S)
+
+
 class Heartbeat(threading.Thread):
     """Beats for every message the worker holds, every `heartbeat_interval` of the shortest
     timeout any of them may have.
@@ -96,7 +105,10 @@ class Heartbeat(threading.Thread):
         # The executor's cancelled ids per shard, which each beat refreshes for the
         # shards holding buffered messages (None: not kept).
         self.cancelled = cancelled
-        self._cond = threading.Condition()
+        # Taken as `with self._lock`, the condition's own lock: `with self._cond` adds
+        # two Python calls, and this lock is taken for every task.
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._stopping = False
         self._planned_interval = heartbeat_interval(self.floor)
         self._last_beat = clock.monotonic()
@@ -122,7 +134,7 @@ class Heartbeat(threading.Thread):
         starts meanwhile), or until the next look for due start writes: `START_LINGER_S`
         after the first start not written yet, and no sooner than `_look_every` after
         the last look; False once stopping."""
-        with self._cond:
+        with self._lock:
             while not self._stopping:
                 self._planned_interval = interval = self.interval()
                 now = clock.monotonic()
@@ -144,8 +156,8 @@ class Heartbeat(threading.Thread):
         its cancel flag every `CANCEL_CHECK_S` (called on the starting thread for every
         attempt: one uncontended lock; while tasks keep starting, no wake-up at all)."""
         started = attempt.started
-        need = started + min(heartbeat_interval(attempt.reservation_timeout), CANCEL_CHECK_S)
-        with self._cond:
+        need = started + beat_within(attempt.reservation_timeout)
+        with self._lock:
             if attempt.record_ttl > 0:
                 if not self._starts:
                     self._starts_since = started
@@ -162,7 +174,7 @@ class Heartbeat(threading.Thread):
         raises (a failed write is the next beat's to do)."""
         now = clock.monotonic()
         until = now - START_LINGER_S  # started by then: due now
-        with self._cond:
+        with self._lock:
             self._starts_checked = now
             if not self._starts or self._starts_since > until:
                 return
@@ -172,7 +184,7 @@ class Heartbeat(threading.Thread):
                                      default=0.0)
         attempts = [attempt for attempt in started
                     if not attempt.start_recorded and self.running.holds(attempt)]
-        with self._cond:  # all ended: short tasks, which need no look soon
+        with self._lock:  # all ended: short tasks, which need no look soon
             self._look_every = (START_LINGER_S if attempts
                                 else min(2 * self._look_every, START_LOOK_MAX_S))
         if not attempts:
@@ -286,7 +298,7 @@ class Heartbeat(threading.Thread):
                        "run twice", stream_id, queue)
 
     def stop(self) -> None:
-        with self._cond:
+        with self._lock:
             self._stopping = True
             self._cond.notify()
         if self.is_alive():

@@ -87,7 +87,10 @@ class Worker:
         self.monitor = Monitor(self, settings)
         self._build_guards(settings)
         self.pool = Pool(0, self._run_item)
-        self._cond = threading.Condition()
+        # Taken as `with self._lock`, the condition's own lock: `with self._cond` adds
+        # two Python calls, and this lock is taken for every task.
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self.outstanding = 0  # fetched and not yet finished
         # The read size. Weights share out reads, so weighted queues keep reads of one size.
         weighted = any(weight for _queue, weight in settings.queue_order or ())
@@ -148,7 +151,7 @@ class Worker:
         """A priority level of `shard` came into use: its fetcher reads `stream` too, with
         the shard's reclaim and recheck timings."""
         self.reclaimer.add_stream(stream, shard)
-        with self._cond:
+        with self._lock:
             if shard in self._recheck_after:
                 self._recheck_after.setdefault(stream, self._recheck_after[shard])
 
@@ -162,17 +165,17 @@ class Worker:
 
     def _room_changed(self) -> None:
         """A coroutine took an async slot: the limit grew, a fetcher may read again."""
-        with self._cond:
+        with self._lock:
             self._cond.notify_all()
 
     def holds(self, queue: str, stream_id: str) -> bool:
         """True while `stream_id` is in this worker's buffer, running, or not acked yet."""
-        with self._cond:
+        with self._lock:
             return (queue, stream_id) in self._held or (queue, stream_id) in self.acker.unsent()
 
     def held_messages(self) -> list[tuple[str, str]]:
         """(queue, stream id) of every message fetched and not acked, for the heartbeat."""
-        with self._cond:
+        with self._lock:
             return list(self._held | self.acker.unsent())
 
     def low_water(self) -> int:
@@ -184,7 +187,7 @@ class Worker:
     def wait_for_room(self) -> int:
         if not self.returning.confirm():
             return 0  # declared lost: stopping
-        with self._cond:
+        with self._lock:
             self.prefetch.update(self.completed, clock.monotonic())
             # Afresh on each wake: another fetcher may shrink the read (and the limit);
             # nothing is fetched while finished tasks cannot be acked (acker.blocked), nor
@@ -202,12 +205,12 @@ class Worker:
 
     def _work_appeared(self) -> None:
         """The acker put retries back on their streams: fetchers must read again."""
-        with self._cond:
+        with self._lock:
             self.requeues += 1
             self._cond.notify_all()
 
     def wait_for_change(self, timeout: float) -> None:
-        with self._cond:
+        with self._lock:
             self._cond.wait(timeout)
 
     def accept(
@@ -218,7 +221,7 @@ class Worker:
         items = [Delivery(queue, stream_id, body, (runs or {}).get(stream_id), now)
                  for stream_id, body in entries]  # `queue`: the stream, a queue or a shard
         nbytes = sum(len(body) for _stream_id, body in entries if body)
-        with self._cond:
+        with self._lock:
             self.prefetch.read(len(items), nbytes)
             self.outstanding += len(items)
             self._held.update((queue, item.stream_id) for item in items)
@@ -231,7 +234,7 @@ class Worker:
     def _run_item(self, item: Delivery) -> None:
         self.acker.wait_open(self.stopping)  # no task starts while acks are refused
         if self.stopping.is_set():
-            with self._cond:
+            with self._lock:
                 self._leftovers.append(item)
             return
         finished = True
@@ -247,7 +250,7 @@ class Worker:
     def _release(self, queue: str, stream_id: str) -> None:
         """The message is finished here (or given up on); counted once. The cancel book
         forgets it in `Executor.handle()`, or in `_settled_elsewhere`."""
-        with self._cond:
+        with self._lock:
             if (queue, stream_id) not in self._held:
                 return
             self._held.discard((queue, stream_id))
@@ -295,7 +298,7 @@ class Worker:
 
     def _leave(self, cause: str) -> None:
         """This worker came back after being declared lost: leave (`lost_workers.py`)."""
-        with self._cond:
+        with self._lock:
             held = len(self._held)
         logger.error("worker %s was declared lost while it was away (%s): it fetches and "
                      "starts nothing more, does not ack the %d message(s) it held (other "
@@ -354,7 +357,7 @@ class Worker:
         # The acker first: retries it sent changed the generation before it became idle.
         if not self.acker.idle():
             return False
-        with self._cond:
+        with self._lock:
             generation = self.generation()
             idle = self.outstanding == 0 and all(
                 fetcher.idle_at == generation for fetcher in self.fetchers)
@@ -367,7 +370,7 @@ class Worker:
             return False
         if moved:
             # Fetchers must read again after this: only a read that started later counts.
-            with self._cond:
+            with self._lock:
                 self.promotions += 1
                 self._cond.notify_all()
             return False
@@ -388,7 +391,7 @@ class Worker:
         remaining = max(0.0, self.settings.shutdown_timeout - (clock.monotonic() - started))
         finished = self.coroutines.drain(remaining, self.forced) and finished
         unfinished += self.coroutines.unfinished()
-        with self._cond:
+        with self._lock:
             unfinished += self._leftovers
             self._leftovers = []
         if not finished and self.returning.cause is None:
@@ -423,7 +426,7 @@ class Worker:
     def _log_stopping(self, timeout: float) -> None:
         """Say what the shutdown waits for, so a slow stop can be told from a stalled one."""
         attempts = self.running.snapshot()
-        with self._cond:
+        with self._lock:
             buffered = max(0, self.outstanding - len(attempts))
         if not attempts:
             logger.info("stopping: no task running; %d fetched and not started go back to "
