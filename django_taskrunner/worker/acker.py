@@ -93,9 +93,7 @@ class Acker(threading.Thread):
         self._batch = Batch()
         self._sending = 0  # size of the batch being sent
         self._in_flight: Batch | None = None  # the batch being sent
-        # Taken as `with self._lock`, the condition's own lock: `with self._cond` adds
-        # two Python calls, and this lock is taken for every task.
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # per task: `with self._lock` skips Condition's Python
         self._cond = threading.Condition(self._lock)
         self._stopping = False
         # False once this worker is known to have been declared lost (worker/lost_workers.py):

@@ -105,9 +105,7 @@ class Heartbeat(threading.Thread):
         # The executor's cancelled ids per shard, which each beat refreshes for the
         # shards holding buffered messages (None: not kept).
         self.cancelled = cancelled
-        # Taken as `with self._lock`, the condition's own lock: `with self._cond` adds
-        # two Python calls, and this lock is taken for every task.
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # per task: `with self._lock` skips Condition's Python
         self._cond = threading.Condition(self._lock)
         self._stopping = False
         self._planned_interval = heartbeat_interval(self.floor)

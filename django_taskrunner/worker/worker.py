@@ -87,9 +87,7 @@ class Worker:
         self.monitor = Monitor(self, settings)
         self._build_guards(settings)
         self.pool = Pool(0, self._run_item)
-        # Taken as `with self._lock`, the condition's own lock: `with self._cond` adds
-        # two Python calls, and this lock is taken for every task.
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # per task: `with self._lock` skips Condition's Python
         self._cond = threading.Condition(self._lock)
         self.outstanding = 0  # fetched and not yet finished
         # The read size. Weights share out reads, so weighted queues keep reads of one size.
@@ -101,8 +99,7 @@ class Worker:
         self.scheduling = self.beside.leader
         self._leftovers: list[Delivery] = []
         self.threads = ThreadWatch()  # a thread that dies takes the worker down
-        # A child of `runtasks --processes` (worker/child.py): asks its supervisor to end
-        # this process for a thread stuck past its time limit; True when it will.
+        # Set by child.py: asks the supervisor to end the process for a stuck thread (True: will)
         self.end_process: Callable[[Attempt], bool] | None = None
         self._held: set[tuple[str, str]] = set()  # (queue, stream id) fetched, not finished
         # One reader per stream: a queue split into shards has one stream per shard.
