@@ -277,6 +277,11 @@ def workflow_field(value: Any, task_name: str | None) -> dict[str, Any] | None:
     return value
 
 
+# The fields of a message dispatched with no option: `from_json` reads the optional
+# ones (`read_options`) only when a message holds some other field.
+PLAIN_KEYS = frozenset({"v", "id", "task", "queue", "payload", "attempt", "ts"})
+
+
 def required(data: dict[str, Any]) -> tuple[str, str, str, int, int]:
     """The fields every message has, checked: (task name, id, queue, attempt, dispatch
     time in ms). The common shapes are checked inline (a plain int in range, or absent);
@@ -521,31 +526,12 @@ class TaskMessage:
         depth, the size, and that the text is valid Unicode.
         """
         data = load(raw)
-        get = data.get
         task_name, message_id, queue, attempt, dispatched_at_ms = required(data)
-        message = cls(
-            id=message_id,
-            task_name=task_name,
-            queue=queue,
-            payload=get("payload"),
-            attempt=attempt,
-            dispatched_at_ms=dispatched_at_ms,
-            lock_key=lock(data, task_name) if "lock" in data else None,
-            unique_mode=mode(data, task_name) if "mode" in data else None,
-            has_task_id=flag(data, "tid", task_name) if "tid" in data else False,
-            expires_at_ms=number(data, "exp", task_name, 0, MAX_EPOCH_MS) if "exp" in data
-            else None,
-            reservation_timeout_ms=advisory_ms(get("rt")) if "rt" in data else None,
-            dispatch_token=dispatch_token(get("tok"), task_name) if "tok" in data
-            else None,
-            trace_context=traceparent(get("tc")) if "tc" in data else None,
-            workflow=workflow_field(get("wf"), task_name) if "wf" in data else None,
-            priority=number(data, "pr", task_name, 0, 9) if "pr" in data else None,
-            fair_key=fair_key(get("fk"), task_name) if "fk" in data else None,
-            fair_weight=number(data, "fw", task_name, 1, 1000) if "fw" in data else None,
-            ran_before=flag(data, "rb", task_name) if "rb" in data else False,
-            stream_id=stream_id,
-        )
+        message = cls(id=message_id, task_name=task_name, queue=queue,
+                      payload=data.get("payload"), attempt=attempt,
+                      dispatched_at_ms=dispatched_at_ms, stream_id=stream_id)
+        if not PLAIN_KEYS.issuperset(data):  # most messages hold no other field
+            read_options(message, data)
         if could_nest_past(raw) and nested_too_deep(message.payload):
             raise InvalidTaskPayload(
                 f"payload of task {task_name!r} is nested more than {PAYLOAD_MAX_DEPTH} "
@@ -553,6 +539,36 @@ class TaskMessage:
         if message.workflow is not None and "xr" in message.workflow:
             _expires_from_entry(message)
         return message
+
+
+def read_options(message: TaskMessage, data: dict[str, Any]) -> None:
+    """Set the optional fields of `message` that `data` holds, each checked; the others
+    keep their defaults (a key this release does not know is ignored)."""
+    get, task_name = data.get, message.task_name
+    if "lock" in data:
+        message.lock_key = lock(data, task_name)
+    if "mode" in data:
+        message.unique_mode = mode(data, task_name)
+    if "tid" in data:
+        message.has_task_id = flag(data, "tid", task_name)
+    if "exp" in data:
+        message.expires_at_ms = number(data, "exp", task_name, 0, MAX_EPOCH_MS)
+    if "rt" in data:
+        message.reservation_timeout_ms = advisory_ms(get("rt"))
+    if "tok" in data:
+        message.dispatch_token = dispatch_token(get("tok"), task_name)
+    if "tc" in data:
+        message.trace_context = traceparent(get("tc"))
+    if "wf" in data:
+        message.workflow = workflow_field(get("wf"), task_name)
+    if "pr" in data:
+        message.priority = number(data, "pr", task_name, 0, 9)
+    if "fk" in data:
+        message.fair_key = fair_key(get("fk"), task_name)
+    if "fw" in data:
+        message.fair_weight = number(data, "fw", task_name, 1, 1000)
+    if "rb" in data:
+        message.ran_before = flag(data, "rb", task_name)
 
 
 def _expires_from_entry(message: TaskMessage) -> None:
