@@ -35,6 +35,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 from benchlib import procs  # noqa: E402
+from benchlib.queued import queued_and_read  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -84,11 +85,7 @@ def batches_of(size: int, flushes: int, task: Any) -> list[Any]:
     broker, consumer = get_store().streams, "bench-flush-1"
     queue = task.options.queue or get_settings().DEFAULT_QUEUE
     broker.client.flushall()
-    broker.ensure_group(queue)
-    task.dispatch_many([{"i": i} for i in range(size * flushes)])
-    entries: list[Any] = []
-    while len(entries) < size * flushes:
-        entries += broker.read(queue, consumer, 1000, None)
+    entries = queued_and_read(task, [{"i": i} for i in range(size * flushes)], queue, consumer)
     collected = Collected()
     executor = Executor(broker, consumer, collected.ack, record=collected.record)
     batches = []

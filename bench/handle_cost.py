@@ -43,6 +43,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 from benchlib import procs  # noqa: E402
+from benchlib.queued import queued_and_read  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -157,11 +158,7 @@ def repetition(args: argparse.Namespace, rep: int, task: Any) -> Split:
             cursor.execute("TRUNCATE benchapp_benchrow RESTART IDENTITY")
     broker.client.flushall()
     queue = task.options.queue or get_settings().DEFAULT_QUEUE
-    broker.ensure_group(queue)
-    task.dispatch_many([{"i": i} for i in range(args.jobs)])
-    entries: list[Any] = []
-    while len(entries) < args.jobs:
-        entries += broker.read(queue, consumer, 1000, None)
+    entries = queued_and_read(task, [{"i": i} for i in range(args.jobs)], queue, consumer)
     if args.worker_loop:  # the worker's own acker and executor, and its loop around them
         worker = Worker(broker, worker_settings([queue], concurrency=1, consumer=consumer))
         acker = worker.acker

@@ -33,6 +33,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 from benchlib import procs  # noqa: E402
+from benchlib.queued import queued_and_read  # noqa: E402
 
 WAYS = ("handle", "stripped")
 
@@ -71,11 +72,7 @@ def one_pass(task: Any, way: str, jobs: int, stripped: Any) -> float:
     from django_taskrunner.worker.outage import RedisStatus
 
     broker, consumer, queue = get_store().streams, "bench-bound-1", "default"
-    broker.ensure_group(queue)
-    task.dispatch_many([None] * jobs)
-    entries: list[Any] = []
-    while len(entries) < jobs:
-        entries += broker.read(queue, consumer, 1000, None)
+    entries = queued_and_read(task, [None] * jobs, queue, consumer)
     deliveries = [Delivery(queue, stream_id, body) for stream_id, body in entries]
     acker = Acker(broker, consumer, RedisStatus())
     acker.start()
