@@ -147,7 +147,7 @@ def repetition(args: argparse.Namespace, rep: int, task: Any) -> Split:
     from django_taskrunner.store import get_store
     from django_taskrunner.worker.acker import Acker
     from django_taskrunner.worker.executor import Executor
-    from django_taskrunner.worker.fetcher import Delivery
+    from django_taskrunner.worker.fetcher import PREFETCH_MAX, Delivery
     from django_taskrunner.worker.outage import RedisStatus
     from django_taskrunner.worker.settings import worker_settings
     from django_taskrunner.worker.worker import Worker
@@ -164,8 +164,8 @@ def repetition(args: argparse.Namespace, rep: int, task: Any) -> Split:
         acker = worker.acker
 
         def run_all() -> None:
-            for start in range(0, len(entries), READ):
-                worker.accept(queue, entries[start:start + READ])  # a read handed over
+            for start in range(0, len(entries), PREFETCH_MAX):  # the largest read
+                worker.accept(queue, entries[start:start + PREFETCH_MAX])  # handed over
                 for item in worker.pool.drain_inbox():  # as a pool thread takes each
                     worker._run_item(item)
                 worker.heartbeat.write_starts()  # its look: the ended starts dropped
@@ -194,9 +194,6 @@ def repetition(args: argparse.Namespace, rep: int, task: Any) -> Split:
     if left:
         raise SystemExit(f"{left} messages were not acked")
     return split
-
-
-READ = 100  # messages a read hands over with --worker-loop (the prefetch's largest read)
 
 
 def per_task(args: argparse.Namespace, seconds: float) -> float:
