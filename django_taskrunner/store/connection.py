@@ -203,6 +203,11 @@ class ThreadConnections:
     an error reply is raised and keeps the connection. A forked child, or a
     `drop()` (connections renamed), makes each thread open a new one. The connection
     closes when its thread ends. Replies are raw: no redis-py response callbacks.
+
+    Each connection knows which Lua scripts it loaded since it last connected
+    (`LoadedScripts`), so a batch that calls scripts by SHA carries the SCRIPT LOAD of
+    those it has not in front, in the same round trip (`send_batch`): a server that
+    restarted, or the new primary of a failover, never answers a batch in part.
     """
 
     def __init__(self, pool: Any) -> None:
@@ -219,6 +224,8 @@ class ThreadConnections:
             if connection is not None and local.forks == _forks:
                 connection.disconnect()  # (a forked child leaves its parent's alone)
             connection = local.connection = self._connection_class(**self._keywords)
+            local.scripts = LoadedScripts()
+            connection.register_connect_callback(local.scripts.connected)
             local.generation, local.forks = self._generation, _forks
         return connection
 
@@ -251,7 +258,9 @@ class ThreadConnections:
     def execute_many(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         """Send `commands` in one round trip: their raw replies in order, an error reply
         as its `ResponseError` (as a redis-py pipeline with `raise_on_error=False`)."""
-        connection = self._ready()
+        return self._send_many(self._ready(), commands)
+
+    def _send_many(self, connection: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         try:
             connection.send_packed_command(connection.pack_commands(commands))
             replies: list[Any] = []
@@ -273,14 +282,52 @@ class ThreadConnections:
         """An empty batch to queue commands on, for `send_batch`."""
         return CommandBatch()
 
-    def send_batch(self, batch: CommandBatch) -> list[Any]:
-        """`execute_many` of the batch's commands (nothing sent for none)."""
-        return self.execute_many(batch.commands) if batch.commands else []
+    def send_batch(self, batch: CommandBatch, scripts: Sequence[str] = (),
+                   source: Callable[[str], str] | None = None) -> list[Any]:
+        """`execute_many` of the batch's commands (nothing sent for none), after the
+        SCRIPT LOAD (text: `source(name)`) of each of `scripts` this thread's connection
+        has not loaded since it connected, in the same round trip.
+
+        Without them, a batch sent to a server that lost some of its scripts (a restart,
+        a failover) would be applied in part: the items whose scripts it still had (a
+        requeue's move) ahead of the ones it had not (the record of the task moved),
+        which the resend after NOSCRIPT applies a round trip later."""
+        if not batch.commands:
+            return []
+        connection = self._ready()
+        loaded = self._local.scripts.loaded
+        missing = [name for name in scripts if name not in loaded]
+        if not missing or source is None:
+            return self._send_many(connection, batch.commands)
+        loads = [("SCRIPT", "LOAD", source(name)) for name in missing]
+        replies = self._send_many(connection, [*loads, *batch.commands])
+        loaded.update(name for name, reply in zip(missing, replies, strict=False)
+                      if not isinstance(reply, Exception))
+        return replies[len(loads):]
+
+    def forget_scripts(self) -> None:
+        """The server answered NOSCRIPT (its scripts flushed while this thread's connection
+        stayed open): the next `send_batch` loads every script it names again."""
+        local = self._local
+        if getattr(local, "connection", None) is not None:
+            local.scripts.loaded.clear()
 
     def drop(self) -> None:
         """Make every thread replace its connection at its next command (after the pool's
         keywords changed, e.g. its connections' name)."""
         self._generation += 1
+
+
+class LoadedScripts:
+    """The Lua scripts (by name) one connection loaded since it last connected: every
+    connect, the first and each reconnect after a restart or a failover, empties it (a
+    redis-py connect callback, kept by a weak reference: the thread's slot holds this)."""
+
+    def __init__(self) -> None:
+        self.loaded: set[str] = set()
+
+    def connected(self, _connection: Any) -> None:
+        self.loaded.clear()
 
 
 # How many times this process is a forked child: a thread's connection made before the
@@ -312,6 +359,7 @@ class PooledCommands:
 
     def __init__(self, client: Any) -> None:
         self._client = client
+        self._reload = False
 
     def execute_command(self, *args: Any) -> Any:
         return self._client.execute_command(*args)
@@ -329,8 +377,20 @@ class PooledCommands:
         """A redis-py pipeline of the client (a cluster's routes each command)."""
         return self._client.pipeline(transaction=False)
 
-    def send_batch(self, batch: Any) -> list[Any]:
+    def send_batch(self, batch: Any, scripts: Sequence[str] = (),
+                   source: Callable[[str], str] | None = None) -> list[Any]:
+        """The batch's replies. After `forget_scripts`, each of `scripts` is loaded first
+        (a round trip each); otherwise none is: the pool's connections are not tracked,
+        and a cluster pipeline sends its scripts' text (`scripts.queue`)."""
+        if self._reload and source is not None:
+            for name in scripts:
+                self._client.script_load(source(name))
+            self._reload = False
         return list(batch.execute(raise_on_error=False))
+
+    def forget_scripts(self) -> None:
+        """The server answered NOSCRIPT: the next `send_batch` loads its scripts first."""
+        self._reload = True
 
 
 class CommandBatch:

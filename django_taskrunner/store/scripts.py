@@ -132,16 +132,21 @@ def execute_loading(client: Any, build: Callable[[Any], None], names: Sequence[s
 
 
 def send_loading(sender: Any, build: Callable[[Any], None], names: Sequence[str]) -> list[Any]:
-    """`execute_loading` on `sender` (`thread_connections`), each error kept as its reply."""
+    """`execute_loading` on `sender` (`thread_connections`), each error kept as its reply.
+
+    A thread's own connection loads the scripts of `names` it has not loaded since it
+    connected in the batch's round trip (`ThreadConnections.send_batch`). NOSCRIPT is
+    left for a server whose scripts were flushed under an open connection (SCRIPT
+    FLUSH), or a sentinel's pooled connection: there the batch went in part, and the
+    resend applies the rest (every item is safe to send twice)."""
     batch = sender.batch()
     build(batch)
-    replies = sender.send_batch(batch)
+    replies = sender.send_batch(batch, names, source)
     if any(isinstance(reply, NoScriptError) for reply in replies):
-        for name in names:
-            sender.script_load(source(name))
+        sender.forget_scripts()
         batch = sender.batch()
         build(batch)
-        replies = sender.send_batch(batch)
+        replies = sender.send_batch(batch, names, source)
     return replies
 
 

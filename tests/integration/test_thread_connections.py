@@ -19,7 +19,7 @@ import redis
 from redis.exceptions import ResponseError
 
 from django_taskrunner import TaskMessage, dispatch
-from django_taskrunner.store import get_store, keys
+from django_taskrunner.store import get_store, keys, scripts
 from django_taskrunner.store.connection import text
 from django_taskrunner.store.entries import entry_body
 from tests.conftest import start_private_redis
@@ -280,3 +280,66 @@ def test_the_worker_batches_load_their_scripts_after_the_server_lost_them() -> N
     assert new_id and new_id != stream_id
     stream = keys.stream_key(get_store().prefix, "default")
     assert get_store().client.xrange(stream) == [(new_id, {b"m": b'{"body": 2}'})]
+
+
+def script_loads(client: Any) -> int:
+    """SCRIPT LOAD calls the server counted (Redis 7+ counts the subcommand apart)."""
+    stats = client.info("commandstats")
+    found = stats.get("cmdstat_script|load") or stats.get("cmdstat_script") or {}
+    return int(found.get("calls", 0))
+
+
+def test_a_batch_after_a_restart_that_kept_some_scripts_is_applied_whole(prefix: str) -> None:
+    # Given a plain dispatch's entry a worker holds (its task id names the entry: no
+    # record yet)
+    from django_taskrunner.store.records import RecordWrite
+    from django_taskrunner.store.streams import Requeue
+
+    store = get_store()
+    broker = store.streams
+    broker.ensure_group("default")
+    message = dispatch(noop, {"n": 1})
+    [(stream_id, body)] = broker.read_checked("default", "w1", 10, None)[0]
+    # and a server that restarted, its script cache rebuilt in part since: another
+    # worker's batch loaded `requeue.lua`, none loaded `record_new.lua`
+    store.client.script_flush()
+    store.client.script_load(scripts.source("requeue"))
+    store.client.execute_command("CLIENT", "KILL", "ID", client_id(own_connections()))
+
+    # When its acker puts the message back with the record it never had
+    record = RecordWrite(message.id, (("s", "queued"), ("t", "tests.testapp.tasks.noop"),
+                                      ("q", "default")), 3600)
+    settled = broker.settle("w1", {}, [Requeue("default", stream_id, body, 0, record)])
+
+    # Then the move and its record went in one send (a move sent ahead of its record,
+    # then the record on the resend after NOSCRIPT, left the task unknown in between
+    # and answers the resent move "not ours": no new stream id)
+    assert settled.unsettled == []
+    new_id = settled.requeued[0]
+    assert new_id and text(new_id) != stream_id
+    stored = store.client.hgetall(keys.record_key(store.prefix, message.id))
+    assert stored[b"s"] == b"queued"
+
+
+def test_a_connection_loads_a_batchs_scripts_once_and_again_after_it_reconnects(
+    prefix: str,
+) -> None:
+    store = get_store()
+    broker = store.streams
+    broker.ensure_group("default")
+    held = {"default": [broker.add("default", '{"body": 1}')]}
+    broker.read_checked("default", "w1", 10, None)
+    store.client.script_flush()
+    before = script_loads(store.client)
+
+    broker.hold_many("w1", held)  # loads hold.lua ahead of the batch, in its round trip
+    loaded = script_loads(store.client)
+    broker.hold_many("w1", held)
+    again = script_loads(store.client)
+    store.client.execute_command("CLIENT", "KILL", "ID", client_id(own_connections()))
+    assert broker.hold_many("w1", held) == {"default": []}
+    after_reconnect = script_loads(store.client)
+
+    assert loaded - before >= 1
+    assert again == loaded  # the same connection: nothing loaded again
+    assert after_reconnect - again == loaded - before  # a new connection loads its own
