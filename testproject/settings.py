@@ -72,7 +72,10 @@ DATABASES = {
     if os.environ.get("DATABASE_URL")
     else {"ENGINE": "django.db.backends.sqlite3",
           "NAME": os.environ.get("DEMO_DB_PATH") or BASE_DIR / "db.sqlite3",
-          "OPTIONS": {"timeout": 20}}
+          # The worker's scheduler writes the periodic task rows the admin edits: an
+          # edit's transaction takes the write lock first and waits for it, instead of
+          # failing at once with "database is locked" (docs/deployment.md).
+          "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"}}
 }
 
 STATIC_URL = "/static/"

@@ -82,3 +82,48 @@ print("OK")
                             capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "OK" in result.stdout
+
+
+def test_the_demo_database_makes_an_edit_wait_for_a_workers_write_instead_of_failing(
+        prefix, redis_url, tmp_path):
+    # An admin edit reads a row, then writes it, in one transaction; a worker writes the
+    # same table meanwhile (the scheduler, a periodic task's last run). SQLite's default
+    # (deferred) transactions refuse that edit's write at once ("database is locked");
+    # the demo's IMMEDIATE mode (docs/deployment.md) makes it wait for the lock.
+    script = """
+import threading, time
+import django
+django.setup()
+from django.core.management import call_command
+from django.db import connection, transaction
+call_command("migrate", verbosity=0)
+from testproject.shop.models import Order
+order = Order.objects.create(email="a@example.com", total="1.00")
+wrote = threading.Event()
+
+def worker_write():
+    with transaction.atomic():
+        Order.objects.filter(pk=order.pk).update(report="written by the worker")
+        wrote.set()
+        time.sleep(0.3)
+    connection.close()
+
+with transaction.atomic():  # as the admin's change view
+    row = Order.objects.get(pk=order.pk)
+    writer = threading.Thread(target=worker_write)
+    writer.start()
+    wrote.wait(1)  # deferred mode: the worker holds its write lock by now
+    row.total = "2.00"
+    row.save()
+writer.join()
+row = Order.objects.get(pk=order.pk)
+assert (str(row.total), row.report) == ("2.00", "written by the worker"), row
+print("OK")
+"""
+    env = worker_env(prefix, redis_url, REDIS_URL=redis_url, DATABASE_URL="",
+                     TASKRUNNER_PREFIX=prefix, DEMO_DB_PATH=str(tmp_path / "demo.sqlite3"))
+    env["DJANGO_SETTINGS_MODULE"] = "testproject.settings"
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,  # noqa: S603
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "OK" in result.stdout
