@@ -80,7 +80,8 @@ class Store:
         streams.hold_many(consumer, held)  `hold()` for every queue of `held`
         streams.holders(queue)  (consumer, entries pending, ms since it last read or claimed) of
             each consumer of the group holding something
-        streams.last_seen_ms(consumers)  When each worker last wrote its heartbeat
+        streams.heartbeat_ages_ms(consumers, now_ms)  How long ago each worker wrote its
+            heartbeat, by the server's clock
         streams.length(queue)  XLEN of the queue's stream
         streams.levels_in_use(shards)  Every stream of each shard, highest priority first
         streams.lost_mark(consumer)  Why `consumer` was declared lost; None when it was not

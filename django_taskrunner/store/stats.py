@@ -118,8 +118,11 @@ class StatsStore:
 
     def _queue_beat(self, pipe: Any, beat: WorkerBeat, *, now_ms: int, ttl: float) -> None:
         worker = keys.worker_key(self.prefix, beat.consumer)
-        pipe.hset(worker, mapping=dict(beat.fields))
-        pipe.expire(worker, max(1, round(ttl)))
+        ttl_s = max(1, round(ttl))
+        # `ttl`: the TTL this write gives the hash, so the heartbeat's age is read by the
+        # server's clock (`Broker.heartbeat_ages_ms`: ttl less PTTL), not the worker's.
+        pipe.hset(worker, mapping={**beat.fields, "ttl": str(ttl_s)})
+        pipe.expire(worker, ttl_s)
         expires_ms = now_ms + round(ttl * 1000)
         directory = keys.workers_key(self.prefix)  # the Workers page (store/stats.py)
         pipe.zadd(directory, {beat.consumer: now_ms})

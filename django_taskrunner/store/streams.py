@@ -505,14 +505,26 @@ class Broker:
         return [(text(row["name"]), int(row["pending"]), int(row["idle"]))
                 for row in rows if int(row["pending"])]
 
-    def last_seen_ms(self, consumers: Sequence[str]) -> dict[str, int | None]:
-        """When each worker last wrote its heartbeat (`keys.worker_key`, field `seen`,
-        epoch ms); None for one with no heartbeat (it expired: the worker is gone)."""
+    def heartbeat_ages_ms(self, consumers: Sequence[str], now_ms: int) -> dict[str, int | None]:
+        """How long ago each worker last wrote its heartbeat (`keys.worker_key`), in ms,
+        by the server's clock: the TTL that write gave the hash (field `ttl`, seconds)
+        less what is left of it (PTTL), so hosts whose clocks disagree still agree on it.
+        A heartbeat without `ttl` (an earlier release's) is aged by its `seen` field
+        (the worker's clock) against `now_ms`. None: no heartbeat (it expired, the worker
+        is gone). A worker whose heartbeat cannot be read (a key of another type) is left
+        out: nobody can tell its age."""
         pipe = self.client.pipeline(transaction=False)
         for consumer in consumers:
-            pipe.hget(keys.worker_key(self.prefix, consumer), "seen")
-        return {consumer: None if seen is None else int(seen)
-                for consumer, seen in zip(consumers, pipe.execute(), strict=True)}
+            key = keys.worker_key(self.prefix, consumer)
+            pipe.hmget(key, "ttl", "seen")
+            pipe.pttl(key)
+        replies = pipe.execute(raise_on_error=False)
+        ages: dict[str, int | None] = {}
+        for consumer, fields, left_ms in zip(consumers, replies[::2], replies[1::2],
+                                             strict=True):
+            if not isinstance(fields, Exception) and not isinstance(left_ms, Exception):
+                ages[consumer] = _heartbeat_age(fields, left_ms, now_ms)
+        return ages
 
     def mark_lost(self, consumer: str, cause: str, ttl_s: int) -> None:
         """Say that `consumer` was declared lost (`keys.lost_mark_key`), before its
@@ -595,6 +607,16 @@ def _with_bodies(queue: str, rows: Any) -> list[Entry]:
         sid = text(stream_id)
         found.append((sid, entry_body(queue, sid, fields)))
     return found
+
+
+def _heartbeat_age(fields: list[Any], left_ms: int, now_ms: int) -> int | None:
+    """`Broker.heartbeat_ages_ms` of one worker from its HMGET ttl seen and its PTTL."""
+    if left_ms == -2:  # no key
+        return None
+    ttl_s, seen = (text(field) if field is not None else "" for field in fields)
+    if ttl_s.isdigit() and left_ms >= 0:
+        return max(0, int(ttl_s) * 1000 - left_ms)
+    return now_ms - int(seen) if seen.isdigit() else None
 
 
 def settle_batch(

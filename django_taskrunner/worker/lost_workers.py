@@ -2,9 +2,11 @@
 stops, it does not ack; below). The watch looks for a whole worker (a host, a container, a
 `runtasks` killed with its children) that stopped without a word.
 
-Every worker writes its heartbeat each `STATS_INTERVAL` (`worker:<name>`, field `seen`).
+Every worker writes its heartbeat each `STATS_INTERVAL` (`worker:<name>`, with a TTL).
 A consumer of the group that holds pending messages, has not read or claimed for
 `WORKER_LOST_AFTER` seconds and whose heartbeat is as old (or gone) is declared lost:
+both ages are the server's (the group's idle time; the heartbeat's TTL less what is left
+of it), so a worker whose clock is behind the leader's is not taken for lost.
 its messages are handed back at once (`worker/reclaim.py`), instead of waiting for
 `RESERVATION_TIMEOUT`. Both signs are needed: a worker busy with long tasks reads
 nothing for a while but keeps beating, and one just started may not have beaten yet
@@ -75,9 +77,8 @@ class LostWorkerWatch(threading.Thread):
                   if idle_ms >= lost_ms}
         if not silent:
             return []
-        now = clock.now_ms()
-        seen = self.broker.last_seen_ms(sorted(silent))
-        lost = [name for name, at in seen.items() if at is None or now - at >= lost_ms]
+        ages = self.broker.heartbeat_ages_ms(sorted(silent), clock.now_ms())
+        lost = [name for name, age in ages.items() if age is None or age >= lost_ms]
         if not lost:
             return []
         adopters = [] if self.adopter is None else [self.adopter.consumer]
@@ -86,9 +87,9 @@ class LostWorkerWatch(threading.Thread):
         for name in lost:
             self.broker.mark_lost(name, f"{cause}; its messages were {taken}",
                                   LOST_MARK_TTL_S)
-        seen = self.broker.last_seen_ms(lost)  # beaten since? It reads the mark and leaves
-        now = clock.now_ms()
-        lost = [name for name, at in seen.items() if at is None or now - at >= lost_ms]
+        ages = self.broker.heartbeat_ages_ms(lost, clock.now_ms())  # beaten since? It
+        lost = [name for name, age in ages.items()  # reads the mark and leaves
+                if age is None or age >= lost_ms]
         for consumer in lost:
             done = hand_back(self.broker, consumer, self.queues, {}, cause, adopters)
             logger.warning("worker %s is lost (%s): %s", consumer, cause, done.describe())

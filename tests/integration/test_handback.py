@@ -85,6 +85,46 @@ def test_the_leader_hands_back_a_silent_worker_without_heartbeat_not_a_beating_o
     assert r.xlen(broker.stream("default")) == 2  # the busy one's, and the ghost's again
 
 
+def test_a_worker_whose_clock_is_an_hour_behind_the_leaders_is_not_taken_for_lost(r):
+    from django_taskrunner.store.stats import WorkerBeat
+
+    broker, stats = get_store().streams, get_store().stats
+    noop.dispatch({"n": 1})
+    noop.dispatch({"n": 2})
+    read_as(r, "ghost", count=1)
+    read_as(r, "busy", count=1)
+    # "busy" runs a long task on a host whose clock is an hour behind: its heartbeats
+    # say they were written an hour ago
+    behind_ms = app_now_ms() - 3_600_000
+    watch = LostWorkerWatch(broker, ["default"], lost_after=1)
+    deadline = time.monotonic() + 30
+    lost: list[str] = []
+    while not lost and time.monotonic() < deadline:
+        stats.write_figures([], WorkerBeat("busy", ["default"], {"seen": str(behind_ms)}),
+                            now_ms=behind_ms, window=10, ttl=30)
+        lost = watch.check()
+        time.sleep(0.2)
+    assert lost == ["ghost"]
+    assert pending_of(r, "ghost") == [] and len(pending_of(r, "busy")) == 1
+
+
+def test_a_worker_with_an_unreadable_heartbeat_is_not_taken_for_lost_nor_stops_the_watch(r):
+    broker = get_store().streams
+    noop.dispatch({"n": 1})
+    noop.dispatch({"n": 2})
+    read_as(r, "ghost", count=1)
+    read_as(r, "garbled", count=1)
+    r.set(keys.worker_key(broker.prefix, "garbled"), "not a hash")
+    watch = LostWorkerWatch(broker, ["default"], lost_after=1)
+    deadline = time.monotonic() + 30
+    lost: list[str] = []
+    while not lost and time.monotonic() < deadline:
+        lost = watch.check()
+        time.sleep(0.2)
+    assert lost == ["ghost"]
+    assert len(pending_of(r, "garbled")) == 1
+
+
 def test_a_running_message_with_retries_left_goes_to_a_sibling_counted_as_a_death(r):
     from tests.testapp.tasks import always_fails  # max_retry=2
 
