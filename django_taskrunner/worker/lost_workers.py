@@ -5,12 +5,12 @@ stops, it does not ack; below). The watch looks for a whole worker (a host, a co
 Every worker writes its heartbeat each `STATS_INTERVAL` (`worker:<name>`, with a TTL).
 A consumer of the group that holds pending messages, has not read or claimed for
 `WORKER_LOST_AFTER` seconds and whose heartbeat is as old (or gone) is declared lost:
-both ages are the server's (the group's idle time; the heartbeat's TTL less what is left
-of it), so a worker whose clock is behind the leader's is not taken for lost.
 its messages are handed back at once (`worker/reclaim.py`), instead of waiting for
 `RESERVATION_TIMEOUT`. Both signs are needed: a worker busy with long tasks reads
 nothing for a while but keeps beating, and one just started may not have beaten yet
-but has just read.
+but has just read. Both ages are the server's (the group's idle time; the heartbeat's
+TTL less what is left of it), so a worker whose clock is behind the leader's is not
+taken for lost.
 
 What it was running is not known here (its supervisor, which knew, is gone too): every
 message is taken by the leading worker itself, keeping its place and delivery counter,
