@@ -8,6 +8,18 @@ import sys
 from tests.conftest import ROOT, worker_env
 
 
+def run_in_the_demo(script: str, prefix: str, redis_url: str, tmp_path,
+                    timeout: float = 120) -> None:
+    """Run `script` under the demo's settings, on a database of its own; it prints OK."""
+    env = worker_env(prefix, redis_url, REDIS_URL=redis_url, DATABASE_URL="",
+                     TASKRUNNER_PREFIX=prefix, DEMO_DB_PATH=str(tmp_path / "demo.sqlite3"))
+    env["DJANGO_SETTINGS_MODULE"] = "testproject.settings"
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,  # noqa: S603
+                            capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "OK" in result.stdout
+
+
 def test_the_demo_site_places_an_order_and_the_worker_sends_the_receipt(prefix, redis_url,
                                                                          tmp_path):
     script = """
@@ -26,13 +38,7 @@ order = Order.objects.get()
 assert order.receipt_sent_at is not None, "the receipt was not sent"
 print("OK")
 """
-    env = worker_env(prefix, redis_url, REDIS_URL=redis_url, DATABASE_URL="",
-                     TASKRUNNER_PREFIX=prefix, DEMO_DB_PATH=str(tmp_path / "demo.sqlite3"))
-    env["DJANGO_SETTINGS_MODULE"] = "testproject.settings"
-    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,  # noqa: S603
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "OK" in result.stdout
+    run_in_the_demo(script, prefix, redis_url, tmp_path)
 
 
 def test_the_demo_home_links_every_admin_page_and_its_feature_buttons_work(prefix, redis_url,
@@ -75,13 +81,7 @@ for model in pages:
     assert client.get(url).status_code == 200, url
 print("OK")
 """
-    env = worker_env(prefix, redis_url, REDIS_URL=redis_url, DATABASE_URL="",
-                     TASKRUNNER_PREFIX=prefix, DEMO_DB_PATH=str(tmp_path / "demo.sqlite3"))
-    env["DJANGO_SETTINGS_MODULE"] = "testproject.settings"
-    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,  # noqa: S603
-                            capture_output=True, text=True, timeout=180)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "OK" in result.stdout
+    run_in_the_demo(script, prefix, redis_url, tmp_path, timeout=180)
 
 
 def test_the_demo_database_makes_an_edit_wait_for_a_workers_write_instead_of_failing(
@@ -120,10 +120,4 @@ row = Order.objects.get(pk=order.pk)
 assert (str(row.total), row.report) == ("2.00", "written by the worker"), row
 print("OK")
 """
-    env = worker_env(prefix, redis_url, REDIS_URL=redis_url, DATABASE_URL="",
-                     TASKRUNNER_PREFIX=prefix, DEMO_DB_PATH=str(tmp_path / "demo.sqlite3"))
-    env["DJANGO_SETTINGS_MODULE"] = "testproject.settings"
-    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,  # noqa: S603
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "OK" in result.stdout
+    run_in_the_demo(script, prefix, redis_url, tmp_path)

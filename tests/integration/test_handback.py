@@ -66,12 +66,17 @@ def test_without_a_sibling_fetched_messages_go_back_to_the_end_of_the_queue(r):
     assert hand_back(get_store().streams, "dead-1.0", ["default"], {}, "again").requeued == 0
 
 
-def test_the_leader_hands_back_a_silent_worker_without_heartbeat_not_a_beating_one(r):
-    broker = get_store().streams
+def ghost_beside(r, other: str) -> None:
+    """Two queued tasks, one held by "ghost" (no heartbeat), one by `other`."""
     noop.dispatch({"n": 1})
     noop.dispatch({"n": 2})
     read_as(r, "ghost", count=1)
-    read_as(r, "busy", count=1)
+    read_as(r, other, count=1)
+
+
+def test_the_leader_hands_back_a_silent_worker_without_heartbeat_not_a_beating_one(r):
+    broker = get_store().streams
+    ghost_beside(r, "busy")
     # "busy" runs a long task: it reads nothing, but its heartbeat is fresh
     watch = LostWorkerWatch(broker, ["default"], lost_after=1)
     deadline = time.monotonic() + 30
@@ -89,10 +94,7 @@ def test_a_worker_whose_clock_is_an_hour_behind_the_leaders_is_not_taken_for_los
     from django_taskrunner.store.stats import WorkerBeat
 
     broker, stats = get_store().streams, get_store().stats
-    noop.dispatch({"n": 1})
-    noop.dispatch({"n": 2})
-    read_as(r, "ghost", count=1)
-    read_as(r, "busy", count=1)
+    ghost_beside(r, "busy")
     # "busy" runs a long task on a host whose clock is an hour behind: its heartbeats
     # say they were written an hour ago
     behind_ms = app_now_ms() - 3_600_000
@@ -110,10 +112,7 @@ def test_a_worker_whose_clock_is_an_hour_behind_the_leaders_is_not_taken_for_los
 
 def test_a_worker_with_an_unreadable_heartbeat_is_not_taken_for_lost_nor_stops_the_watch(r):
     broker = get_store().streams
-    noop.dispatch({"n": 1})
-    noop.dispatch({"n": 2})
-    read_as(r, "ghost", count=1)
-    read_as(r, "garbled", count=1)
+    ghost_beside(r, "garbled")
     r.set(keys.worker_key(broker.prefix, "garbled"), "not a hash")
     watch = LostWorkerWatch(broker, ["default"], lost_after=1)
     deadline = time.monotonic() + 30
