@@ -1,5 +1,6 @@
-"""A Redis that answers but refuses writes with a reply code redis-py has no class for
-(`NOREPLICAS`: `min-replicas-to-write` not met) is ridden out like `OOM` (tested in
+"""A Redis that answers but refuses writes, with a reply code redis-py has no class for
+(`NOREPLICAS`: `min-replicas-to-write` not met) or with `READONLY` (it became a replica,
+which also unblocks the fetchers' blocked reads), is ridden out like `OOM` (tested in
 tests/chaos/test_redis_oom.py): the worker logs it, starts nothing while its acks are
 refused, and once Redis takes writes again every task has run once, its record is
 final, no failed row was written and nothing is pending (docs/reliability.md, "When
@@ -7,6 +8,7 @@ finished tasks cannot be acked")."""
 
 from __future__ import annotations
 
+import socket
 import tempfile
 import threading
 import time
@@ -100,30 +102,55 @@ def test_a_refusal_met_inside_a_script_is_a_refusal_and_bad_data_is_not(private_
     assert not refuses_writes(wrong_type.value) and not stalls_writes(wrong_type.value)
 
 
-def test_a_redis_refusing_writes_with_noreplicas_loses_nothing_and_runs_nothing_twice(
-        private_redis, caplog):
+def refuse_writes(client: redis.Redis, how: str) -> None:
+    """Make the server refuse every write: `NOREPLICAS` (`min-replicas-to-write` unmet),
+    or `READONLY` (it became the replica of a primary that cannot be reached, as after a
+    failover that went the other way; it keeps its data, and unblocks blocked reads)."""
+    if how == "NOREPLICAS":
+        client.config_set("min-replicas-to-write", 1)
+    else:
+        client.replicaof("127.0.0.1", free_port())
+
+
+def take_writes(client: redis.Redis, how: str) -> None:
+    if how == "NOREPLICAS":
+        client.config_set("min-replicas-to-write", 0)
+    else:
+        client.replicaof("NO", "ONE")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize("how", ["NOREPLICAS", "READONLY"])
+def test_a_redis_refusing_writes_loses_nothing_and_runs_nothing_twice(
+        private_redis, caplog, how):
     RUNS.clear()
     ids = [sleeps.dispatch({"n": n}).id for n in range(TASKS)]
     stream = keys.stream_key(get_store().prefix, "default")
     group = get_settings().CONSUMER_GROUP
     with worker_thread(concurrency=4) as worker:
         wait_for(lambda: sum(RUNS.values()) >= 50, timeout=30)
-        # Writes refused for 3 s: every write command answers NOREPLICAS
-        private_redis.config_set("min-replicas-to-write", 1)
-        with pytest.raises(redis.ResponseError, match="^NOREPLICAS"):
+        # Writes refused for 3 s: every write command answers NOREPLICAS (or READONLY)
+        refuse_writes(private_redis, how)
+        with pytest.raises(redis.ResponseError) as refused:
             private_redis.set("probe", 1)
+        assert refuses_writes(refused.value), refused.value  # redis-py: ReadOnlyError
         time.sleep(0.5)  # the running tasks end and their acks are refused
         ran_before = sum(RUNS.values())
         time.sleep(REFUSED_S - 0.5)
         ran_during = sum(RUNS.values()) - ran_before
-        private_redis.config_set("min-replicas-to-write", 0)
+        take_writes(private_redis, how)
 
         wait_for(lambda: len(RUNS) == TASKS, timeout=60)
         wait_for(lambda: private_redis.xpending(stream, group)["pending"] == 0, timeout=30)
         wait_for(lambda: all(lookup(task_id).status == "succeeded" for task_id in ids),
                  timeout=30)
         assert worker.acker.is_alive()
-    print(f"noreplicas tasks={TASKS} ran_in_the_last_{REFUSED_S - 0.5:g}s_of_refusal="
+    print(f"{how} tasks={TASKS} ran_in_the_last_{REFUSED_S - 0.5:g}s_of_refusal="
           f"{ran_during} run_twice={sum(1 for c in RUNS.values() if c > 1)} "
           f"failed_rows={FailedTask.objects.count()}")
     refusals = caplog.text.count("Redis refuses writes")
