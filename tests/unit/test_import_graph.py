@@ -47,13 +47,11 @@ ALLOWED_TYPE_ONLY_IMPORTS = {
 ALLOWED_FUNCTION_IMPORTS = {
     # AppConfig.ready(): apps.py is imported while Django loads apps, before models
     # (and anything importing them) may be imported.
-    ("django_taskrunner.apps", "django_taskrunner.conf"),
     ("django_taskrunner.apps", "django_taskrunner.checks"),
     ("django_taskrunner.apps", "django_taskrunner.conf"),
     ("django_taskrunner.apps", "django_taskrunner.core.registry"),
     ("django_taskrunner.apps", "django_taskrunner.models"),
     ("django_taskrunner.apps", "django_taskrunner.scheduling.periodic"),
-    ("django_taskrunner.apps", "django_taskrunner.checks"),
     # The Tasks framework shim module is autodiscovered as every app's `tasks.py`; the
     # framework (django.tasks or the backport) is imported only when a task runs.
     ("django_taskrunner.tasks", "django_taskrunner.backends"),
