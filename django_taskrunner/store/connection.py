@@ -283,10 +283,13 @@ class ThreadConnections:
         return CommandBatch()
 
     def send_batch(self, batch: CommandBatch, scripts: Sequence[str] = (),
-                   source: Callable[[str], str] | None = None) -> list[Any]:
+                   source: Callable[[str], str] | None = None,
+                   reload: bool = False) -> list[Any]:
         """`execute_many` of the batch's commands (nothing sent for none), after the
         SCRIPT LOAD (text: `source(name)`) of each of `scripts` this thread's connection
-        has not loaded since it connected, in the same round trip.
+        has not loaded since it connected, in the same round trip; with `reload` (the
+        server answered NOSCRIPT: its scripts were flushed under this open connection),
+        of each of them.
 
         Without them, a batch sent to a server that lost some of its scripts (a restart,
         a failover) would be applied in part: the items whose scripts it still had (a
@@ -296,6 +299,8 @@ class ThreadConnections:
             return []
         connection = self._ready()
         loaded = self._local.scripts.loaded
+        if reload:
+            loaded.clear()
         missing = [name for name in scripts if name not in loaded]
         if not missing or source is None:
             return self._send_many(connection, batch.commands)
@@ -304,13 +309,6 @@ class ThreadConnections:
         loaded.update(name for name, reply in zip(missing, replies, strict=False)
                       if not isinstance(reply, Exception))
         return replies[len(loads):]
-
-    def forget_scripts(self) -> None:
-        """The server answered NOSCRIPT (its scripts flushed while this thread's connection
-        stayed open): the next `send_batch` loads every script it names again."""
-        local = self._local
-        if getattr(local, "connection", None) is not None:
-            local.scripts.loaded.clear()
 
     def drop(self) -> None:
         """Make every thread replace its connection at its next command (after the pool's
@@ -359,7 +357,6 @@ class PooledCommands:
 
     def __init__(self, client: Any) -> None:
         self._client = client
-        self._reload = False
 
     def execute_command(self, *args: Any) -> Any:
         return self._client.execute_command(*args)
@@ -378,19 +375,16 @@ class PooledCommands:
         return self._client.pipeline(transaction=False)
 
     def send_batch(self, batch: Any, scripts: Sequence[str] = (),
-                   source: Callable[[str], str] | None = None) -> list[Any]:
-        """The batch's replies. After `forget_scripts`, each of `scripts` is loaded first
-        (a round trip each); otherwise none is: the pool's connections are not tracked,
-        and a cluster pipeline sends its scripts' text (`scripts.queue`)."""
-        if self._reload and source is not None:
+                   source: Callable[[str], str] | None = None,
+                   reload: bool = False) -> list[Any]:
+        """The batch's replies. With `reload` (the server answered NOSCRIPT), each of
+        `scripts` is loaded first (a round trip each); otherwise none is: the pool's
+        connections are not tracked, and a cluster pipeline sends its scripts' text
+        (`scripts.queue`)."""
+        if reload and source is not None:
             for name in scripts:
                 self._client.script_load(source(name))
-            self._reload = False
         return list(batch.execute(raise_on_error=False))
-
-    def forget_scripts(self) -> None:
-        """The server answered NOSCRIPT: the next `send_batch` loads its scripts first."""
-        self._reload = True
 
 
 class CommandBatch:

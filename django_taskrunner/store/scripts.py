@@ -143,10 +143,9 @@ def send_loading(sender: Any, build: Callable[[Any], None], names: Sequence[str]
     build(batch)
     replies = sender.send_batch(batch, names, source)
     if any(isinstance(reply, NoScriptError) for reply in replies):
-        sender.forget_scripts()
         batch = sender.batch()
         build(batch)
-        replies = sender.send_batch(batch, names, source)
+        replies = sender.send_batch(batch, names, source, reload=True)
     return replies
 
 
