@@ -63,6 +63,10 @@ class Collected:
     """What `Executor.handle()` hands the acker, kept as one batch per flush."""
 
     def __init__(self) -> None:
+        self.batch: Any = None
+        self.start_batch()
+
+    def start_batch(self) -> None:
         from django_taskrunner.worker.acker import Batch
 
         self.batch = Batch()
@@ -90,7 +94,7 @@ def batches_of(size: int, flushes: int, task: Any) -> list[Any]:
     executor = Executor(broker, consumer, collected.ack, record=collected.record)
     batches = []
     for start in range(0, len(entries), size):
-        collected.batch = type(collected.batch)()
+        collected.start_batch()
         for stream_id, body in entries[start:start + size]:
             executor.handle(Delivery(queue, stream_id, body))
         batches.append(collected.batch)
